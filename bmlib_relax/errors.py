@@ -1,0 +1,108 @@
+"""Exceptions raised by bmlib-relax.
+
+Every error a user can meet derives from :class:`BmlibError` and names the place
+it is about: a ``file:line:column`` for text, an op name for conversion, a
+parameter name for weights, a partition name for the backend.  The CLI catches
+exactly this family and turns it into a one-line message and exit code 2.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Optional, Sequence
+
+
+class BmlibError(Exception):
+    """Base class of all bmlib-relax errors."""
+
+
+class ParseError(BmlibError, ValueError):
+    """Malformed Relay text.
+
+    Carries ``line`` and ``column`` (1-based), ``source_name`` and the offending
+    source line; ``str()`` shows ``file:line:column: message``, the line and a caret.
+    """
+
+    def __init__(self, message: str, line: int, column: int, source_name: str = "<string>",
+                 source_line: Optional[str] = None):
+        self.message = message
+        self.line = line
+        self.column = column
+        self.source_name = source_name
+        self.source_line = source_line
+        super().__init__(self._format())
+
+    def _format(self) -> str:
+        text = f"{self.source_name}:{self.line}:{self.column}: {self.message}"
+        if self.source_line is not None:
+            line = self.source_line.rstrip("\n")
+            caret_col = max(self.column - 1, 0)
+            # Keep very long lines (minified dumps) readable around the caret.
+            if len(line) > 160:
+                start = max(caret_col - 80, 0)
+                line = line[start:start + 160]
+                caret_col -= start
+            text += f"\n    {line}\n    {' ' * caret_col}^"
+        return text
+
+
+class UnsupportedOpError(BmlibError, NotImplementedError):
+    """One or more Relay ops (or constructs) the importer cannot convert.
+
+    ``ops`` lists ``(name, location)`` pairs, every unsupported use in the module,
+    so a user sees the whole gap at once rather than one op per attempt.
+    """
+
+    def __init__(self, ops: Sequence[tuple[str, Optional[str]]], what: str = "op"):
+        self.ops = list(ops)
+        names = sorted({name for name, _ in self.ops})
+        lines = [f"{len(names)} unsupported Relay {what}(s): {', '.join(names)}"]
+        for name, where in self.ops[:50]:
+            lines.append(f"  {where or '<unknown location>'}: {name}")
+        if len(self.ops) > 50:
+            lines.append(f"  ... and {len(self.ops) - 50} more")
+        super().__init__("\n".join(lines))
+
+
+class ConversionError(BmlibError, ValueError):
+    """A supported op used with attributes or inputs the importer cannot express."""
+
+    def __init__(self, message: str, op: Optional[str] = None, location: Optional[str] = None):
+        self.op = op
+        self.location = location
+        prefix = f"{location}: " if location else ""
+        where = f"{op}: " if op else ""
+        super().__init__(f"{prefix}{where}{message}")
+
+
+class ParamError(BmlibError, ValueError):
+    """A missing, unexpected, mis-shaped or mis-typed parameter; names the parameter."""
+
+    def __init__(self, message: str, name: Optional[str] = None):
+        self.name = name
+        super().__init__(message)
+
+
+class CodegenError(BmlibError, RuntimeError):
+    """The bmlib codegen could not lower a partition (names it and the op)."""
+
+
+class ArityMismatchError(CodegenError):
+    """A bmlib PrimFunc whose parameter count differs from its call site.
+
+    This is the Relax twin of Relay's ``num_args should be 8``; the verifier
+    raises it at compile time, naming the partition, instead of letting the
+    runtime assert fire.
+    """
+
+    def __init__(self, partition: str, expected: int, actual: int, detail: str = ""):
+        self.partition = partition
+        self.expected = expected
+        self.actual = actual
+        msg = (f"partition {partition!r}: PrimFunc takes {actual} arguments but its call "
+               f"passes {expected} (inputs + outputs)")
+        if detail:
+            msg += f"; {detail}"
+        super().__init__(msg)
+
+
+def format_locations(spans: Iterable[object]) -> str:
+    return ", ".join(str(s) for s in spans if s is not None)

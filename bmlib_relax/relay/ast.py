@@ -1,0 +1,417 @@
+"""The Relay abstract syntax tree used by bmlib-relax.
+
+Relay itself is gone from TVM >= 0.20, so this package keeps its own small AST
+that mirrors Relay's node kinds closely enough for the parser, the printer, the
+builder API and the importer to share one representation.
+
+Design rules (they matter for 20k-line model dumps):
+
+* Expression nodes compare and hash by *identity* (``eq=False``).  Relay text
+  shares sub-expressions through graph bindings (``%3 = ...``), so the AST is a
+  DAG; structural equality is a separate, iterative function
+  (:func:`bmlib_relax.relay.analysis.structural_equal`), never ``__eq__``.
+* Nodes are frozen: passes build new nodes instead of mutating old ones.
+* Every node carries an optional :class:`Span` (excluded from comparisons) so
+  errors found after parsing still point at ``file:line:column``.
+* Call attributes are decoded once into a read-only mapping (:class:`Attrs`);
+  lists in attribute values become tuples.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Mapping, Optional, Union
+
+import numpy as np
+
+
+# --------------------------------------------------------------------------- spans
+@dataclass(frozen=True)
+class Span:
+    """A source position: 1-based line and column in ``source``."""
+
+    line: int
+    column: int
+    source: str = "<string>"
+
+    def __str__(self) -> str:
+        return f"{self.source}:{self.line}:{self.column}"
+
+
+def _span() -> Any:
+    return field(default=None, compare=False, repr=False, kw_only=True)
+
+
+# --------------------------------------------------------------------------- attrs
+class Attrs(Mapping[str, Any]):
+    """Read-only attribute mapping of a call or function (``key=value`` pairs).
+
+    Values are Python scalars (int, float, bool, str, None), tuples (Relay lists,
+    possibly nested) or :class:`MetaRef` for ``meta[...]`` attribute values.
+    """
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: Optional[Mapping[str, Any]] = None):
+        self._data = MappingProxyType(dict(data or {}))
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __iter__(self):
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __hash__(self) -> int:
+        # Consistent with Mapping.__eq__: equal mappings have equal key sets.
+        return hash(frozenset(self._data))
+
+    def __repr__(self) -> str:
+        return f"Attrs({dict(self._data)!r})"
+
+    def __getattr__(self, key: str) -> Any:
+        # Relay-style ``call.attrs.groups`` access.
+        if key.startswith("_"):
+            raise AttributeError(key)
+        try:
+            return self._data[key]
+        except KeyError:
+            raise AttributeError(f"call has no attribute {key!r}") from None
+
+
+EMPTY_ATTRS = Attrs()
+
+
+# --------------------------------------------------------------------------- types
+class Type:
+    """Base class of Relay types."""
+
+
+@dataclass(frozen=True)
+class TensorType(Type):
+    """``Tensor[(d0, d1, ...), dtype]``; a dynamic ``?`` dim is ``None``.
+
+    A scalar type such as ``float32`` is ``TensorType((), "float32")``.
+    """
+
+    shape: tuple[Union[int, str, None], ...]
+    dtype: str = "float32"
+
+
+@dataclass(frozen=True)
+class TupleType(Type):
+    fields: tuple[Type, ...]
+
+
+@dataclass(frozen=True)
+class TypeVar(Type):
+    """A type parameter such as ``A`` in ``def @f[A](...)``."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class TypeCall(Type):
+    """An ADT type applied to arguments, e.g. ``List[A]`` (``args`` may be empty)."""
+
+    name: str
+    args: tuple[Type, ...] = ()
+
+
+@dataclass(frozen=True)
+class FuncType(Type):
+    """``fn [T](A, B) -> R``."""
+
+    params: tuple[Type, ...]
+    ret: Optional[Type]
+    type_params: tuple[TypeVar, ...] = ()
+
+
+@dataclass(frozen=True)
+class IncompleteType(Type):
+    """The ``_`` placeholder type."""
+
+
+@dataclass(frozen=True)
+class RefType(Type):
+    value: Type
+
+
+# --------------------------------------------------------------------------- expressions
+class Expr:
+    """Base class of Relay expressions (identity-compared, see module doc)."""
+
+    span: Optional[Span]
+
+
+@dataclass(frozen=True, eq=False)
+class Var(Expr):
+    """A local variable ``%name`` (function parameter or ``let`` binder).
+
+    ``attrs`` holds parameter attributes such as ``{virtual_device=...}``.
+    """
+
+    name: str
+    type_annotation: Optional[Type] = None
+    attrs: Attrs = EMPTY_ATTRS
+    span: Optional[Span] = _span()
+
+
+@dataclass(frozen=True, eq=False)
+class GlobalVar(Expr):
+    """A reference to a module-level function ``@name``."""
+
+    name: str
+    span: Optional[Span] = _span()
+
+
+@dataclass(frozen=True, eq=False)
+class Op(Expr):
+    """A primitive operator referenced by name, e.g. ``nn.conv2d``."""
+
+    name: str
+    span: Optional[Span] = _span()
+
+
+@dataclass(frozen=True, eq=False)
+class Constant(Expr):
+    """A tensor constant.
+
+    Literals (``1f``, ``2i64``, ``True``) carry a 0-d ``data`` array.  A
+    ``meta[relay.Constant][N]`` reference carries ``meta_index=N`` and the array
+    from the ``#[metadata]`` section when the text had one; otherwise ``data``
+    is ``None`` and the importer reports the missing value.  ``type_annotation``
+    holds the ``/* ty=... */`` type printed beside a meta constant, if any.
+    """
+
+    data: Optional[np.ndarray]
+    meta_index: Optional[int] = None
+    type_annotation: Optional[Type] = None
+    span: Optional[Span] = _span()
+
+    @property
+    def dtype(self) -> Optional[str]:
+        if self.data is not None:
+            return str(self.data.dtype)
+        if isinstance(self.type_annotation, TensorType):
+            return self.type_annotation.dtype
+        return None
+
+
+@dataclass(frozen=True, eq=False)
+class MetaRef(Expr):
+    """Any other ``meta[kind][index]`` reference (attrs, VirtualDevice, SizeVar ...)."""
+
+    kind: str
+    index: int
+    span: Optional[Span] = _span()
+
+
+@dataclass(frozen=True, eq=False)
+class Call(Expr):
+    """``op(args..., key=value...)``; ``op`` is an :class:`Op`, a function
+    expression, a :class:`GlobalVar`, a :class:`Var` or a :class:`Constructor`."""
+
+    op: Expr
+    args: tuple[Expr, ...]
+    attrs: Attrs = EMPTY_ATTRS
+    type_args: tuple[Type, ...] = ()
+    span: Optional[Span] = _span()
+
+
+@dataclass(frozen=True, eq=False)
+class Tuple(Expr):
+    """A tuple literal ``(a, b)``."""
+
+    fields: tuple[Expr, ...]
+    span: Optional[Span] = _span()
+
+
+@dataclass(frozen=True, eq=False)
+class TupleGetItem(Expr):
+    tuple_value: Expr
+    index: int
+    span: Optional[Span] = _span()
+
+
+@dataclass(frozen=True, eq=False)
+class Function(Expr):
+    """``fn [T](%x: T, ...) -> R { body }`` (also the body of ``def @name``).
+
+    ``attrs`` holds function attributes (``Primitive=1``, ``Composite="..."``,
+    ``Compiler="..."``, ``global_symbol=...``).
+    """
+
+    params: tuple[Var, ...]
+    body: Expr
+    ret_type: Optional[Type] = None
+    type_params: tuple[TypeVar, ...] = ()
+    attrs: Attrs = EMPTY_ATTRS
+    span: Optional[Span] = _span()
+
+
+@dataclass(frozen=True, eq=False)
+class Let(Expr):
+    """``let %var(: T)? = value; body``."""
+
+    var: Var
+    value: Expr
+    body: Expr
+    span: Optional[Span] = _span()
+
+
+@dataclass(frozen=True, eq=False)
+class If(Expr):
+    cond: Expr
+    true_branch: Expr
+    false_branch: Expr
+    span: Optional[Span] = _span()
+
+
+@dataclass(frozen=True, eq=False)
+class Constructor(Expr):
+    """A reference to an ADT constructor such as ``Cons`` or ``Nil``."""
+
+    name: str
+    span: Optional[Span] = _span()
+
+
+class Pattern:
+    """Base class of ``match`` clause patterns."""
+
+
+@dataclass(frozen=True, eq=False)
+class PatternWildcard(Pattern):
+    span: Optional[Span] = _span()
+
+
+@dataclass(frozen=True, eq=False)
+class PatternVar(Pattern):
+    var: Var
+    span: Optional[Span] = _span()
+
+
+@dataclass(frozen=True, eq=False)
+class PatternConstructor(Pattern):
+    constructor: Constructor
+    patterns: tuple[Pattern, ...] = ()
+    span: Optional[Span] = _span()
+
+
+@dataclass(frozen=True, eq=False)
+class PatternTuple(Pattern):
+    patterns: tuple[Pattern, ...]
+    span: Optional[Span] = _span()
+
+
+@dataclass(frozen=True, eq=False)
+class Clause:
+    lhs: Pattern
+    rhs: Expr
+    span: Optional[Span] = _span()
+
+
+@dataclass(frozen=True, eq=False)
+class Match(Expr):
+    """``match (data) { clauses }``; ``complete=False`` for ``match?``."""
+
+    data: Expr
+    clauses: tuple[Clause, ...]
+    complete: bool = True
+    span: Optional[Span] = _span()
+
+
+@dataclass(frozen=True, eq=False)
+class RefCreate(Expr):
+    value: Expr
+    span: Optional[Span] = _span()
+
+
+@dataclass(frozen=True, eq=False)
+class RefRead(Expr):
+    ref: Expr
+    span: Optional[Span] = _span()
+
+
+@dataclass(frozen=True, eq=False)
+class RefWrite(Expr):
+    ref: Expr
+    value: Expr
+    span: Optional[Span] = _span()
+
+
+# --------------------------------------------------------------------------- module
+@dataclass(frozen=True, eq=False)
+class ConstructorDef:
+    """One constructor of an ADT declaration: ``Cons(A, List[A])``."""
+
+    name: str
+    inputs: tuple[Type, ...] = ()
+    span: Optional[Span] = _span()
+
+
+@dataclass(frozen=True, eq=False)
+class TypeData:
+    """``type Name[A, ...] { Ctor(...), ... }``."""
+
+    name: str
+    type_params: tuple[TypeVar, ...]
+    constructors: tuple[ConstructorDef, ...]
+    span: Optional[Span] = _span()
+
+
+class IRModule:
+    """A Relay module: global functions, ADT declarations and metadata.
+
+    Mirrors ``tvm.IRModule`` as Relay users met it: ``mod["main"]``,
+    ``mod.functions``, ``IRModule.from_expr(func)``, ``mod.astext()``.
+    """
+
+    def __init__(
+        self,
+        functions: Optional[Mapping[str, Function]] = None,
+        type_definitions: Optional[Mapping[str, TypeData]] = None,
+        metadata: Optional[Mapping[str, Any]] = None,
+        source_name: str = "<string>",
+    ):
+        self.functions: dict[str, Function] = dict(functions or {})
+        self.type_definitions: dict[str, TypeData] = dict(type_definitions or {})
+        self.metadata: dict[str, Any] = dict(metadata or {})
+        self.source_name = source_name
+
+    @classmethod
+    def from_expr(cls, expr: Expr) -> "IRModule":
+        """Wrap ``expr`` as ``@main`` (a non-function becomes ``fn () { expr }``)."""
+        if not isinstance(expr, Function):
+            from .analysis import free_vars  # local import: analysis imports ast
+
+            expr = Function(tuple(free_vars(expr)), expr)
+        return cls({"main": expr})
+
+    def __getitem__(self, name: str) -> Function:
+        key = name[1:] if name.startswith("@") else name
+        try:
+            return self.functions[key]
+        except KeyError:
+            raise KeyError(f"module has no global function @{key}") from None
+
+    def __contains__(self, name: str) -> bool:
+        key = name[1:] if name.startswith("@") else name
+        return key in self.functions
+
+    def __setitem__(self, name: str, func: Function) -> None:
+        self.functions[name[1:] if name.startswith("@") else name] = func
+
+    def astext(self, show_meta_data: bool = True) -> str:
+        from .printer import astext
+
+        return astext(self, show_meta_data=show_meta_data)
+
+    def __str__(self) -> str:
+        return self.astext()
+
+    def __repr__(self) -> str:
+        names = ", ".join("@" + n for n in self.functions)
+        return f"<relay.IRModule {names}>"
