@@ -1,0 +1,223 @@
+"""The ``relax.ext.bmlib`` codegen: partition functions → one TIR PrimFunc each.
+
+``RunCodegen`` hands this codegen every function annotated ``Codegen="bmlib"``.
+Each is lowered *binding by binding*: composite functions (one per matched
+pattern, several after ``MergeCompositeFunctions``) are inlined, every Relax op
+is lowered by its TIR template, and intermediate tensors stay inside the
+PrimFunc.  The PrimFunc's signature is derived from the partition function
+itself — its parameters, in order, then its outputs — so it always has the
+arity of the ``call_dps_packed`` that ``RunCodegen`` puts in its place.  (The
+Relay-era codegen built placeholders from the inner composite instead, which is
+where ``num_args should be 8`` came from.)  :mod:`.verify` checks this again
+before anything is built.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Optional
+
+import tvm
+from tvm import relax, te, topi
+
+from ..errors import CodegenError
+from .templates import get_template
+
+CODEGEN_NAME = "bmlib"
+
+
+@dataclass
+class PartitionRecord:
+    """What the codegen built for one partition (feeds the verifier and report)."""
+
+    name: str
+    num_params: int
+    num_outputs: int
+    num_args: int  # parameters of the built PrimFunc
+    composites: list[str] = field(default_factory=list)
+    ops: list[str] = field(default_factory=list)
+
+
+_SESSION: contextvars.ContextVar[Optional[dict]] = contextvars.ContextVar(
+    "bmlib_codegen_session", default=None)
+
+
+@contextlib.contextmanager
+def codegen_session(target: Any = "llvm") -> Iterator[dict[str, PartitionRecord]]:
+    """Collect :class:`PartitionRecord` s of the partitions built inside the block."""
+    records: dict[str, PartitionRecord] = {}
+    token = _SESSION.set({"records": records, "target": target})
+    try:
+        yield records
+    finally:
+        _SESSION.reset(token)
+
+
+class LowerContext:
+    """Passed to templates: names the partition and op in errors."""
+
+    def __init__(self, partition: str):
+        self.partition = partition
+        self.op: Optional[str] = None
+
+    def error(self, message: str) -> CodegenError:
+        return CodegenError(f"bmlib partition {self.partition!r}, op {self.op}: {message}")
+
+
+def _is_tensor(ty: Any) -> bool:
+    return isinstance(ty, relax.TensorType)
+
+
+class PartitionLowerer:
+    """Lowers one ``Codegen="bmlib"`` function to a TE PrimFunc."""
+
+    def __init__(self, func: relax.Function, symbol: str):
+        self.func = func
+        self.symbol = symbol
+        self.ctx = LowerContext(symbol)
+        self.composites: list[str] = []
+        self.ops: list[str] = []
+
+    def signature(self) -> list[relax.Var]:
+        """The Relax parameters the PrimFunc takes, in order: the partition's own."""
+        return list(self.func.params)
+
+    def placeholder(self, var: relax.Var) -> te.Tensor:
+        ty = var.ty
+        if not _is_tensor(ty):
+            raise CodegenError(f"bmlib partition {self.symbol!r}: parameter {var.name} has "
+                               f"type {ty}, only tensors can be passed to a PrimFunc")
+        shape = [int(d) for d in ty.shape.values]
+        return te.placeholder(shape, str(ty.dtype), name=var.name)
+
+    def lower(self) -> tvm.tirx.PrimFunc:
+        params = self.signature()
+        placeholders = [self.placeholder(v) for v in params]
+        env: dict[Any, Any] = dict(zip(params, placeholders))
+        result = self._eval_body(self.func.body, env)
+        outputs = list(result) if isinstance(result, (tuple, list)) else [result]
+        # A partition output that is an input (or repeated) still needs its own buffer.
+        taken: set[int] = {id(p) for p in placeholders}
+        for i, out in enumerate(outputs):
+            if id(out) in taken:
+                outputs[i] = topi.identity(out)
+            taken.add(id(outputs[i]))
+        prim = te.create_prim_func(placeholders + outputs)
+        return prim.with_attr("global_symbol", self.symbol)
+
+    def _eval_body(self, body: relax.Expr, env: dict) -> Any:
+        if isinstance(body, relax.SeqExpr):
+            for block in body.blocks:
+                for binding in block.bindings:
+                    env[binding.var] = self._eval(binding.value, env)
+            return self._eval(body.body, env)
+        return self._eval(body, env)
+
+    def _eval(self, expr: relax.Expr, env: dict) -> Any:
+        if isinstance(expr, relax.Function):
+            return expr
+        if isinstance(expr, relax.Var):
+            try:
+                return env[expr]
+            except KeyError:
+                raise CodegenError(f"bmlib partition {self.symbol!r}: unbound variable "
+                                   f"{expr.name}") from None
+        if isinstance(expr, relax.Tuple):
+            return tuple(self._eval(f, env) for f in expr.fields)
+        if isinstance(expr, relax.TupleGetItem):
+            return self._eval(expr.tuple_value, env)[expr.index]
+        if isinstance(expr, tvm.ir.expr.GenericConst):
+            return self._scalar_constant(expr)
+        if isinstance(expr, relax.Call):
+            callee = expr.op
+            if isinstance(callee, relax.Var):
+                callee = env.get(callee, callee)
+            if isinstance(callee, relax.Function):
+                return self._inline(callee, expr, env)
+            if isinstance(callee, tvm.ir.Op):
+                return self._lower_op(callee.name, expr, env)
+        return expr  # non-tensor operands (ShapeExpr, PrimValue) go to templates as is
+
+    def _inline(self, callee: relax.Function, call: relax.Call, env: dict) -> Any:
+        composite = callee.attrs.get("Composite") if callee.attrs is not None else None
+        if composite is not None:
+            self.composites.append(str(composite))
+        inner = {p: self._eval(a, env) for p, a in zip(callee.params, call.args)}
+        return self._eval_body(callee.body, inner)
+
+    def _lower_op(self, op_name: str, call: relax.Call, env: dict) -> Any:
+        template = get_template(op_name)
+        self.ctx.op = op_name
+        if template is None:
+            raise CodegenError(f"bmlib partition {self.symbol!r}: op {op_name} has no TIR "
+                               "template (add one with bmlib_relax.backend.templates."
+                               "register_template)")
+        self.ops.append(op_name)
+        inputs = [self._eval(a, env) for a in call.args]
+        try:
+            return template(call, inputs, self.ctx)
+        except CodegenError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - TE errors name neither op nor partition
+            raise self.ctx.error(f"template failed: {exc}") from exc
+
+    def _scalar_constant(self, const) -> te.Tensor:
+        value = const.value.numpy()
+        if value.ndim != 0:
+            raise CodegenError(
+                f"bmlib partition {self.symbol!r}: a {value.shape} constant is inside the "
+                "partition; tensors must arrive as arguments (partition with "
+                "bind_constants=False)")
+        scalar = value.item()
+        return te.compute((), lambda: tvm.tirx.const(scalar, str(value.dtype)), name="scalar")
+
+    def record(self, prim: tvm.tirx.PrimFunc) -> PartitionRecord:
+        num_params = len(self.func.params)
+        return PartitionRecord(
+            name=self.symbol, num_params=num_params,
+            num_outputs=len(prim.params) - len(self.signature()),
+            num_args=len(prim.params), composites=self.composites, ops=self.ops)
+
+
+def lower_partition(func: relax.Function, symbol: str) -> tuple[tvm.tirx.PrimFunc, PartitionRecord]:
+    """Lower one partition function; returns the PrimFunc and its record."""
+    lowerer = PartitionLowerer(func, symbol)
+    prim = lowerer.lower()
+    return prim, lowerer.record(prim)
+
+
+def build_prim_funcs(prims: dict[str, tvm.tirx.PrimFunc], target: Any) -> tvm.runtime.Module:
+    """Compile PrimFuncs into one runtime module exporting each by its symbol."""
+    mod = tvm.IRModule(prims)
+    return tvm.compile(mod, target=tvm.target.Target(target)).mod
+
+
+@tvm.register_global_func(f"relax.ext.{CODEGEN_NAME}", override=True)
+def bmlib_codegen(funcs, options, constant_names) -> list:
+    """Entry point called by ``relax.transform.RunCodegen`` for ``Codegen="bmlib"``.
+
+    Inside :func:`codegen_session` (the path ``bmlib_relax.compile`` takes) the
+    partitions were already lowered and verified against their call sites, and
+    are only built here.  Called directly, it lowers them itself and checks each
+    PrimFunc against the partition's own signature before building.
+    """
+    from .verify import check_record  # local: verify imports this module
+
+    session = _SESSION.get()
+    lowered = session["lowered"] if session is not None and "lowered" in session else {}
+    target = session["target"] if session is not None else "llvm"
+    prims: dict[str, tvm.tirx.PrimFunc] = {}
+    for func in funcs:
+        symbol = str(func.attrs["global_symbol"])
+        if symbol in lowered:
+            prim, record = lowered[symbol]
+        else:
+            prim, record = lower_partition(func, symbol)
+            check_record(record, expected_args=len(func.params) + record.num_outputs)
+        prims[symbol] = prim
+        if session is not None:
+            session["records"][symbol] = record
+    if not prims:
+        return []
+    return [build_prim_funcs(prims, target)]

@@ -1,0 +1,41 @@
+"""Relay AST → high-level Relax (``relax.op.*`` calls in a dataflow block)."""
+from __future__ import annotations
+
+from typing import Any, Optional, Union
+
+import tvm
+
+from ..relay import ast
+from ..relay.params import ParamsLike, load_params
+from .converter import ConvertContext, RelayImporter
+from .registry import register_converter, supported_ops
+
+RelayLike = Union[str, ast.IRModule, ast.Function]
+
+
+def as_relay_module(relay_mod: RelayLike) -> ast.IRModule:
+    """Accept Relay text, a parsed module or a function (wrapped as ``@main``)."""
+    if isinstance(relay_mod, ast.IRModule):
+        return relay_mod
+    if isinstance(relay_mod, ast.Function):
+        return ast.IRModule.from_expr(relay_mod)
+    if isinstance(relay_mod, str):
+        from ..relay import parse
+
+        return parse(relay_mod)
+    raise TypeError(f"expected Relay text, a relay IRModule or a Function, "
+                    f"got {type(relay_mod).__name__}")
+
+
+def import_relay(relay_mod: RelayLike, params: ParamsLike = None, *,
+                 entry: str = "main") -> tvm.IRModule:
+    """Import a Relay program into a Relax ``IRModule`` (weights bound as constants).
+
+    This is the plain path, usable without bmlib: ``tvm.compile`` the result.
+    """
+    module = as_relay_module(relay_mod)
+    return RelayImporter(module, load_params(params)).run(entry)
+
+
+__all__ = ["import_relay", "as_relay_module", "register_converter", "supported_ops",
+           "ConvertContext", "RelayImporter"]

@@ -1,0 +1,9 @@
+"""Converters, one module per Relay op family.
+
+Each module registers its converters on import; the list below is the single
+place that decides which families exist (tests check the registry against the
+ops the goldens and the corpus use, so a family missing here fails loudly).
+"""
+from . import elemwise, nn, tensor  # noqa: F401
+
+FAMILIES = ("elemwise", "nn", "tensor")
