@@ -1,0 +1,314 @@
+"""Graph analyses over the Relay AST: traversal, free variables, structural equality.
+
+All functions here are *iterative* (explicit stacks): parsed models are DAGs with
+24k-deep ``let`` chains or dataflow chains, far beyond Python's recursion limit.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterator, Optional, Union
+
+import numpy as np
+
+from . import ast as A
+
+__all__ = ["children", "post_order", "free_vars", "bound_vars", "structural_equal"]
+
+
+def children(expr: A.Expr) -> tuple[A.Expr, ...]:
+    """Direct sub-expressions of ``expr`` in evaluation (left-to-right) order.
+
+    Binders (function params, let vars, pattern vars) are included, before the
+    expressions they scope over.
+    """
+    if isinstance(expr, A.Call):
+        return (expr.op,) + expr.args
+    if isinstance(expr, A.TupleGetItem):
+        return (expr.tuple_value,)
+    if isinstance(expr, A.Tuple):
+        return expr.fields
+    if isinstance(expr, A.Let):
+        return (expr.var, expr.value, expr.body)
+    if isinstance(expr, A.Function):
+        return expr.params + (expr.body,)
+    if isinstance(expr, A.If):
+        return (expr.cond, expr.true_branch, expr.false_branch)
+    if isinstance(expr, A.Match):
+        out: list[A.Expr] = [expr.data]
+        for clause in expr.clauses:
+            out.extend(pattern_vars(clause.lhs))
+            out.append(clause.rhs)
+        return tuple(out)
+    if isinstance(expr, A.RefCreate):
+        return (expr.value,)
+    if isinstance(expr, A.RefRead):
+        return (expr.ref,)
+    if isinstance(expr, A.RefWrite):
+        return (expr.ref, expr.value)
+    return ()
+
+
+def pattern_vars(pattern: A.Pattern) -> list[A.Var]:
+    """Variables bound by a match pattern, left to right."""
+    out: list[A.Var] = []
+    stack = [pattern]
+    while stack:
+        p = stack.pop()
+        if isinstance(p, A.PatternVar):
+            out.append(p.var)
+        elif isinstance(p, (A.PatternConstructor, A.PatternTuple)):
+            stack.extend(reversed(p.patterns))
+    return out
+
+
+def post_order(expr: A.Expr) -> Iterator[A.Expr]:
+    """Yield every distinct node reachable from ``expr`` once, children first.
+
+    Nodes are visited left to right, so for a dataflow graph the order is a valid
+    evaluation (topological) order.
+    """
+    visited: set[int] = set()
+    stack: list[tuple[A.Expr, bool]] = [(expr, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            yield node
+            continue
+        if id(node) in visited:
+            continue
+        visited.add(id(node))
+        stack.append((node, True))
+        for child in reversed(children(node)):
+            if id(child) not in visited:
+                stack.append((child, False))
+
+
+def bound_vars(expr: A.Expr) -> list[A.Var]:
+    """Variables bound inside ``expr`` (params, let binders, pattern vars)."""
+    out: list[A.Var] = []
+    for node in post_order(expr):
+        if isinstance(node, A.Function):
+            out.extend(node.params)
+        elif isinstance(node, A.Let):
+            out.append(node.var)
+        elif isinstance(node, A.Match):
+            for clause in node.clauses:
+                out.extend(pattern_vars(clause.lhs))
+    return out
+
+
+def free_vars(expr: A.Expr) -> list[A.Var]:
+    """Variables used in ``expr`` but not bound in it, in order of first occurrence."""
+    bound = {id(v) for v in bound_vars(expr)}
+    seen: set[int] = set()
+    out: list[A.Var] = []
+    # Pre-order left-to-right walk so "first occurrence" is textual order.
+    stack: list[A.Expr] = [expr]
+    visited: set[int] = set()
+    while stack:
+        node = stack.pop()
+        if id(node) in visited:
+            continue
+        visited.add(id(node))
+        if isinstance(node, A.Var):
+            if id(node) not in bound and id(node) not in seen:
+                seen.add(id(node))
+                out.append(node)
+            continue
+        stack.extend(reversed(children(node)))
+    return out
+
+
+# ---------------------------------------------------------------------- equality
+def _attr_equal(a: Any, b: Any) -> bool:
+    if isinstance(a, A.MetaRef) or isinstance(b, A.MetaRef):
+        return (isinstance(a, A.MetaRef) and isinstance(b, A.MetaRef)
+                and a.kind == b.kind and a.index == b.index)
+    if isinstance(a, tuple) or isinstance(b, tuple):
+        return (isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b)
+                and all(_attr_equal(x, y) for x, y in zip(a, b)))
+    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
+        return True  # NaN
+    return type(a) is type(b) and a == b
+
+
+def _attrs_equal(a: A.Attrs, b: A.Attrs) -> bool:
+    if set(a) != set(b):
+        return False
+    return all(_attr_equal(a[k], b[k]) for k in a)
+
+
+def _array_equal(a: Optional[np.ndarray], b: Optional[np.ndarray]) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if a.dtype.kind in "fc":
+        return bool(np.array_equal(a, b, equal_nan=True))
+    return bool(np.array_equal(a, b))
+
+
+class _Equal:
+    """Worklist comparison of two graphs with a positional variable mapping."""
+
+    def __init__(self) -> None:
+        self.var_map: dict[int, A.Var] = {}
+        self.rev_map: dict[int, A.Var] = {}
+        self.done: set[tuple[int, int]] = set()
+        self.work: list[tuple[Any, Any]] = []
+
+    def map_var(self, a: A.Var, b: A.Var) -> bool:
+        got = self.var_map.get(id(a))
+        if got is not None:
+            return got is b
+        if id(b) in self.rev_map:
+            return False
+        if a.type_annotation != b.type_annotation or not _attrs_equal(a.attrs, b.attrs):
+            return False
+        self.var_map[id(a)] = b
+        self.rev_map[id(b)] = a
+        return True
+
+    def map_pattern(self, a: A.Pattern, b: A.Pattern) -> bool:
+        stack = [(a, b)]
+        while stack:
+            x, y = stack.pop()
+            if type(x) is not type(y):
+                return False
+            if isinstance(x, A.PatternVar):
+                if not self.map_var(x.var, y.var):
+                    return False
+            elif isinstance(x, A.PatternConstructor):
+                if x.constructor.name != y.constructor.name or len(x.patterns) != len(y.patterns):
+                    return False
+                stack.extend(zip(x.patterns, y.patterns))
+            elif isinstance(x, A.PatternTuple):
+                if len(x.patterns) != len(y.patterns):
+                    return False
+                stack.extend(zip(x.patterns, y.patterns))
+        return True
+
+    def push(self, a: Any, b: Any) -> None:
+        self.work.append((a, b))
+
+    def run(self, a: A.Expr, b: A.Expr) -> bool:
+        self.push(a, b)
+        work = self.work
+        while work:
+            x, y = work.pop()
+            if x is y and not isinstance(x, A.Var):
+                # Shared sub-graphs still need their binders mapped; only skip leaves.
+                if not children(x):
+                    continue
+            key = (id(x), id(y))
+            if key in self.done:
+                continue
+            self.done.add(key)
+            if not self.node_equal(x, y):
+                return False
+        return True
+
+    def node_equal(self, x: A.Expr, y: A.Expr) -> bool:
+        """Compare the local fields of ``x``/``y`` and queue their children."""
+        if type(x) is not type(y):
+            return False
+        push = self.push
+        if isinstance(x, A.Var):
+            return self.map_var(x, y)
+        if isinstance(x, A.Call):
+            if len(x.args) != len(y.args) or x.type_args != y.type_args \
+                    or not _attrs_equal(x.attrs, y.attrs):
+                return False
+            for p, q in zip(reversed(x.args), reversed(y.args)):
+                push(p, q)
+            push(x.op, y.op)
+            return True
+        if isinstance(x, A.TupleGetItem):
+            if x.index != y.index:
+                return False
+            push(x.tuple_value, y.tuple_value)
+            return True
+        if isinstance(x, A.Tuple):
+            if len(x.fields) != len(y.fields):
+                return False
+            for p, q in zip(reversed(x.fields), reversed(y.fields)):
+                push(p, q)
+            return True
+        if isinstance(x, (A.Op, A.GlobalVar, A.Constructor)):
+            return x.name == y.name
+        if isinstance(x, A.Constant):
+            if x.data is None and y.data is None:
+                return x.meta_index == y.meta_index and x.type_annotation == y.type_annotation
+            return _array_equal(x.data, y.data)
+        if isinstance(x, A.MetaRef):
+            return x.kind == y.kind and x.index == y.index
+        if isinstance(x, A.Let):
+            if not self.map_var(x.var, y.var):
+                return False
+            push(x.body, y.body)
+            push(x.value, y.value)
+            return True
+        if isinstance(x, A.Function):
+            if len(x.params) != len(y.params) or x.ret_type != y.ret_type \
+                    or x.type_params != y.type_params or not _attrs_equal(x.attrs, y.attrs):
+                return False
+            for p, q in zip(x.params, y.params):
+                if not self.map_var(p, q):
+                    return False
+            push(x.body, y.body)
+            return True
+        if isinstance(x, A.If):
+            push(x.false_branch, y.false_branch)
+            push(x.true_branch, y.true_branch)
+            push(x.cond, y.cond)
+            return True
+        if isinstance(x, A.Match):
+            if x.complete != y.complete or len(x.clauses) != len(y.clauses):
+                return False
+            for c, d in zip(x.clauses, y.clauses):
+                if not self.map_pattern(c.lhs, d.lhs):
+                    return False
+            for c, d in zip(reversed(x.clauses), reversed(y.clauses)):
+                push(c.rhs, d.rhs)
+            push(x.data, y.data)
+            return True
+        if isinstance(x, A.RefCreate):
+            push(x.value, y.value)
+            return True
+        if isinstance(x, A.RefRead):
+            push(x.ref, y.ref)
+            return True
+        if isinstance(x, A.RefWrite):
+            push(x.value, y.value)
+            push(x.ref, y.ref)
+            return True
+        raise TypeError(f"structural_equal: unsupported node {type(x).__name__}")
+
+
+def _type_data_equal(a: A.TypeData, b: A.TypeData) -> bool:
+    return (a.name == b.name and a.type_params == b.type_params
+            and len(a.constructors) == len(b.constructors)
+            and all(c.name == d.name and c.inputs == d.inputs
+                    for c, d in zip(a.constructors, b.constructors)))
+
+
+def structural_equal(a: Union[A.Expr, A.IRModule, A.Type],
+                     b: Union[A.Expr, A.IRModule, A.Type]) -> bool:
+    """Graph-aware structural equality ignoring spans and variable names.
+
+    Variables are matched positionally at their binders (free variables on first
+    encounter); constants compare by dtype, shape and value; modules compare
+    their function and type definitions by name.
+    """
+    if isinstance(a, A.IRModule) or isinstance(b, A.IRModule):
+        if not (isinstance(a, A.IRModule) and isinstance(b, A.IRModule)):
+            return False
+        if set(a.functions) != set(b.functions) or \
+                set(a.type_definitions) != set(b.type_definitions):
+            return False
+        if not all(_type_data_equal(a.type_definitions[k], b.type_definitions[k])
+                   for k in a.type_definitions):
+            return False
+        return all(_Equal().run(a.functions[k], b.functions[k]) for k in a.functions)
+    if isinstance(a, A.Type) or isinstance(b, A.Type):
+        return a == b
+    return _Equal().run(a, b)

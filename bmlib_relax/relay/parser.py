@@ -1,0 +1,1067 @@
+"""Recursive-descent parser for Relay text (``#[version = "0.0.5"]``).
+
+Reads what TVM's ``mod.astext()`` printed -- modules of ``def @name(...) {...}``
+and ``type`` declarations, bare expressions, old v0.0.4 ``fn`` dumps -- into the
+:mod:`bmlib_relax.relay.ast` node classes without TVM's Relay.
+
+Design notes (why the code looks the way it does):
+
+* Graph bindings ``%3 = e;`` are *names*, not ``Let`` nodes: a later ``%3`` is the
+  very same object, so the result is a DAG exactly like TVM's in-memory IR.
+* Sequences of ``let``/graph bindings are parsed in a loop and the ``Let`` nodes
+  built afterwards, so A-normal-form dumps with thousands of chained ``let`` do
+  not recurse.  Real nesting (parentheses, calls, closures) is bounded by
+  :data:`MAX_NESTING`; beyond it a :class:`ParseError` is raised instead of a
+  ``RecursionError``.
+* ``%name.1`` is ambiguous (ONNX names like ``%input.1`` vs the projection
+  ``%x.1``); it is resolved against the scope: the whole name if bound, else the
+  longest bound prefix followed by numeric projections.
+* Every syntax error is a :class:`ParseError` naming what was expected.
+"""
+from __future__ import annotations
+
+import math
+import re
+import sys
+from contextlib import contextmanager
+from typing import Any, Iterator, Optional, Union
+
+import numpy as np
+
+from ..errors import ParseError
+from . import ast as A
+from .tokenizer import EOF, Token, TokenStream, tokenize
+
+__all__ = ["parse", "fromtext", "parse_expr", "parse_type", "MAX_NESTING"]
+
+#: Deepest allowed nesting of expressions/types/patterns.
+MAX_NESTING = 1000
+# Python frames used per nesting level is < 10; keep headroom above that.
+_RECURSION_LIMIT = MAX_NESTING * 12 + 2000
+
+_KEYWORDS = frozenset({
+    "fn", "let", "if", "else", "match", "def", "type", "extern", "free_var", "meta",
+})
+
+#: Binary operators of the (v0.0.4-era) infix syntax: token -> (precedence, op name).
+_BINOPS: dict[str, tuple[int, str]] = {
+    "*": (4, "multiply"), "/": (4, "divide"),
+    "+": (3, "add"), "-": (3, "subtract"),
+    "<": (2, "less"), ">": (2, "greater"), "<=": (2, "less_equal"), ">=": (2, "greater_equal"),
+    "==": (1, "equal"), "!=": (1, "not_equal"),
+}
+
+_NUMBER_RE = re.compile(
+    r"(?P<sign>-?)(?:(?P<special>inf|nan)|(?P<int>\d+)(?P<frac>\.\d+)?(?P<exp>[eE][+-]?\d+)?)"
+    r"(?P<suffix>[A-Za-z_]\w*)?\Z")
+
+#: Literal suffix -> dtype.
+_SUFFIX_DTYPES: dict[str, str] = {
+    "f": "float32", "f16": "float16", "f32": "float32", "f64": "float64",
+    "i": "int32", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
+    "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64",
+}
+
+_DTYPE_RE = re.compile(
+    r"(?:bool|u?int(?:1|4|8|16|32|64)|float(?:8|16|32|64)|bfloat16|handle|void"
+    r"|e4m3_float8|e5m2_float8|float8_e4m3fn|float8_e5m2|custom\[\w+\]\d+)(?:x\d+)?\Z")
+
+_VERSION_RE = re.compile(r"\s*v0\.0\.(\d+)[ \t]*(?=\n|$)")
+
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\", "0": "\0"}
+_ESCAPE_RE = re.compile(r"\\(.)", re.S)
+
+_CLOSERS = {"(": ")", "[": "]", "{": "}"}
+
+
+def _unescape(body: str) -> str:
+    return _ESCAPE_RE.sub(lambda m: _ESCAPES.get(m.group(1), m.group(1)), body)
+
+
+def is_dtype(name: str) -> bool:
+    """True if ``name`` is a scalar dtype such as ``float32`` or ``int8``."""
+    return _DTYPE_RE.match(name) is not None
+
+
+@contextmanager
+def _recursion_headroom() -> Iterator[None]:
+    """Raise the interpreter limit so MAX_NESTING (not Python) bounds the depth."""
+    old = sys.getrecursionlimit()
+    if old < _RECURSION_LIMIT:
+        sys.setrecursionlimit(_RECURSION_LIMIT)
+    try:
+        yield
+    finally:
+        if old < _RECURSION_LIMIT:
+            sys.setrecursionlimit(old)
+
+
+def _describe(tok: Token) -> str:
+    if tok.kind == EOF:
+        return "end of input"
+    return repr(tok.text) if len(tok.text) <= 40 else repr(tok.text[:37] + "...")
+
+
+class _Parser:
+    """Parser state over one token stream.  One method per grammar rule."""
+
+    def __init__(self, stream: TokenStream, source_name: str,
+                 metadata: Optional[dict[str, Any]] = None):
+        self.toks = stream.tokens
+        self.ty_comments = stream.ty_comments
+        self.lines = stream.lines
+        self.source = source_name
+        self.metadata = metadata
+        self.pos = 0
+        self.depth = 0
+        self.scopes: list[dict[str, A.Expr]] = [{}]
+        self.type_scopes: list[dict[str, A.TypeVar]] = [{}]
+        self.globals: dict[str, A.GlobalVar] = {}
+        self.constructors: dict[str, A.Constructor] = {}
+        self.ctor_defs: dict[str, A.ConstructorDef] = {}
+        self.type_defs: dict[str, A.TypeData] = {}
+        self.prescanned: dict[int, int] = {}  # token index of 'type' -> index after decl
+        self.line_offset = 0   # used when parsing text embedded in a comment
+        self.col_offset = 0
+
+    # ------------------------------------------------------------------ helpers
+    def peek(self, k: int = 0) -> Token:
+        i = self.pos + k
+        toks = self.toks
+        return toks[i] if i < len(toks) else toks[-1]
+
+    def next(self) -> Token:
+        tok = self.toks[self.pos]
+        if tok.kind != EOF:
+            self.pos += 1
+        return tok
+
+    def at(self, text: str) -> bool:
+        return self.toks[self.pos].text == text
+
+    def accept(self, text: str) -> bool:
+        if self.toks[self.pos].text == text:
+            self.pos += 1
+            return True
+        return False
+
+    def expect(self, text: str, what: str = "") -> Token:
+        tok = self.toks[self.pos]
+        if tok.text == text and tok.kind != "STRING":
+            self.pos += 1
+            return tok
+        raise self.error_expected(f"'{text}'" + (f" {what}" if what else ""), tok)
+
+    def error(self, message: str, tok: Optional[Token] = None) -> ParseError:
+        tok = tok or self.peek()
+        line, col = tok.line, tok.col
+        if self.line_offset:
+            col = col + self.col_offset - 1 if line == 1 else col
+            line += self.line_offset - 1
+        src = self.lines[line - 1] if 0 < line <= len(self.lines) else None
+        return ParseError(message, line, col, self.source, src)
+
+    def error_expected(self, what: str, tok: Token, context: str = "") -> ParseError:
+        if tok.kind == EOF:
+            where = context or f"looking for {what}"
+            return self.error(f"unexpected end of input while {where}", tok)
+        return self.error(f"expected {what}, got {_describe(tok)}", tok)
+
+    def span(self, tok: Token) -> A.Span:
+        if self.line_offset:
+            col = tok.col + self.col_offset - 1 if tok.line == 1 else tok.col
+            return A.Span(tok.line + self.line_offset - 1, col, self.source)
+        return A.Span(tok.line, tok.col, self.source)
+
+    def enter(self) -> None:
+        self.depth += 1
+        if self.depth > MAX_NESTING:
+            raise self.error(f"nesting too deep (more than {MAX_NESTING} levels)")
+
+    def leave(self) -> None:
+        self.depth -= 1
+
+    # ------------------------------------------------------------------ scopes
+    def lookup(self, name: str) -> Optional[A.Expr]:
+        for scope in reversed(self.scopes):
+            e = scope.get(name)
+            if e is not None:
+                return e
+        return None
+
+    def push_scope(self) -> None:
+        self.scopes.append({})
+
+    def pop_scope(self) -> None:
+        self.scopes.pop()
+
+    def lookup_type_var(self, name: str) -> Optional[A.TypeVar]:
+        for scope in reversed(self.type_scopes):
+            tv = scope.get(name)
+            if tv is not None:
+                return tv
+        return None
+
+    def global_var(self, name: str, tok: Token) -> A.GlobalVar:
+        gv = self.globals.get(name)
+        if gv is None:
+            gv = self.globals[name] = A.GlobalVar(name, span=self.span(tok))
+        return gv
+
+    # ------------------------------------------------------------------ module
+    def parse_version(self) -> None:
+        """Skip ``#[version = "0.0.5"]``."""
+        if self.peek().text != "#[":
+            return
+        self.next()
+        key = self.next()
+        if key.text != "version":
+            raise self.error(f"expected 'version' after '#[', got {_describe(key)}", key)
+        self.expect("=", "after 'version'")
+        ver = self.next()
+        if ver.kind != "STRING":
+            raise self.error_expected("a version string", ver)
+        self.expect("]", "to close version attribute")
+
+    def parse_module(self) -> tuple[dict[str, A.Function], dict[str, A.TypeData]]:
+        self.parse_version()
+        self.prescan_type_defs()
+        functions: dict[str, A.Function] = {}
+        while self.peek().kind != EOF:
+            tok = self.peek()
+            if tok.text == "def" and tok.kind == "IDENT":
+                name, func = self.parse_def()
+                if name in functions:
+                    raise self.error(f"duplicate definition of global function @{name}", tok)
+                functions[name] = func
+            elif tok.text in ("type", "extern") and tok.kind == "IDENT":
+                self.pos = self.prescanned[self.pos]
+            elif not functions and self.pos_is_first_item():
+                body = self.parse_seq()
+                if self.peek().kind != EOF:
+                    raise self.error_expected("end of input", self.peek())
+                if isinstance(body, A.Function):
+                    functions["main"] = body
+                else:
+                    from .analysis import free_vars
+                    functions["main"] = A.Function(tuple(free_vars(body)), body,
+                                                   span=body.span)
+            else:
+                raise self.error(
+                    f"expected 'def', 'type' or end of input, got {_describe(tok)}", tok)
+        return functions, self.type_defs
+
+    def pos_is_first_item(self) -> bool:
+        """A bare expression is only allowed as the whole module (besides types)."""
+        for i in range(self.pos):
+            if self.toks[i].text == "def" and self.toks[i].kind == "IDENT":
+                return False
+        return True
+
+    def prescan_type_defs(self) -> None:
+        """Parse all top-level ``type`` declarations first: constructors may be
+        used (in ``def`` bodies) before the declaration that introduces them."""
+        depth = 0
+        i = self.pos
+        toks = self.toks
+        save = self.pos
+        while i < len(toks):
+            tok = toks[i]
+            t = tok.text
+            if tok.kind == "OP":
+                if t in "([{":
+                    depth += 1
+                elif t in ")]}":
+                    depth -= 1
+            elif depth == 0 and tok.kind == "IDENT" and (
+                    t == "type" or (t == "extern" and toks[i + 1].text == "type")):
+                self.pos = i
+                self.parse_type_def()
+                self.prescanned[i] = self.pos
+                i = self.pos
+                continue
+            i += 1
+        self.pos = save
+
+    def parse_type_def(self) -> A.TypeData:
+        """``type Name[A, B] { Ctor(T, ...), ... }`` or ``extern type Name[A]``."""
+        start = self.peek()
+        is_extern = self.accept("extern")
+        self.expect("type")
+        name_tok = self.next()
+        if name_tok.kind != "IDENT" or name_tok.text in _KEYWORDS:
+            raise self.error_expected("a type name", name_tok)
+        name = name_tok.text
+        if name in self.type_defs:
+            raise self.error(f"duplicate definition of type {name}", name_tok)
+        if name in self.constructors:
+            raise self.error(f"type {name} has the same name as a constructor", name_tok)
+        type_params = self.parse_type_params() if self.at("[") else ()
+        self.type_scopes.append({tv.name: tv for tv in type_params})
+        # Register first so recursive types (List[A] inside List) resolve.
+        ctors: list[A.ConstructorDef] = []
+        if not is_extern:
+            self.expect("{", f"to open the body of type {name}")
+            while not self.at("}"):
+                ctors.append(self.parse_constructor_def(name))
+                if not self.accept(","):
+                    break
+            self.expect("}", f"to close the body of type {name}")
+        self.type_scopes.pop()
+        data = A.TypeData(name, type_params, tuple(ctors), span=self.span(start))
+        self.type_defs[name] = data
+        return data
+
+    def parse_constructor_def(self, type_name: str) -> A.ConstructorDef:
+        tok = self.next()
+        if tok.kind != "IDENT" or tok.text in _KEYWORDS:
+            raise self.error_expected(f"a constructor of type {type_name}", tok)
+        name = tok.text
+        if name in self.constructors:
+            raise self.error(f"duplicate constructor {name}", tok)
+        if name in self.type_defs:
+            raise self.error(f"constructor {name} has the same name as a type", tok)
+        inputs: list[A.Type] = []
+        if self.accept("("):
+            while not self.at(")"):
+                inputs.append(self.parse_type())
+                if not self.accept(","):
+                    break
+            self.expect(")", f"to close the inputs of constructor {name}")
+        self.constructors[name] = A.Constructor(name, span=self.span(tok))
+        cdef = A.ConstructorDef(name, tuple(inputs), span=self.span(tok))
+        self.ctor_defs[name] = cdef
+        return cdef
+
+    def parse_type_params(self) -> tuple[A.TypeVar, ...]:
+        self.expect("[")
+        params: list[A.TypeVar] = []
+        while not self.at("]"):
+            tok = self.next()
+            if tok.kind != "IDENT":
+                raise self.error_expected("a type parameter name", tok)
+            params.append(A.TypeVar(tok.text))
+            if not self.accept(","):
+                break
+        self.expect("]", "to close type parameters")
+        return tuple(params)
+
+    def parse_def(self) -> tuple[str, A.Function]:
+        """``def @name[T](params) -> Ret { body }``."""
+        def_tok = self.expect("def")
+        name_tok = self.next()
+        if name_tok.kind != "GLOBAL":
+            raise self.error_expected("a global name like @main after 'def'", name_tok)
+        name = name_tok.text[1:]
+        self.global_var(name, name_tok)
+        func = self.parse_function_rest(def_tok, f"@{name}")
+        return name, func
+
+    # ------------------------------------------------------------------ functions
+    def parse_function_rest(self, start: Token, what: str) -> A.Function:
+        """Everything after ``fn``/``def @name``: type params, params, ret type, body."""
+        self.enter()
+        type_params = self.parse_type_params() if self.at("[") else ()
+        self.type_scopes.append({tv.name: tv for tv in type_params})
+        self.push_scope()
+        self.expect("(", f"to open the parameter list of {what}")
+        params: list[A.Var] = []
+        attrs: dict[str, Any] = {}
+        while not self.at(")"):
+            tok = self.peek()
+            if tok.kind == "LOCAL":
+                var = self.parse_var_decl()
+                params.append(var)
+                self.scopes[-1][var.name] = var
+            elif tok.kind == "IDENT" and self.peek(1).text == "=":
+                key, value = self.parse_attr()
+                attrs[key] = value
+            else:
+                raise self.error_expected(
+                    f"a parameter or ')' to close the parameter list of {what}", tok,
+                    f"parsing the parameter list of {what}")
+            if not self.accept(","):
+                break
+        self.expect_close(")", f"the parameter list of {what}")
+        ret_type = None
+        if self.accept("->"):
+            ret_type = self.parse_type()
+        self.expect("{", f"to open the body of {what}")
+        body = self.parse_seq()
+        self.expect_close("}", f"the body of {what}")
+        self.pop_scope()
+        self.type_scopes.pop()
+        self.leave()
+        return A.Function(tuple(params), body, ret_type, type_params, A.Attrs(attrs),
+                          span=self.span(start))
+
+    def expect_close(self, closer: str, what: str) -> Token:
+        tok = self.peek()
+        if tok.text == closer and tok.kind == "OP":
+            return self.next()
+        if tok.kind == EOF:
+            raise self.error(f"unexpected end of input while parsing {what}", tok)
+        raise self.error(f"expected '{closer}' to close {what}, got {_describe(tok)}", tok)
+
+    def parse_var_decl(self) -> A.Var:
+        """``%x``, ``%x: T``, ``%x: T {attrs}`` (a binder, not a use)."""
+        tok = self.next()
+        if tok.kind != "LOCAL":
+            raise self.error_expected("a variable like %x", tok)
+        ty = self.parse_type() if self.accept(":") else None
+        attrs: dict[str, Any] = {}
+        if self.at("{") and self.peek(1).kind == "IDENT" and self.peek(2).text == "=":
+            self.next()
+            while not self.at("}"):
+                key, value = self.parse_attr()
+                attrs[key] = value
+                if not self.accept(","):
+                    break
+            self.expect_close("}", f"the attributes of {tok.text}")
+        return A.Var(tok.text[1:], ty, A.Attrs(attrs) if attrs else A.EMPTY_ATTRS,
+                     span=self.span(tok))
+
+    # ------------------------------------------------------------------ sequences
+    def parse_seq(self) -> A.Expr:
+        """``(let %x = e; | %N = e; | free_var %x: T; | e;)* e`` -- iterative."""
+        lets: list[tuple[A.Var, A.Expr, A.Span]] = []
+        scope = self.scopes[-1]
+        while True:
+            tok = self.peek()
+            if tok.kind == "IDENT" and tok.text == "let":
+                self.next()
+                var_tok = self.peek()
+                if var_tok.kind != "LOCAL":
+                    raise self.error_expected("a variable like %x after 'let'", var_tok)
+                var = self.parse_var_decl()
+                self.expect("=", f"after 'let {var_tok.text}'")
+                scope[var.name] = var  # let-bound closures may call themselves
+                value = self.parse_expr()
+                self.expect_semicolon("let binding")
+                lets.append((var, value, self.span(tok)))
+                continue
+            if tok.kind == "LOCAL" and self.peek(1).text == "=":
+                self.pos += 2
+                value = self.parse_expr()
+                self.expect_semicolon(f"binding of {tok.text}")
+                scope[tok.text[1:]] = value
+                continue
+            if tok.kind == "IDENT" and tok.text == "free_var":
+                self.next()
+                var = self.parse_var_decl()
+                scope[var.name] = var
+                self.accept(";")
+                continue
+            expr = self.parse_expr()
+            if self.at(";"):
+                semi = self.next()
+                if self.peek().kind == EOF or self.at("}") or self.at(")"):
+                    break
+                lets.append((A.Var("_", span=self.span(semi)), expr, self.span(semi)))
+                continue
+            break
+        for var, value, span in reversed(lets):
+            expr = A.Let(var, value, expr, span=span)
+        return expr
+
+    def expect_semicolon(self, what: str) -> None:
+        tok = self.peek()
+        if tok.text == ";":
+            self.next()
+            return
+        if tok.kind == EOF:
+            raise self.error(f"unexpected end of input while parsing {what}: expected ';'", tok)
+        raise self.error(f"expected ';' after {what}, got {_describe(tok)}", tok)
+
+    # ------------------------------------------------------------------ expressions
+    def parse_expr(self) -> A.Expr:
+        """Infix expression with precedence climbing (iterative over operators)."""
+        self.enter()
+        operands = [self.parse_unary()]
+        ops: list[Token] = []
+        while True:
+            tok = self.peek()
+            info = _BINOPS.get(tok.text) if tok.kind == "OP" else None
+            if info is None:
+                break
+            self.next()
+            while ops and _BINOPS[ops[-1].text][0] >= info[0]:
+                self.reduce_binop(operands, ops)
+            ops.append(tok)
+            operands.append(self.parse_unary())
+        while ops:
+            self.reduce_binop(operands, ops)
+        self.leave()
+        return operands[0]
+
+    def reduce_binop(self, operands: list[A.Expr], ops: list[Token]) -> None:
+        tok = ops.pop()
+        rhs = operands.pop()
+        lhs = operands.pop()
+        op = A.Op(_BINOPS[tok.text][1], span=self.span(tok))
+        operands.append(A.Call(op, (lhs, rhs), span=self.span(tok)))
+
+    def parse_unary(self) -> A.Expr:
+        minus: list[Token] = []
+        while self.at("-") and self.peek().kind == "OP":
+            minus.append(self.next())
+        expr = self.parse_postfix()
+        for tok in reversed(minus):
+            if isinstance(expr, A.Constant) and expr.data is not None and expr.data.ndim == 0 \
+                    and expr.data.dtype != np.bool_:
+                expr = A.Constant(np.negative(expr.data), span=self.span(tok))
+            else:
+                expr = A.Call(A.Op("negative", span=self.span(tok)), (expr,),
+                              span=self.span(tok))
+        return expr
+
+    def parse_postfix(self) -> A.Expr:
+        start = self.peek()
+        expr = self.parse_atom()
+        while True:
+            tok = self.peek()
+            if tok.kind == "PROJ":
+                self.next()
+                expr = A.TupleGetItem(expr, int(tok.text[1:]), span=self.span(tok))
+            elif tok.text == "(" and tok.kind == "OP":
+                expr = self.parse_call(expr, start)
+            else:
+                return expr
+
+    def callee_name(self, expr: A.Expr) -> str:
+        if isinstance(expr, (A.Op, A.Constructor)):
+            return expr.name
+        if isinstance(expr, A.GlobalVar):
+            return "@" + expr.name
+        if isinstance(expr, A.Var):
+            return "%" + expr.name
+        return "function"
+
+    def parse_call(self, callee: A.Expr, start: Token) -> A.Call:
+        """``callee(arg, ..., key=value, ...)``; trailing comma allowed."""
+        self.next()
+        self.enter()
+        args: list[A.Expr] = []
+        attrs: dict[str, Any] = {}
+        name = self.callee_name(callee)
+        while True:
+            tok = self.peek()
+            if tok.text == ")" and tok.kind == "OP":
+                break
+            if tok.kind == EOF:
+                raise self.error("unexpected end of input while parsing call arguments", tok)
+            if tok.kind == "IDENT" and self.peek(1).text == "=" and self.peek(1).kind == "OP":
+                key, value = self.parse_attr()
+                attrs[key] = value
+            else:
+                args.append(self.parse_expr())
+            if not self.accept(","):
+                tok = self.peek()
+                if tok.text == ")":
+                    break
+                if tok.kind == EOF:
+                    raise self.error("unexpected end of input while parsing call arguments",
+                                     tok)
+                raise self.error(
+                    f"expected ')' to close call to {name}, got {_describe(tok)}", tok)
+        self.next()
+        self.leave()
+        return A.Call(callee, tuple(args), A.Attrs(attrs) if attrs else A.EMPTY_ATTRS,
+                      span=self.span(start))
+
+    def parse_atom(self) -> A.Expr:
+        tok = self.peek()
+        kind = tok.kind
+        if kind == "LOCAL":
+            self.next()
+            return self.resolve_local(tok)
+        if kind == "IDENT":
+            return self.parse_ident_atom(tok)
+        if kind == "NUMBER":
+            self.next()
+            return A.Constant(self.number_array(tok), span=self.span(tok))
+        if kind == "GLOBAL":
+            self.next()
+            return self.global_var(tok.text[1:], tok)
+        if kind == "OP" and tok.text == "(":
+            return self.parse_paren()
+        if kind == EOF:
+            raise self.error("unexpected end of input while parsing an expression", tok)
+        raise self.error(f"expected an expression, got {_describe(tok)}", tok)
+
+    def parse_ident_atom(self, tok: Token) -> A.Expr:
+        text = tok.text
+        if text == "fn":
+            self.next()
+            return self.parse_function_rest(tok, "fn")
+        if text == "if":
+            return self.parse_if()
+        if text == "match":
+            return self.parse_match()
+        if text == "meta":
+            return self.parse_meta_expr()
+        if text in ("True", "False"):
+            self.next()
+            return A.Constant(np.array(text == "True"), span=self.span(tok))
+        if text in ("ref", "ref_read", "ref_write") and self.peek(1).text == "(":
+            return self.parse_ref(tok)
+        if text in _KEYWORDS:
+            raise self.error(f"unexpected keyword '{text}'", tok)
+        self.next()
+        ctor = self.constructors.get(text)
+        if ctor is not None:
+            return ctor
+        return A.Op(text, span=self.span(tok))
+
+    def resolve_local(self, tok: Token) -> A.Expr:
+        """``%name`` use: whole name if bound, else ``prefix`` + numeric projections."""
+        name = tok.text[1:]
+        expr = self.lookup(name)
+        if expr is not None:
+            return expr
+        if "." in name:
+            parts = name.split(".")
+            for cut in range(len(parts) - 1, 0, -1):
+                tail = parts[cut:]
+                if not all(p.isdigit() for p in tail):
+                    break
+                base = self.lookup(".".join(parts[:cut]))
+                if base is not None:
+                    for p in tail:
+                        base = A.TupleGetItem(base, int(p), span=self.span(tok))
+                    return base
+        raise self.error(f"undefined variable {tok.text}", tok)
+
+    def parse_paren(self) -> A.Expr:
+        """``()``, ``(e)``, ``(e,)``, ``(a, b, ...)``."""
+        open_tok = self.next()
+        self.enter()
+        if self.accept(")"):
+            self.leave()
+            return A.Tuple((), span=self.span(open_tok))
+        fields: list[A.Expr] = []
+        trailing = False
+        while True:
+            self.push_scope()
+            fields.append(self.parse_seq())
+            self.pop_scope()
+            if self.accept(","):
+                trailing = True
+                if self.at(")"):
+                    break
+                trailing = False
+                continue
+            break
+        self.expect_close(")", "parenthesised expression" if len(fields) == 1 and not trailing
+                          else "tuple")
+        self.leave()
+        if len(fields) == 1 and not trailing:
+            return fields[0]
+        return A.Tuple(tuple(fields), span=self.span(open_tok))
+
+    def parse_block(self, what: str) -> A.Expr:
+        """``{ seq }`` in a new scope."""
+        self.expect("{", f"to open {what}")
+        self.push_scope()
+        body = self.parse_seq()
+        self.pop_scope()
+        self.expect_close("}", what)
+        return body
+
+    def parse_if(self) -> A.If:
+        tok = self.next()
+        self.enter()
+        self.expect("(", "after 'if'")
+        self.push_scope()
+        cond = self.parse_seq()
+        self.pop_scope()
+        self.expect_close(")", "the condition of 'if'")
+        then = self.parse_block("the then-branch of 'if'")
+        self.expect("else", "after the then-branch of 'if'")
+        other = self.parse_block("the else-branch of 'if'")
+        self.leave()
+        return A.If(cond, then, other, span=self.span(tok))
+
+    def parse_ref(self, tok: Token) -> A.Expr:
+        self.next()
+        self.next()  # '('
+        self.enter()
+        first = self.parse_expr()
+        if tok.text == "ref_write":
+            self.expect(",", "between the arguments of ref_write")
+            second = self.parse_expr()
+            self.accept(",")
+            self.expect_close(")", "call to ref_write")
+            self.leave()
+            return A.RefWrite(first, second, span=self.span(tok))
+        self.accept(",")
+        self.expect_close(")", f"call to {tok.text}")
+        self.leave()
+        if tok.text == "ref":
+            return A.RefCreate(first, span=self.span(tok))
+        return A.RefRead(first, span=self.span(tok))
+
+    # ------------------------------------------------------------------ match
+    def parse_match(self) -> A.Match:
+        tok = self.next()
+        self.enter()
+        complete = not self.accept("?")
+        self.expect("(", "after 'match'")
+        data = self.parse_seq()
+        self.expect_close(")", "the value of 'match'")
+        self.expect("{", "to open the clauses of 'match'")
+        clauses: list[A.Clause] = []
+        while not self.at("}"):
+            clauses.append(self.parse_clause())
+            if not self.accept(","):
+                break
+        self.expect_close("}", "the clauses of 'match'")
+        self.leave()
+        return A.Match(data, tuple(clauses), complete, span=self.span(tok))
+
+    def parse_clause(self) -> A.Clause:
+        start = self.peek()
+        self.push_scope()
+        lhs = self.parse_pattern()
+        self.expect("=>", "after a match pattern")
+        if self.at("{"):
+            self.next()
+            rhs = self.parse_seq()
+            self.expect_close("}", "the body of a match clause")
+        else:
+            rhs = self.parse_expr()
+        self.pop_scope()
+        return A.Clause(lhs, rhs, span=self.span(start))
+
+    def parse_pattern(self) -> A.Pattern:
+        self.enter()
+        tok = self.peek()
+        if tok.text == "_":
+            self.next()
+            pat: A.Pattern = A.PatternWildcard(span=self.span(tok))
+        elif tok.kind == "LOCAL":
+            var = self.parse_var_decl()
+            self.scopes[-1][var.name] = var
+            pat = A.PatternVar(var, span=self.span(tok))
+        elif tok.text == "(":
+            self.next()
+            pats: list[A.Pattern] = []
+            while not self.at(")"):
+                pats.append(self.parse_pattern())
+                if not self.accept(","):
+                    break
+            self.expect_close(")", "tuple pattern")
+            pat = A.PatternTuple(tuple(pats), span=self.span(tok))
+        elif tok.kind == "IDENT":
+            self.next()
+            ctor = self.constructors.get(tok.text)
+            if ctor is None:
+                raise self.error(f"unknown constructor {tok.text} in pattern", tok)
+            pats = []
+            if self.accept("("):
+                while not self.at(")"):
+                    pats.append(self.parse_pattern())
+                    if not self.accept(","):
+                        break
+                self.expect_close(")", f"pattern {tok.text}(...)")
+            pat = A.PatternConstructor(ctor, tuple(pats), span=self.span(tok))
+        else:
+            raise self.error_expected("a pattern", tok, "parsing a match pattern")
+        self.leave()
+        return pat
+
+    # ------------------------------------------------------------------ literals / meta
+    def number_array(self, tok: Token) -> np.ndarray:
+        """Typed literal -> 0-d numpy array (range-checked, no ``eval``)."""
+        m = _NUMBER_RE.match(tok.text)
+        if m is None:
+            raise self.error(f"invalid numeric literal {tok.text!r}", tok)
+        suffix = m.group("suffix")
+        is_float_syntax = bool(m.group("frac") or m.group("exp") or m.group("special"))
+        if suffix is None:
+            if m.group("special"):
+                raise self.error(f"invalid numeric literal {tok.text!r}", tok)
+            dtype = "float32" if is_float_syntax else None
+        else:
+            dtype = _SUFFIX_DTYPES.get(suffix)
+            if dtype is None:
+                raise self.error(f"invalid literal suffix '{suffix}'", tok)
+        sign = -1 if m.group("sign") else 1
+        number_text = tok.text[:len(tok.text) - len(suffix)] if suffix else tok.text
+        if dtype is None or not dtype.startswith("float"):
+            if is_float_syntax:
+                raise self.error(f"invalid integer literal {tok.text!r}", tok)
+            value = sign * int(m.group("int"))
+            if dtype is None:
+                dtype = "int32" if -2**31 <= value < 2**31 else "int64"
+            info = np.iinfo(dtype)
+            if not info.min <= value <= info.max:
+                raise self.error(f"integer literal {tok.text} out of range for {dtype}", tok)
+            return np.array(value, dtype=dtype)
+        if m.group("special"):
+            value = float(m.group("special")) * sign
+        else:
+            value = float(number_text)
+        with np.errstate(over="ignore"):
+            arr = np.array(value, dtype=dtype)
+        if math.isfinite(value) and not np.isfinite(arr):
+            raise self.error(f"float literal {tok.text} out of range for {dtype}", tok)
+        return arr
+
+    def parse_meta_ref(self) -> tuple[str, int, Token, Token]:
+        """``meta[kind][index]`` -> (kind, index, first token, last token)."""
+        start = self.expect("meta")
+        self.expect("[", "after 'meta'")
+        kind_tok = self.next()
+        if kind_tok.kind != "IDENT":
+            raise self.error_expected("a metadata kind like relay.Constant", kind_tok)
+        self.expect_close("]", "metadata kind")
+        self.expect("[", f"after meta[{kind_tok.text}]")
+        idx_tok = self.next()
+        if idx_tok.kind != "NUMBER" or not idx_tok.text.isdigit():
+            raise self.error_expected("a metadata index", idx_tok)
+        end = self.expect_close("]", "metadata index")
+        kind, index = kind_tok.text, int(idx_tok.text)
+        self.check_meta(kind, index, kind_tok)
+        return kind, index, start, end
+
+    def check_meta(self, kind: str, index: int, tok: Token) -> None:
+        """Reject refs that no metadata table could hold (TVM's metatable keys are
+        type keys: dotted ``relay.Constant`` or CamelCase ``VirtualDevice``)."""
+        if self.metadata is not None:
+            counts = self.metadata.get("counts", {})
+            if kind in counts and index >= counts[kind]:
+                raise self.error(
+                    f"meta[{kind}][{index}] out of range: the metadata section has "
+                    f"{counts[kind]} {kind} entries", tok)
+            if kind in counts:
+                return
+        if "." not in kind and not kind[:1].isupper():
+            raise self.error(f"unknown metadata kind '{kind}' in meta[{kind}][{index}]", tok)
+
+    def parse_meta_expr(self) -> A.Expr:
+        kind, index, start, end = self.parse_meta_ref()
+        if kind != "relay.Constant":
+            return A.MetaRef(kind, index, span=self.span(start))
+        data = None
+        if self.metadata is not None:
+            consts = self.metadata.get("constants", [])
+            if index < len(consts):
+                data = consts[index]
+        ty = self.ty_comment_type(self.pos - 1)
+        return A.Constant(data, index, ty, span=self.span(start))
+
+    def ty_comment_type(self, tok_index: int) -> Optional[A.Type]:
+        """Parse the ``/* ty=... */`` comment after token ``tok_index``, if any."""
+        entry = self.ty_comments.get(tok_index)
+        if entry is None:
+            return None
+        text, line, col = entry
+        try:
+            return parse_type(text, self.source, line, col, self.type_scopes[-1])
+        except ParseError:
+            return None  # a malformed comment is still just a comment
+
+    def parse_attr(self) -> tuple[str, Any]:
+        key = self.next()
+        self.expect("=", f"after attribute name {key.text}")
+        return key.text, self.parse_attr_value()
+
+    def parse_attr_value(self) -> Any:
+        """Attribute value: number, string, bool, None, identifier, list, meta ref."""
+        tok = self.peek()
+        kind = tok.kind
+        if kind == "NUMBER":
+            self.next()
+            return self.number_array(tok).item()
+        if kind == "STRING":
+            self.next()
+            return _unescape(tok.text[1:-1])
+        if kind == "OP" and tok.text in ("[", "("):
+            self.next()
+            self.enter()
+            closer = _CLOSERS[tok.text]
+            items: list[Any] = []
+            while not self.at(closer):
+                items.append(self.parse_attr_value())
+                if not self.accept(","):
+                    break
+            self.expect_close(closer, "list" if closer == "]" else "tuple")
+            self.leave()
+            return tuple(items)
+        if kind == "IDENT":
+            if tok.text == "meta":
+                kind_, index, _, _ = self.parse_meta_ref()
+                return A.MetaRef(kind_, index, span=self.span(tok))
+            self.next()
+            if tok.text in ("True", "False"):
+                return tok.text == "True"
+            if tok.text in ("None", "nullptr"):
+                return None
+            return tok.text
+        if kind == "OP" and tok.text == "-" and self.peek(1).kind == "NUMBER":
+            self.next()
+            value = self.parse_attr_value()
+            return -value
+        if kind == EOF:
+            raise self.error("unexpected end of input while parsing an attribute value", tok)
+        raise self.error(f"expected an attribute value, got {_describe(tok)}", tok)
+
+    # ------------------------------------------------------------------ types
+    def parse_type(self) -> A.Type:
+        self.enter()
+        tok = self.next()
+        text = tok.text
+        if tok.kind == "OP" and text == "(":
+            fields: list[A.Type] = []
+            while not self.at(")"):
+                fields.append(self.parse_type())
+                if not self.accept(","):
+                    break
+            self.expect_close(")", "tuple type")
+            ty: A.Type = A.TupleType(tuple(fields))
+        elif tok.kind != "IDENT":
+            if tok.kind == EOF:
+                raise self.error("unexpected end of input while parsing a type", tok)
+            raise self.error(f"expected a type, got {_describe(tok)}", tok)
+        elif text == "Tensor":
+            ty = self.parse_tensor_type()
+        elif text == "fn":
+            ty = self.parse_func_type()
+        elif text == "_":
+            ty = A.IncompleteType()
+        elif text == "Ref" and self.at("["):
+            self.next()
+            inner = self.parse_type()
+            self.expect_close("]", "type")
+            ty = A.RefType(inner)
+        elif is_dtype(text):
+            ty = A.TensorType((), text)
+        else:
+            tv = self.lookup_type_var(text)
+            if tv is not None:
+                ty = tv
+            else:
+                args: list[A.Type] = []
+                if self.accept("["):
+                    while not self.at("]"):
+                        args.append(self.parse_type())
+                        if not self.accept(","):
+                            break
+                    self.expect_close("]", "type")
+                ty = A.TypeCall(text, tuple(args))
+        self.leave()
+        return ty
+
+    def parse_tensor_type(self) -> A.TensorType:
+        """``Tensor[(d0, ?, n), dtype]`` (the ``Tensor`` token is consumed)."""
+        self.expect("[", "after 'Tensor'")
+        dims: list[Union[int, str, None]] = []
+        if self.accept("("):
+            while not self.at(")"):
+                dims.append(self.parse_dim())
+                if not self.accept(","):
+                    break
+            self.expect_close(")", "tensor shape")
+        else:
+            dims.append(self.parse_dim())
+        self.expect(",", "between tensor shape and dtype")
+        dtype_tok = self.next()
+        if dtype_tok.kind != "IDENT" or not is_dtype(dtype_tok.text):
+            raise self.error_expected("a dtype like float32", dtype_tok)
+        self.expect_close("]", "type")
+        return A.TensorType(tuple(dims), dtype_tok.text)
+
+    def parse_dim(self) -> Union[int, str, None]:
+        tok = self.peek()
+        if tok.text == "?":
+            self.next()
+            return None
+        if tok.kind == "NUMBER":
+            self.next()
+            value = self.number_array(tok)
+            if value.dtype.kind not in "iu":
+                raise self.error(f"tensor dimension must be an integer, got {tok.text}", tok)
+            return int(value)
+        if tok.kind == "IDENT":
+            if tok.text == "meta":
+                kind, index, _, _ = self.parse_meta_ref()
+                return f"meta[{kind}][{index}]"
+            self.next()
+            return tok.text
+        raise self.error_expected("a dimension (integer, '?' or name)", tok,
+                                  "parsing a tensor shape")
+
+    def parse_func_type(self) -> A.FuncType:
+        type_params = self.parse_type_params() if self.at("[") else ()
+        self.type_scopes.append({tv.name: tv for tv in type_params})
+        self.expect("(", "after 'fn' in a function type")
+        params: list[A.Type] = []
+        while not self.at(")"):
+            params.append(self.parse_type())
+            if not self.accept(","):
+                break
+        self.expect_close(")", "function type parameters")
+        ret = self.parse_type() if self.accept("->") else None
+        self.type_scopes.pop()
+        return A.FuncType(tuple(params), ret, type_params)
+
+
+# ---------------------------------------------------------------------- entry points
+def _prepare(text: str, source_name: str) -> tuple[_Parser, TokenStream]:
+    if not isinstance(text, str):
+        raise TypeError(f"Relay text must be str, not {type(text).__name__}")
+    m = _VERSION_RE.match(text)
+    if m:  # v0.0.4 header line: blank it out, keeping offsets
+        text = " " * m.end() + text[m.end():]
+    stream = tokenize(text, source_name)
+    metadata = None
+    if stream.metadata_text is not None:
+        from .metadata import parse_metadata
+        try:
+            metadata = parse_metadata(stream.metadata_text)
+        except ValueError as exc:
+            raise ParseError(f"invalid #[metadata] section: {exc}", stream.metadata_line, 1,
+                             source_name, stream.lines[stream.metadata_line - 1]) from None
+    return _Parser(stream, source_name, metadata), stream
+
+
+def parse(text: str, source_name: str = "<string>") -> A.IRModule:
+    """Parse a Relay module (``#[version = "0.0.5"]`` + ``def``/``type``
+    items + optional ``#[metadata]``); a bare expression or old-style top-level
+    ``fn`` becomes ``@main``."""
+    parser, _ = _prepare(text, source_name)
+    with _recursion_headroom():
+        functions, types = parser.parse_module()
+    metadata = dict(parser.metadata) if parser.metadata is not None else {}
+    return A.IRModule(functions, types, metadata, source_name)
+
+
+fromtext = parse
+
+
+def parse_expr(text: str, source_name: str = "<string>") -> A.Expr:
+    """Parse a bare Relay expression (``let`` chains, graph bindings allowed)."""
+    parser, _ = _prepare(text, source_name)
+    with _recursion_headroom():
+        parser.parse_version()
+        expr = parser.parse_seq()
+        if parser.peek().kind != EOF:
+            raise parser.error_expected("end of input", parser.peek())
+    return expr
+
+
+def parse_type(text: str, source_name: str = "<string>", line: int = 1, col: int = 1,
+               type_vars: Optional[dict[str, A.TypeVar]] = None) -> A.Type:
+    """Parse a Relay type such as ``Tensor[(1, ?), float32]`` (used for
+    ``/* ty=... */`` comments; ``line``/``col`` place errors in the outer file)."""
+    stream = tokenize(text, source_name)
+    parser = _Parser(stream, source_name)
+    parser.line_offset, parser.col_offset = line, col
+    if type_vars:
+        parser.type_scopes = [dict(type_vars)]
+    with _recursion_headroom():
+        ty = parser.parse_type()
+        if parser.peek().kind != EOF:
+            raise parser.error_expected("end of type", parser.peek())
+    return ty
