@@ -83,6 +83,10 @@ class PartitionLowerer:
         """The Relax parameters the PrimFunc takes, in order: the partition's own."""
         return list(self.func.params)
 
+    def lowered_function(self) -> relax.Function:
+        """The function whose body is lowered: the whole partition, never one composite."""
+        return self.func
+
     def placeholder(self, var: relax.Var) -> te.Tensor:
         ty = var.ty
         if not _is_tensor(ty):
@@ -95,7 +99,7 @@ class PartitionLowerer:
         params = self.signature()
         placeholders = [self.placeholder(v) for v in params]
         env: dict[Any, Any] = dict(zip(params, placeholders))
-        result = self._eval_body(self.func.body, env)
+        result = self._eval_body(self.lowered_function().body, env)
         outputs = list(result) if isinstance(result, (tuple, list)) else [result]
         # A partition output that is an input (or repeated) still needs its own buffer.
         taken: set[int] = {id(p) for p in placeholders}

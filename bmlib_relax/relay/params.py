@@ -20,7 +20,7 @@ from .rewrite import substitute
 
 ParamsLike = Union[Mapping[str, Any], str, os.PathLike, bytes, bytearray, None]
 
-_PARAMS_MAGIC = 0xF7212D5B8E1D7B4C  # first uint64 of a save_param_dict blob
+_PARAMS_MAGIC = 0xF7E58D4F05049CB7  # first uint64 of a save_param_dict blob
 
 
 def to_numpy(value: Any, name: str = "?") -> np.ndarray:
@@ -82,7 +82,8 @@ def check_param(name: str, value: np.ndarray, expected: ast.Type | None) -> None
         w is None or isinstance(w, str) or int(w) == s for w, s in zip(want, shape))
     dtype_ok = str(value.dtype) == expected.dtype
     if not (shape_ok and dtype_ok):
-        want_text = "(" + ", ".join("?" if w is None else str(w) for w in want) + ")"
+        dims = ["?" if w is None else str(w) for w in want]
+        want_text = "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
         raise ParamError(
             f"parameter {name!r}: expected shape {want_text} dtype {expected.dtype}, "
             f"got shape {shape} dtype {value.dtype}", name)

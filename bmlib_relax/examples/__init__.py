@@ -1,0 +1,1 @@
+"""Examples shipped inside the package (the demo runs them with nothing else installed)."""
