@@ -408,7 +408,16 @@ class _Parser:
         tok = self.next()
         if tok.kind != "LOCAL":
             raise self.error_expected("a variable like %x", tok)
+        # TVM printed param attributes after the type; newer printers before it.
+        attrs = self.parse_var_attrs(tok)
         ty = self.parse_type() if self.accept(":") else None
+        if not attrs:
+            attrs = self.parse_var_attrs(tok)
+        return A.Var(tok.text[1:], ty, A.Attrs(attrs) if attrs else A.EMPTY_ATTRS,
+                     span=self.span(tok))
+
+    def parse_var_attrs(self, var_tok: Token) -> dict[str, Any]:
+        """Optional ``{key=value, ...}`` after a parameter name or type."""
         attrs: dict[str, Any] = {}
         if self.at("{") and self.peek(1).kind == "IDENT" and self.peek(2).text == "=":
             self.next()
@@ -417,9 +426,8 @@ class _Parser:
                 attrs[key] = value
                 if not self.accept(","):
                     break
-            self.expect_close("}", f"the attributes of {tok.text}")
-        return A.Var(tok.text[1:], ty, A.Attrs(attrs) if attrs else A.EMPTY_ATTRS,
-                     span=self.span(tok))
+            self.expect_close("}", f"the attributes of {var_tok.text}")
+        return attrs
 
     # ------------------------------------------------------------------ sequences
     def parse_seq(self) -> A.Expr:
@@ -706,9 +714,7 @@ class _Parser:
         tok = self.next()
         self.enter()
         complete = not self.accept("?")
-        self.expect("(", "after 'match'")
-        data = self.parse_seq()
-        self.expect_close(")", "the value of 'match'")
+        data = self.parse_expr()  # usually parenthesised: match (%x) / match (%a, %b)
         self.expect("{", "to open the clauses of 'match'")
         clauses: list[A.Clause] = []
         while not self.at("}"):
@@ -729,7 +735,7 @@ class _Parser:
             rhs = self.parse_seq()
             self.expect_close("}", "the body of a match clause")
         else:
-            rhs = self.parse_expr()
+            rhs = self.parse_seq()
         self.pop_scope()
         return A.Clause(lhs, rhs, span=self.span(start))
 
@@ -802,11 +808,21 @@ class _Parser:
             value = float(m.group("special")) * sign
         else:
             value = float(number_text)
-        with np.errstate(over="ignore"):
-            arr = np.array(value, dtype=dtype)
-        if math.isfinite(value) and not np.isfinite(arr):
+        if math.isfinite(value) and abs(value) > float(np.finfo(dtype).max):
             raise self.error(f"float literal {tok.text} out of range for {dtype}", tok)
-        return arr
+        return np.array(value, dtype=dtype)
+
+    def attr_number(self, tok: Token) -> Union[int, float]:
+        """Attribute numbers stay Python ``int``/``float`` (double precision)."""
+        arr = self.number_array(tok)
+        if arr.dtype.kind != "f":
+            return int(arr)
+        m = _NUMBER_RE.match(tok.text)
+        special = m.group("special") if m else None
+        if special:
+            return float(special) * (-1 if m.group("sign") else 1)
+        suffix = m.group("suffix") if m else None
+        return float(tok.text[:len(tok.text) - len(suffix)] if suffix else tok.text)
 
     def parse_meta_ref(self) -> tuple[str, int, Token, Token]:
         """``meta[kind][index]`` -> (kind, index, first token, last token)."""
@@ -858,7 +874,8 @@ class _Parser:
             return None
         text, line, col = entry
         try:
-            return parse_type(text, self.source, line, col, self.type_scopes[-1])
+            return parse_type(text, self.source, line, col, self.type_scopes[-1],
+                              allow_trailing=True)
         except ParseError:
             return None  # a malformed comment is still just a comment
 
@@ -873,7 +890,7 @@ class _Parser:
         kind = tok.kind
         if kind == "NUMBER":
             self.next()
-            return self.number_array(tok).item()
+            return self.attr_number(tok)
         if kind == "STRING":
             self.next()
             return _unescape(tok.text[1:-1])
@@ -1052,7 +1069,8 @@ def parse_expr(text: str, source_name: str = "<string>") -> A.Expr:
 
 
 def parse_type(text: str, source_name: str = "<string>", line: int = 1, col: int = 1,
-               type_vars: Optional[dict[str, A.TypeVar]] = None) -> A.Type:
+               type_vars: Optional[dict[str, A.TypeVar]] = None,
+               allow_trailing: bool = False) -> A.Type:
     """Parse a Relay type such as ``Tensor[(1, ?), float32]`` (used for
     ``/* ty=... */`` comments; ``line``/``col`` place errors in the outer file)."""
     stream = tokenize(text, source_name)
@@ -1062,6 +1080,6 @@ def parse_type(text: str, source_name: str = "<string>", line: int = 1, col: int
         parser.type_scopes = [dict(type_vars)]
     with _recursion_headroom():
         ty = parser.parse_type()
-        if parser.peek().kind != EOF:
+        if parser.peek().kind != EOF and not allow_trailing:
             raise parser.error_expected("end of type", parser.peek())
     return ty
