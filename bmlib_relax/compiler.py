@@ -7,19 +7,19 @@ PrimFunc, verify each PrimFunc's arity against its call, ``RunCodegen``, and
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Sequence, Union
+import os
+from typing import Any, Optional, Sequence, Union
 
-import numpy as np
 import tvm
 from tvm import relax
 
-from .backend.codegen import _SESSION, codegen_session, lower_partition
+from .backend.codegen import codegen_session, lower_partition
 from .backend.partition import partition_for_bmlib
-from .backend.verify import partition_call_sites, verify_partition_arity
-from .errors import BmlibError, ParamError
+from .backend.verify import verify_partition_arity
 from .importer import RelayLike, as_relay_module, import_relay
 from .relay.params import ParamsLike, load_params
 from .report import OffloadReport, _is_partition, build_report
+from .runtime import ModelRunner, input_specs, write_signature
 
 TargetLike = Union[str, dict, tvm.target.Target]
 
@@ -37,56 +37,30 @@ def lower_and_verify(partitioned: tvm.IRModule) -> dict:
 def build_offloaded(partitioned: tvm.IRModule, target: TargetLike = "llvm"):
     """Verify, codegen and build a partitioned module. Returns (executable, records)."""
     lowered = lower_and_verify(partitioned)
-    with codegen_session(target) as records:
-        _SESSION.get()["lowered"] = lowered
+    with codegen_session(target, lowered) as records:
         with_ext = relax.transform.RunCodegen()(partitioned)
         executable = tvm.compile(with_ext, target=tvm.target.Target(target))
     return executable, dict(records)
 
 
-class CompiledModel:
+class CompiledModel(ModelRunner):
     """A compiled model: call it with numpy arrays, get numpy arrays back.
 
-    Inputs are positional (in ``input_names`` order) or by name.  A single
-    output is returned as an array, several as a tuple.
+    Inputs are positional (in ``input_names`` order) or by name.  ``report``
+    tells what was offloaded; ``relax_module`` is the partitioned module.
     """
 
     def __init__(self, executable, relax_module: tvm.IRModule, report: OffloadReport,
-                 input_names: Sequence[str], device=None):
-        self.executable = executable
+                 device=None):
+        specs = input_specs(relax_module["main"])
+        super().__init__(executable, [s["name"] for s in specs], specs, device)
         self.relax_module = relax_module
         self.report = report
-        self.input_names = list(input_names)
-        self.device = device or tvm.cpu()
-        self._vm = relax.VirtualMachine(executable, self.device)
-
-    def __call__(self, *args: Any, **kwargs: Any):
-        if len(args) > len(self.input_names):
-            raise ParamError(f"model takes {len(self.input_names)} input(s) "
-                             f"({', '.join(self.input_names)}), got {len(args)}")
-        values = dict(zip(self.input_names, args))
-        for name, value in kwargs.items():
-            if name not in self.input_names:
-                raise ParamError(f"unknown input {name!r} (inputs: "
-                                 f"{', '.join(self.input_names)})", name)
-            if name in values:
-                raise ParamError(f"input {name!r} given twice", name)
-            values[name] = value
-        missing = [n for n in self.input_names if n not in values]
-        if missing:
-            raise ParamError(f"missing input {missing[0]!r}", missing[0])
-        tensors = [tvm.runtime.tensor(np.ascontiguousarray(values[n]), self.device)
-                   for n in self.input_names]
-        return _to_numpy(self._vm["main"](*tensors))
 
     def export_library(self, path: str) -> None:
+        """Write a shared library loadable with ``bmlib_relax.load`` (plus ``model.json``)."""
         self.executable.export_library(path)
-
-
-def _to_numpy(value: Any):
-    if hasattr(value, "numpy"):
-        return value.numpy()
-    return tuple(_to_numpy(v) for v in value)
+        write_signature(os.path.dirname(os.path.abspath(path)), self.input_specs)
 
 
 def compile(relay_mod: RelayLike, params: ParamsLike = None, *, target: TargetLike = "llvm",
@@ -103,8 +77,7 @@ def compile(relay_mod: RelayLike, params: ParamsLike = None, *, target: TargetLi
     partitioned = partition_for_bmlib(imported, patterns=patterns, merge=merge)
     executable, records = build_offloaded(partitioned, target)
     report = build_report(partitioned, records)
-    inputs = [p.name for p in imported["main"].params]
-    return CompiledModel(executable, partitioned, report, inputs)
+    return CompiledModel(executable, partitioned, report)
 
 
 def compile_plain(relax_mod: tvm.IRModule, target: TargetLike = "llvm"):

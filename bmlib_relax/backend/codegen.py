@@ -44,10 +44,15 @@ _SESSION: contextvars.ContextVar[Optional[dict]] = contextvars.ContextVar(
 
 
 @contextlib.contextmanager
-def codegen_session(target: Any = "llvm") -> Iterator[dict[str, PartitionRecord]]:
-    """Collect :class:`PartitionRecord` s of the partitions built inside the block."""
+def codegen_session(target: Any = "llvm", lowered: Optional[dict] = None
+                    ) -> Iterator[dict[str, PartitionRecord]]:
+    """Collect :class:`PartitionRecord` s of the partitions built inside the block.
+
+    ``lowered`` maps partition symbols to ``(PrimFunc, record)`` pairs lowered
+    and verified beforehand; the codegen then only builds them.
+    """
     records: dict[str, PartitionRecord] = {}
-    token = _SESSION.set({"records": records, "target": target})
+    token = _SESSION.set({"records": records, "target": target, "lowered": lowered or {}})
     try:
         yield records
     finally:
@@ -209,7 +214,7 @@ def bmlib_codegen(funcs, options, constant_names) -> list:
     from .verify import check_record  # local: verify imports this module
 
     session = _SESSION.get()
-    lowered = session["lowered"] if session is not None and "lowered" in session else {}
+    lowered = session["lowered"] if session is not None else {}
     target = session["target"] if session is not None else "llvm"
     prims: dict[str, tvm.tirx.PrimFunc] = {}
     for func in funcs:
