@@ -20,6 +20,7 @@ Design notes (why the code looks the way it does):
 """
 from __future__ import annotations
 
+import gc
 import math
 import re
 import sys
@@ -84,14 +85,24 @@ def is_dtype(name: str) -> bool:
 
 
 @contextmanager
-def _recursion_headroom() -> Iterator[None]:
-    """Raise the interpreter limit so MAX_NESTING (not Python) bounds the depth."""
+def _parsing() -> Iterator[None]:
+    """Run a parse with recursion headroom and the cyclic GC paused.
+
+    The recursion limit is raised so MAX_NESTING (not Python) bounds the depth.
+    The GC is paused because a model dump allocates ~10^6 small acyclic objects
+    (tokens, nodes, spans); generational collections triggered by them cost as
+    much time as the parse itself and can free nothing.
+    """
     old = sys.getrecursionlimit()
     if old < _RECURSION_LIMIT:
         sys.setrecursionlimit(_RECURSION_LIMIT)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
     try:
         yield
     finally:
+        if gc_was_enabled:
+            gc.enable()
         if old < _RECURSION_LIMIT:
             sys.setrecursionlimit(old)
 
@@ -107,7 +118,7 @@ class _Parser:
 
     def __init__(self, stream: TokenStream, source_name: str,
                  metadata: Optional[dict[str, Any]] = None):
-        self.toks = stream.tokens
+        self.toks = stream.tokens + [stream.tokens[-1]] * 4
         self.ty_comments = stream.ty_comments
         self.lines = stream.lines
         self.source = source_name
@@ -126,9 +137,8 @@ class _Parser:
 
     # ------------------------------------------------------------------ helpers
     def peek(self, k: int = 0) -> Token:
-        i = self.pos + k
-        toks = self.toks
-        return toks[i] if i < len(toks) else toks[-1]
+        # The token list is padded with EOF tokens, so small look-aheads never overrun.
+        return self.toks[self.pos + k]
 
     def next(self) -> Token:
         tok = self.toks[self.pos]
@@ -1047,8 +1057,8 @@ def parse(text: str, source_name: str = "<string>") -> A.IRModule:
     """Parse a Relay module (``#[version = "0.0.5"]`` + ``def``/``type``
     items + optional ``#[metadata]``); a bare expression or old-style top-level
     ``fn`` becomes ``@main``."""
-    parser, _ = _prepare(text, source_name)
-    with _recursion_headroom():
+    with _parsing():
+        parser, _ = _prepare(text, source_name)
         functions, types = parser.parse_module()
     metadata = dict(parser.metadata) if parser.metadata is not None else {}
     return A.IRModule(functions, types, metadata, source_name)
@@ -1059,8 +1069,8 @@ fromtext = parse
 
 def parse_expr(text: str, source_name: str = "<string>") -> A.Expr:
     """Parse a bare Relay expression (``let`` chains, graph bindings allowed)."""
-    parser, _ = _prepare(text, source_name)
-    with _recursion_headroom():
+    with _parsing():
+        parser, _ = _prepare(text, source_name)
         parser.parse_version()
         expr = parser.parse_seq()
         if parser.peek().kind != EOF:
@@ -1078,7 +1088,7 @@ def parse_type(text: str, source_name: str = "<string>", line: int = 1, col: int
     parser.line_offset, parser.col_offset = line, col
     if type_vars:
         parser.type_scopes = [dict(type_vars)]
-    with _recursion_headroom():
+    with _parsing():
         ty = parser.parse_type()
         if parser.peek().kind != EOF and not allow_trailing:
             raise parser.error_expected("end of type", parser.peek())
