@@ -10,6 +10,30 @@ closures that are called, calls to other global functions).
 Before converting anything, the whole reachable program is scanned and every
 unsupported op or construct is reported in one :class:`UnsupportedOpError`,
 never a partial import.
+
+Attributes printed into the ``#[metadata]`` section are resolved here, for
+every op alike: a call whose last argument is ``meta[relay.attrs.*][N]`` gets
+that node's attributes, and an attribute value ``meta[runtime.BoxInt][N]`` (or
+another boxed scalar) gets its value.  Without a metadata section a boxed
+value stays a :class:`~bmlib_relax.relay.ast.MetaRef` for the converter to
+reject by name.
+
+Import forms (the contract with the bmlib pattern table; each converter's
+module documents its own):
+
+* ``nn.dense(x, w)`` -> ``matmul(x, permute_dims(w, [1, 0]), out_dtype)``
+* ``nn.batch_matmul(a, b)`` -> ``matmul(a', b')``, ``permute_dims(.., [0, 2, 1])``
+  on each operand Relay transposes (C++ defaults: neither)
+* ``nn.bias_add(x, b, axis)`` -> ``add(x, b)`` on the last axis, else
+  ``add(x, reshape(b, [C, 1, ..., 1]))``
+* ``transpose`` -> ``permute_dims``; ``nn.batch_flatten`` -> ``reshape(x, [N, prod(rest)])``
+* ``nn.softmax``/``nn.layer_norm``/``nn.relu``/``nn.conv2d``/``nn.conv2d_transpose``
+  -> the ``relax.op.nn`` op of the same name; ``nn.leaky_relu`` -> ``nn.leakyrelu``
+* pools -> ``nn.max_pool2d``/``nn.avg_pool2d``/``nn.adaptive_avg_pool2d``;
+  ``nn.global_avg_pool2d`` -> ``nn.adaptive_avg_pool2d(x, (1, 1))`` (layout kept)
+* ``nn.batch_norm`` -> ``nn.batch_norm(..., training=False)``; ``clip`` -> ``clip``;
+  ``cast`` -> ``astype``; ``concatenate`` -> ``concat``; ``split`` -> ``split``
+* scalar literals (``multiply(%x, 0.25f)``) -> 0-d ``relax.const(value, dtype)``
 """
 from __future__ import annotations
 
@@ -43,6 +67,28 @@ class _Closure:
 
     func: ast.Function
     env: Mapping[ast.Var, Any]
+
+
+def _attrs_meta_arg(call: ast.Call) -> Optional[ast.MetaRef]:
+    """The trailing ``meta[relay.attrs.*][N]`` argument holding a call's attributes."""
+    last = call.args[-1] if call.args else None
+    if isinstance(last, ast.MetaRef) and last.kind.startswith("relay.attrs."):
+        return last
+    return None
+
+
+def _decode_meta_attr(text: Any) -> Any:
+    """A scalar attribute from metadata JSON (stored as a string): int, float, None or str."""
+    if not isinstance(text, str):
+        return text
+    if text == "":
+        return None
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
 
 
 def _where(node: object) -> Optional[str]:
@@ -190,7 +236,9 @@ class RelayImporter:
     # ------------------------------------------------------------------ traversal
     def _operands(self, node: ast.Expr) -> tuple:
         if isinstance(node, ast.Call):
-            if isinstance(node.op, (ast.Op, ast.GlobalVar)):
+            if isinstance(node.op, ast.Op):
+                return node.args[:-1] if _attrs_meta_arg(node) is not None else node.args
+            if isinstance(node.op, ast.GlobalVar):
                 return node.args
             return (node.op,) + node.args
         if isinstance(node, ast.Tuple):
@@ -269,8 +317,9 @@ class RelayImporter:
             if converter is None:  # check_supported normally catches this first
                 raise UnsupportedOpError([(op.name, _where(node))])
             ctx = ConvertContext(self, node)
+            attrs = self._call_attrs(node)
             try:
-                result = converter(inputs, node.attrs, ctx)
+                result = converter(inputs, attrs, ctx)
             except BmlibError:
                 raise
             except Exception as exc:  # noqa: BLE001 - name the op for any converter failure
@@ -285,6 +334,29 @@ class RelayImporter:
             raise ConversionError("call of a value that is not a function",
                                   location=_where(node))
         return self._inline(closure.func, inputs[1:], dict(closure.env), node)
+
+    def _call_attrs(self, node: ast.Call) -> ast.Attrs:
+        """The call's attributes with ``#[metadata]`` references resolved."""
+        meta_arg = _attrs_meta_arg(node)
+        has_meta_values = any(isinstance(v, ast.MetaRef) for v in node.attrs.values())
+        if meta_arg is None and not has_meta_values:
+            return node.attrs
+        objects = self.module.metadata.get("objects", {})
+        values = dict(node.attrs)
+        if meta_arg is not None:
+            entries = objects.get(meta_arg.kind, [])
+            if meta_arg.index >= len(entries):
+                raise ConversionError(
+                    f"meta[{meta_arg.kind}][{meta_arg.index}] has no value: the text has no "
+                    "#[metadata] section", op=node.op.name, location=_where(node))
+            raw = entries[meta_arg.index].get("attrs", {})
+            values.update({k: _decode_meta_attr(v) for k, v in raw.items()})
+        for key, value in node.attrs.items():
+            if isinstance(value, ast.MetaRef):
+                entries = objects.get(value.kind, [])
+                if value.index < len(entries) and "value" in entries[value.index].get("attrs", {}):
+                    values[key] = _decode_meta_attr(entries[value.index]["attrs"]["value"])
+        return ast.Attrs(values)
 
     def _inline(self, func: ast.Function, args: list, env: dict, node: ast.Call) -> Any:
         if len(args) != len(func.params):

@@ -4,6 +4,10 @@ Each module registers its converters on import; the list below is the single
 place that decides which families exist (tests check the registry against the
 ops the goldens and the corpus use, so a family missing here fails loudly).
 """
-from . import elemwise, nn, tensor  # noqa: F401
+from . import (  # noqa: F401
+    activation, conv, create, elemwise, image, layout, linear, normalization, pooling, reduce,
+    tensor,
+)
 
-FAMILIES = ("elemwise", "nn", "tensor")
+FAMILIES = ("activation", "conv", "create", "elemwise", "image", "layout", "linear",
+            "normalization", "pooling", "reduce", "tensor")

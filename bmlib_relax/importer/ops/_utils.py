@@ -1,7 +1,7 @@
-"""Small helpers shared by converters: shapes, dtypes, attribute decoding."""
+"""Small helpers shared by converters: shapes, dtypes, axes, attribute decoding."""
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import tvm
@@ -12,6 +12,10 @@ def shape_of(expr: relax.Expr) -> list:
     """Static dims as ints, symbolic dims as TIR expressions."""
     shape = expr.ty.shape
     return [int(d) if isinstance(d, tvm.tirx.IntImm) else d for d in shape.values]
+
+
+def ndim_of(expr: relax.Expr) -> int:
+    return int(expr.ty.ndim)
 
 
 def static_shape(expr: relax.Expr, ctx, what: str = "input") -> list[int]:
@@ -28,8 +32,30 @@ def dtype_of(expr: relax.Expr) -> str:
 def ints(value: Any) -> list[int]:
     """An int or a (nested) sequence of ints as a flat list."""
     if isinstance(value, (list, tuple)):
-        return [int(v) for v in value]
+        out: list[int] = []
+        for v in value:
+            out.extend(ints(v))
+        return out
     return [int(value)]
+
+
+def optional_ints(value: Any) -> Optional[list[int]]:
+    """``None`` stays ``None``; an int or a sequence becomes a list of ints."""
+    return None if value is None else ints(value)
+
+
+def out_dtype(attrs, key: str = "out_dtype") -> Optional[str]:
+    """Relay prints a null dtype as ``""`` (or omits it): that means "same as input"."""
+    value = attrs.get(key)
+    return str(value) if value not in (None, "", "void") else None
+
+
+def normalize_axis(axis: int, ndim: int, ctx, name: str = "axis") -> int:
+    """A Relay axis (negative counts from the end) as a non-negative int."""
+    axis = int(axis)
+    if not -ndim <= axis < ndim:
+        raise ctx.unsupported_attr(name, axis)
+    return axis + ndim if axis < 0 else axis
 
 
 def const_value(expr: relax.Expr) -> np.ndarray | None:
@@ -37,6 +63,14 @@ def const_value(expr: relax.Expr) -> np.ndarray | None:
     if isinstance(expr, tvm.ir.expr.GenericConst):
         return expr.value.numpy()
     return None
+
+
+def scalar_operand(expr: relax.Expr, ctx, what: str):
+    """A Python number from a constant scalar operand (e.g. ``nn.pad``'s pad value)."""
+    value = const_value(expr)
+    if value is None or value.size != 1:
+        raise ctx.error(f"{what} must be a constant scalar")
+    return value.reshape(()).item()
 
 
 def expand_padding(padding: Sequence[int] | int, ndim: int) -> list[int]:
@@ -49,3 +83,9 @@ def expand_padding(padding: Sequence[int] | int, ndim: int) -> list[int]:
     if len(pad) == 2 * ndim:
         return pad
     raise ValueError(f"padding {tuple(pad)} has {len(pad)} values; expected 1, {ndim} or {2 * ndim}")
+
+
+def repeat_to(value: Any, n: int) -> list[int]:
+    """An attribute given as one value or ``n`` values, as ``n`` ints."""
+    vals = ints(value)
+    return vals * n if len(vals) == 1 else vals

@@ -1,11 +1,12 @@
-"""Element-wise Relay ops: broadcasting binary arithmetic and unary math."""
+"""Element-wise Relay ops: broadcasting binary arithmetic, unary math, clip, cast, where."""
 from __future__ import annotations
 
 from tvm import relax
 
 from ..registry import register_converter
+from ._utils import dtype_of
 
-# Relay op name -> Relax op; Relay and Relax share broadcasting semantics here.
+# Relay op name -> Relax op; Relay and Relax share numpy broadcasting semantics here.
 BINARY_OPS = {
     "add": relax.op.add,
     "subtract": relax.op.subtract,
@@ -24,6 +25,12 @@ BINARY_OPS = {
     "greater_equal": relax.op.greater_equal,
     "logical_and": relax.op.logical_and,
     "logical_or": relax.op.logical_or,
+    "logical_xor": relax.op.logical_xor,
+    "bitwise_and": relax.op.bitwise_and,
+    "bitwise_or": relax.op.bitwise_or,
+    "bitwise_xor": relax.op.bitwise_xor,
+    "left_shift": relax.op.left_shift,
+    "right_shift": relax.op.right_shift,
 }
 
 UNARY_OPS = {
@@ -39,11 +46,28 @@ UNARY_OPS = {
     "floor": relax.op.floor,
     "ceil": relax.op.ceil,
     "round": relax.op.round,
+    "trunc": relax.op.trunc,
     "sign": relax.op.sign,
     "sin": relax.op.sin,
     "cos": relax.op.cos,
+    "tan": relax.op.tan,
+    "sinh": relax.op.sinh,
+    "cosh": relax.op.cosh,
+    "asin": relax.op.asin,
+    "acos": relax.op.acos,
+    "atan": relax.op.atan,
+    "asinh": relax.op.asinh,
+    "acosh": relax.op.acosh,
+    "atanh": relax.op.atanh,
+    "isnan": relax.op.isnan,
+    "isinf": relax.op.isinf,
+    "isfinite": relax.op.isfinite,
     "logical_not": relax.op.logical_not,
-    "nn.relu": relax.op.nn.relu,
+    "bitwise_not": relax.op.bitwise_not,
+    # FastMath rewrites: the same functions with cheaper approximations in Relay.
+    "fast_exp": relax.op.exp,
+    "fast_tanh": relax.op.tanh,
+    "fast_erf": relax.op.erf,
 }
 
 
@@ -65,3 +89,29 @@ for _name, _op in BINARY_OPS.items():
     register_converter(_name)(_binary(_op))
 for _name, _op in UNARY_OPS.items():
     register_converter(_name)(_unary(_op))
+
+
+@register_converter("clip")
+def _clip(inputs, attrs, ctx):
+    return relax.op.clip(inputs[0], float(attrs["a_min"]), float(attrs["a_max"]))  # required
+
+
+@register_converter("cast")
+def _cast(inputs, attrs, ctx):
+    return relax.op.astype(inputs[0], attrs["dtype"])  # required
+
+
+@register_converter("cast_like")
+def _cast_like(inputs, attrs, ctx):
+    return relax.op.astype(inputs[0], dtype_of(inputs[1]))
+
+
+@register_converter("where")
+def _where(inputs, attrs, ctx):
+    return relax.op.where(inputs[0], inputs[1], inputs[2])
+
+
+@register_converter("copy", "stop_gradient")
+def _identity(inputs, attrs, ctx):
+    # A value copy (or a gradient barrier) is the value itself in a pure dataflow graph.
+    return inputs[0]

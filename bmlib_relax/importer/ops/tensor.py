@@ -1,10 +1,24 @@
-"""Shape and data-movement Relay ops, and annotations dropped at import."""
+"""Shape and data-movement Relay ops, and annotations dropped at import.
+
+Forms: ``transpose`` -> ``permute_dims``; ``nn.batch_flatten`` ->
+``reshape(x, [N, prod(rest)])``; ``concatenate`` -> ``concat``; ``split`` ->
+``split`` (a tuple, projected with ``TupleGetItem``); Relay's ``reshape``
+special values are resolved to an explicit shape at import.
+"""
 from __future__ import annotations
+
+from functools import reduce
+from operator import mul
 
 from tvm import relax
 
 from ..registry import register_converter
-from ._utils import ints, shape_of
+from ._utils import (
+    ints, ndim_of, normalize_axis, optional_ints, scalar_operand, shape_of,
+)
+from ...relay import ast
+
+_INT64_MAX = 2**63 - 1
 
 
 def relay_reshape_shape(in_shape: list, newshape: list[int], ctx) -> list:
@@ -52,8 +66,165 @@ def relay_reshape_shape(in_shape: list, newshape: list[int], ctx) -> list:
 @register_converter("reshape")
 def _reshape(inputs, attrs, ctx):
     newshape = ints(attrs.get("newshape", attrs.get("shape")))
+    if attrs.get("allowzero", 0) and 0 in newshape:
+        raise ctx.unsupported_attr("allowzero", attrs["allowzero"])
     target = relay_reshape_shape(shape_of(inputs[0]), newshape, ctx)
     return relax.op.reshape(inputs[0], target)
+
+
+@register_converter("reshape_like")
+def _reshape_like(inputs, attrs, ctx):
+    if any(k in attrs for k in ("lhs_begin", "lhs_end", "rhs_begin", "rhs_end")):
+        raise ctx.error("reshape_like with lhs/rhs ranges is not supported")
+    return relax.op.reshape(inputs[0], shape_of(inputs[1]))
+
+
+@register_converter("nn.batch_flatten")
+def _batch_flatten(inputs, attrs, ctx):
+    dims = shape_of(inputs[0])
+    return relax.op.reshape(inputs[0], [dims[0], reduce(mul, dims[1:], 1)])
+
+
+@register_converter("transpose")
+def _transpose(inputs, attrs, ctx):
+    # axes=None reverses the dims, like numpy.
+    return relax.op.permute_dims(inputs[0], optional_ints(attrs.get("axes")))
+
+
+@register_converter("squeeze")
+def _squeeze(inputs, attrs, ctx):
+    return relax.op.squeeze(inputs[0], optional_ints(attrs.get("axis")))
+
+
+@register_converter("expand_dims")
+def _expand_dims(inputs, attrs, ctx):
+    count = int(attrs.get("num_newaxis", 1))
+    if count == 0:
+        return inputs[0]
+    axis = int(attrs["axis"])  # required
+    if axis < 0:  # Relay counts a negative axis against the input rank + 1
+        axis += ndim_of(inputs[0]) + 1
+    return relax.op.expand_dims(inputs[0], list(range(axis, axis + count)))
+
+
+@register_converter("concatenate")
+def _concatenate(inputs, attrs, ctx):
+    return relax.op.concat(inputs[0], axis=int(attrs.get("axis", 0)))
+
+
+@register_converter("stack")
+def _stack(inputs, attrs, ctx):
+    return relax.op.stack(inputs[0], axis=int(attrs.get("axis", 0)))
+
+
+@register_converter("split")
+def _split(inputs, attrs, ctx):
+    value = attrs["indices_or_sections"]  # required
+    if isinstance(value, ast.MetaRef):
+        raise ctx.error(f"indices_or_sections=meta[{value.kind}][{value.index}] has no value: "
+                        "the text has no #[metadata] section")
+    # An int is a number of equal sections, a list the split indices.
+    sections = ints(value) if isinstance(value, (list, tuple)) else int(value)
+    return relax.op.split(inputs[0], sections, axis=int(attrs.get("axis", 0)))
+
+
+@register_converter("strided_slice")
+def _strided_slice(inputs, attrs, ctx):
+    data = inputs[0]
+    dims = shape_of(data)
+    begin = ints(attrs["begin"])  # required
+    end = ints(attrs["end"])  # required
+    strides = ints(attrs.get("strides") or [1])
+    axes = optional_ints(attrs.get("axes"))
+    if axes is None:
+        axes = list(range(len(begin)))
+    axes = [normalize_axis(a, len(dims), ctx, "axes") for a in axes]
+    if len(strides) == 1:
+        strides = strides * len(axes)
+    strides += [1] * (len(axes) - len(strides))
+    mode = attrs.get("slice_mode", "end")
+    if mode == "size":
+        # ``end`` holds sizes (-1: to the end of the axis) and strides are ignored.
+        end = [_INT64_MAX if s < 0 else b + s for b, s in zip(begin, end)]
+        strides = [1] * len(axes)
+    elif mode != "end":
+        raise ctx.unsupported_attr("slice_mode", mode)
+    # A missing end runs to the end of the axis in the stride's direction.
+    end += [_INT64_MAX if s > 0 else -_INT64_MAX - 1 for s in strides[len(end):]]
+    return relax.op.strided_slice(data, axes, begin[:len(axes)], end[:len(axes)], strides)
+
+
+@register_converter("take")
+def _take(inputs, attrs, ctx):
+    data, indices = inputs
+    if int(attrs.get("batch_dims", 0)) != 0:
+        raise ctx.unsupported_attr("batch_dims", attrs["batch_dims"])
+    mode = attrs.get("mode", "clip")  # Relay's default clips out-of-range indices
+    axis = attrs.get("axis")
+    if axis is None:  # Relay takes from the flattened input
+        data = relax.op.reshape(data, [-1])
+        axis = 0
+    return relax.op.take(data, indices, axis=int(axis), mode=mode)
+
+
+@register_converter("tile")
+def _tile(inputs, attrs, ctx):
+    return relax.op.tile(inputs[0], ints(attrs["reps"]))  # required
+
+
+@register_converter("repeat")
+def _repeat(inputs, attrs, ctx):
+    return relax.op.repeat(inputs[0], int(attrs["repeats"]), axis=int(attrs["axis"]))
+
+
+@register_converter("reverse")
+def _reverse(inputs, attrs, ctx):
+    return relax.op.flip(inputs[0], axis=int(attrs["axis"]))  # required
+
+
+@register_converter("nn.pad")
+def _pad(inputs, attrs, ctx):
+    # Relay's second operand is the pad value; Relax wants it as a number.
+    modes = {"constant": "constant", "edge": "replicate", "reflect": "reflect"}
+    mode = attrs.get("pad_mode", "constant")
+    if mode not in modes:
+        raise ctx.unsupported_attr("pad_mode", mode)
+    pad_value = scalar_operand(inputs[1], ctx, "the pad value") if len(inputs) > 1 else 0.0
+    return relax.op.nn.pad(inputs[0], ints(attrs["pad_width"]), modes[mode], float(pad_value))
+
+
+@register_converter("broadcast_to")
+def _broadcast_to(inputs, attrs, ctx):
+    return relax.op.broadcast_to(inputs[0], ints(attrs["shape"]))  # required
+
+
+@register_converter("broadcast_to_like")
+def _broadcast_to_like(inputs, attrs, ctx):
+    return relax.op.broadcast_to(inputs[0], shape_of(inputs[1]))
+
+
+@register_converter("collapse_sum_like")
+def _collapse_sum_like(inputs, attrs, ctx):
+    return relax.op.collapse_sum_like(inputs[0], inputs[1])
+
+
+@register_converter("collapse_sum_to")
+def _collapse_sum_to(inputs, attrs, ctx):
+    return relax.op.collapse_sum_to(inputs[0], ints(attrs["shape"]))  # required
+
+
+@register_converter("scatter_nd")
+def _scatter_nd(inputs, attrs, ctx):
+    # Relay's indices are (M, Y...) with the index tuple first; Relax's (ONNX's)
+    # put it last.
+    data, indices, updates = inputs
+    mode = attrs.get("mode", "update")
+    reductions = {"update": "update", "add": "add", "mul": "mul", "min": "min", "max": "max"}
+    if mode not in reductions:
+        raise ctx.unsupported_attr("mode", mode)
+    ndim = ndim_of(indices)
+    indices = relax.op.permute_dims(indices, list(range(1, ndim)) + [0])
+    return relax.op.scatter_nd(data, indices, updates, reductions[mode])
 
 
 @register_converter("on_device", "device_copy")

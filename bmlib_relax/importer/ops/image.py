@@ -1,0 +1,50 @@
+"""Resizing: ``image.resize2d`` and ``nn.upsampling`` (both ``relax.op.image.resize2d``)."""
+from __future__ import annotations
+
+from tvm import relax
+
+from ..registry import register_converter
+from ._utils import ints, out_dtype, shape_of
+
+
+@register_converter("image.resize2d")
+def _resize2d(inputs, attrs, ctx):
+    # Relay's Resize2DAttrs defaults, spelled out (Relax's cubic_alpha differs).
+    roi = attrs.get("roi")
+    return relax.op.image.resize2d(
+        inputs[0], ints(attrs["size"]),
+        roi=tuple(float(v) for v in roi) if roi else None,
+        layout=attrs.get("layout") or "NCHW",
+        method=attrs.get("method", "linear"),
+        coordinate_transformation_mode=attrs.get("coordinate_transformation_mode",
+                                                 "half_pixel"),
+        rounding_method=attrs.get("rounding_method", "round"),
+        cubic_alpha=float(attrs.get("cubic_alpha", -0.5)),
+        cubic_exclude=int(attrs.get("cubic_exclude", 0)),
+        extrapolation_value=float(attrs.get("extrapolation_value", 0.0)),
+        out_dtype=out_dtype(attrs),
+    )
+
+
+@register_converter("nn.upsampling")
+def _upsampling(inputs, attrs, ctx):
+    # Relay lowers upsampling to a resize whose size is round(dim * scale), with
+    # "asymmetric" coordinates (or "align_corners") and the resize's automatic
+    # rounding (floor for nearest neighbour).
+    layout = attrs.get("layout") or "NCHW"
+    if layout not in ("NCHW", "NHWC"):
+        raise ctx.unsupported_attr("layout", layout)
+    dims = shape_of(inputs[0])
+    height, width = dims[layout.index("H")], dims[layout.index("W")]
+    if not isinstance(height, int) or not isinstance(width, int):
+        raise ctx.error("nn.upsampling needs static spatial dims")
+    size = [round(height * float(attrs["scale_h"])), round(width * float(attrs["scale_w"]))]
+    method = attrs.get("method", "nearest_neighbor")
+    methods = {"nearest_neighbor": "nearest_neighbor", "bilinear": "linear", "bicubic": "cubic"}
+    if method not in methods:
+        raise ctx.unsupported_attr("method", method)
+    align = bool(attrs.get("align_corners", False))
+    return relax.op.image.resize2d(
+        inputs[0], size, layout=layout, method=methods[method],
+        coordinate_transformation_mode="align_corners" if align else "asymmetric",
+        rounding_method="", cubic_alpha=-0.5)

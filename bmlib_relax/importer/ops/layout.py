@@ -1,0 +1,91 @@
+"""Relay layout strings (``NCHW``, ``NCHW16c``, ``OIHW4i4o``) and ``layout_transform``.
+
+A layout is a sequence of primal axes (upper case) and blocked sub-axes (a
+factor and the lower-case letter of their primal axis).  A transform between
+two layouts of the same primal axes is a reshape that splits every blocked
+axis, a ``permute_dims``, and a reshape that merges the blocks of the target;
+pure permutations (``NCHW`` -> ``NHWC``) are a single ``permute_dims``.
+"""
+from __future__ import annotations
+
+import re
+
+from tvm import relax
+
+from ..registry import register_converter
+from ._utils import shape_of
+
+_AXIS = re.compile(r"(\d*)([A-Za-z])")
+
+
+def parse_layout(layout: str, ctx) -> list[tuple[str, int]]:
+    """``"NCHW16c"`` -> ``[("N", 0), ("C", 0), ("H", 0), ("W", 0), ("c", 16)]``."""
+    axes = []
+    pos = 0
+    for m in _AXIS.finditer(layout):
+        if m.start() != pos:
+            break
+        factor, letter = m.groups()
+        if letter.isupper() != (factor == ""):
+            raise ctx.error(f"cannot read layout {layout!r}")
+        axes.append((letter, int(factor) if factor else 0))
+        pos = m.end()
+    if pos != len(layout) or not axes:
+        raise ctx.error(f"cannot read layout {layout!r}")
+    return axes
+
+
+def layout_transform(data: relax.Expr, src: str, dst: str, ctx) -> relax.Expr:
+    """``data`` in layout ``src`` re-laid out as ``dst`` (static blocked dims)."""
+    if src == dst:
+        return data
+    src_axes, dst_axes = parse_layout(src, ctx), parse_layout(dst, ctx)
+    if sorted(a for a, f in src_axes if not f) != sorted(a for a, f in dst_axes if not f):
+        raise ctx.error(f"layouts {src!r} and {dst!r} have different axes")
+    factors: dict[str, int] = {}
+    for letter, factor in src_axes + dst_axes:
+        if factor:
+            primal = letter.upper()
+            if factors.setdefault(primal, factor) != factor:
+                raise ctx.error(f"layout_transform {src} -> {dst} re-blocks axis {primal}")
+    shape = shape_of(data)
+    # Labels of the fully split form: "X" (or outer part of a blocked X) and "x" (block).
+    split_shape: list = []
+    split_labels: list[str] = []
+    for (letter, factor), dim in zip(src_axes, shape):
+        if factor:
+            split_shape.append(dim)
+            split_labels.append(letter)
+        elif letter in factors and letter.lower() not in dict(src_axes):
+            if not isinstance(dim, int) or dim % factors[letter]:
+                raise ctx.error(f"layout_transform {src} -> {dst}: axis {letter} of size {dim} "
+                                f"is not a multiple of {factors[letter]}")
+            split_shape += [dim // factors[letter], factors[letter]]
+            split_labels += [letter, letter.lower()]
+        else:
+            split_shape.append(dim)
+            split_labels.append(letter)
+    dst_letters = {letter for letter, _ in dst_axes}
+    order: list[str] = []
+    merged: list = []
+    for letter, factor in dst_axes:
+        if factor or letter not in factors or letter.lower() in dst_letters:
+            order.append(letter)
+            merged.append(split_shape[split_labels.index(letter)])
+        else:  # block of a source axis folded back into its primal axis
+            order += [letter, letter.lower()]
+            merged.append(split_shape[split_labels.index(letter)] * factors[letter])
+    out = data
+    if len(split_shape) != len(shape):
+        out = ctx.emit(relax.op.reshape(out, split_shape))
+    perm = [split_labels.index(label) for label in order]
+    if perm != list(range(len(perm))):
+        out = ctx.emit(relax.op.permute_dims(out, perm))
+    if len(merged) != len(order):
+        out = relax.op.reshape(out, merged)
+    return out
+
+
+@register_converter("layout_transform")
+def _layout_transform(inputs, attrs, ctx):
+    return layout_transform(inputs[0], attrs["src_layout"], attrs["dst_layout"], ctx)  # required

@@ -1,0 +1,51 @@
+"""Normalization ops: batch (inference), layer, group and instance norm."""
+from __future__ import annotations
+
+from tvm import relax
+
+from ..registry import register_converter
+from ._utils import ndim_of, normalize_axis
+
+
+def _norm_flags(attrs) -> dict:
+    return dict(epsilon=float(attrs.get("epsilon", 1e-5)),
+                center=bool(attrs.get("center", True)),
+                scale=bool(attrs.get("scale", True)))
+
+
+@register_converter("nn.batch_norm")
+def _batch_norm(inputs, attrs, ctx):
+    # Relay's nn.batch_norm is inference-only: moving statistics, never batch ones.
+    data, gamma, beta, mean, var = inputs
+    return relax.op.nn.batch_norm(data, gamma, beta, mean, var,
+                                  axis=int(attrs.get("axis", 1)), training=False,
+                                  **_norm_flags(attrs))
+
+
+@register_converter("nn.layer_norm")
+def _layer_norm(inputs, attrs, ctx):
+    data, gamma, beta = inputs
+    return relax.op.nn.layer_norm(data, gamma, beta, axes=[int(attrs.get("axis", -1))],
+                                  **_norm_flags(attrs))
+
+
+def _spatial_axes(data, channel_axis: int) -> list[int]:
+    """Every axis but the batch axis (0) and the channel axis."""
+    return [i for i in range(1, ndim_of(data)) if i != channel_axis]
+
+
+@register_converter("nn.group_norm")
+def _group_norm(inputs, attrs, ctx):
+    data, gamma, beta = inputs
+    axis = normalize_axis(attrs.get("axis", 1), ndim_of(data), ctx)
+    return relax.op.nn.group_norm(data, gamma, beta, num_groups=int(attrs["num_groups"]),
+                                  channel_axis=axis, axes=_spatial_axes(data, axis),
+                                  **_norm_flags(attrs))
+
+
+@register_converter("nn.instance_norm")
+def _instance_norm(inputs, attrs, ctx):
+    data, gamma, beta = inputs
+    axis = normalize_axis(attrs.get("axis", 1), ndim_of(data), ctx)
+    return relax.op.nn.instance_norm(data, gamma, beta, channel_axis=axis,
+                                     axes=_spatial_axes(data, axis), **_norm_flags(attrs))
