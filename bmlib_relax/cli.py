@@ -1,52 +1,127 @@
 """The ``bmlib-relax`` command line: a thin layer over the library.
 
-It catches only bmlib-relax's own errors, prints them as one line (with the
-``file:line:column`` they carry) and exits 2; exit 1 means a check failed.
+Exit codes: 0 ok, 1 the equivalence check failed, 2 bad input (a missing file,
+malformed Relay text, an unsupported op, a bad ``--inputs`` spec, a pattern or
+lowering module that raises ...), 3 an internal error.  On failure the first
+line on stderr is the cause; details (source line and caret) follow.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
+import traceback
 from typing import Optional, Sequence
 
 import numpy as np
 
 from .errors import BmlibError
 
-EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+EXAMPLE_DIR = os.path.join(os.path.dirname(__file__), "examples", "legacy_bmlib")
 
 
+# --------------------------------------------------------------------------- convert
+def _cmd_convert(args: argparse.Namespace) -> int:
+    from .convert import convert, parse_input_spec
+    from .progress import Progress
+
+    specs = [parse_input_spec(s) for s in args.inputs or []]
+    result = convert(args.model, args.output, params=args.params, patterns_path=args.patterns,
+                     lowerings_path=args.lowerings, inputs=specs, merge=args.merge,
+                     check=args.check, target=args.target, rtol=args.rtol, atol=args.atol,
+                     progress=Progress(False if args.quiet else None))
+    _print_summary(result.report, args.quiet)
+    print(f"wrote {', '.join(sorted(os.path.basename(f) for f in result.files.values()))} "
+          f"to {result.outdir}")
+    return _check_exit(result.report)
+
+
+def _print_summary(report: dict, quiet: bool) -> None:
+    parts = report["partitions"]
+    offloaded = sum(report["ops_offloaded"].values())
+    host = sum(report["ops_host"].values())
+    print(f"{len(parts)} bmlib partition(s), {offloaded} op(s) offloaded, {host} on host")
+    if not quiet:
+        for p in parts:
+            print(f"  {p['name']}: {', '.join(p['composites'])} "
+                  f"({p['num_params']} params -> {p['num_args']} PrimFunc args)")
+    for warning in report["warnings"]:
+        print(f"warning: {warning}", file=sys.stderr)
+
+
+def _check_exit(report: dict) -> int:
+    check = report.get("check")
+    if check is None:
+        return EXIT_OK
+    worst = max(check["outputs"], key=lambda o: o["max_abs"], default=None)
+    detail = f"max abs diff {worst['max_abs']:.3g}" if worst else "no outputs"
+    if check["ok"]:
+        print(f"check passed: matches the plain Relax build ({detail}, "
+              f"rtol {check['rtol']:g}, atol {check['atol']:g})")
+        return EXIT_OK
+    print(f"check failed: bmlib output differs from the plain Relax build ({detail})",
+          file=sys.stderr)
+    div = check.get("first_divergence")
+    if div:
+        print(f"  first diverging intermediate: {div['binding']} from {div['producer']} "
+              f"(max abs {div['max_abs']:.3g})", file=sys.stderr)
+    return EXIT_CHECK_FAILED
+
+
+# --------------------------------------------------------------------------- run
+def _cmd_run(args: argparse.Namespace) -> int:
+    from .errors import ParamError
+    from .runtime import load
+
+    model = load(args.artifact)
+    feed = {}
+    for spec in args.input or []:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            raise ParamError(f"bad --input {spec!r}: expected name=file.npy")
+        if not os.path.exists(path):
+            raise ParamError(f"input {name!r}: file not found: {path}", name)
+        feed[name] = np.load(path, allow_pickle=False)
+    outputs = model(**feed) if model.input_names else model(*feed.values())
+    outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+    for i, out in enumerate(outputs):
+        print(f"out{i}: shape {tuple(out.shape)} dtype {out.dtype} "
+              f"min {out.min():.6g} max {out.max():.6g} sum {out.astype(np.float64).sum():.6g}")
+    if args.output:
+        np.savez(args.output, **{f"out{i}": o for i, o in enumerate(outputs)})
+        print(f"wrote {args.output}")
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- demo
 def _cmd_demo(args: argparse.Namespace) -> int:
-    import tvm
-    from tvm import relax
+    """The seed pipeline through ``convert``, with both legacy pattern variants."""
+    from .convert import convert
+    from .progress import Progress
 
-    from . import compile as bmlib_compile
-    from . import import_relay
-    from .examples import seed
-    from .relay import parse
-
-    print("bmlib-relax demo: the seed Relay graph (reshape + conv2d + add + batch_norm + relu)")
-    module = parse(seed.SEED_RELAY, source_name="<seed example>")
-    params = seed.seed_params()
-    data = seed.seed_input()
-    plain = tvm.compile(import_relay(module, params), target="llvm")
-    reference = relax.VirtualMachine(plain, tvm.cpu())["main"](tvm.runtime.tensor(data)).numpy()
-    worst = 0.0
-    variants = (("variant 1 (all wildcards)", seed.pattern_all_wildcards()),
-                ("variant 2 (is_constant weights)", seed.pattern_constant_weights()))
-    for title, pattern in variants:
-        model = bmlib_compile(module, params, patterns=[(seed.COMPOSITE_NAME, pattern)])
-        out = model(data)
-        diff = float(np.abs(out - reference).max())
-        worst = max(worst, diff)
-        print(f"\n== legacy pattern {title} ==")
-        print(model.report)
-        print(f"max |bmlib - plain Relax build| = {diff:.3g}")
-    tolerance = 1e-5
-    ok = worst <= tolerance
-    print(f"\n{'OK' if ok else 'MISMATCH'}: both variants match the unoffloaded build "
-          f"within {tolerance:g}" if ok else f"\nMISMATCH: max difference {worst:g} > {tolerance:g}")
-    return EXIT_OK if ok else EXIT_CHECK_FAILED
+    print("bmlib-relax demo: the Relay bmlib pipeline that failed with "
+          "'num_args should be 8' (reshape + conv2d + add + batch_norm + relu)\n")
+    outroot = args.output or tempfile.mkdtemp(prefix="bmlib-relax-demo-")
+    variants = [
+        ("variant 1: all-wildcard pattern", "bmlib_patterns_wildcard.py"),
+        ("variant 2: is_constant() weights, with a legacy check function", "bmlib_patterns.py"),
+    ]
+    status = EXIT_OK
+    for index, (title, table) in enumerate(variants, 1):
+        print(f"== {title} ==")
+        result = convert(os.path.join(EXAMPLE_DIR, "model.relay"),
+                         os.path.join(outroot, f"variant{index}"),
+                         params=os.path.join(EXAMPLE_DIR, "params.npz"),
+                         patterns_path=os.path.join(EXAMPLE_DIR, table), check=True,
+                         rtol=1e-5, atol=1e-5, progress=Progress(False))
+        print(result.model.report)
+        status = max(status, _check_exit(result.report))
+        print(f"artifacts: {result.outdir}\n")
+    print("OK: both variants offload the whole graph and match the unoffloaded build"
+          if status == EXIT_OK else "MISMATCH: see above")
+    return status
 
 
 def _cmd_list_ops(args: argparse.Namespace) -> int:
@@ -60,25 +135,60 @@ def _cmd_list_ops(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# --------------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bmlib-relax",
-                                     description="Move Relay models and bmlib pipelines to Relax.")
+    parser = argparse.ArgumentParser(
+        prog="bmlib-relax", description="Move Relay models and bmlib BYOC pipelines to Relax.")
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="compile and run the embedded seed example")
+
+    conv = sub.add_parser("convert", help="convert a Relay model (+ legacy pattern table) "
+                                          "into Relax artifacts")
+    conv.add_argument("model", help="Relay text file (mod.astext() output)")
+    conv.add_argument("-o", "--output", required=True, help="output folder")
+    conv.add_argument("--params", help=".params (save_param_dict) or .npz weights")
+    conv.add_argument("--patterns", help="legacy pattern table module (tvm.relay syntax)")
+    conv.add_argument("--lowerings", help="module with a legacy _LOWER_MAP of TE lowerings")
+    conv.add_argument("--inputs", nargs="+", metavar="NAME=SHAPE:DTYPE|NAME=FILE.npy",
+                      help="input shapes (recipe values) or input arrays")
+    conv.add_argument("--merge", action="store_true", help="merge neighbouring composites")
+    conv.add_argument("--check", action="store_true",
+                      help="compare against the plain Relax build (exit 1 if it differs)")
+    conv.add_argument("--rtol", type=float, default=1e-4)
+    conv.add_argument("--atol", type=float, default=1e-4)
+    conv.add_argument("--target", default="llvm", help="TVM target (default llvm)")
+    conv.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    conv.set_defaults(func=_cmd_convert)
+
+    run = sub.add_parser("run", help="run a converted model.so")
+    run.add_argument("artifact", help="model.so written by convert")
+    run.add_argument("--input", action="append", metavar="NAME=FILE.npy")
+    run.add_argument("--output", help="write the outputs to this .npz")
+    run.set_defaults(func=_cmd_run)
+
+    demo = sub.add_parser("demo", help="convert and check the embedded seed example")
+    demo.add_argument("-o", "--output", help="folder for the artifacts (default: a temp dir)")
     demo.set_defaults(func=_cmd_demo)
+
     ops = sub.add_parser("list-ops", help="list supported Relay ops and bmlib templates")
     ops.set_defaults(func=_cmd_list_ops)
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     try:
         return args.func(args)
     except BmlibError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # noqa: BLE001 - keep exit 1 for "check failed" only
+        lines = str(exc).strip().splitlines()
+        print(f"internal error: {type(exc).__name__}: {lines[-1] if lines else ''}",
+              file=sys.stderr)
+        traceback.print_exc(file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ PrimFunc, verify each PrimFunc's arity against its call, ``RunCodegen``, and
 from __future__ import annotations
 
 import os
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import tvm
 from tvm import relax
@@ -24,23 +24,34 @@ from .runtime import ModelRunner, input_specs, write_signature
 TargetLike = Union[str, dict, tvm.target.Target]
 
 
-def lower_and_verify(partitioned: tvm.IRModule) -> dict:
-    """Lower every bmlib partition and check it against its call sites (no build)."""
+def lower_and_verify(partitioned: tvm.IRModule,
+                     on_partition: Optional[Callable[[int, int, str], None]] = None) -> dict:
+    """Lower every bmlib partition and check it against its call sites (no build).
+
+    ``on_partition(index, total, name)`` is called before each one (progress).
+    """
+    names = [gvar.name_hint for gvar, func in partitioned.functions.items()
+             if _is_partition(func)]
     lowered = {}
-    for gvar, func in partitioned.functions.items():
-        if _is_partition(func):
-            lowered[gvar.name_hint] = lower_partition(func, gvar.name_hint)
+    for index, name in enumerate(sorted(names), 1):
+        if on_partition is not None:
+            on_partition(index, len(names), name)
+        lowered[name] = lower_partition(partitioned[name], name)
     verify_partition_arity(partitioned, {k: rec for k, (_, rec) in lowered.items()})
     return lowered
 
 
-def build_offloaded(partitioned: tvm.IRModule, target: TargetLike = "llvm"):
-    """Verify, codegen and build a partitioned module. Returns (executable, records)."""
-    lowered = lower_and_verify(partitioned)
+def build_verified(partitioned: tvm.IRModule, lowered: dict, target: TargetLike = "llvm"):
+    """``RunCodegen`` with already verified partitions, then ``tvm.compile``."""
     with codegen_session(target, lowered) as records:
         with_ext = relax.transform.RunCodegen()(partitioned)
         executable = tvm.compile(with_ext, target=tvm.target.Target(target))
     return executable, dict(records)
+
+
+def build_offloaded(partitioned: tvm.IRModule, target: TargetLike = "llvm"):
+    """Verify, codegen and build a partitioned module. Returns (executable, records)."""
+    return build_verified(partitioned, lower_and_verify(partitioned), target)
 
 
 class CompiledModel(ModelRunner):

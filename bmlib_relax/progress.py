@@ -1,0 +1,44 @@
+"""Progress lines for the long steps of a conversion (parse, import, codegen, build).
+
+Shown on a terminal only: when stderr is not a TTY, or with ``quiet``, nothing
+is printed, so logs and pipes stay clean.
+"""
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from typing import Iterator, Optional, TextIO
+
+
+class Progress:
+    def __init__(self, enabled: Optional[bool] = None, stream: Optional[TextIO] = None):
+        self.stream = stream or sys.stderr
+        self.enabled = (hasattr(self.stream, "isatty") and self.stream.isatty()) \
+            if enabled is None else enabled
+
+    def note(self, message: str) -> None:
+        if self.enabled:
+            print(f"  {message}", file=self.stream, flush=True)
+
+    @contextlib.contextmanager
+    def step(self, title: str) -> Iterator[None]:
+        start = time.perf_counter()
+        if self.enabled:
+            print(f"{title} ...", file=self.stream, end="", flush=True)
+        try:
+            yield
+        except BaseException:
+            if self.enabled:
+                print(" failed", file=self.stream, flush=True)
+            raise
+        if self.enabled:
+            print(f" done ({time.perf_counter() - start:.2f}s)", file=self.stream, flush=True)
+
+    def item(self, index: int, total: int, label: str) -> None:
+        """One line per unit of a long step (e.g. each partition's codegen)."""
+        if self.enabled:
+            print(f"\n  [{index}/{total}] {label}", file=self.stream, end="", flush=True)
+
+
+QUIET = Progress(enabled=False)
