@@ -1,22 +1,29 @@
-"""Translate legacy Relay DFPatterns into Relax DPL.
+"""Translate legacy Relay DFPatterns (and their check functions) into Relax DPL.
 
 A Relay pattern names Relay ops with Relay arities (``is_op("reshape")(x)``);
 the importer emits Relax ops, sometimes with extra non-tensor operands
-(``relax.reshape(x, shape)``) or under other names (``transpose`` →
-``relax.permute_dims``).  The tables here state, per Relay op, the Relax form
-the importer produces, so a pattern written against Relay matches exactly the
-calls the importer emitted for the same Relay ops.  Ops whose import is not a
-single Relax call get a translator function registered with
+(``relax.reshape(x, shape)``), under other names (``transpose`` →
+``relax.permute_dims``) or as several calls (``nn.dense(x, w)`` →
+``matmul(x, permute_dims(w))``).  The tables here state, per Relay op, the
+Relax form the importer produces, so a pattern written against Relay matches
+exactly the calls the importer emitted for the same Relay ops.  Ops whose
+import is not a single Relax call get a translator function registered with
 :func:`register_pattern_translator`.
+
+``has_attr`` constraints become DPL ``has_attr`` where the Relax op carries the
+attribute under a known name (:data:`RELAX_ATTR_NAME`); the others (``units``,
+``transpose_b``, ``newshape``, clip bounds, ...) are checked after the match
+on the Relay-style view of :mod:`.relay_view`, as are legacy check functions.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from tvm.relax import dpl
 
 from ..errors import BmlibError
 from ..relay import dataflow_pattern as rp
+from .relay_view import relay_view
 
 
 class PatternTranslationError(BmlibError, ValueError):
@@ -27,13 +34,40 @@ class PatternTranslationError(BmlibError, ValueError):
 RELAX_OP_NAME = {
     "transpose": "relax.permute_dims",
     "nn.batch_flatten": "relax.reshape",
-    "copy": "relax.add",  # never matched in practice; kept explicit for clarity
+    "nn.leaky_relu": "relax.nn.leakyrelu",
+    "nn.global_avg_pool2d": "relax.nn.adaptive_avg_pool2d",
+    "cast": "relax.astype",
+    "concatenate": "relax.concat",
 }
 
 # Relay op -> number of trailing non-tensor operands the Relax op adds.
 EXTRA_OPERANDS = {
-    "reshape": 1,
+    "reshape": 1,          # the target shape
     "nn.batch_flatten": 1,
+    "clip": 2,             # a_min, a_max are PrimValue operands
+    "strided_slice": 4,    # axes, begin, end, strides
+}
+
+# (Relay op, Relay attribute) -> (Relax attribute, value converter), where the
+# Relax op stores the same value as an attribute.  Anything else in a has_attr
+# is checked on the Relay-style view after the match.
+_SAME = None
+RELAX_ATTR_NAME: dict[tuple[str, str], tuple[str, Optional[Callable]]] = {
+    **{("nn.conv2d", a): (a, _SAME) for a in ("strides", "dilation", "groups", "data_layout",
+                                              "kernel_layout")},
+    **{("nn.conv2d_transpose", a): (a, _SAME) for a in ("strides", "output_padding",
+                                                        "dilation", "groups", "data_layout",
+                                                        "kernel_layout")},
+    **{("nn.batch_norm", a): (a, _SAME) for a in ("axis", "epsilon", "center", "scale")},
+    **{("nn.layer_norm", a): (a, _SAME) for a in ("epsilon", "center", "scale")},
+    ("nn.layer_norm", "axis"): ("axes", lambda v: [v] if isinstance(v, int) else list(v)),
+    **{(op, a): (a, _SAME) for op in ("nn.max_pool2d", "nn.avg_pool2d")
+       for a in ("pool_size", "strides", "dilation", "layout", "ceil_mode")},
+    ("nn.softmax", "axis"): ("axis", _SAME),
+    ("nn.leaky_relu", "alpha"): ("alpha", _SAME),
+    ("cast", "dtype"): ("dtype", _SAME),
+    ("transpose", "axes"): ("axes", _SAME),
+    ("concatenate", "axis"): ("axis", _SAME),
 }
 
 CallTranslator = Callable[[Sequence[dpl.DFPattern], rp.CallPattern], dpl.DFPattern]
@@ -56,66 +90,176 @@ def relax_op_name(relay_op: str) -> str:
     return RELAX_OP_NAME.get(relay_op, "relax." + relay_op)
 
 
-def _translate_call(pattern: rp.CallPattern, memo: dict) -> dpl.DFPattern:
-    if not isinstance(pattern.op, rp.OpPattern):
-        raise PatternTranslationError("only is_op(...) calls can be translated, got a call of "
-                                      f"{type(pattern.op).__name__}")
-    name = pattern.op.name
-    args = [translate(a, memo) for a in (pattern.args or ())]
-    custom = _CALL_TRANSLATORS.get(name)
-    if custom is not None:
-        return custom(args, pattern)
-    args += [dpl.wildcard() for _ in range(EXTRA_OPERANDS.get(name, 0))]
-    if pattern.args is None:
-        return dpl.is_op(relax_op_name(name))(varg_default_wildcard=True)
-    return dpl.is_op(relax_op_name(name))(*args)
+def _arity(args: Sequence[dpl.DFPattern], relay_op: str, count: int) -> None:
+    if len(args) != count:
+        raise PatternTranslationError(f"is_op({relay_op!r}) takes {count} argument(s) in a "
+                                      f"pattern, got {len(args)}")
+
+
+@register_pattern_translator("nn.dense")
+def _dense(args, pattern):
+    _arity(args, "nn.dense", 2)
+    return dpl.is_op("relax.matmul")(args[0], dpl.is_op("relax.permute_dims")(args[1]))
+
+
+@register_pattern_translator("nn.batch_matmul")
+def _batch_matmul(args, pattern):
+    # transpose_b=True (Relay's default) imports with a permute_dims of the rhs.
+    _arity(args, "nn.batch_matmul", 2)
+    return dpl.is_op("relax.matmul")(args[0], dpl.is_op("relax.permute_dims")(args[1])) | \
+        dpl.is_op("relax.matmul")(args[0], args[1])
+
+
+@register_pattern_translator("nn.bias_add")
+def _bias_add(args, pattern):
+    # Last-axis bias: add(x, b); channel bias: add(x, reshape(b, [C, 1, ..., 1])).
+    _arity(args, "nn.bias_add", 2)
+    return dpl.is_op("relax.add")(args[0], args[1]) | \
+        dpl.is_op("relax.add")(args[0], dpl.is_op("relax.reshape")(args[1], dpl.wildcard()))
+
+
+@register_pattern_translator("nn.pad")
+def _pad(args, pattern):
+    # Relay passes the pad value as a second operand; Relax keeps it as an attribute.
+    return dpl.is_op("relax.nn.pad")(args[0])
+
+
+# --------------------------------------------------------------------------- translation
+class _Translation:
+    """One legacy pattern's translation: the DPL pattern plus post-match attr checks."""
+
+    def __init__(self):
+        self.memo: dict[int, dpl.DFPattern] = {}
+        # annotation name -> (Relay op, {attr: value}, legacy sub-pattern)
+        self.deferred_attrs: dict[str, tuple[Optional[str], dict, rp.DFPattern]] = {}
+        self.annotations: dict[str, dpl.DFPattern] = {}
+
+    def translate(self, pattern: Any) -> dpl.DFPattern:
+        if isinstance(pattern, dpl.DFPattern):
+            return pattern
+        if not isinstance(pattern, rp.DFPattern):
+            raise PatternTranslationError(f"not a pattern: {type(pattern).__name__}")
+        if id(pattern) not in self.memo:
+            self.memo[id(pattern)] = self._node(pattern)
+        return self.memo[id(pattern)]
+
+    def _call(self, pattern: rp.CallPattern) -> dpl.DFPattern:
+        if not isinstance(pattern.op, rp.OpPattern):
+            raise PatternTranslationError("only is_op(...) calls can be translated, got a call "
+                                          f"of {type(pattern.op).__name__}")
+        name = pattern.op.name
+        if pattern.args is None:
+            return dpl.is_op(relax_op_name(name))(varg_default_wildcard=True)
+        args = [self.translate(a) for a in pattern.args]
+        custom = _CALL_TRANSLATORS.get(name)
+        if custom is not None:
+            return custom(args, pattern)
+        args += [dpl.wildcard() for _ in range(EXTRA_OPERANDS.get(name, 0))]
+        return dpl.is_op(relax_op_name(name))(*args)
+
+    def _attrs(self, p: rp.AttrPattern) -> dpl.DFPattern:
+        inner = self.translate(p.pattern)
+        op = _relay_op_of(p.pattern)
+        direct, deferred = {}, {}
+        for key, value in p.attrs.items():
+            mapped = RELAX_ATTR_NAME.get((op, key)) if op is not None else None
+            if mapped is None:
+                deferred[key] = value
+            else:
+                relax_name, convert = mapped
+                direct[relax_name] = value if convert is None else convert(value)
+        result = inner.has_attr(direct) if direct else inner
+        if deferred:
+            # Checked on the Relay view of whatever this sub-pattern matched.
+            key = f"legacy_attrs{len(self.deferred_attrs)}"
+            self.annotations[key] = result
+            self.deferred_attrs[key] = (op, deferred, p.pattern)
+        return result
+
+    def _node(self, p: rp.DFPattern) -> dpl.DFPattern:
+        if isinstance(p, rp.WildcardPattern):
+            return dpl.wildcard()
+        if isinstance(p, rp.ConstantPattern):
+            return dpl.is_const()
+        if isinstance(p, rp.VarPattern):
+            return dpl.is_var(p.name_hint) if p.name_hint else dpl.is_var()
+        if isinstance(p, rp.CallPattern):
+            return self._call(p)
+        if isinstance(p, rp.OpPattern):
+            raise PatternTranslationError(f"is_op({p.name!r}) must be called with its arguments")
+        if isinstance(p, rp.TupleGetItemPattern):
+            index = -1 if p.index is None else p.index
+            return dpl.is_tuple_get_item(self.translate(p.tuple_value), index)
+        if isinstance(p, rp.TuplePattern):
+            if p.fields is None:
+                return dpl.wildcard()
+            return dpl.is_tuple([self.translate(f) for f in p.fields])
+        if isinstance(p, rp.AltPattern):
+            return self.translate(p.left) | self.translate(p.right)
+        if isinstance(p, rp.AttrPattern):
+            return self._attrs(p)
+        if isinstance(p, rp.DataTypePattern):
+            return self.translate(p.pattern).has_dtype(p.dtype)
+        if isinstance(p, rp.ShapePattern):
+            return self.translate(p.pattern).has_shape(list(p.shape))
+        raise PatternTranslationError(f"{type(p).__name__} has no Relax DPL translation yet")
+
+
+def _relay_op_of(p: Any) -> Optional[str]:
+    if isinstance(p, rp.CallPattern) and isinstance(p.op, rp.OpPattern):
+        return p.op.name
+    return None
 
 
 def translate(pattern: Any, memo: dict | None = None) -> dpl.DFPattern:
     """Relax DPL equivalent of a legacy Relay pattern (Relax patterns pass through).
 
     Shared sub-patterns stay shared (memoised by identity), as DPL requires for
-    patterns that use one wildcard twice.
+    patterns that use one wildcard twice.  Attribute constraints without a Relax
+    attribute are dropped here; :func:`translate_entry` keeps them as checks.
     """
-    if isinstance(pattern, dpl.DFPattern):
-        return pattern
-    if not isinstance(pattern, rp.DFPattern):
-        raise PatternTranslationError(f"not a pattern: {type(pattern).__name__}")
-    memo = {} if memo is None else memo
-    if id(pattern) in memo:
-        return memo[id(pattern)]
-    result = _translate_node(pattern, memo)
-    memo[id(pattern)] = result
-    return result
+    translation = _Translation()
+    if memo is not None:
+        translation.memo = memo
+    return translation.translate(pattern)
 
 
-def _translate_node(p: rp.DFPattern, memo: dict) -> dpl.DFPattern:
-    if isinstance(p, rp.WildcardPattern):
-        return dpl.wildcard()
-    if isinstance(p, rp.ConstantPattern):
-        return dpl.is_const()
-    if isinstance(p, rp.VarPattern):
-        return dpl.is_var(p.name_hint) if p.name_hint else dpl.is_var()
-    if isinstance(p, rp.CallPattern):
-        return _translate_call(p, memo)
-    if isinstance(p, rp.OpPattern):
-        raise PatternTranslationError(f"is_op({p.name!r}) must be called with its arguments")
-    if isinstance(p, rp.TupleGetItemPattern):
-        index = -1 if p.index is None else p.index
-        return dpl.is_tuple_get_item(translate(p.tuple_value, memo), index)
-    if isinstance(p, rp.TuplePattern):
-        if p.fields is None:
-            return dpl.wildcard()
-        return dpl.is_tuple([translate(f, memo) for f in p.fields])
-    if isinstance(p, rp.AltPattern):
-        return translate(p.left, memo) | translate(p.right, memo)
-    if isinstance(p, rp.AttrPattern):
-        return translate(p.pattern, memo).has_attr(p.attrs)
-    if isinstance(p, rp.DataTypePattern):
-        return translate(p.pattern, memo).has_dtype(p.dtype)
-    if isinstance(p, rp.ShapePattern):
-        return translate(p.pattern, memo).has_shape(list(p.shape))
-    raise PatternTranslationError(f"{type(p).__name__} has no Relax DPL translation yet")
+def _attr_equal(actual: Any, expected: Any) -> bool:
+    if isinstance(expected, (list, tuple)):
+        return isinstance(actual, (list, tuple)) and len(actual) == len(expected) and \
+            all(_attr_equal(a, e) for a, e in zip(actual, expected))
+    if isinstance(expected, float) and isinstance(actual, (int, float)):
+        return abs(actual - expected) <= 1e-6 * max(1.0, abs(expected))
+    return actual == expected or str(actual) == str(expected)
+
+
+def translate_entry(name: str, pattern: Any, check: Optional[Callable] = None,
+                    base_check: Optional[Callable] = None) -> tuple:
+    """A legacy ``(name, pattern[, check])`` entry as ``(name, dpl, annotations, check)``.
+
+    The resulting check runs ``base_check`` (the backend's own dtype/shape
+    predicate), the attribute constraints DPL could not express, then the
+    legacy ``check`` on the Relay-style view of the matched root.
+    """
+    translation = _Translation()
+    dpl_pattern = translation.translate(pattern)
+    deferred = dict(translation.deferred_attrs)
+
+    def legacy_check(context) -> bool:
+        if base_check is not None and not base_check(context):
+            return False
+        for key, (op, attrs, sub_pattern) in deferred.items():
+            expr = context.annotated_expr[key]
+            attrs_view = getattr(relay_view(expr, context, sub_pattern), "attrs", None)
+            if attrs_view is None or not all(
+                    key_ in attrs_view and _attr_equal(attrs_view[key_], value)
+                    for key_, value in attrs.items()):
+                return False
+        if check is None:
+            return True
+        return bool(check(relay_view(context.matched_expr, context, pattern)))
+
+    return (name, dpl_pattern, dict(translation.annotations), legacy_check)
 
 
 def is_legacy_pattern(pattern: Any) -> bool:

@@ -1,73 +1,247 @@
 """The bmlib pattern table: Relax DPL composites registered under ``bmlib.``.
 
 Each entry is ``(name, pattern, annotations, check)`` as TVM's pattern registry
-expects.  Builders take flags (``make_conv2d_pattern(with_bn=True,
-activation="relax.nn.relu")``) and return the pattern plus its annotation map;
-the annotation names are the contract between pattern, check and template.
-Checks are pure predicates that accept exactly what the templates support.
-Later entries take priority, so larger fusions are listed after their parts.
+expects.  Builders take flags (``make_conv2d_pattern(with_bias=True,
+with_bn=True, activation="relu")``) and return the pattern plus its annotation
+map; the annotation names are the contract between pattern and check.  The
+codegen does not read composite names: a composite is lowered as the
+composition of its ops' templates, so a check only has to accept what those
+templates support.  Later entries take priority, so larger fusions are listed
+after their parts.
+
+Patterns match the forms the importer emits (``nn.dense`` is ``matmul(x,
+permute_dims(w))``, ``nn.bias_add`` an ``add`` of a per-channel tensor, ...).
+DPL matches ``add``/``multiply`` commutatively, so ``add(reshape(b), conv)``
+and ``add(conv, reshape(b))`` are one pattern.
 """
 from __future__ import annotations
 
 from typing import Callable, Optional
 
+from tvm import relax
 from tvm.relax.backend.pattern_registry import get_patterns_with_prefix, register_patterns
-from tvm.relax.dpl import DFPattern, is_op, is_tuple_get_item, wildcard
+from tvm.relax.backend.utils import has_leaking_intermediate_variables
+from tvm.relax.dpl import DFPattern, is_const, is_op, is_tuple_get_item, wildcard
 from tvm.relax.transform import PatternCheckContext
 
 PREFIX = "bmlib"
 SUPPORTED_DTYPES = ("float32", "float16")
 
 Annotations = dict[str, DFPattern]
+Check = Callable[[PatternCheckContext], bool]
+
+# Element-wise ops, by arity (extra non-tensor operands such as clip's bounds are wildcards).
+UNARY_OPS = ("relax.nn.relu", "relax.nn.leakyrelu", "relax.nn.gelu",
+             "relax.nn.silu", "relax.clip", "relax.sigmoid", "relax.tanh", "relax.exp",
+             "relax.log", "relax.sqrt", "relax.rsqrt", "relax.negative", "relax.abs",
+             "relax.erf", "relax.astype")
+BINARY_OPS = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide",
+              "relax.maximum", "relax.minimum", "relax.power")
+# Data movement and reductions offloaded as single-op composites.
+MOVEMENT_OPS = ("relax.reshape", "relax.permute_dims", "relax.expand_dims", "relax.squeeze",
+                "relax.flatten", "relax.concat", "relax.split", "relax.strided_slice",
+                "relax.nn.pad")
+REDUCE_OPS = ("relax.mean", "relax.sum", "relax.max", "relax.min")
 
 
 # --------------------------------------------------------------------------- checks
-def _static_tensor(expr) -> bool:
+def _shape(expr) -> Optional[list[int]]:
+    """Static shape of a tensor expression, None if dynamic or not a tensor."""
     ty = getattr(expr, "ty", None)
     shape = getattr(ty, "shape", None)
-    if shape is None or not hasattr(shape, "values"):
+    if not isinstance(ty, relax.TensorType) or shape is None or not hasattr(shape, "values"):
+        return None
+    if not all(hasattr(d, "value") for d in shape.values):
+        return None
+    return [int(d.value) for d in shape.values]
+
+
+def _tensor_ok(ty) -> bool:
+    if isinstance(ty, relax.TupleType):
+        return all(_tensor_ok(f) for f in ty.fields)
+    if not isinstance(ty, relax.TensorType):
+        return True  # shapes, PrimValues: operands, not data
+    # The templates are written for floating point; integer math stays on the host.
+    if str(ty.dtype) not in SUPPORTED_DTYPES:
         return False
-    return all(hasattr(d, "value") for d in shape.values)
+    # Templates are specialised per shape at compile time.
+    return ty.shape is not None and hasattr(ty.shape, "values") and \
+        all(hasattr(d, "value") for d in ty.shape.values)
 
 
 def check_tensors(context: PatternCheckContext) -> bool:
-    """Every annotated tensor is float32/float16 with a static shape."""
-    for expr in context.annotated_expr.values():
-        ty = getattr(expr, "ty", None)
-        if ty is None or not hasattr(ty, "dtype"):
-            continue  # tuples and shape arguments
-        # The templates are written for floating point; integer math stays on the host.
-        if str(ty.dtype) not in SUPPORTED_DTYPES:
+    """Every tensor the match reads or writes is float32/float16 with a static shape,
+    and no intermediate value is needed outside the composite."""
+    exprs = [context.matched_expr, *context.annotated_expr.values(),
+             *context.matched_bindings.values()]
+    for expr in exprs:
+        if not _tensor_ok(getattr(expr, "ty", None)):
             return False
-        # Templates are specialised per shape at compile time.
-        if not _static_tensor(expr):
-            return False
-    return True
+        for arg in getattr(expr, "args", None) or ():
+            if not _tensor_ok(getattr(arg, "ty", None)):
+                return False
+    # An intermediate used outside would be recomputed or lost: keep such regions apart.
+    return not has_leaking_intermediate_variables(context)
+
+
+def _per_channel(bias_shape: list[int], out_shape: list[int], axis: int) -> bool:
+    """``bias`` broadcasts along ``axis`` of ``out`` only (the bias_add import form)."""
+    if len(bias_shape) > len(out_shape):
+        return False
+    aligned = [1] * (len(out_shape) - len(bias_shape)) + bias_shape
+    axis = axis % len(out_shape)
+    return all(d == (out_shape[axis] if i == axis else 1) or (i == axis and d == 1)
+               for i, d in enumerate(aligned))
+
+
+def _bias_ok(context: PatternCheckContext, producer: str, axis: int) -> bool:
+    if "bias" not in context.annotated_expr:
+        return True
+    bias = _shape(context.annotated_expr["bias"])
+    out = _shape(context.annotated_expr[producer])
+    return bias is not None and out is not None and _per_channel(bias, out, axis)
+
+
+def _bn_ok(context: PatternCheckContext) -> bool:
+    bn = context.annotated_expr.get("bn")
+    # Inference only: training-mode batch_norm computes batch statistics.
+    return bn is None or not bool(bn.attrs.training)
 
 
 def check_conv2d(context: PatternCheckContext) -> bool:
     if not check_tensors(context):
         return False
-    conv = context.annotated_expr["conv"]
-    attrs = conv.attrs
+    attrs = context.annotated_expr["conv"].attrs
     # The conv2d template is written for NCHW data and OIHW weights.
-    return str(attrs.data_layout) == "NCHW" and str(attrs.kernel_layout) == "OIHW" \
-        and str(attrs.out_layout) == "NCHW"
+    if (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout)) != \
+            ("NCHW", "OIHW", "NCHW"):
+        return False
+    # A fused bias must be per output channel, and batch_norm must normalise channels.
+    bn = context.annotated_expr.get("bn")
+    if bn is not None and int(bn.attrs.axis) not in (1, -3):
+        return False
+    return _bias_ok(context, "conv", axis=1) and _bn_ok(context)
+
+
+def check_conv2d_transpose(context: PatternCheckContext) -> bool:
+    if not check_tensors(context):
+        return False
+    attrs = context.annotated_expr["conv"].attrs
+    # topi's transposed convolution: NCHW data, IOHW weights, no dilation.
+    return (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout)) == \
+        ("NCHW", "IOHW", "NCHW") and all(int(d) == 1 for d in attrs.dilation)
+
+
+def check_matmul(context: PatternCheckContext) -> bool:
+    if not check_tensors(context):
+        return False
+    # The bias of a dense is added along the last axis (nn.bias_add's import form).
+    return _bias_ok(context, "matmul", axis=-1)
+
+
+def check_dense(context: PatternCheckContext) -> bool:
+    # nn.dense's weight is 2-D and transposed by permute_dims([1, 0]).
+    weight = _shape(context.annotated_expr["weight"])
+    return weight is not None and len(weight) == 2 and check_matmul(context)
+
+
+def check_batch_matmul(context: PatternCheckContext) -> bool:
+    lhs, rhs = (_shape(context.annotated_expr[k]) for k in ("lhs", "rhs"))
+    return lhs is not None and rhs is not None and len(lhs) >= 3 and len(rhs) >= 3 and \
+        check_matmul(context)
+
+
+def check_erf_gelu(context: PatternCheckContext) -> bool:
+    """``0.5 * x * (1 + erf(x * 1/sqrt(2)))`` — the constants make it GELU."""
+    expected = {"gelu_half": 0.5, "gelu_one": 1.0, "gelu_rsqrt2": 0.7071068}
+    for key, value in expected.items():
+        const = context.annotated_expr.get(key)
+        if const is None:
+            continue
+        data = const.value.numpy()
+        if data.size != 1 or abs(float(data.reshape(())) - value) > 1e-3:
+            return False
+    return True
+
+
+def check_pool2d(context: PatternCheckContext) -> bool:
+    attrs = context.annotated_expr["root"].attrs
+    # topi pooling follows the input layout; NCHW is the one the templates are tested on.
+    return check_tensors(context) and str(attrs.layout) == "NCHW" and \
+        str(attrs.out_layout) == "NCHW"
+
+
+def check_batch_norm(context: PatternCheckContext) -> bool:
+    return check_tensors(context) and _bn_ok(context)
+
+
+def check_layer_norm(context: PatternCheckContext) -> bool:
+    attrs = context.annotated_expr["root"].attrs
+    # The template always scales and centres (topi.nn.layer_norm has no switches).
+    return check_tensors(context) and bool(attrs.center) and bool(attrs.scale)
+
+
+def check_pad(context: PatternCheckContext) -> bool:
+    # Only constant padding has a template.
+    return check_tensors(context) and \
+        str(context.annotated_expr["root"].attrs.pad_mode) == "constant"
+
+
+def _all(*checks: Check) -> Check:
+    def check(context: PatternCheckContext) -> bool:
+        return all(c(context) for c in checks)
+
+    return check
 
 
 # --------------------------------------------------------------------------- builders
-def make_conv2d_pattern(with_bn: bool = False,
+ACTIVATIONS = ("relu", "clip", "leaky_relu", "swish", "gelu", "erf_gelu")
+
+
+def make_activation(out: DFPattern, kind: Optional[str],
+                    annotations: Annotations) -> DFPattern:
+    """``out`` followed by the activation ``kind`` (None: no activation)."""
+    if kind is None:
+        return out
+    if kind == "relu":
+        return is_op("relax.nn.relu")(out)
+    if kind in ("clip", "relu6"):  # relax.nn.relu6 is clip(x, 0, 6)
+        return is_op("relax.clip")(out, wildcard(), wildcard())
+    if kind == "leaky_relu":
+        return is_op("relax.nn.leakyrelu")(out)
+    if kind == "swish":
+        return is_op("relax.multiply")(out, is_op("relax.sigmoid")(out)) | \
+            is_op("relax.nn.silu")(out)
+    if kind == "gelu":
+        return is_op("relax.nn.gelu")(out)
+    if kind == "erf_gelu":
+        # Relay's erf GELU: multiply(x * 0.5, add(1, erf(x * 0.707107))).
+        half, one, rsqrt2 = is_const(), is_const(), is_const()
+        annotations.update(gelu_half=half, gelu_one=one, gelu_rsqrt2=rsqrt2)
+        erf = is_op("relax.erf")(is_op("relax.multiply")(out, rsqrt2))
+        return is_op("relax.multiply")(is_op("relax.multiply")(out, half),
+                                       is_op("relax.add")(one, erf))
+    raise ValueError(f"unknown activation {kind!r} (choose from {', '.join(ACTIVATIONS)})")
+
+
+def _bias(out: DFPattern, annotations: Annotations) -> DFPattern:
+    # nn.bias_add imports as add(x, b) on the last axis or add(x, reshape(b, [C, 1, 1])).
+    bias = is_op("relax.reshape")(wildcard(), wildcard()) | wildcard()
+    annotations["bias"] = bias
+    return is_op("relax.add")(out, bias)
+
+
+def make_conv2d_pattern(with_bias: bool = False, with_bn: bool = False,
                         activation: Optional[str] = None) -> tuple[DFPattern, Annotations]:
     data, weight = wildcard(), wildcard()
     conv = is_op("relax.nn.conv2d")(data, weight)
     out = conv
     annotations: Annotations = {"data": data, "weight": weight, "conv": conv}
+    if with_bias:
+        out = _bias(out, annotations)
     if with_bn:
-        bn = is_op("relax.nn.batch_norm")(out, wildcard(), wildcard(), wildcard(), wildcard())
-        out = is_tuple_get_item(bn, 0)
-        annotations["bn"] = bn
-    if activation is not None:
-        out = is_op(activation)(out)
+        out = _batch_norm(out, activation, annotations)
+    out = make_activation(out, activation, annotations)
     annotations["root"] = out
     return out, annotations
 
@@ -80,14 +254,62 @@ def make_reshape_conv2d_add_bn_relu_pattern() -> tuple[DFPattern, Annotations]:
     add = is_op("relax.add")(reshape, conv)
     bn = is_op("relax.nn.batch_norm")(add, wildcard(), wildcard(), wildcard(), wildcard())
     out = is_op("relax.nn.relu")(is_tuple_get_item(bn, 0))
-    return out, {"bias": bias, "reshape": reshape, "conv": conv, "add": add, "bn": bn,
+    return out, {"bias": reshape, "reshape": reshape, "conv": conv, "add": add, "bn": bn,
                  "root": out}
 
 
+def make_conv2d_transpose_pattern(activation: Optional[str] = None):
+    data, weight = wildcard(), wildcard()
+    conv = is_op("relax.nn.conv2d_transpose")(data, weight)
+    annotations: Annotations = {"data": data, "weight": weight, "conv": conv}
+    out = make_activation(conv, activation, annotations)
+    annotations["root"] = out
+    return out, annotations
+
+
+def make_matmul_pattern(transposed_rhs: Optional[bool] = None, with_bias: bool = False,
+                        activation: Optional[str] = None) -> tuple[DFPattern, Annotations]:
+    """``matmul(lhs, rhs)``; ``transposed_rhs=True`` is the dense form
+    ``matmul(x, permute_dims(w))``, ``None`` accepts either."""
+    lhs, weight = wildcard(), wildcard()
+    transposed = is_op("relax.permute_dims")(weight)
+    rhs = {True: transposed, False: weight, None: transposed | weight}[transposed_rhs]
+    matmul = is_op("relax.matmul")(lhs, rhs)
+    annotations: Annotations = {"lhs": lhs, "rhs": rhs, "weight": weight, "matmul": matmul}
+    out = _bias(matmul, annotations) if with_bias else matmul
+    out = make_activation(out, activation, annotations)
+    annotations["root"] = out
+    return out, annotations
+
+
+def _batch_norm(data: DFPattern, activation: Optional[str],
+                annotations: Annotations) -> DFPattern:
+    """``batch_norm(data)``; its normalised output ``[0]`` when an activation follows.
+
+    FuseOpsByPattern only roots matches at calls, so without an activation the
+    composite ends at the batch_norm call itself (a tuple, projected outside).
+    """
+    bn = is_op("relax.nn.batch_norm")(data, wildcard(), wildcard(), wildcard(), wildcard())
+    annotations["bn"] = bn
+    return bn if activation is None else is_tuple_get_item(bn, 0)
+
+
+def make_batch_norm_pattern(activation: Optional[str] = None):
+    annotations: Annotations = {}
+    out = make_activation(_batch_norm(wildcard(), activation, annotations), activation,
+                          annotations)
+    annotations["root"] = out
+    return out, annotations
+
+
+def make_op_pattern(op_name: str) -> tuple[DFPattern, Annotations]:
+    """One call of ``op_name``; trailing non-tensor operands are wildcards."""
+    out = is_op(op_name)(wildcard(), varg_default_wildcard=True)
+    return out, {"root": out}
+
+
 def make_unary_pattern(op_name: str) -> tuple[DFPattern, Annotations]:
-    data = wildcard()
-    out = is_op(op_name)(data)
-    return out, {"data": data, "root": out}
+    return make_op_pattern(op_name)
 
 
 def make_binary_pattern(op_name: str) -> tuple[DFPattern, Annotations]:
@@ -96,26 +318,82 @@ def make_binary_pattern(op_name: str) -> tuple[DFPattern, Annotations]:
     return out, {"lhs": lhs, "rhs": rhs, "root": out}
 
 
+def _any_op(names) -> DFPattern:
+    pattern = is_op(names[0])
+    for name in names[1:]:
+        pattern = pattern | is_op(name)
+    return pattern
+
+
+def _elemwise_step(x: DFPattern) -> DFPattern:
+    """Any element-wise op applied to ``x`` (as either operand of a binary op)."""
+    unary = _any_op(UNARY_OPS)(x, varg_default_wildcard=True)
+    binary = _any_op(BINARY_OPS)
+    return unary | binary(x, wildcard()) | binary(wildcard(), x)
+
+
+def make_elemwise_chain_pattern(length: int) -> tuple[DFPattern, Annotations]:
+    """``length`` element-wise ops in a row (broadcasting binaries and unaries)."""
+    out = wildcard()
+    for _ in range(length):
+        out = _elemwise_step(out)
+    return out, {"root": out}
+
+
 # --------------------------------------------------------------------------- table
-def _entry(name: str, built: tuple[DFPattern, Annotations],
-           check: Callable[[PatternCheckContext], bool] = check_tensors):
+def _entry(name: str, built: tuple[DFPattern, Annotations], check: Check = check_tensors):
     pattern, annotations = built
     return (f"{PREFIX}.{name}", pattern, annotations, check)
 
 
+def _short(op_name: str) -> str:
+    return op_name.rsplit(".", 1)[-1]
+
+
+def _suffix(*parts: Optional[str]) -> str:
+    return "".join(f"_{p}" for p in parts if p)
+
+
 def bmlib_patterns() -> list[tuple]:
     """The built-in table, lowest priority first (registry order)."""
-    table = [
-        _entry("relu", make_unary_pattern("relax.nn.relu")),
-        _entry("add", make_binary_pattern("relax.add")),
-        _entry("conv2d", make_conv2d_pattern(), check_conv2d),
-        _entry("conv2d_relu", make_conv2d_pattern(activation="relax.nn.relu"), check_conv2d),
-        _entry("conv2d_bn", make_conv2d_pattern(with_bn=True), check_conv2d),
-        _entry("conv2d_bn_relu", make_conv2d_pattern(with_bn=True, activation="relax.nn.relu"),
-               check_conv2d),
-        _entry("reshape_conv2d_add_bn_relu", make_reshape_conv2d_add_bn_relu_pattern(),
-               check_conv2d),
+    table = []
+    # Single ops: data movement, reductions, element-wise, then chains of element-wise ops.
+    table += [_entry(_short(op), make_op_pattern(op),
+                     check_pad if op == "relax.nn.pad" else check_tensors)
+              for op in MOVEMENT_OPS + REDUCE_OPS]
+    table += [_entry(_short(op), make_unary_pattern(op)) for op in UNARY_OPS]
+    table += [_entry(_short(op), make_binary_pattern(op)) for op in BINARY_OPS]
+    table += [_entry(f"elemwise_chain{n}", make_elemwise_chain_pattern(n)) for n in (2, 3)]
+    # Normalisation and pooling.
+    table += [
+        _entry("softmax", make_op_pattern("relax.nn.softmax")),
+        _entry("log_softmax", make_op_pattern("relax.nn.log_softmax")),
+        _entry("layer_norm", make_op_pattern("relax.nn.layer_norm"), check_layer_norm),
+        _entry("batch_norm", make_batch_norm_pattern(), check_batch_norm),
+        _entry("batch_norm_relu", make_batch_norm_pattern("relu"), check_batch_norm),
+        _entry("max_pool2d", make_op_pattern("relax.nn.max_pool2d"), check_pool2d),
+        _entry("avg_pool2d", make_op_pattern("relax.nn.avg_pool2d"), check_pool2d),
+        _entry("adaptive_avg_pool2d", make_op_pattern("relax.nn.adaptive_avg_pool2d"),
+               check_pool2d),
     ]
+    # Matrix products: any matmul, batched, then dense (+ bias) (+ activation).
+    table.append(_entry("matmul", make_matmul_pattern(), check_matmul))
+    table.append(_entry("batch_matmul", make_matmul_pattern(), check_batch_matmul))
+    for act in (None, "relu", "gelu", "erf_gelu"):
+        for bias in (False, True):
+            check = _all(check_dense, check_erf_gelu)
+            table.append(_entry("dense" + _suffix("bias" if bias else None, act),
+                                make_matmul_pattern(True, bias, act), check))
+    # Convolutions (+ bias) (+ batch_norm) (+ activation), grouped and depthwise included.
+    for act in (None, "relu", "leaky_relu", "swish", "clip"):
+        table.append(_entry("conv2d_transpose" + _suffix(act),
+                            make_conv2d_transpose_pattern(act), check_conv2d_transpose))
+        for bias in (False, True):
+            for bn in (False, True):
+                name = "conv2d" + _suffix("bias" if bias else None, "bn" if bn else None, act)
+                table.append(_entry(name, make_conv2d_pattern(bias, bn, act), check_conv2d))
+    table.append(_entry("reshape_conv2d_add_bn_relu", make_reshape_conv2d_add_bn_relu_pattern(),
+                        check_conv2d))
     return table
 
 

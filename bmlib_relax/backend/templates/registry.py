@@ -41,4 +41,4 @@ def template_ops() -> Sequence[str]:
 
 
 def _ensure_loaded() -> None:
-    from . import elemwise, nn, tensor  # noqa: F401  (each family registers on import)
+    from . import conv, elemwise, linalg, norm, pool, reduce, tensor  # noqa: F401  (each registers)

@@ -1,12 +1,59 @@
-"""Data-movement templates: reshape-likes and layout changes."""
+"""Data-movement templates: reshape-likes, layout changes, joins, slices and padding."""
 from __future__ import annotations
 
 from tvm import topi
 
-from ._utils import shape_values
+from ._utils import attr_ints, shape_values
 from .registry import register_template
 
 
-@register_template("relax.reshape")
-def reshape(call, inputs, ctx):
-    return topi.reshape(inputs[0], shape_values(call.args[1]))
+def _static_shape(call) -> list[int]:
+    return [int(d) for d in call.ty.shape.values]
+
+
+@register_template("relax.reshape", "relax.expand_dims", "relax.squeeze", "relax.flatten")
+def reshape_like(call, inputs, ctx):
+    # Every reshape-like only relabels memory: the result type already holds the shape.
+    return topi.reshape(inputs[0], _static_shape(call))
+
+
+@register_template("relax.permute_dims")
+def permute_dims(call, inputs, ctx):
+    axes = call.attrs.axes
+    return topi.transpose(inputs[0], None if axes is None else attr_ints(axes))
+
+
+@register_template("relax.concat")
+def concat(call, inputs, ctx):
+    axis = call.attrs.axis
+    return topi.concatenate(list(inputs[0]), 0 if axis is None else int(axis))
+
+
+@register_template("relax.split")
+def split(call, inputs, ctx):
+    sections = call.attrs.indices_or_sections
+    if isinstance(sections, int) or hasattr(sections, "value"):
+        sections = int(sections)
+    else:
+        sections = attr_ints(sections)
+    return tuple(topi.split(inputs[0], sections, int(call.attrs.axis)))
+
+
+@register_template("relax.strided_slice")
+def strided_slice(call, inputs, ctx):
+    def values(expr):
+        return [int(v.value) for v in expr.fields]  # a Tuple of PrimValues
+
+    axes, begin, end = (values(call.args[i]) for i in (1, 2, 3))
+    strides = values(call.args[4]) if len(call.args) > 4 else [1] * len(axes)
+    return topi.strided_slice(inputs[0], begin, end, strides, axes)
+
+
+@register_template("relax.nn.pad")
+def pad(call, inputs, ctx):
+    attrs = call.attrs
+    if str(attrs.pad_mode) != "constant":
+        raise ctx.error(f"pad_mode {attrs.pad_mode} has no template")
+    width = attr_ints(attrs.pad_width)
+    before, after = width[0::2], width[1::2]
+    return topi.nn.pad(inputs[0], before, after, float(attrs.pad_value))

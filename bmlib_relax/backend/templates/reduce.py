@@ -1,0 +1,38 @@
+"""Reduction templates over static axes."""
+from __future__ import annotations
+
+import tvm
+from tvm import topi
+
+from ._utils import attr_ints
+from .registry import register_template
+
+
+
+def _mean(data, axis, keepdims):
+    total = topi.sum(data, axis, keepdims)
+    count = 1
+    for ax in range(len(data.shape)) if axis is None else axis:
+        count *= int(data.shape[ax])
+    return topi.divide(total, tvm.tirx.const(count, data.dtype))
+
+
+REDUCTIONS = {
+    "relax.sum": topi.sum,
+    "relax.mean": _mean,
+    "relax.max": topi.max,
+    "relax.min": topi.min,
+}
+
+
+def _reduction(fn):
+    def template(call, inputs, ctx):
+        axis = call.attrs.axis
+        return fn(inputs[0], None if axis is None else attr_ints(axis),
+                  bool(call.attrs.keepdims))
+
+    return template
+
+
+for _name, _fn in REDUCTIONS.items():
+    register_template(_name)(_reduction(_fn))
