@@ -124,6 +124,12 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return status
 
 
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from .bench.harness import main as bench_main
+
+    return bench_main(args.bench_args)
+
+
 def _cmd_list_ops(args: argparse.Namespace) -> int:
     from .backend.templates import template_ops
     from .importer import supported_ops
@@ -168,6 +174,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="convert and check the embedded seed example")
     demo.add_argument("-o", "--output", help="folder for the artifacts (default: a temp dir)")
     demo.set_defaults(func=_cmd_demo)
+
+    bench = sub.add_parser("bench", help="benchmark against the plain Relax build and PyTorch",
+                           add_help=False)
+    bench.add_argument("bench_args", nargs=argparse.REMAINDER)
+    bench.set_defaults(func=_cmd_bench)
 
     ops = sub.add_parser("list-ops", help="list supported Relay ops and bmlib templates")
     ops.set_defaults(func=_cmd_list_ops)

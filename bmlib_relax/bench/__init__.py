@@ -1,0 +1,1 @@
+"""Benchmarks: bmlib-relax against the plain Relax build and PyTorch eager."""

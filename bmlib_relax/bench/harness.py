@@ -1,0 +1,230 @@
+"""The benchmark: latency of bmlib-relax vs. references, measured in one run.
+
+For each model (golden Relay text with recipe-v1 weights) it reports, from the
+same process and machine state: median latency and spread over repeated runs
+of (a) the bmlib-relax build, (b) the plain TVM Relax build of the same import
+(``tvm.compile`` default), (c) PyTorch eager on the same weights when torch is
+installed, and (d) GFLOP/s achieved against the machine's peak.  Ratios are
+what to read: absolute numbers move with the machine's load.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+DEFAULT_MODELS = ("seed_reshape_conv2d_add_bn_relu", "resnet18", "mobilenet",
+                  "transformer_block")
+
+
+@dataclass
+class Timing:
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+    runs: int
+
+
+@dataclass
+class ModelResult:
+    model: str
+    flops: int
+    flops_offloaded: int
+    compile_s: dict[str, float] = field(default_factory=dict)
+    timings: dict[str, Timing] = field(default_factory=dict)
+    max_abs_diff: dict[str, float] = field(default_factory=dict)
+
+    def gflops(self, variant: str) -> float:
+        t = self.timings.get(variant)
+        return self.flops / (t.median_ms * 1e-3) / 1e9 if t else float("nan")
+
+
+def time_it(fn: Callable[[], Any], min_runs: int = 5, min_seconds: float = 1.0,
+            max_runs: int = 200) -> Timing:
+    """Median and 10th/90th percentile of wall time, after one warm-up call."""
+    fn()
+    samples: list[float] = []
+    start = time.perf_counter()
+    while len(samples) < max_runs and (len(samples) < min_runs or
+                                       time.perf_counter() - start < min_seconds):
+        t0 = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t0) * 1e3)
+    samples.sort()
+    pick = lambda q: samples[min(int(q * len(samples)), len(samples) - 1)]  # noqa: E731
+    return Timing(statistics.median(samples), pick(0.1), pick(0.9), len(samples))
+
+
+def host_target() -> dict:
+    """LLVM for this CPU (``mcpu=native`` silently means generic in TVM 0.27)."""
+    import tvm
+
+    return {"kind": "llvm", "mcpu": str(tvm.target.codegen.llvm_get_system_cpu())}
+
+
+def peak_gflops(threads: int) -> tuple[float, str]:
+    """Theoretical fp32 peak: threads x 2 FMA pipes x vector lanes x 2 x clock."""
+    flags, mhz = "", 0.0
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith("flags") and not flags:
+                    flags = line
+                if line.startswith("cpu MHz") and not mhz:
+                    mhz = float(line.split(":")[1])
+    except OSError:
+        pass
+    lanes = 16 if " avx512f" in flags else 8 if " avx2" in flags else 4
+    ghz = (mhz or 2500.0) / 1000
+    peak = threads * 2 * lanes * 2 * ghz
+    return peak, f"{threads} thread(s) x 2 FMA x {lanes} lanes x 2 x {ghz:.2f} GHz"
+
+
+def _golden(folder: Path):
+    manifest = json.loads((folder / "manifest.json").read_text())
+    from ..recipe import recipe_from_manifest
+
+    return ((folder / "model.relay").read_text(),
+            recipe_from_manifest(manifest["params"], "param"),
+            recipe_from_manifest(manifest["inputs"], "input"))
+
+
+def bench_model(folder: Path, target: Any, with_torch: bool, min_seconds: float) -> ModelResult:
+    import tvm
+    from tvm import relax
+
+    import bmlib_relax
+    from ..relay import parse
+
+    text, params, inputs = _golden(folder)
+    module = parse(text, source_name=str(folder / "model.relay"))
+    feed = list(inputs.values())
+
+    t0 = time.perf_counter()
+    model = bmlib_relax.compile(module, params, target=target)
+    compile_bmlib = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    plain_ex = tvm.compile(bmlib_relax.import_relay(module, params), target=tvm.target.Target(target))
+    compile_plain = time.perf_counter() - t0
+    plain_vm = relax.VirtualMachine(plain_ex, tvm.cpu())
+    report = model.report
+    result = ModelResult(folder.name, report.flops_total, report.flops_offloaded,
+                         {"bmlib": compile_bmlib, "plain": compile_plain})
+
+    tensors = [tvm.runtime.tensor(x) for x in feed]
+    bmlib_vm = model._vm
+    reference = plain_vm["main"](*tensors)
+    reference = reference.numpy() if hasattr(reference, "numpy") else reference[0].numpy()
+    out = model(*feed)
+    out = out if not isinstance(out, tuple) else out[0]
+    result.max_abs_diff["bmlib_vs_plain"] = float(np.abs(out - reference).max())
+    result.timings["bmlib"] = time_it(lambda: bmlib_vm["main"](*tensors),
+                                      min_seconds=min_seconds)
+    result.timings["plain"] = time_it(lambda: plain_vm["main"](*tensors),
+                                      min_seconds=min_seconds, min_runs=3)
+    if with_torch:
+        from .torch_eager import TorchEagerModel
+
+        torch_model = TorchEagerModel(module, params)
+        torch_out = torch_model(*feed)
+        torch_out = torch_out[0] if isinstance(torch_out, tuple) else torch_out
+        result.max_abs_diff["torch_vs_plain"] = float(np.abs(torch_out.numpy() - reference).max())
+        result.timings["torch"] = time_it(lambda: torch_model(*feed), min_seconds=min_seconds)
+    return result
+
+
+def compile_time(path: Path, target: Any) -> float:
+    """Seconds for import + partition + codegen + build of a corpus model (free weights)."""
+    import bmlib_relax
+    from ..recipe import recipe_tensor
+    from ..relay import parse
+
+    start = time.perf_counter()
+    module = parse(path.read_text(), source_name=str(path))
+    main = module["main"]
+    params = {v.name: recipe_tensor(v.name, v.type_annotation.shape, v.type_annotation.dtype)
+              for v in main.params[1:]}
+    bmlib_relax.compile(module, params, target=target)
+    return time.perf_counter() - start
+
+
+def render(results: Sequence[ModelResult], peak: float, peak_note: str,
+           extra: dict[str, float]) -> str:
+    head = (f"{'model':<34} {'GFLOP':>7} {'bmlib ms':>12} {'plain ms':>10} {'torch ms':>10} "
+            f"{'plain/bmlib':>11} {'bmlib/torch':>11} {'GFLOP/s':>8} {'%peak':>6} {'compile s':>9}")
+    lines = [head, "-" * len(head)]
+    for r in results:
+        b, p, t = (r.timings.get(k) for k in ("bmlib", "plain", "torch"))
+        fmt = lambda x: f"{x.median_ms:.2f}" if x else "-"  # noqa: E731
+        spread = f"{b.median_ms:.2f}±{(b.p90_ms - b.p10_ms) / 2:.2f}" if b else "-"
+        lines.append(
+            f"{r.model:<34} {r.flops / 1e9:>7.3f} {spread:>12} {fmt(p):>10} {fmt(t):>10} "
+            f"{p.median_ms / b.median_ms if p and b else float('nan'):>11.2f} "
+            f"{b.median_ms / t.median_ms if t and b else float('nan'):>11.2f} "
+            f"{r.gflops('bmlib'):>8.1f} {100 * r.gflops('bmlib') / peak:>5.1f}% "
+            f"{r.compile_s.get('bmlib', float('nan')):>9.2f}")
+    lines.append(f"peak fp32: {peak:.0f} GFLOP/s ({peak_note})")
+    for name, seconds in extra.items():
+        lines.append(f"compile time {name}: {seconds:.2f} s")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="*", default=list(DEFAULT_MODELS))
+    parser.add_argument("--goldens", default=os.environ.get("BMLIB_RELAY_GOLDEN"),
+                        help="folder of golden cases (default $BMLIB_RELAY_GOLDEN or tests/data)")
+    parser.add_argument("--corpus", default=os.environ.get("BMLIB_RELAY_CORPUS"),
+                        help="Relay corpus folder, for the ResNet-50 compile time")
+    parser.add_argument("--no-torch", action="store_true")
+    parser.add_argument("--seconds", type=float, default=2.0, help="minimum time per variant")
+    parser.add_argument("--json", help="write the results here")
+    args = parser.parse_args(argv)
+
+    import tvm
+
+    goldens = Path(args.goldens) if args.goldens else \
+        Path(__file__).resolve().parents[2] / "tests" / "data"
+    target = host_target()
+    threads = int(os.environ.get("TVM_NUM_THREADS", os.cpu_count() or 1))
+    with_torch = not args.no_torch
+    if with_torch:
+        try:
+            import torch
+
+            torch.set_num_threads(threads)
+        except ImportError:
+            print("torch not installed: skipping the PyTorch column "
+                  "(pip install 'bmlib-relax[bench]')", file=sys.stderr)
+            with_torch = False
+    results = []
+    for name in args.models:
+        print(f"benchmarking {name} ...", file=sys.stderr, flush=True)
+        results.append(bench_model(goldens / name, target, with_torch, args.seconds))
+    extra = {}
+    if args.corpus:
+        resnet50 = Path(args.corpus) / "external" / "001_resnet50_pytorch_3la.relay"
+        if resnet50.exists():
+            print("compiling ResNet-50 ...", file=sys.stderr, flush=True)
+            extra["ResNet-50 (import+partition+codegen+build)"] = compile_time(resnet50, target)
+    peak, note = peak_gflops(threads)
+    print(f"target {json.dumps(target)}, {threads} thread(s), tvm {tvm.__version__}")
+    print(render(results, peak, note, extra))
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump({"target": target, "threads": threads, "peak_gflops": peak,
+                       "results": [asdict(r) for r in results], "compile_s": extra},
+                      handle, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
