@@ -178,7 +178,7 @@ def render(results: Sequence[ModelResult], peak: float, peak_note: str,
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="bmlib-relax bench", description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*", default=list(DEFAULT_MODELS))
     parser.add_argument("--goldens", default=os.environ.get("BMLIB_RELAY_GOLDEN"),
                         help="folder of golden cases (default $BMLIB_RELAY_GOLDEN or tests/data)")
