@@ -1,7 +1,8 @@
 """The offload report: what went to bmlib, what stayed on the host.
 
 Built from the partitioned module and the codegen's records, so it describes
-what was actually compiled, not what the patterns intended.
+what was actually compiled, not what the patterns intended.  FLOPs come from
+the per-op counters of :mod:`bmlib_relax.flops` (a multiply-add is 2 FLOPs).
 """
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ import tvm
 from tvm import relax
 
 from .backend.codegen import CODEGEN_NAME, PartitionRecord
+from .flops import count_flops
 
 # Bookkeeping ops that are not computation.
 _NON_OPS = {"relax.call_dps_packed", "relax.call_tir", "relax.call_pure_packed"}
+_NAME_WIDTH = 44
 
 
 @dataclass
@@ -25,10 +28,12 @@ class PartitionInfo:
     ops: list[str]
     num_params: int
     num_args: int
+    flops: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "composites": list(self.composites), "ops": list(self.ops),
-                "num_params": self.num_params, "num_args": self.num_args}
+                "num_params": self.num_params, "num_args": self.num_args,
+                "flops": self.flops}
 
 
 @dataclass
@@ -36,32 +41,59 @@ class OffloadReport:
     partitions: list[PartitionInfo] = field(default_factory=list)
     ops_offloaded: Counter = field(default_factory=Counter)
     ops_host: Counter = field(default_factory=Counter)
+    flops_offloaded: int = 0
+    flops_host: int = 0
 
     @property
     def num_offloaded(self) -> int:
         return sum(self.ops_offloaded.values())
+
+    @property
+    def flops_total(self) -> int:
+        return self.flops_offloaded + self.flops_host
+
+    @property
+    def offloaded_fraction(self) -> float:
+        """Share of the model's FLOPs computed on bmlib (1.0 for a FLOP-free model)."""
+        return self.flops_offloaded / self.flops_total if self.flops_total else 1.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "partitions": [p.to_dict() for p in self.partitions],
             "ops_offloaded": dict(sorted(self.ops_offloaded.items())),
             "ops_host": dict(sorted(self.ops_host.items())),
+            "flops_total": self.flops_total,
+            "flops_offloaded": self.flops_offloaded,
         }
 
     def __str__(self) -> str:
         lines = [f"bmlib offload report: {len(self.partitions)} partition(s), "
-                 f"{self.num_offloaded} op(s) on bmlib, {sum(self.ops_host.values())} on host"]
+                 f"{self.num_offloaded} op(s) on bmlib, {sum(self.ops_host.values())} on host",
+                 f"FLOPs: {_si(self.flops_total)} total, {_si(self.flops_offloaded)} on bmlib "
+                 f"({100 * self.offloaded_fraction:.1f} %), {_si(self.flops_host)} on host"]
         if self.partitions:
-            width = max(len(p.name) for p in self.partitions)
-            lines.append(f"  {'partition':<{width}}  params  args  composites / ops")
+            width = min(max(len(p.name) for p in self.partitions), _NAME_WIDTH)
+            lines.append(f"  {'partition':<{width}}  params  args    FLOPs  composites / ops")
             for p in self.partitions:
-                lines.append(f"  {p.name:<{width}}  {p.num_params:>6}  {p.num_args:>4}  "
-                             f"{', '.join(p.composites)}")
-                lines.append(f"  {'':<{width}}  {'':>6}  {'':>4}  {' '.join(_short(o) for o in p.ops)}")
+                lines.append(f"  {_clip(p.name, width):<{width}}  {p.num_params:>6}  "
+                             f"{p.num_args:>4}  {_si(p.flops):>7}  {', '.join(p.composites)}")
+                lines.append(f"  {'':<{width}}  {'':>6}  {'':>4}  {'':>7}  "
+                             f"{' '.join(_short(o) for o in p.ops)}")
         for title, counts in (("on bmlib", self.ops_offloaded), ("on host", self.ops_host)):
             body = ", ".join(f"{_short(k)} x{v}" for k, v in sorted(counts.items())) or "-"
             lines.append(f"  ops {title}: {body}")
         return "\n".join(lines)
+
+
+def _si(flops: int) -> str:
+    for scale, unit in ((1e9, "G"), (1e6, "M"), (1e3, "K")):
+        if flops >= scale:
+            return f"{flops / scale:.2f}{unit}"
+    return str(flops)
+
+
+def _clip(name: str, width: int) -> str:
+    return name if len(name) <= width else name[:width - 3] + "..."
 
 
 def _short(op_name: str) -> str:
@@ -73,20 +105,29 @@ def _is_partition(func: Any) -> bool:
         str(func.attrs.get("Codegen", "")) == CODEGEN_NAME
 
 
-def host_ops(mod: tvm.IRModule) -> Counter:
-    """Relax op calls left outside bmlib partitions (in non-partition functions)."""
-    counts: Counter = Counter()
+def _op_calls(func: relax.Function) -> list[relax.Call]:
+    """Relax op calls in ``func`` (nested composite functions included)."""
+    calls: list[relax.Call] = []
 
     def visit(expr):
         if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) \
                 and expr.op.name not in _NON_OPS:
-            counts[expr.op.name] += 1
+            calls.append(expr)
 
-    for gvar, func in mod.functions.items():
+    relax.analysis.post_order_visit(func, visit)
+    return calls
+
+
+def _host_functions(mod: tvm.IRModule):
+    for func in mod.functions.values():
         if isinstance(func, relax.Function) and not _is_partition(func) and \
                 (func.attrs is None or "Composite" not in func.attrs):
-            relax.analysis.post_order_visit(func, visit)
-    return counts
+            yield func
+
+
+def host_ops(mod: tvm.IRModule) -> Counter:
+    """Relax op calls left outside bmlib partitions (in non-partition functions)."""
+    return Counter(call.op.name for func in _host_functions(mod) for call in _op_calls(func))
 
 
 def build_report(partitioned: tvm.IRModule,
@@ -98,10 +139,14 @@ def build_report(partitioned: tvm.IRModule,
         record = records.get(gvar.name_hint)
         if record is None:
             continue
+        flops = sum(count_flops(call) for call in _op_calls(func))
         report.partitions.append(PartitionInfo(
             name=record.name, composites=list(record.composites), ops=list(record.ops),
-            num_params=record.num_params, num_args=record.num_args))
+            num_params=record.num_params, num_args=record.num_args, flops=flops))
         report.ops_offloaded.update(record.ops)
+        report.flops_offloaded += flops
     report.partitions.sort(key=lambda p: p.name)
     report.ops_host = host_ops(partitioned)
+    report.flops_host = sum(count_flops(call) for func in _host_functions(partitioned)
+                            for call in _op_calls(func))
     return report

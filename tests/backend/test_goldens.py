@@ -1,0 +1,85 @@
+"""Every golden compiled with bmlib offload matches the Relay build, in both partition modes.
+
+Each case first checks that something was really offloaded (a ``Codegen="bmlib"``
+partition exists and the report counts offloaded ops), so a silent fallback to
+the host cannot pass.  ``op_take`` is the exception: ``take`` has no bmlib
+template, and the test asserts it stayed on the host.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import bmlib_relax
+from bmlib_relax.relay import ast, parse
+from bmlib_relax.relay.rewrite import post_order_nodes, substitute
+
+from conftest import DATA, Golden, offloaded_partitions
+
+CASES = sorted(p.name for p in DATA.iterdir() if (p / "manifest.json").exists())
+HOST_ONLY = {"op_take": "relax.take"}  # the golden's only op has no bmlib template
+MODES = {"default": False, "merge": True}
+FLOP_FLOOR = {"resnet18": 0.9, "mobilenet": 0.9, "transformer_block": 0.9}
+
+_compiled: dict[tuple[str, bool], bmlib_relax.CompiledModel] = {}
+
+
+def _module(golden: Golden) -> ast.IRModule:
+    """The golden's Relay module, with the two values its text lost filled back in.
+
+    ``op_split`` printed ``indices_or_sections=meta[runtime.BoxInt][N]`` (its types
+    show 3 sections); ``op_take`` printed ``meta[relay.Constant][0]`` (its expected
+    rows are input rows, which gives the indices back).
+    """
+    module = parse(golden.text, f"{golden.name}/model.relay")
+    func, mapping = module["main"], {}
+    for node in post_order_nodes(func):
+        if isinstance(node, ast.Call) and isinstance(node.attrs.get("indices_or_sections"),
+                                                     ast.MetaRef):
+            mapping[node] = ast.Call(node.op, node.args,
+                                     ast.Attrs(dict(node.attrs, indices_or_sections=3)),
+                                     span=node.span)
+        if isinstance(node, ast.Constant) and node.data is None:
+            (data,) = golden.inputs().values()
+            rows = [int(np.flatnonzero((data == row).all(axis=1))[0])
+                    for row in golden.expected()[0]]
+            mapping[node] = ast.Constant(np.array(rows, "int32"), span=node.span)
+    return ast.IRModule({"main": substitute(func, mapping)}) if mapping else module
+
+
+def compiled(case: str, merge: bool) -> bmlib_relax.CompiledModel:
+    """Compile each (golden, mode) once per session; several tests share the big models."""
+    key = (case, merge)
+    if key not in _compiled:
+        golden = Golden(DATA / case)
+        _compiled[key] = bmlib_relax.compile(_module(golden), golden.params(), merge=merge)
+    return _compiled[key]
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+@pytest.mark.parametrize("case", CASES)
+def test_golden_offloaded_matches_relay_build(case, mode):
+    golden = Golden(DATA / case)
+    model = compiled(case, MODES[mode])
+    report = model.report.to_dict()
+    if case in HOST_ONLY:
+        assert HOST_ONLY[case] in report["ops_host"]
+    else:
+        assert offloaded_partitions(model.relax_module), f"{case}: nothing offloaded"
+        assert model.report.num_offloaded > 0
+    out = model(**golden.inputs())
+    outs = list(out) if isinstance(out, tuple) else [out]
+    expected = golden.expected()
+    assert len(outs) == len(expected)
+    for got, want in zip(outs, expected):
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, **golden.tolerance)
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+@pytest.mark.parametrize("case", sorted(FLOP_FLOOR))
+def test_models_put_their_flops_on_bmlib(case, mode):
+    report = compiled(case, MODES[mode]).report
+    data = report.to_dict()
+    assert data["flops_total"] > 0
+    assert data["flops_offloaded"] / data["flops_total"] >= FLOP_FLOOR[case], str(report)
