@@ -35,7 +35,8 @@ from .tokenizer import EOF, Token, TokenStream, tokenize
 
 __all__ = ["parse", "fromtext", "parse_expr", "parse_type", "MAX_NESTING"]
 
-#: Deepest allowed nesting of expressions/types/patterns.
+#: Deepest allowed nesting of expressions/types/patterns/attribute lists
+#: (counted once per nested expression, type, pattern or list).
 MAX_NESTING = 1000
 # Python frames used per nesting level is < 10; keep headroom above that.
 _RECURSION_LIMIT = MAX_NESTING * 12 + 2000
@@ -132,6 +133,7 @@ class _Parser:
         self.ctor_defs: dict[str, A.ConstructorDef] = {}
         self.type_defs: dict[str, A.TypeData] = {}
         self.prescanned: dict[int, int] = {}  # token index of 'type' -> index after decl
+        self.literal_cache: dict[str, np.ndarray] = {}
         self.line_offset = 0   # used when parsing text embedded in a comment
         self.col_offset = 0
 
@@ -370,7 +372,6 @@ class _Parser:
     # ------------------------------------------------------------------ functions
     def parse_function_rest(self, start: Token, what: str) -> A.Function:
         """Everything after ``fn``/``def @name``: type params, params, ret type, body."""
-        self.enter()
         type_params = self.parse_type_params() if self.at("[") else ()
         self.type_scopes.append({tv.name: tv for tv in type_params})
         self.push_scope()
@@ -401,7 +402,6 @@ class _Parser:
         self.expect_close("}", f"the body of {what}")
         self.pop_scope()
         self.type_scopes.pop()
-        self.leave()
         return A.Function(tuple(params), body, ret_type, type_params, A.Attrs(attrs),
                           span=self.span(start))
 
@@ -558,10 +558,8 @@ class _Parser:
     def parse_call(self, callee: A.Expr, start: Token) -> A.Call:
         """``callee(arg, ..., key=value, ...)``; trailing comma allowed."""
         self.next()
-        self.enter()
         args: list[A.Expr] = []
         attrs: dict[str, Any] = {}
-        name = self.callee_name(callee)
         while True:
             tok = self.peek()
             if tok.text == ")" and tok.kind == "OP":
@@ -580,10 +578,9 @@ class _Parser:
                 if tok.kind == EOF:
                     raise self.error("unexpected end of input while parsing call arguments",
                                      tok)
-                raise self.error(
-                    f"expected ')' to close call to {name}, got {_describe(tok)}", tok)
+                raise self.error(f"expected ')' to close call to {self.callee_name(callee)}, "
+                                 f"got {_describe(tok)}", tok)
         self.next()
-        self.leave()
         return A.Call(callee, tuple(args), A.Attrs(attrs) if attrs else A.EMPTY_ATTRS,
                       span=self.span(start))
 
@@ -653,9 +650,7 @@ class _Parser:
     def parse_paren(self) -> A.Expr:
         """``()``, ``(e)``, ``(e,)``, ``(a, b, ...)``."""
         open_tok = self.next()
-        self.enter()
         if self.accept(")"):
-            self.leave()
             return A.Tuple((), span=self.span(open_tok))
         fields: list[A.Expr] = []
         trailing = False
@@ -672,7 +667,6 @@ class _Parser:
             break
         self.expect_close(")", "parenthesised expression" if len(fields) == 1 and not trailing
                           else "tuple")
-        self.leave()
         if len(fields) == 1 and not trailing:
             return fields[0]
         return A.Tuple(tuple(fields), span=self.span(open_tok))
@@ -688,7 +682,6 @@ class _Parser:
 
     def parse_if(self) -> A.If:
         tok = self.next()
-        self.enter()
         self.expect("(", "after 'if'")
         self.push_scope()
         cond = self.parse_seq()
@@ -697,24 +690,20 @@ class _Parser:
         then = self.parse_block("the then-branch of 'if'")
         self.expect("else", "after the then-branch of 'if'")
         other = self.parse_block("the else-branch of 'if'")
-        self.leave()
         return A.If(cond, then, other, span=self.span(tok))
 
     def parse_ref(self, tok: Token) -> A.Expr:
         self.next()
         self.next()  # '('
-        self.enter()
         first = self.parse_expr()
         if tok.text == "ref_write":
             self.expect(",", "between the arguments of ref_write")
             second = self.parse_expr()
             self.accept(",")
             self.expect_close(")", "call to ref_write")
-            self.leave()
             return A.RefWrite(first, second, span=self.span(tok))
         self.accept(",")
         self.expect_close(")", f"call to {tok.text}")
-        self.leave()
         if tok.text == "ref":
             return A.RefCreate(first, span=self.span(tok))
         return A.RefRead(first, span=self.span(tok))
@@ -722,7 +711,6 @@ class _Parser:
     # ------------------------------------------------------------------ match
     def parse_match(self) -> A.Match:
         tok = self.next()
-        self.enter()
         complete = not self.accept("?")
         data = self.parse_expr()  # usually parenthesised: match (%x) / match (%a, %b)
         self.expect("{", "to open the clauses of 'match'")
@@ -732,7 +720,6 @@ class _Parser:
             if not self.accept(","):
                 break
         self.expect_close("}", "the clauses of 'match'")
-        self.leave()
         return A.Match(data, tuple(clauses), complete, span=self.span(tok))
 
     def parse_clause(self) -> A.Clause:
@@ -788,7 +775,17 @@ class _Parser:
 
     # ------------------------------------------------------------------ literals / meta
     def number_array(self, tok: Token) -> np.ndarray:
-        """Typed literal -> 0-d numpy array (range-checked, no ``eval``)."""
+        """Typed literal -> read-only 0-d numpy array (range-checked, no ``eval``).
+
+        Equal literals share one array: dumps repeat ``1f``/``0`` thousands of times.
+        """
+        arr = self.literal_cache.get(tok.text)
+        if arr is None:
+            arr = self.literal_cache[tok.text] = self.make_number(tok)
+            arr.flags.writeable = False
+        return arr
+
+    def make_number(self, tok: Token) -> np.ndarray:
         m = _NUMBER_RE.match(tok.text)
         if m is None:
             raise self.error(f"invalid numeric literal {tok.text!r}", tok)

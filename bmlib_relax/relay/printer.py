@@ -24,8 +24,9 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from . import ast as A
-from .analysis import free_vars, pattern_vars, post_order
+from .analysis import free_vars_of_nodes, pattern_vars, post_order_list
 from .metadata import encode_ndarray
+from .parser import _parsing
 
 __all__ = ["astext", "print_type", "print_attr_value"]
 
@@ -40,6 +41,8 @@ _LITERAL_SUFFIX = {
     "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64",
     "float32": "f", "float16": "f16", "float64": "f64",
 }
+
+_SUFFIX_BY_DTYPE = {np.dtype(k): v for k, v in _LITERAL_SUFFIX.items()}
 
 _ATOMIC = (A.Var, A.GlobalVar, A.Op, A.Constructor, A.Constant, A.MetaRef)
 
@@ -178,17 +181,16 @@ class _MetaTable:
 class _Namer:
     """Unique, parseable names for the variables of one top-level definition."""
 
-    def __init__(self, roots: list[A.Expr]):
+    def __init__(self, nodes: list[A.Expr]):
         self.names: dict[int, str] = {}
         self.used: set[str] = set()
-        for root in roots:
-            for node in post_order(root):
-                if isinstance(node, A.Var):
-                    self.var_name(node)
-                elif isinstance(node, A.Match):
-                    for clause in node.clauses:
-                        for v in pattern_vars(clause.lhs):
-                            self.var_name(v)
+        for node in nodes:  # post-order of the definition: names in textual order
+            if isinstance(node, A.Var):
+                self.var_name(node)
+            elif isinstance(node, A.Match):
+                for clause in node.clauses:
+                    for v in pattern_vars(clause.lhs):
+                        self.var_name(v)
         self.counter = 0
 
     def var_name(self, var: A.Var) -> str:
@@ -321,10 +323,9 @@ class _ExprPrinter:
     def constant(self, const: A.Constant) -> str:
         data = const.data
         if data is not None and data.ndim == 0:
-            dtype = str(data.dtype)
-            if dtype == "bool":
+            if data.dtype.kind == "b":
                 return "True" if bool(data) else "False"
-            suffix = _LITERAL_SUFFIX.get(dtype)
+            suffix = _SUFFIX_BY_DTYPE.get(data.dtype)
             if suffix is not None:
                 if data.dtype.kind == "f":
                     return _float_text(float(data), data[()]) + suffix
@@ -436,39 +437,52 @@ def _type_def_text(td: A.TypeData) -> str:
     return "\n".join(lines)
 
 
-def _reserved_meta_indices(roots: list[A.Expr]) -> set[int]:
+def _reserved_meta_indices(scans: list[list[A.Expr]]) -> set[int]:
+    """Indices of unresolved meta constants: they keep their numbers, so constants
+    with data are numbered after them."""
     out: set[int] = set()
-    for root in roots:
-        for node in post_order(root):
+    for nodes in scans:
+        for node in nodes:
             if isinstance(node, A.Constant) and node.data is None and node.meta_index is not None:
                 out.add(node.meta_index)
     return out
 
 
 def astext(node: Union[A.IRModule, A.Expr], show_meta_data: bool = True) -> str:
-    """Print a module or expression as Relay text that :func:`parse` reads back."""
+    """Print a module or expression as Relay text that :func:`parse` reads back.
+
+    With ``show_meta_data`` the values of non-scalar constants follow in a
+    ``#[metadata]`` section; without it only the ``meta[relay.Constant][N]``
+    references (with their ``/* ty=... */`` types) are printed.
+    """
+    # Closures/if/match nested up to the parser's MAX_NESTING recurse a few frames
+    # per level; give them the same headroom the parser has.
+    with _parsing():
+        return _astext(node, show_meta_data)
+
+
+def _astext(node: Union[A.IRModule, A.Expr], show_meta_data: bool) -> str:
     if isinstance(node, A.IRModule):
         roots: list[A.Expr] = list(node.functions.values())
         counts = dict(node.metadata.get("counts", {})) if node.metadata else {}
     else:
         roots = [node]
         counts = {}
-    meta = _MetaTable(_reserved_meta_indices(roots), counts)
+    scans = [post_order_list(root) for root in roots]
+    meta = _MetaTable(_reserved_meta_indices(scans), counts)
     parts = ['#[version = "0.0.5"]']
     if isinstance(node, A.IRModule):
         for td in node.type_definitions.values():
             parts.append(_type_def_text(td))
-        for name, func in node.functions.items():
-            printer = _ExprPrinter(_Namer([func]), meta)
-            head = f"def @{name}" if _GLOBAL_RE.match(name) else f"def @{_BAD_NAME_CHARS.sub('_', name)}"
-            parts.append(printer.function(func, head, 0))
+        for (name, func), nodes in zip(node.functions.items(), scans):
+            printer = _ExprPrinter(_Namer(nodes), meta)
+            if not _GLOBAL_RE.match(name):
+                name = _BAD_NAME_CHARS.sub("_", name)
+            parts.append(printer.function(func, f"def @{name}", 0))
     else:
-        printer = _ExprPrinter(_Namer([node]), meta)
-        decls = []
-        for var in free_vars(node):
-            decls.append(f"free_var {printer.param(var)};")
-        lines = printer.block(node, 0)
-        parts.append("\n".join(decls + lines))
+        printer = _ExprPrinter(_Namer(scans[0]), meta)
+        decls = [f"free_var {printer.param(var)};" for var in free_vars_of_nodes(scans[0])]
+        parts.append("\n".join(decls + printer.block(node, 0)))
     text = "\n".join(parts) + "\n"
     if show_meta_data and (meta.arrays or any(k != "relay.Constant" for k in counts)):
         text += "\n#[metadata]\n" + meta.to_json() + "\n"
