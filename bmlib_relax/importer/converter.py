@@ -38,7 +38,7 @@ module documents its own):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 import tvm
@@ -145,11 +145,15 @@ def tensor_type(ty: ast.Type, where: Optional[str] = None) -> relax.Type:
 class RelayImporter:
     """Converts one Relay module's entry function into a Relax ``IRModule``."""
 
-    def __init__(self, module: ast.IRModule, params: Optional[Mapping[str, np.ndarray]] = None):
+    def __init__(self, module: ast.IRModule, params: Optional[Mapping[str, np.ndarray]] = None,
+                 observer: Optional[Callable[[ast.Expr, Any], None]] = None):
         self.module = module
         self.params = dict(params or {})
         self.bb = relax.BlockBuilder()
         self._active_globals: list[str] = []
+        # Called with (relay node, relax value) for every converted node; type
+        # inference (relay.transform.InferType) reads Relax's types through it.
+        self.observer = observer
 
     # ------------------------------------------------------------------ entry
     def run(self, entry: str = "main") -> tvm.IRModule:
@@ -250,14 +254,20 @@ class RelayImporter:
     def _convert(self, root: ast.Expr, env: dict) -> Any:
         """Convert ``root`` under ``env`` (Relay var → Relax expr or closure)."""
         memo: dict[int, Any] = {}
+        observer = self.observer
+
+        def done(node: ast.Expr, value: Any) -> None:
+            memo[id(node)] = value
+            if observer is not None:
+                observer(node, value)
+
         stack: list[tuple[ast.Expr, int]] = [(root, 0)]
         while stack:
             node, stage = stack.pop()
-            key = id(node)
-            if stage == 0 and key in memo:
+            if stage == 0 and id(node) in memo:
                 continue
             if isinstance(node, ast.Var):
-                memo[key] = self._lookup(node, env)
+                done(node, self._lookup(node, env))
             elif isinstance(node, ast.Let):
                 if stage == 0:
                     stack += [(node, 1), (node.value, 0)]
@@ -265,16 +275,16 @@ class RelayImporter:
                     env[node.var] = memo[id(node.value)]
                     stack += [(node, 2), (node.body, 0)]
                 else:
-                    memo[key] = memo[id(node.body)]
+                    done(node, memo[id(node.body)])
             elif isinstance(node, ast.Function):
-                memo[key] = _Closure(node, env)
+                done(node, _Closure(node, env))
             elif stage == 0:
                 stack.append((node, 1))
                 stack.extend((c, 0) for c in reversed(self._operands(node))
                              if id(c) not in memo)
             else:
                 inputs = [memo[id(c)] for c in self._operands(node)]
-                memo[key] = self._visit(node, inputs, env)
+                done(node, self._visit(node, inputs, env))
         return memo[id(root)]
 
     def _lookup(self, var: ast.Var, env: Mapping) -> Any:

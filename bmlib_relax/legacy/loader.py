@@ -45,35 +45,50 @@ def _compat_module(name: str, **attrs: Any) -> types.ModuleType:
     return module
 
 
+def _public(module: types.ModuleType) -> dict[str, Any]:
+    return {k: v for k, v in vars(module).items() if not k.startswith("__")}
+
+
 def _compat_modules() -> dict[str, Any]:
     from .. import relay as compat_relay
-    from ..relay import dataflow_pattern
+    from ..relay import analysis, build_module, dataflow_pattern, transform
+    from ..relay import op as compat_op
 
     register = _compat_module("tvm.relay.op.contrib.register",
                               register_pattern_table=_register_pattern_table)
     contrib = _compat_module("tvm.relay.op.contrib", register=register,
                              register_pattern_table=_register_pattern_table)
-    op = _compat_module("tvm.relay.op", contrib=contrib)
-    relay = _compat_module("tvm.relay", **{k: getattr(compat_relay, k)
-                                           for k in dir(compat_relay) if not k.startswith("__")})
-    relay.dataflow_pattern = dataflow_pattern
-    if not hasattr(relay, "op"):
-        relay.op = op
+    op = _compat_module("tvm.relay.op", **_public(compat_op), contrib=contrib)
+    relay = _compat_module("tvm.relay", **_public(compat_relay))
+    relay.op = op
     return {
         "tvm.relay": relay,
         "tvm.relay.dataflow_pattern": dataflow_pattern,
         "tvm.relay.op": op,
+        "tvm.relay.op.nn": compat_op.nn,
+        "tvm.relay.nn": compat_op.nn,
+        "tvm.relay.image": compat_op.image,
         "tvm.relay.op.contrib": contrib,
         "tvm.relay.op.contrib.register": register,
+        "tvm.relay.analysis": analysis,
+        "tvm.relay.transform": transform,
+        "tvm.relay.build_module": build_module,
     }
 
 
 class _TvmProxy(types.ModuleType):
-    """The real ``tvm`` package seen through a module with ``relay`` redirected."""
+    """The real ``tvm`` package seen through a module with ``relay`` redirected.
+
+    ``tvm.IRModule`` is bmlib-relax's Relay module class here, because a legacy
+    script calls ``tvm.IRModule.from_expr(relay_function)``.
+    """
 
     def __init__(self, relay_module: types.ModuleType):
         super().__init__("tvm")
+        from ..relay.ast import IRModule
+
         self.__dict__["relay"] = relay_module
+        self.__dict__["IRModule"] = IRModule
 
     def __getattr__(self, name: str) -> Any:
         return getattr(importlib.import_module("tvm"), name)

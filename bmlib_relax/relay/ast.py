@@ -43,6 +43,13 @@ def _span() -> Any:
 
 
 # --------------------------------------------------------------------------- attrs
+def _freeze(value: Any) -> Any:
+    """Lists (Relay attribute arrays) become tuples, recursively."""
+    if isinstance(value, list):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
 class Attrs(Mapping[str, Any]):
     """Read-only attribute mapping of a call or function (``key=value`` pairs).
 
@@ -53,7 +60,7 @@ class Attrs(Mapping[str, Any]):
     __slots__ = ("_data",)
 
     def __init__(self, data: Optional[Mapping[str, Any]] = None):
-        self._data = MappingProxyType(dict(data or {}))
+        self._data = MappingProxyType({k: _freeze(v) for k, v in (data or {}).items()})
 
     def __getitem__(self, key: str) -> Any:
         return self._data[key]
@@ -84,6 +91,17 @@ class Attrs(Mapping[str, Any]):
 EMPTY_ATTRS = Attrs()
 
 
+def _normalise(node: Any, *tuple_fields: str) -> None:
+    """Accept builder-style lists and dicts (as ``tvm.relay`` did) on frozen nodes."""
+    for name in tuple_fields:
+        value = getattr(node, name)
+        if not isinstance(value, tuple):
+            object.__setattr__(node, name, tuple(value or ()))
+    attrs = getattr(node, "attrs", None)
+    if attrs is None or (isinstance(attrs, Mapping) and not isinstance(attrs, Attrs)):
+        object.__setattr__(node, "attrs", Attrs(attrs or {}))
+
+
 # --------------------------------------------------------------------------- types
 class Type:
     """Base class of Relay types."""
@@ -98,6 +116,10 @@ class TensorType(Type):
 
     shape: tuple[Union[int, str, None], ...]
     dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.shape, tuple):
+            object.__setattr__(self, "shape", tuple(self.shape))
 
 
 @dataclass(frozen=True)
@@ -141,9 +163,67 @@ class RefType(Type):
 
 # --------------------------------------------------------------------------- expressions
 class Expr:
-    """Base class of Relay expressions (identity-compared, see module doc)."""
+    """Base class of Relay expressions (identity-compared, see module doc).
+
+    Like Relay's expressions they support ``+ - * /`` and unary ``-`` (building
+    ``add``/``subtract``/... calls) and carry ``checked_type`` once
+    ``transform.InferType`` has run.
+    """
 
     span: Optional[Span]
+
+    @property
+    def checked_type(self) -> "Type":
+        """The type inferred by ``relay.transform.InferType`` (Relay's ``checked_type``)."""
+        ty = self.__dict__.get("_checked_type")
+        if ty is None:
+            raise ValueError("the type of this expression has not been inferred: "
+                             "run relay.transform.InferType() on its module first")
+        return ty
+
+    def _set_checked_type(self, ty: "Type") -> None:
+        # Type inference annotates nodes in place, as Relay's checked_type_ did;
+        # it is a cache, not part of the node's value (never compared).
+        object.__setattr__(self, "_checked_type", ty)
+
+    def _binary(self, op: str, other: Any, reverse: bool = False) -> "Call":
+        from .op._make import as_expr
+
+        other = as_expr(other, op)
+        args = (other, self) if reverse else (self, other)
+        return Call(Op(op), args)
+
+    def __add__(self, other: Any) -> "Call":
+        return self._binary("add", other)
+
+    def __radd__(self, other: Any) -> "Call":
+        return self._binary("add", other, reverse=True)
+
+    def __sub__(self, other: Any) -> "Call":
+        return self._binary("subtract", other)
+
+    def __rsub__(self, other: Any) -> "Call":
+        return self._binary("subtract", other, reverse=True)
+
+    def __mul__(self, other: Any) -> "Call":
+        return self._binary("multiply", other)
+
+    def __rmul__(self, other: Any) -> "Call":
+        return self._binary("multiply", other, reverse=True)
+
+    def __truediv__(self, other: Any) -> "Call":
+        return self._binary("divide", other)
+
+    def __rtruediv__(self, other: Any) -> "Call":
+        return self._binary("divide", other, reverse=True)
+
+    def __neg__(self) -> "Call":
+        return Call(Op("negative"), (self,))
+
+    def astext(self, show_meta_data: bool = True) -> str:
+        from .printer import astext
+
+        return astext(self, show_meta_data=show_meta_data)
 
 
 @dataclass(frozen=True, eq=False)
@@ -220,6 +300,9 @@ class Call(Expr):
     type_args: tuple[Type, ...] = ()
     span: Optional[Span] = _span()
 
+    def __post_init__(self) -> None:
+        _normalise(self, "args", "type_args")
+
 
 @dataclass(frozen=True, eq=False)
 class Tuple(Expr):
@@ -227,6 +310,9 @@ class Tuple(Expr):
 
     fields: tuple[Expr, ...]
     span: Optional[Span] = _span()
+
+    def __post_init__(self) -> None:
+        _normalise(self, "fields")
 
 
 @dataclass(frozen=True, eq=False)
@@ -250,6 +336,9 @@ class Function(Expr):
     type_params: tuple[TypeVar, ...] = ()
     attrs: Attrs = EMPTY_ATTRS
     span: Optional[Span] = _span()
+
+    def __post_init__(self) -> None:
+        _normalise(self, "params", "type_params")
 
 
 @dataclass(frozen=True, eq=False)

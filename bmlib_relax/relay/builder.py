@@ -1,0 +1,52 @@
+"""``tvm.relay``'s graph-building functions over bmlib-relax's Relay AST.
+
+``var``, ``const``, ``scalar_type`` and ``op.get`` behave as in Relay; the
+node classes themselves (``Function``, ``Call``, ``Tuple``, ...) accept the
+same arguments as Relay's (lists and dicts included).
+"""
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from . import ast
+
+# Relay's default dtypes for Python scalars in relay.const.
+_PY_DTYPES = {bool: "bool", int: "int32", float: "float32"}
+
+
+def var(name_hint: str, type_annotation: Any = None, shape: Optional[Sequence[int]] = None,
+        dtype: str = "float32") -> ast.Var:
+    """A variable; ``type_annotation`` may be a type, or a dtype string with ``shape``."""
+    if isinstance(type_annotation, str):
+        dtype, type_annotation = type_annotation, None
+    if type_annotation is None and shape is not None:
+        type_annotation = ast.TensorType(tuple(int(d) if d is not None else None for d in shape),
+                                         dtype)
+    return ast.Var(name_hint, type_annotation)
+
+
+def const(value: Any, dtype: Optional[str] = None) -> ast.Constant:
+    """A constant tensor from a Python scalar, list or numpy array (Relay's dtype rules)."""
+    if isinstance(value, ast.Constant):
+        return value
+    if hasattr(value, "numpy") and not isinstance(value, np.ndarray):
+        value = value.numpy()
+    if isinstance(value, (bool, int, float)) and dtype is None:
+        dtype = _PY_DTYPES[type(value)]
+    array = np.asarray(value, dtype=dtype)
+    if dtype is None and array.dtype == np.float64:
+        array = array.astype("float32")  # Relay narrows Python floats to float32
+    elif dtype is None and array.dtype == np.int64 and not isinstance(value, np.ndarray):
+        array = array.astype("int32")
+    return ast.Constant(array)
+
+
+def scalar_type(dtype: str) -> ast.TensorType:
+    return ast.TensorType((), dtype)
+
+
+def get(op_name: str) -> ast.Op:
+    """``relay.op.get(name)``: the op node to pass to ``Call``."""
+    return ast.Op(op_name)

@@ -1,0 +1,104 @@
+"""The tvm.relay builder API: graphs built in Python, typed, printed, compiled."""
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+
+import bmlib_relax
+from bmlib_relax import relay
+from bmlib_relax.importer import supported_ops
+from bmlib_relax.relay import analysis, ast
+
+
+def small_convnet():
+    data = relay.var("data", shape=(1, 3, 8, 8))
+    weight = relay.var("weight", shape=(4, 3, 3, 3))
+    bias = relay.var("bias", shape=(4,))
+    y = relay.nn.conv2d(data, weight, padding=(1, 1), channels=4, kernel_size=(3, 3))
+    y = relay.nn.relu(relay.nn.bias_add(y, bias))
+    y = relay.nn.max_pool2d(y, pool_size=(2, 2), strides=(2, 2))
+    y = relay.nn.batch_flatten(y) * relay.const(0.5)
+    return relay.Function(analysis.free_vars(y), y)
+
+
+def numpy_convnet(x, w, b):
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    out = np.zeros((1, 4, 8, 8), np.float64)
+    for i in range(3):
+        for j in range(3):
+            out += np.einsum("nchw,oc->nohw", xp[:, :, i:i + 8, j:j + 8], w[:, :, i, j])
+    out = np.maximum(out + b.reshape(1, 4, 1, 1), 0)
+    out = out.reshape(1, 4, 4, 2, 4, 2).max(axis=(3, 5))
+    return (out.reshape(1, -1) * 0.5).astype(np.float32)
+
+
+def test_builder_graph_compiles_and_matches_numpy():
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((4, 3, 3, 3)).astype("float32")
+    b = rng.standard_normal(4).astype("float32")
+    x = rng.standard_normal((1, 3, 8, 8)).astype("float32")
+    mod = relay.IRModule.from_expr(small_convnet())
+    model = bmlib_relax.compile(mod, {"weight": w, "bias": b})
+    assert model.report.to_dict()["partitions"], "nothing offloaded"
+    np.testing.assert_allclose(model(x), numpy_convnet(x, w, b), rtol=1e-5, atol=1e-5)
+
+
+def test_infer_type_annotates_every_node():
+    mod = relay.transform.InferType()(relay.IRModule.from_expr(small_convnet()))
+    func = mod["main"]
+    assert func.body.checked_type == relay.TensorType((1, 64), "float32")
+    assert func.checked_type.ret == relay.TensorType((1, 64), "float32")
+    conv = func.body.args[0].args[0].args[0].args[0].args[0]
+    assert conv.op.name == "nn.conv2d"
+    assert conv.checked_type == relay.TensorType((1, 4, 8, 8), "float32")
+
+
+def test_checked_type_before_inference_is_a_clear_error():
+    with pytest.raises(ValueError, match="run relay.transform.InferType"):
+        _ = relay.var("x", shape=(1,)).checked_type
+
+
+def test_built_module_prints_and_reparses():
+    mod = relay.IRModule.from_expr(small_convnet())
+    text = mod.astext()
+    assert "nn.conv2d(%data, %weight, padding=[1, 1], channels=4, kernel_size=[3, 3])" in text
+    assert analysis.structural_equal(relay.parse(text), mod)
+
+
+def test_tuple_results_and_positional_attributes():
+    x = relay.var("x", shape=(2, 6))
+    parts = relay.split(x, 3, axis=1)
+    assert len(parts) == 3 and parts[2].index == 2
+    bn = relay.nn.batch_norm(x, *(relay.var(n, shape=(6,)) for n in "gbmv"), 1, 1e-3)
+    assert bn[0].tuple_value.attrs["epsilon"] == 1e-3
+    r = relay.reshape(x, [3, -1])
+    assert r.attrs["newshape"] == (3, -1)
+    assert isinstance(relay.nn.dropout(x), ast.TupleGetItem)
+    cat = relay.concatenate([x, x], axis=0)
+    assert isinstance(cat.args[0], relay.Tuple) and cat.attrs["axis"] == 0
+
+
+def test_signatures_follow_relay():
+    params = list(inspect.signature(relay.nn.conv2d).parameters)
+    assert params[:4] == ["data", "weight", "strides", "padding"]
+    assert list(inspect.signature(relay.nn.dense).parameters) == ["data", "weight", "units",
+                                                                  "out_dtype"]
+
+
+def test_every_importable_op_has_a_builder():
+    missing = []
+    for name in supported_ops():
+        namespace, _, short = name.rpartition(".")
+        module = {"": relay, "nn": relay.nn, "image": relay.image}.get(namespace)
+        if module is None or not callable(getattr(module, short, None)):
+            missing.append(name)
+    assert missing == [], f"ops without a builder function: {missing}"
+
+
+def test_operators_on_expressions():
+    x = relay.var("x", shape=(3,))
+    y = 2.0 * x - x / 4
+    assert y.op.name == "subtract" and y.args[0].op.name == "multiply"
+    assert (-x).op.name == "negative"
