@@ -14,6 +14,7 @@ import tvm
 from tvm import relax
 
 from .backend.codegen import CODEGEN_NAME, PartitionRecord
+from .backend.verify import partition_call_sites
 from .flops import count_flops
 
 # Bookkeeping ops that are not computation.
@@ -28,12 +29,13 @@ class PartitionInfo:
     ops: list[str]
     num_params: int
     num_args: int
-    flops: int = 0
+    flops: int = 0  # per call
+    calls: int = 1  # structurally equal partitions are one function called several times
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "composites": list(self.composites), "ops": list(self.ops),
                 "num_params": self.num_params, "num_args": self.num_args,
-                "flops": self.flops}
+                "flops": self.flops, "calls": self.calls}
 
 
 @dataclass
@@ -73,11 +75,13 @@ class OffloadReport:
                  f"({100 * self.offloaded_fraction:.1f} %), {_si(self.flops_host)} on host"]
         if self.partitions:
             width = min(max(len(p.name) for p in self.partitions), _NAME_WIDTH)
-            lines.append(f"  {'partition':<{width}}  params  args    FLOPs  composites / ops")
+            lines.append(f"  {'partition':<{width}}  calls  params  args    FLOPs  "
+                         "composites / ops")
             for p in self.partitions:
-                lines.append(f"  {_clip(p.name, width):<{width}}  {p.num_params:>6}  "
-                             f"{p.num_args:>4}  {_si(p.flops):>7}  {', '.join(p.composites)}")
-                lines.append(f"  {'':<{width}}  {'':>6}  {'':>4}  {'':>7}  "
+                lines.append(f"  {_clip(p.name, width):<{width}}  {p.calls:>5}  "
+                             f"{p.num_params:>6}  {p.num_args:>4}  {_si(p.flops):>7}  "
+                             f"{', '.join(p.composites)}")
+                lines.append(f"  {'':<{width}}  {'':>5}  {'':>6}  {'':>4}  {'':>7}  "
                              f"{' '.join(_short(o) for o in p.ops)}")
         for title, counts in (("on bmlib", self.ops_offloaded), ("on host", self.ops_host)):
             body = ", ".join(f"{_short(k)} x{v}" for k, v in sorted(counts.items())) or "-"
@@ -118,6 +122,33 @@ def _op_calls(func: relax.Function) -> list[relax.Call]:
     return calls
 
 
+def _flops_of(func: relax.Function) -> int:
+    """FLOPs of one call of ``func``: every op counted each time it runs, so a local
+    composite function called twice (after ``MergeCompositeFunctions``) counts twice."""
+    local: dict = {}
+
+    def walk(expr) -> int:
+        if isinstance(expr, relax.SeqExpr):
+            total = 0
+            for block in expr.blocks:
+                for binding in block.bindings:
+                    if isinstance(binding.value, relax.Function):
+                        local[binding.var] = binding.value
+                    else:
+                        total += walk(binding.value)
+            return total + walk(expr.body)
+        if not isinstance(expr, relax.Call):
+            return 0
+        callee = local.get(expr.op, expr.op) if isinstance(expr.op, relax.Var) else expr.op
+        if isinstance(callee, relax.Function):
+            return walk(callee.body)
+        if isinstance(callee, tvm.ir.Op) and callee.name not in _NON_OPS:
+            return count_flops(expr)
+        return 0
+
+    return walk(func.body)
+
+
 def _host_functions(mod: tvm.IRModule):
     for func in mod.functions.values():
         if isinstance(func, relax.Function) and not _is_partition(func) and \
@@ -133,20 +164,22 @@ def host_ops(mod: tvm.IRModule) -> Counter:
 def build_report(partitioned: tvm.IRModule,
                  records: Mapping[str, PartitionRecord]) -> OffloadReport:
     report = OffloadReport()
+    calls = Counter(name for name, _ in partition_call_sites(partitioned))
     for gvar, func in partitioned.functions.items():
         if not _is_partition(func):
             continue
         record = records.get(gvar.name_hint)
         if record is None:
             continue
-        flops = sum(count_flops(call) for call in _op_calls(func))
+        flops = _flops_of(func)
+        count = calls.get(gvar.name_hint, 1)
         report.partitions.append(PartitionInfo(
             name=record.name, composites=list(record.composites), ops=list(record.ops),
-            num_params=record.num_params, num_args=record.num_args, flops=flops))
-        report.ops_offloaded.update(record.ops)
-        report.flops_offloaded += flops
+            num_params=record.num_params, num_args=record.num_args, flops=flops, calls=count))
+        for _ in range(count):
+            report.ops_offloaded.update(record.ops)
+        report.flops_offloaded += flops * count
     report.partitions.sort(key=lambda p: p.name)
     report.ops_host = host_ops(partitioned)
-    report.flops_host = sum(count_flops(call) for func in _host_functions(partitioned)
-                            for call in _op_calls(func))
+    report.flops_host = sum(_flops_of(func) for func in _host_functions(partitioned))
     return report

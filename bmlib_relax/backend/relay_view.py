@@ -30,7 +30,9 @@ def _py(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, tvm.tirx.IntImm):
-        return bool(value.value) if value.dtype == "bool" else int(value.value)
+        # TVM 0.27 prim expressions carry their dtype as ``ty`` (older ones as ``dtype``).
+        dtype = str(getattr(value, "dtype", None) or getattr(value, "ty", ""))
+        return bool(value.value) if "bool" in dtype else int(value.value)
     if isinstance(value, tvm.tirx.FloatImm):
         return float(value.value)
     if isinstance(value, relax.ShapeExpr):
