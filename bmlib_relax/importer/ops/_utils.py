@@ -65,9 +65,21 @@ def const_value(expr: relax.Expr) -> np.ndarray | None:
     return None
 
 
+def folded_value(expr: relax.Expr, ctx) -> np.ndarray | None:
+    """The value of a constant, or of a ``cast`` of one (``cast(277, dtype="int64")``)."""
+    value = const_value(expr)
+    if value is None and isinstance(expr, relax.Var):
+        bound = ctx.bb.lookup_binding(expr)
+        if isinstance(bound, relax.Call) and getattr(bound.op, "name", "") == "relax.astype":
+            inner = const_value(bound.args[0])
+            if inner is not None:
+                value = inner.astype(str(bound.attrs.dtype))
+    return value
+
+
 def scalar_operand(expr: relax.Expr, ctx, what: str):
     """A Python number from a constant scalar operand (e.g. ``nn.pad``'s pad value)."""
-    value = const_value(expr)
+    value = folded_value(expr, ctx)
     if value is None or value.size != 1:
         raise ctx.error(f"{what} must be a constant scalar")
     return value.reshape(()).item()

@@ -125,6 +125,10 @@ def _split(inputs, attrs, ctx):
                         "the text has no #[metadata] section")
     # An int is a number of equal sections, a list the split indices.
     sections = ints(value) if isinstance(value, (list, tuple)) else int(value)
+    if sections in (1, []):
+        # One part: Relay still returns a 1-tuple, while Relax's split would
+        # return the tensor itself.
+        return relax.Tuple([inputs[0]])
     return relax.op.split(inputs[0], sections, axis=int(attrs.get("axis", 0)))
 
 
