@@ -1,0 +1,27 @@
+"""Creation ops: zeros/ones(_like), full, arange (constant operands, also through a cast)."""
+from __future__ import annotations
+
+import numpy as np
+
+from .helpers import check, rand, relay_fn
+
+
+def test_like_ops_and_full():
+    x = rand(2, 3)
+    text = relay_fn("%x: Tensor[(2, 3), float32]",
+                    "%0 = zeros_like(%x);\n  %1 = ones_like(%x);\n"
+                    '  %2 = full(1.5f, shape=[2, 3], dtype="float32");\n'
+                    '  %3 = zeros(shape=[2, 3], dtype="float32");\n  (%0, %1, %2, %3)')
+    check(text, [x], [np.zeros_like(x), np.ones_like(x), np.full((2, 3), 1.5, "float32"),
+                      np.zeros((2, 3), "float32")])
+
+
+def test_arange_with_constant_and_cast_operands():
+    text = relay_fn("%x: Tensor[(5), int64]",
+                    '%0 = cast(5, dtype="int64");\n'
+                    '  %1 = arange(0i64, %0, 1i64, dtype="int64");\n  add(%1, %x)')
+    x = np.arange(5, dtype="int64")
+    check(text, [x], np.arange(5) + x)
+    text = relay_fn("%x: Tensor[(4), float32]",
+                    '%0 = arange(1f, 3f, 0.5f, dtype="float32");\n  add(%0, %x)')
+    check(text, [np.zeros(4, "float32")], np.arange(1, 3, 0.5, dtype="float32"))

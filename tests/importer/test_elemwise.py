@@ -1,0 +1,68 @@
+"""Element-wise converters: broadcasting, scalar literals, clip, cast, where."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from .helpers import check, import_text, ops_in, rand, relay_fn
+
+XY = "%x: Tensor[(4, 1, 3), float32], %y: Tensor[(1, 5, 3), float32]"
+
+BINARY = {
+    "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
+    "maximum": np.maximum, "minimum": np.minimum, "power": np.power,
+    "floor_divide": np.floor_divide, "floor_mod": np.mod,
+}
+COMPARE = {"equal": np.equal, "not_equal": np.not_equal, "less": np.less,
+           "less_equal": np.less_equal, "greater": np.greater, "greater_equal": np.greater_equal}
+UNARY = {
+    "negative": np.negative, "abs": np.abs, "sqrt": np.sqrt, "rsqrt": lambda x: 1 / np.sqrt(x),
+    "exp": np.exp, "log": np.log, "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "tanh": np.tanh,
+    "erf": np.vectorize(math.erf), "floor": np.floor, "ceil": np.ceil, "tan": np.tan,
+    "sin": np.sin, "cos": np.cos, "round": np.round, "trunc": np.trunc,
+}
+
+
+@pytest.mark.parametrize("op", sorted(BINARY))
+def test_binary_broadcast(op):
+    x, y = rand(4, 1, 3, low=0.5, high=2), rand(1, 5, 3, seed=1, low=0.5, high=2)
+    check(relay_fn(XY, f"{op}(%x, %y)"), [x, y], BINARY[op](x, y), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", sorted(COMPARE))
+def test_comparisons(op):
+    x, y = rand(4, 1, 3).round(1), rand(1, 5, 3, seed=1).round(1)
+    out = check(relay_fn(XY, f"{op}(%x, %y)"), [x, y], COMPARE[op](x, y))
+    assert out.dtype == np.bool_
+
+
+@pytest.mark.parametrize("op", sorted(UNARY))
+def test_unary(op):
+    x = rand(3, 4, low=0.1, high=1.5)
+    check(relay_fn("%x: Tensor[(3, 4), float32]", f"{op}(%x)"), [x], UNARY[op](x), rtol=1e-5,
+          atol=1e-5)
+
+
+def test_scalar_literal_is_a_0d_constant():
+    x = rand(2, 3)
+    text = relay_fn("%x: Tensor[(2, 3), float32]", "multiply(%x, 0.25f)")
+    check(text, [x], x * 0.25)
+    script = import_text(text)["main"].script()
+    assert "R.multiply(x, R.const(0.25, \"float32\"))" in script
+
+
+def test_clip_cast_where():
+    x = rand(2, 8)
+    check(relay_fn("%x: Tensor[(2, 8), float32]", "clip(%x, a_min=-0.5f, a_max=0.25f)"), [x],
+          np.clip(x, -0.5, 0.25))
+    out = check(relay_fn("%x: Tensor[(2, 8), float32]", 'cast(%x, dtype="float16")'), [x],
+                x.astype("float16"))
+    assert out.dtype == np.float16
+    text = relay_fn("%x: Tensor[(2, 8), float32]", "%0 = greater(%x, 0f);\n  where(%0, %x, 0.5f)")
+    check(text, [x], np.where(x > 0, x, 0.5))
+    assert ops_in(import_text(text)) == ["relax.greater", "relax.where"]
+    out = check(relay_fn("%x: Tensor[(2, 8), float32], %y: Tensor[(2), int32]", "cast_like(%x, %y)"),
+                [x, np.zeros(2, "int32")], x.astype("int32"))
+    assert out.dtype == np.int32

@@ -1,0 +1,37 @@
+"""layout_transform: permutations and blocked layouts (split and merge)."""
+from __future__ import annotations
+
+import pytest
+
+from bmlib_relax import ConversionError
+
+from .helpers import check, import_text, ops_in, rand, relay_fn
+
+
+@pytest.mark.parametrize("src,dst,ref,ops", [
+    ("NCHW", "NHWC", lambda x: x.transpose(0, 2, 3, 1), ["relax.permute_dims"]),
+    ("NCHW", "NCHW3c", lambda x: x.reshape(2, 2, 3, 4, 5).transpose(0, 1, 3, 4, 2),
+     ["relax.reshape", "relax.permute_dims"]),
+    ("NCHW", "NHWC2h", lambda x: x.reshape(2, 6, 2, 2, 5).transpose(0, 2, 4, 1, 3),
+     ["relax.reshape", "relax.permute_dims"]),
+])
+def test_layout_transform(src, dst, ref, ops):
+    x = rand(2, 6, 4, 5)
+    text = relay_fn("%x: Tensor[(2, 6, 4, 5), float32]",
+                    f'layout_transform(%x, src_layout="{src}", dst_layout="{dst}")')
+    check(text, [x], ref(x))
+    assert ops_in(import_text(text)) == ops
+
+
+def test_layout_transform_merges_blocks_back():
+    x = rand(2, 2, 4, 5, 3)  # NCHW3c
+    text = relay_fn("%x: Tensor[(2, 2, 4, 5, 3), float32]",
+                    'layout_transform(%x, src_layout="NCHW3c", dst_layout="NCHW")')
+    check(text, [x], x.transpose(0, 1, 4, 2, 3).reshape(2, 6, 4, 5))
+
+
+def test_layout_transform_needs_divisible_dims():
+    text = relay_fn("%x: Tensor[(2, 5, 4, 4), float32]",
+                    'layout_transform(%x, src_layout="NCHW", dst_layout="NCHW4c")')
+    with pytest.raises(ConversionError, match="axis C of size 5 is not a multiple of 4"):
+        import_text(text)

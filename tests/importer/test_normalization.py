@@ -1,0 +1,65 @@
+"""Normalization converters against numpy (inference batch norm, layer/group/instance norm)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from .helpers import check, import_text, rand, relay_fn
+
+
+@pytest.mark.parametrize("attrs,axis,center,scale,eps", [
+    ("", 1, True, True, 1e-5),
+    ("axis=3, epsilon=0.001f", 3, True, True, 1e-3),
+    ("center=False", 1, False, True, 1e-5),
+    ("scale=False", 1, True, False, 1e-5),
+    ("axis=-1", 3, True, True, 1e-5),
+])
+def test_batch_norm_inference(attrs, axis, center, scale, eps):
+    x = rand(2, 3, 4, 5)
+    c = x.shape[axis]
+    g, b, m, v = rand(c, seed=1), rand(c, seed=2), rand(c, seed=3), rand(c, seed=4, low=0.5,
+                                                                           high=1.5)
+    ty = f"Tensor[({c}), float32]"
+    args = f"%x, %g, %b, %m, %v, {attrs}" if attrs else "%x, %g, %b, %m, %v"
+    text = relay_fn(f"%x: Tensor[(2, 3, 4, 5), float32], %g: {ty}, %b: {ty}, %m: {ty}, %v: {ty}",
+                    f"%0 = nn.batch_norm({args});\n  %0.0")
+    shape = [1, 1, 1, 1]
+    shape[axis] = c
+    r = lambda a: a.reshape(shape)  # noqa: E731
+    ref = (x - r(m)) / np.sqrt(r(v) + eps)
+    ref = ref * r(g) if scale else ref
+    ref = ref + r(b) if center else ref
+    check(text, [x, g, b, m, v], ref, rtol=1e-4, atol=1e-5)
+    assert "training=False" in import_text(text)["main"].script()
+
+
+@pytest.mark.parametrize("attrs,axis", [("", -1), ("axis=1", 1), ("axis=-1, epsilon=0.01f", -1)])
+def test_layer_norm(attrs, axis):
+    x = rand(2, 4, 6)
+    c = x.shape[axis]
+    g, b = rand(c, seed=1), rand(c, seed=2)
+    args = f"%x, %g, %b, {attrs}" if attrs else "%x, %g, %b"
+    text = relay_fn(f"%x: Tensor[(2, 4, 6), float32], %g: Tensor[({c}), float32], "
+                    f"%b: Tensor[({c}), float32]", f"nn.layer_norm({args})")
+    eps = 0.01 if "0.01" in attrs else 1e-5
+    shape = [1, 1, 1]
+    shape[axis] = c
+    mean, var = x.mean(axis, keepdims=True), x.var(axis, keepdims=True)
+    ref = (x - mean) / np.sqrt(var + eps) * g.reshape(shape) + b.reshape(shape)
+    check(text, [x, g, b], ref, rtol=1e-4, atol=1e-5)
+
+
+def test_group_norm_and_instance_norm():
+    x = rand(2, 6, 3, 4)
+    g, b = rand(6, seed=1), rand(6, seed=2)
+    params = ("%x: Tensor[(2, 6, 3, 4), float32], %g: Tensor[(6), float32], "
+              "%b: Tensor[(6), float32]")
+    xg = x.reshape(2, 3, 2, 3, 4)
+    norm = (xg - xg.mean((2, 3, 4), keepdims=True)) / np.sqrt(xg.var((2, 3, 4), keepdims=True)
+                                                              + 1e-5)
+    ref = norm.reshape(x.shape) * g.reshape(1, 6, 1, 1) + b.reshape(1, 6, 1, 1)
+    check(relay_fn(params, "nn.group_norm(%x, %g, %b, num_groups=3)"), [x, g, b], ref,
+          rtol=1e-4, atol=1e-5)
+    norm = (x - x.mean((2, 3), keepdims=True)) / np.sqrt(x.var((2, 3), keepdims=True) + 1e-5)
+    ref = norm * g.reshape(1, 6, 1, 1) + b.reshape(1, 6, 1, 1)
+    check(relay_fn(params, "nn.instance_norm(%x, %g, %b)"), [x, g, b], ref, rtol=1e-4, atol=1e-5)

@@ -1,0 +1,190 @@
+"""Shape/data-movement converters against numpy: Relay's special values and modes."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bmlib_relax import ConversionError
+
+from .helpers import check, import_text, ops_in, rand, relay_fn
+
+
+def _t(shape, dtype="float32"):
+    return f"Tensor[({', '.join(map(str, shape))}{',' if len(shape) == 1 else ''}), {dtype}]"
+
+
+@pytest.mark.parametrize("newshape,expected", [
+    ("[0, -1]", (2, 12)),
+    ("[-1, 4]", (6, 4)),
+    ("[0, 0, -2]", (2, 3, 4)),
+    ("[-2]", (2, 3, 4)),
+    ("[-3, 4]", (6, 4)),
+    ("[0, -3]", (2, 12)),
+    ("[-4, 1, 2, -2]", (1, 2, 3, 4)),
+    ("[-4, -1, 2, 3, 4]", (1, 2, 3, 4)),
+    ("[2, -4, 3, -1, 4]", (2, 3, 1, 4)),
+    ("[24]", (24,)),
+])
+def test_reshape_special_values(newshape, expected):
+    x = rand(2, 3, 4)
+    text = relay_fn(f"%x: {_t(x.shape)}", f"reshape(%x, newshape={newshape})")
+    check(text, [x], x.reshape(expected))
+
+
+def test_reshape_dynamic_dim_stays_symbolic():
+    text = relay_fn("%x: Tensor[(?, 3, 4), float32]", "reshape(%x, newshape=[0, -1])")
+    mod = import_text(text)
+    assert "R.Tensor((d0, 12)" in mod["main"].script()
+    x = rand(5, 3, 4)
+    check(text, [x], x.reshape(5, 12))
+
+
+def test_batch_flatten_form():
+    x = rand(2, 3, 4, 5)
+    text = relay_fn(f"%x: {_t(x.shape)}", "nn.batch_flatten(%x)")
+    check(text, [x], x.reshape(2, 60))
+    assert "R.reshape(x, R.shape([2, 60]))" in import_text(text)["main"].script()
+
+
+@pytest.mark.parametrize("attrs,perm", [("axes=[0, 2, 3, 1]", (0, 2, 3, 1)), ("", None),
+                                        ("axes=[-1, 0, 1, 2]", (3, 0, 1, 2))])
+def test_transpose(attrs, perm):
+    x = rand(1, 2, 3, 4)
+    body = f"transpose(%x, {attrs})" if attrs else "transpose(%x)"
+    text = relay_fn(f"%x: {_t(x.shape)}", body)
+    check(text, [x], np.transpose(x, perm))
+    assert ops_in(import_text(text)) == ["relax.permute_dims"]
+
+
+@pytest.mark.parametrize("body,ref", [
+    ("squeeze(%x)", lambda x: x.reshape(3, 4)),
+    ("squeeze(%x, axis=[2])", lambda x: x.reshape(1, 3, 4)),
+    ("squeeze(%x, axis=[0, -2])", lambda x: x.reshape(3, 4)),
+    ("expand_dims(%x, axis=1, num_newaxis=2)", lambda x: x.reshape(1, 1, 1, 3, 1, 4)),
+    ("expand_dims(%x, axis=-1)", lambda x: x.reshape(1, 3, 1, 4, 1)),
+    ("expand_dims(%x, axis=0, num_newaxis=0)", lambda x: x),
+])
+def test_squeeze_expand_dims(body, ref):
+    x = rand(1, 3, 1, 4)
+    check(relay_fn(f"%x: {_t(x.shape)}", body), [x], ref(x))
+
+
+@pytest.mark.parametrize("attrs,ref", [
+    ("indices_or_sections=3, axis=1", lambda x: np.split(x, 3, axis=1)),
+    ("indices_or_sections=[1, 4], axis=1", lambda x: np.split(x, [1, 4], axis=1)),
+    ("indices_or_sections=[2], axis=-1", lambda x: np.split(x, [2], axis=-1)),
+    ("indices_or_sections=2", lambda x: np.split(x, 2, axis=0)),
+    ("indices_or_sections=1", lambda x: [x]),
+])
+def test_split_returns_a_tuple(attrs, ref):
+    x = rand(2, 6, 4)
+    parts = ref(x)
+    fields = ", ".join(f"%0.{i}" for i in range(len(parts)))
+    text = relay_fn(f"%x: {_t(x.shape)}", f"%0 = split(%x, {attrs});\n  ({fields},)")
+    check(text, [x], parts)
+
+
+def test_split_with_unresolved_metadata_value_names_it():
+    text = relay_fn("%x: Tensor[(2, 6), float32]",
+                    "%0 = split(%x, indices_or_sections=meta[runtime.BoxInt][0], axis=1);\n  %0.0")
+    with pytest.raises(ConversionError, match=r"split: indices_or_sections=meta\[runtime.BoxInt\]"
+                                              r"\[0\] has no value"):
+        import_text(text)
+
+
+@pytest.mark.parametrize("attrs,ref", [
+    ("begin=[0, 1], end=[2, 5], strides=[1, 2]", lambda x: x[0:2, 1:5:2]),
+    ("begin=[3, 5], end=[0, 0], strides=[-1, -2]", lambda x: x[3:0:-1, 5:0:-2]),
+    ("begin=[-1], end=[-5], strides=[-1]", lambda x: x[-1:-5:-1]),
+    ("begin=[-1, -1], end=[-2147483648, -9223372036854775808], strides=[-1, -1]",
+     lambda x: x[::-1, ::-1]),
+    ("begin=[1], end=[100]", lambda x: x[1:100]),
+    ("begin=[0, 1], end=[2]", lambda x: x[0:2, 1:]),
+    ("begin=[2], end=[4], strides=[1], axes=[1]", lambda x: x[:, 2:4]),
+    ('begin=[1, 0], end=[-1, -1], axes=[1, 0], slice_mode="size"', lambda x: x[:, 1:]),
+    ("begin=[1, 2], end=[2, -1], slice_mode=\"size\"", lambda x: x[1:3, 2:]),
+    ("begin=[0, 1], end=[-1, 3], strides=[5, 5], slice_mode=\"size\"", lambda x: x[0:, 1:4]),
+])
+def test_strided_slice(attrs, ref):
+    x = rand(4, 6)
+    check(relay_fn(f"%x: {_t(x.shape)}", f"strided_slice(%x, {attrs})"), [x], ref(x))
+
+
+@pytest.mark.parametrize("attrs,ref", [
+    ("axis=0", lambda x, i: np.take(x, np.clip(i, 0, 3), axis=0)),
+    ("axis=1", lambda x, i: np.take(x, np.clip(i, 0, 4), axis=1)),
+    ("", lambda x, i: np.take(x.reshape(-1), np.clip(i, 0, 19))),
+    ('axis=1, mode="wrap"', lambda x, i: np.take(x, i, axis=1, mode="wrap")),
+])
+def test_take(attrs, ref):
+    x = rand(4, 5)
+    idx = np.array([[0, 3], [7, -1]], "int32")  # out of range: Relay clips by default
+    body = f"take(%x, %i, {attrs})" if attrs else "take(%x, %i)"
+    text = relay_fn(f"%x: {_t(x.shape)}, %i: Tensor[(2, 2), int32]", body)
+    check(text, [x, idx], ref(x, idx))
+
+
+@pytest.mark.parametrize("op,axis", [("concatenate", 0), ("concatenate", -1), ("stack", 0),
+                                     ("stack", 2), ("stack", -1)])
+def test_concatenate_stack(op, axis):
+    a, b = rand(2, 3), rand(2, 3, seed=1)
+    text = relay_fn("%a: Tensor[(2, 3), float32], %b: Tensor[(2, 3), float32]",
+                    f"%0 = (%a, %b);\n  {op}(%0, axis={axis})")
+    ref = np.concatenate([a, b], axis) if op == "concatenate" else np.stack([a, b], axis)
+    check(text, [a, b], ref)
+    if op == "concatenate":
+        assert ops_in(import_text(text)) == ["relax.concat"]
+
+
+@pytest.mark.parametrize("body,ref", [
+    ("tile(%x, reps=[2, 1, 3])", lambda x: np.tile(x, (2, 1, 3))),
+    ("repeat(%x, repeats=2, axis=1)", lambda x: np.repeat(x, 2, axis=1)),
+    ("reverse(%x, axis=0)", lambda x: x[::-1]),
+    ("broadcast_to(%x, shape=[4, 2, 3])", lambda x: np.broadcast_to(x, (4, 2, 3))),
+])
+def test_tile_repeat_broadcast(body, ref):
+    x = rand(2, 3)
+    check(relay_fn("%x: Tensor[(2, 3), float32]", body), [x], ref(x))
+
+
+def test_broadcast_to_like_and_collapse_sum_like():
+    x, y = rand(1, 3), rand(4, 3, seed=1)
+    text = relay_fn("%x: Tensor[(1, 3), float32], %y: Tensor[(4, 3), float32]",
+                    "%0 = broadcast_to_like(%x, %y);\n  %1 = add(%0, %y);\n"
+                    "  collapse_sum_like(%1, %x)")
+    check(text, [x, y], (np.broadcast_to(x, (4, 3)) + y).sum(0, keepdims=True))
+
+
+@pytest.mark.parametrize("widths,value,mode", [
+    (((0, 0), (1, 2), (2, 0)), 0.0, "constant"),
+    (((1, 1), (0, 0), (1, 1)), 1.5, "constant"),
+    (((0, 0), (1, 2), (2, 1)), 0.0, "edge"),
+    (((0, 0), (1, 1), (2, 2)), 0.0, "reflect"),
+])
+def test_pad(widths, value, mode):
+    x = rand(1, 3, 4)
+    pad_width = "[" + ", ".join(f"[{a}, {b}]" for a, b in widths) + "]"
+    text = relay_fn(f"%x: {_t(x.shape)}",
+                    f'nn.pad(%x, {value}f, pad_width={pad_width}, pad_mode="{mode}")')
+    kwargs = {"constant_values": value} if mode == "constant" else {}
+    check(text, [x], np.pad(x, widths, mode=mode, **kwargs))
+
+
+def test_scatter_nd_relay_index_layout():
+    data = np.zeros((3, 4), "float32")
+    idx = np.array([[0, 2], [1, 3]], "int64")      # (M=2 index dims, 2 updates): (0,1), (2,3)
+    upd = np.array([5.0, 7.0], "float32")
+    text = relay_fn("%d: Tensor[(3, 4), float32], %i: Tensor[(2, 2), int64], "
+                    "%u: Tensor[(2), float32]", 'scatter_nd(%d, %i, %u, mode="update")')
+    ref = data.copy()
+    ref[0, 1], ref[2, 3] = 5.0, 7.0
+    check(text, [data, idx, upd], ref)
+
+
+def test_annotations_and_copy_are_dropped():
+    x = rand(2, 2)
+    text = relay_fn("%x: Tensor[(2, 2), float32]",
+                    "%0 = on_device(%x, virtual_device=meta[VirtualDevice][0]);\n"
+                    "  %1 = copy(%0);\n  %2 = device_copy(%1);\n  add(%2, 1f)")
+    check(text, [x], x + 1)
+    assert ops_in(import_text(text)) == ["relax.add"]
