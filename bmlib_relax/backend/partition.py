@@ -8,6 +8,7 @@ from tvm import relax
 from tvm.relax import dpl
 
 from ..errors import BmlibError, CodegenError
+from ..legacy.lowerings import get_legacy_lowering
 from .legacy_patterns import is_legacy_pattern, translate_entry
 from .patterns import PREFIX, check_tensors, get_bmlib_patterns
 from .templates import get_template
@@ -70,7 +71,10 @@ def pattern_ops(pattern: dpl.DFPattern) -> Iterator[str]:
 
 
 def check_pattern_templates(name: str, pattern: dpl.DFPattern) -> None:
-    """A pattern that could pull a template-less op into a partition is an error."""
+    """A pattern that could pull a template-less op into a partition is an error
+    (unless the composite has its own legacy lowering, which replaces the templates)."""
+    if get_legacy_lowering(name) is not None:
+        return
     missing = sorted({op for op in pattern_ops(pattern) if get_template(op) is None})
     if missing:
         raise CodegenError(f"pattern {name!r} matches {', '.join(missing)}, which has no "
@@ -82,6 +86,8 @@ def check_partition_templates(mod: tvm.IRModule) -> None:
     """Every op inside a bmlib composite has a template (checked before any build)."""
     for func in _composites(mod):
         composite = str(func.attrs["Composite"])
+        if get_legacy_lowering(composite) is not None:
+            continue
         for op in _call_ops(func):
             if get_template(op) is None:
                 raise CodegenError(f"bmlib composite {composite!r} contains {op}, which has no "
