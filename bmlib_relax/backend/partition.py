@@ -1,7 +1,7 @@
 """``partition_for_bmlib``: carve bmlib partitions out of a Relax module."""
 from __future__ import annotations
 
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import tvm
 from tvm import relax
@@ -21,7 +21,8 @@ def resolve_patterns(patterns: Optional[Sequence[Any]]) -> list:
     ``(name, pattern)``, ``(name, pattern, check)`` or ``(name, pattern,
     annotations, check)``, with ``pattern`` in Relax DPL or legacy Relay syntax.
     A Relax check receives TVM's ``PatternCheckContext``; a legacy check the
-    matched root as a Relay-style view (:mod:`.relay_view`).  Every name must
+    matched root as a Relay-style view (:mod:`.relay_view`).  Either only
+    narrows :func:`~.patterns.check_tensors`, which always applies.  Every name must
     carry the ``bmlib.`` prefix, and every op a pattern can pull in must have a
     TIR template: both are reported here, before anything is partitioned.
     """
@@ -45,9 +46,19 @@ def resolve_patterns(patterns: Optional[Sequence[Any]]) -> list:
             resolved.append(translate_entry(name, entry[1], check, base_check=check_tensors))
         else:
             annotations = entry[2] if len(entry) == 4 else {}
-            resolved.append((name, entry[1], annotations, check or check_tensors))
+            # The backend's own predicate (dtypes, static shapes, no leaking
+            # intermediates) always applies; a user check can only narrow it.
+            resolved.append((name, entry[1], annotations,
+                             check_tensors if check is None else _both(check_tensors, check)))
         check_pattern_templates(name, resolved[-1][1])
     return resolved
+
+
+def _both(first: Callable, second: Callable) -> Callable:
+    def check(context) -> bool:
+        return bool(first(context)) and bool(second(context))
+
+    return check
 
 
 def pattern_ops(pattern: dpl.DFPattern) -> Iterator[str]:
