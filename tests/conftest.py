@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +15,14 @@ from tvm import relax
 from bmlib_relax.recipe import recipe_from_manifest
 
 DATA = Path(__file__).parent / "data"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cli(*args, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    """Run the bmlib-relax command in a subprocess (``python -m bmlib_relax``, same entry point)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "bmlib_relax", *map(str, args)], cwd=cwd,
+                          env=env, capture_output=True, text=True, timeout=600)
 
 
 def shared_dir(variable: str) -> Path | None:

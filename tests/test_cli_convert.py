@@ -16,17 +16,9 @@ from bmlib_relax.cli import EXAMPLE_DIR
 from bmlib_relax.convert import REPORT_SCHEMA_PATH
 from bmlib_relax.recipe import recipe_tensor
 
-from conftest import DATA, Golden
+from conftest import DATA, ROOT, Golden, cli
 
-ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = Path(EXAMPLE_DIR)
-
-
-def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    """Run the bmlib-relax command (``python -m bmlib_relax``, same entry point)."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "bmlib_relax", *map(str, args)], cwd=cwd,
-                          env=env, capture_output=True, text=True, timeout=600)
 
 
 def validate_report(path: Path) -> dict:

@@ -22,6 +22,7 @@ import tvm
 from tvm import relax, te, topi
 
 from ..errors import CodegenError
+from ..legacy.lowerings import get_legacy_lowering
 from .templates import get_template
 
 CODEGEN_NAME = "bmlib"
@@ -153,7 +154,42 @@ class PartitionLowerer:
         if composite is not None:
             self.composites.append(str(composite))
         inner = {p: self._eval(a, env) for p, a in zip(callee.params, call.args)}
+        lowering = get_legacy_lowering(str(composite)) if composite is not None else None
+        if lowering is not None:
+            return self._lower_legacy(str(composite), lowering, callee, inner)
         return self._eval_body(callee.body, inner)
+
+    def _lower_legacy(self, composite: str, lowering, callee: relax.Function,
+                      inner: dict) -> te.Tensor:
+        """Lower a composite with a Relay-era ``_LOWER_MAP`` function.
+
+        It receives a Relay-style view of the composite's root call and TE
+        tensors in the composite's parameter order — bound to what the
+        partition actually passes, so its placeholders can no longer disagree
+        with the call.
+        """
+        from .relay_view import relay_view  # local: relay_view imports legacy_patterns
+
+        body = callee.body
+        bindings = {b.var: b.value for block in body.blocks for b in block.bindings}
+        for value in bindings.values():
+            if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
+                self.ops.append(value.op.name)
+        self.ctx.op = f"legacy lowering of {composite}"
+        inputs = [inner[p] for p in callee.params]
+        try:
+            result = lowering(relay_view(body.body, bindings=bindings), inputs)
+        except Exception as exc:  # noqa: BLE001 - user code: name the composite
+            raise self.ctx.error(f"{type(exc).__name__}: {exc}") from exc
+        want_shape = [int(d) for d in body.body.ty.shape.values]
+        if not isinstance(result, te.Tensor):
+            raise self.ctx.error(f"returned {type(result).__name__}, expected a te.Tensor")
+        got_shape = [int(d) for d in result.shape]
+        if got_shape != want_shape or str(result.dtype) != str(body.body.ty.dtype):
+            raise self.ctx.error(
+                f"returned a tensor of shape {got_shape} {result.dtype}, but the composite "
+                f"produces {want_shape} {body.body.ty.dtype}")
+        return result
 
     def _lower_op(self, op_name: str, call: relax.Call, env: dict) -> Any:
         template = get_template(op_name)
