@@ -83,3 +83,5 @@ def test_models_put_their_flops_on_bmlib(case, mode):
     data = report.to_dict()
     assert data["flops_total"] > 0
     assert data["flops_offloaded"] / data["flops_total"] >= FLOP_FLOOR[case], str(report)
+    # Merging changes the partitions, not the work.
+    assert data["flops_total"] == compiled(case, not MODES[mode]).report.flops_total
