@@ -89,9 +89,8 @@ def _per_channel(bias_shape: list[int], out_shape: list[int], axis: int) -> bool
     if len(bias_shape) > len(out_shape):
         return False
     aligned = [1] * (len(out_shape) - len(bias_shape)) + bias_shape
-    axis = axis % len(out_shape)
-    return all(d == (out_shape[axis] if i == axis else 1) or (i == axis and d == 1)
-               for i, d in enumerate(aligned))
+    axis %= len(out_shape)
+    return all(d == 1 or (i == axis and d == out_shape[axis]) for i, d in enumerate(aligned))
 
 
 def _bias_ok(context: PatternCheckContext, producer: str, axis: int) -> bool:

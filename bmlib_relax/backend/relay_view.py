@@ -148,12 +148,13 @@ def _add(call, resolve, hint):
         return "add", list(call.args), {}
     # bias_add(x, b, axis) imports as add(x, b) (last axis) or add(x, reshape(b, [C, 1..])).
     data, bias = call.args
-    if _rank(bias) > 1 or (_rank(data) <= 1 and _rank(bias) <= 1 and _reshape_of(bias, resolve)):
+    # The bias is the reshaped vector, else the operand of lower rank.
+    if _reshape_of(data, resolve) is not None or \
+            (_reshape_of(bias, resolve) is None and _rank(data) < _rank(bias)):
         data, bias = bias, data
     source = _reshape_of(bias, resolve)
     if source is not None:
-        axis = _rank(call) - _rank(bias)
-        return "nn.bias_add", [data, source], {"axis": axis}
+        return "nn.bias_add", [data, source], {"axis": _rank(call) - _rank(bias)}
     return "nn.bias_add", [data, bias], {"axis": -1}
 
 
