@@ -202,7 +202,31 @@ class _Translation:
             return self.translate(p.pattern).has_dtype(p.dtype)
         if isinstance(p, rp.ShapePattern):
             return self.translate(p.pattern).has_shape(list(p.shape))
+        if isinstance(p, rp.TypePattern):
+            return self._type(p)
+        if isinstance(p, rp.DominatorPattern):
+            # Relax DPL has no dominator analysis; an unrolled approximation would
+            # silently match a different set of graphs than Relay did.
+            raise PatternTranslationError(
+                "dominates(...) has no Relax DPL equivalent: write the chain between "
+                "parent and child out explicitly (e.g. is_op('nn.relu')(is_op('add')(...)))")
+        if isinstance(p, rp.ExprPattern):
+            raise PatternTranslationError(
+                "is_expr(...) of a Relay expression cannot match the imported Relax program; "
+                "use is_constant()/wildcard() with a check function on the value")
         raise PatternTranslationError(f"{type(p).__name__} has no Relax DPL translation yet")
+
+    def _type(self, p: rp.TypePattern) -> dpl.DFPattern:
+        """``has_type(Tensor[(shape), dtype])`` as Relax shape and dtype constraints."""
+        from ..relay import ast
+
+        ty = p.type
+        inner = self.translate(p.pattern)
+        if not isinstance(ty, ast.TensorType):
+            raise PatternTranslationError(f"has_type({ty!r}): only tensor types can be matched")
+        if all(isinstance(d, int) for d in ty.shape):
+            inner = inner.has_shape(list(ty.shape))
+        return inner.has_dtype(ty.dtype)
 
 
 def _relay_op_of(p: Any) -> Optional[str]:
