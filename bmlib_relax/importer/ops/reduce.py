@@ -19,9 +19,8 @@ REDUCE_OPS = {
     "max": relax.op.max,
     "min": relax.op.min,
     "prod": relax.op.prod,
-    "variance": relax.op.variance,
-    "std": relax.op.std,
 }
+# Relay's variance/std take the mean as an operand (Relax recomputes it): not mapped.
 
 
 def reduce_axes(data, attrs, ctx) -> Optional[list[int]]:
@@ -37,8 +36,6 @@ def reduce_axes(data, attrs, ctx) -> Optional[list[int]]:
 
 def _reduce(relax_op):
     def convert(inputs, attrs, ctx):
-        if attrs.get("unbiased", False):
-            raise ctx.unsupported_attr("unbiased", attrs["unbiased"])
         return relax_op(inputs[0], reduce_axes(inputs[0], attrs, ctx),
                         keepdims=bool(attrs.get("keepdims", False)))
 
