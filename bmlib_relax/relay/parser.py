@@ -70,14 +70,27 @@ _DTYPE_RE = re.compile(
 
 _VERSION_RE = re.compile(r"\s*v0\.0\.(\d+)[ \t]*(?=\n|$)")
 
-_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\", "0": "\0"}
-_ESCAPE_RE = re.compile(r"\\(.)", re.S)
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\", "0": "\0",
+            "b": "\b", "f": "\f"}
+_ESCAPE_RE = re.compile(r"\\(u[0-9a-fA-F]{4}|.)", re.S)
+
+#: ``%a.1.2`` may name a variable ``a.1`` -- at most this many trailing numeric
+#: segments are tried as part of a variable name before they must be projections.
+_MAX_NUMERIC_NAME_PARTS = 8
 
 _CLOSERS = {"(": ")", "[": "]", "{": "}"}
 
 
+def _unescape_one(m: re.Match) -> str:
+    code = m.group(1)
+    if len(code) == 5:
+        return chr(int(code[1:], 16))
+    return _ESCAPES.get(code, code)
+
+
 def _unescape(body: str) -> str:
-    return _ESCAPE_RE.sub(lambda m: _ESCAPES.get(m.group(1), m.group(1)), body)
+    """Decode C/JSON-style escapes of a string literal (``\\n``, ``\\"``, ``\\u00e9``)."""
+    return _ESCAPE_RE.sub(_unescape_one, body) if "\\" in body else body
 
 
 def is_dtype(name: str) -> bool:
@@ -636,14 +649,18 @@ class _Parser:
             return expr
         if "." in name:
             parts = name.split(".")
-            for cut in range(len(parts) - 1, 0, -1):
-                tail = parts[cut:]
-                if not all(p.isdigit() for p in tail):
-                    break
+            first_digit = len(parts)  # parts[first_digit:] are all numeric
+            while first_digit > 1 and parts[first_digit - 1].isdigit():
+                first_digit -= 1
+            # Longest bound prefix first; a name never ends in more than a few
+            # numeric segments, which keeps ``%x.0.0.0...`` linear.
+            lowest = max(first_digit, 1)
+            for cut in range(min(len(parts) - 1, lowest + _MAX_NUMERIC_NAME_PARTS), lowest - 1, -1):
                 base = self.lookup(".".join(parts[:cut]))
                 if base is not None:
-                    for p in tail:
-                        base = A.TupleGetItem(base, int(p), span=self.span(tok))
+                    span = self.span(tok)
+                    for p in parts[cut:]:
+                        base = A.TupleGetItem(base, int(p), span=span)
                     return base
         raise self.error(f"undefined variable {tok.text}", tok)
 

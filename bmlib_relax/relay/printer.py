@@ -106,14 +106,19 @@ def print_attr_value(value: Any) -> str:
             return "inff64" if value > 0 else "-inff64"
         return repr(value)
     if isinstance(value, str):
-        return json.dumps(value)
+        return _quote(value)
     if isinstance(value, (tuple, list)):
         return "[" + ", ".join(print_attr_value(v) for v in value) + "]"
     if isinstance(value, A.MetaRef):
         return f"meta[{value.kind}][{value.index}]"
     if isinstance(value, np.ndarray):
         return print_attr_value(value.tolist())
-    return json.dumps(str(value))
+    return _quote(str(value))
+
+
+def _quote(text: str) -> str:
+    """A string literal the tokenizer accepts (no raw newlines; non-ASCII kept)."""
+    return json.dumps(text, ensure_ascii=False)
 
 
 def _attrs_text(attrs: A.Attrs) -> list[str]:

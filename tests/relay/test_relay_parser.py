@@ -92,3 +92,59 @@ def test_undefined_variable_error():
         parse("def @main(%x: float32) {\n  add(%x, %y)\n}")
     assert info.value.message == "undefined variable %y"
     assert (info.value.line, info.value.column) == (2, 11)
+
+
+@pytest.mark.parametrize("text, message, line, column", [
+    ("def @main(%x: float32) {\n  add(%x, 1f7)\n}", "invalid literal suffix 'f7'", 2, 11),
+    ("def @main(%x: float32) {\n  /* never closed\n  %x\n}", "unterminated comment", 2, 3),
+    ("def @main(%x: float32) {\n  add(%x, %x", "unexpected end of input while parsing call "
+     "arguments", 2, 13),
+    ("def @main(%x: Tensor[(1, 2), float32) { %x }", "expected ']' to close type, got ')'",
+     1, 37),
+    ("def @main(%x: float32) { %x }\ndef @main(%x: float32) { %x }",
+     "duplicate definition of global function @main", 2, 1),
+    ('def @main() { f(a="abc) }', "unterminated string literal", 1, 19),
+    ("def @main(%x: float32) { let %y = %x }", "expected ';' after let binding, got '}'",
+     1, 38),
+    ("2147483648i32", "integer literal 2147483648i32 out of range for int32", 1, 1),
+    ("meta[type_key][1337]", "unknown metadata kind 'type_key' in meta[type_key][1337]", 1, 6),
+    ("(" * 5000, "nesting too deep (more than 1000 levels)", 1, 1001),
+], ids=lambda v: v[:24] if isinstance(v, str) else str(v))
+def test_error_messages(text, message, line, column):
+    with pytest.raises(ParseError) as info:
+        parse(text, "case.relay")
+    err = info.value
+    assert (err.message, err.line, err.column) == (message, line, column)
+    assert str(err).splitlines()[0] == f"case.relay:{line}:{column}: {message}"
+    assert str(err).splitlines()[-1].strip() == "^"
+
+
+def test_old_style_fn_and_bare_expression_modules():
+    mod = parse("v0.0.4\nfn (%x: int32) -> int32 {\n  let %y = add(%x, 1);\n  %y\n}\n")
+    assert isinstance(mod["main"].body, A.Let)
+    mod = parse("free_var %x: float32; negative(%x)")
+    assert [p.name for p in mod["main"].params] == ["x"]
+
+
+def test_closures_attrs_and_params_attrs():
+    mod = parse('#[version = "0.0.5"]\n'
+                'def @main(%x {virtual_device=meta[VirtualDevice][0]}: Tensor[(2), float32], '
+                'Compiler="x") -> Tensor[(2), float32] {\n'
+                '  %0 = fn (%p: Tensor[(2), float32], Primitive=1, Composite="bmlib.relu",) {\n'
+                '    nn.relu(%p)\n  };\n  %0(%x)\n}\n')
+    fn = mod["main"]
+    assert fn.attrs["Compiler"] == "x"
+    assert isinstance(fn.params[0].attrs["virtual_device"], A.MetaRef)
+    closure = fn.body.op
+    assert isinstance(closure, A.Function)
+    assert dict(closure.attrs) == {"Primitive": 1, "Composite": "bmlib.relu"}
+
+
+def test_if_match_refs():
+    expr = parse_expr("fn (%c: bool) { let %r = ref(1); let %u = ref_write(%r, 2); "
+                      "if (%c) { ref_read(%r) } else { 3 } }")
+    assert isinstance(expr.body.value, A.RefCreate)
+    assert isinstance(expr.body.body.value, A.RefWrite)
+    assert isinstance(expr.body.body.body, A.If)
+    with pytest.raises(ParseError, match="undefined variable %x"):
+        parse_expr("if (True) { let %x = (); () } else { %x }")
