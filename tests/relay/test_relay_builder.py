@@ -102,3 +102,16 @@ def test_operators_on_expressions():
     y = 2.0 * x - x / 4
     assert y.op.name == "subtract" and y.args[0].op.name == "multiply"
     assert (-x).op.name == "negative"
+
+
+def test_python_defaults_that_differ_from_the_text_format_are_recorded():
+    """relay.nn.batch_matmul defaults to transpose_b=True in Python but False in text."""
+    a, b = relay.var("a", shape=(2, 3, 4)), relay.var("b", shape=(2, 5, 4))
+    call = relay.nn.batch_matmul(a, b)
+    assert call.attrs["transpose_b"] is True
+    assert relay.nn.leaky_relu(a).attrs["alpha"] == 0.01
+    rng = np.random.default_rng(1)
+    xa, xb = rng.standard_normal((2, 3, 4), "float32"), rng.standard_normal((2, 5, 4), "float32")
+    mod = relay.IRModule.from_expr(relay.Function([a, b], call))
+    out = bmlib_relax.compile(relay.parse(mod.astext()))(xa, xb)
+    np.testing.assert_allclose(out, xa @ xb.transpose(0, 2, 1), rtol=1e-5, atol=1e-5)

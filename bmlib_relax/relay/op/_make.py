@@ -19,6 +19,18 @@ from .. import ast
 
 _MISSING = inspect.Parameter.empty
 
+
+class Always:
+    """A Python-API default that differs from the text format's (C++) default.
+
+    The printer and the importer assume the C++ default for an attribute that is
+    absent, so an op built with such a default must record it explicitly
+    (``nn.batch_matmul``'s ``transpose_b=True``, ``nn.leaky_relu``'s ``alpha=0.01``).
+    """
+
+    def __init__(self, value: Any):
+        self.value = value
+
 # Ops whose result is a tuple in Relay: the Python API returns a TupleWrapper.
 TUPLE_RESULTS = {"nn.batch_norm": 3, "split": None, "nn.dropout": 2}
 
@@ -79,9 +91,10 @@ def make_op(name: str, inputs: Sequence[str], attrs: Sequence[tuple[str, Any]],
     for inp in inputs:
         params.append(inspect.Parameter(inp.lstrip("*?"), inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                         default=None if inp.startswith("?") else _MISSING))
+    always = {attr: d.value for attr, d in attrs if isinstance(d, Always)}
     for attr, default in attrs:
         params.append(inspect.Parameter(attr, inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                        default=default))
+                                        default=always.get(attr, default)))
     signature = inspect.Signature(params)
     tuple_size = TUPLE_RESULTS.get(name, 0)
 
@@ -100,7 +113,8 @@ def make_op(name: str, inputs: Sequence[str], attrs: Sequence[tuple[str, Any]],
                 call_args.append(ast.Tuple(tuple(fields)))
             else:
                 call_args.append(as_expr(value, f"{name} {key}"))
-        given = {a: _attr_value(values[a]) for a, _ in attrs if a in values}
+        given = {a: _attr_value(values[a] if a in values else always[a])
+                 for a, _ in attrs if a in values or a in always}
         call = ast.Call(ast.Op(name), tuple(call_args), ast.Attrs(given))
         if tuple_size != 0:
             size = tuple_size

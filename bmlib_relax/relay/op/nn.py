@@ -1,7 +1,7 @@
 """``relay.nn.*``: neural-network ops with Relay's Python signatures."""
 from __future__ import annotations
 
-from ._make import define_ops, make_op
+from ._make import Always, define_ops, make_op
 
 _CONV_COMMON = (("groups", 1), ("channels", None), ("kernel_size", None))
 
@@ -37,14 +37,14 @@ TABLE = {
     "matmul": ("tensor_a tensor_b", (("units", None), ("out_dtype", ""),
                                      ("transpose_a", False), ("transpose_b", False))),
     "batch_matmul": ("tensor_a tensor_b", (("out_dtype", ""), ("transpose_a", False),
-                                           ("transpose_b", True))),
+                                           ("transpose_b", Always(True)))),
     "bias_add": ("data bias", (("axis", 1),)),
     "batch_norm": ("data gamma beta moving_mean moving_var", _NORM),
     "layer_norm": ("data gamma beta", (("axis", -1),) + _NORM[1:]),
     "instance_norm": ("data gamma beta", _NORM),
     "group_norm": ("data gamma beta", (("num_groups", 1),) + _NORM),
     "relu": ("data", ()),
-    "leaky_relu": ("data", (("alpha", 0.01),)),
+    "leaky_relu": ("data", (("alpha", Always(0.01)),)),
     "prelu": ("data alpha", (("axis", 1),)),
     "softmax": ("data", (("axis", -1),)),
     "log_softmax": ("data", (("axis", -1),)),
