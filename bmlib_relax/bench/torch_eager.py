@@ -146,7 +146,7 @@ def _softmax(x, attrs):
 def _batch_matmul(a, b, attrs):
     if attrs.get("transpose_a", False):
         a = a.transpose(1, 2)
-    if attrs.get("transpose_b", True):
+    if attrs.get("transpose_b", False):  # the text format's (C++) default
         b = b.transpose(1, 2)
     return _torch().bmm(a, b)
 
