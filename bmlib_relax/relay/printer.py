@@ -121,6 +121,14 @@ def _quote(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
+def _type_comment(node: A.Expr) -> str:
+    """`` /* ty=T */`` after an expression whose type was inferred (InferType), like Relay."""
+    ty = node.__dict__.get("_checked_type") if hasattr(node, "__dict__") else None
+    if ty is None or isinstance(node, (A.Function, A.Var, A.Constant)):
+        return ""
+    return f" /* ty={print_type(ty)} */"
+
+
 def _attrs_text(attrs: A.Attrs) -> list[str]:
     return [f"{k}={print_attr_value(v)}" for k, v in attrs.items()]
 
@@ -248,7 +256,7 @@ class _ExprPrinter:
                             f"{self.inline(expr.value)};")
             expr = expr.body
         self.ensure(expr)
-        self.out.append(pad + self.inline(expr))
+        self.out.append(pad + self.inline(expr) + _type_comment(expr))
         lines = self.out
         self.memo.pop()
         self.out, self.level = saved
@@ -303,7 +311,8 @@ class _ExprPrinter:
 
     def bind(self, node: A.Expr) -> None:
         name = self.namer.fresh()
-        self.out.append(f"{_INDENT * self.level}%{name} = {self.inline(node)};")
+        self.out.append(f"{_INDENT * self.level}%{name} = {self.inline(node)}"
+                        f"{_type_comment(node)};")
         self.memo[-1][id(node)] = f"%{name}"
 
     # -- atoms and node text
@@ -396,7 +405,10 @@ class _ExprPrinter:
         if func.type_params:
             tps = "[" + ", ".join(tp.name for tp in func.type_params) + "]"
         params = [self.param(p) for p in func.params] + _attrs_text(func.attrs)
-        ret = f" -> {print_type(func.ret_type)}" if func.ret_type is not None else ""
+        ret_type = func.ret_type
+        if ret_type is None and isinstance(func.__dict__.get("_checked_type"), A.FuncType):
+            ret_type = func.__dict__["_checked_type"].ret  # after InferType, as Relay printed
+        ret = f" -> {print_type(ret_type)}" if ret_type is not None else ""
         body = "\n".join(self.block(func.body, level + 1))
         return f"{head}{tps}({', '.join(params)}){ret} {{\n{body}\n{_INDENT * level}}}"
 

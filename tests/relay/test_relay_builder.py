@@ -115,3 +115,14 @@ def test_python_defaults_that_differ_from_the_text_format_are_recorded():
     mod = relay.IRModule.from_expr(relay.Function([a, b], call))
     out = bmlib_relax.compile(relay.parse(mod.astext()))(xa, xb)
     np.testing.assert_allclose(out, xa @ xb.transpose(0, 2, 1), rtol=1e-5, atol=1e-5)
+
+
+def test_inferred_types_print_like_relay():
+    """After InferType the body prints exactly as a real Relay printed the seed golden."""
+    from conftest import DATA
+
+    golden = (DATA / "seed_reshape_conv2d_add_bn_relu" / "model.relay").read_text()
+    mod = relay.transform.InferType()(relay.parse(golden))
+    printed = mod.astext().splitlines()
+    assert printed[2:9] == golden.splitlines()[2:9]
+    assert printed[1].endswith(") -> Tensor[(1, 128, 12, 40), float32] {")
