@@ -11,27 +11,21 @@ from typing import Callable
 
 from tvm import relax
 
+from .registry import Registry
+
 FlopCounter = Callable[[relax.Call], int]
 
-_COUNTERS: dict[str, FlopCounter] = {}
+COUNTERS: Registry[FlopCounter] = Registry("FLOP counter for Relax op")
 
 
 def register_flops(*op_names: str) -> Callable[[FlopCounter], FlopCounter]:
     """Register ``fn(call) -> int`` as the FLOP counter of each Relax op."""
-
-    def decorator(fn: FlopCounter) -> FlopCounter:
-        for name in op_names:
-            if name in _COUNTERS:
-                raise ValueError(f"Relax op {name!r} already has a FLOP counter")
-            _COUNTERS[name] = fn
-        return fn
-
-    return decorator
+    return COUNTERS.register(*op_names)
 
 
 def count_flops(call: relax.Call) -> int:
     """FLOPs of one Relax op call (0 for ops without a counter or with dynamic shapes)."""
-    counter = _COUNTERS.get(getattr(call.op, "name", ""))
+    counter = COUNTERS.get(getattr(call.op, "name", ""))
     if counter is None:
         return 0
     try:
@@ -41,7 +35,7 @@ def count_flops(call: relax.Call) -> int:
 
 
 def has_counter(op_name: str) -> bool:
-    return op_name in _COUNTERS
+    return op_name in COUNTERS
 
 
 def _shape(ty) -> list[int]:
@@ -67,7 +61,10 @@ def _per_input_element(call: relax.Call) -> int:
 def _conv2d(call):
     # 2 * N * K * OH * OW * (C / groups) * KH * KW  (NCHW output, OIHW weight)
     n, k, oh, ow = _shape(call.ty)
-    _, c_per_group, kh, kw = _shape(call.args[1].ty)
+    weight = _shape(call.args[1].ty)
+    # A blocked OIHW{ib}i{ob}o weight is [O/ob, I/ib, KH, KW, ib, ob].
+    c_per_group = weight[1] * (weight[4] if len(weight) == 6 else 1)
+    kh, kw = weight[2], weight[3]
     return 2 * n * k * oh * ow * c_per_group * kh * kw
 
 

@@ -22,6 +22,7 @@ from typing import Any, Callable, Optional, Sequence
 from tvm.relax import dpl
 
 from ..errors import BmlibError
+from ..registry import Registry
 from ..relay import dataflow_pattern as rp
 from .relay_view import relay_view
 
@@ -71,19 +72,12 @@ RELAX_ATTR_NAME: dict[tuple[str, str], tuple[str, Optional[Callable]]] = {
 }
 
 CallTranslator = Callable[[Sequence[dpl.DFPattern], rp.CallPattern], dpl.DFPattern]
-_CALL_TRANSLATORS: dict[str, CallTranslator] = {}
+CALL_TRANSLATORS: Registry[CallTranslator] = Registry("pattern translator for Relay op")
 
 
 def register_pattern_translator(relay_op: str) -> Callable[[CallTranslator], CallTranslator]:
     """Register how a Relay op's call pattern becomes Relax DPL."""
-
-    def decorator(fn: CallTranslator) -> CallTranslator:
-        if relay_op in _CALL_TRANSLATORS:
-            raise ValueError(f"Relay op {relay_op!r} already has a pattern translator")
-        _CALL_TRANSLATORS[relay_op] = fn
-        return fn
-
-    return decorator
+    return CALL_TRANSLATORS.register(relay_op)
 
 
 def relax_op_name(relay_op: str) -> str:
@@ -151,7 +145,7 @@ class _Translation:
         if pattern.args is None:
             return dpl.is_op(relax_op_name(name))(varg_default_wildcard=True)
         args = [self.translate(a) for a in pattern.args]
-        custom = _CALL_TRANSLATORS.get(name)
+        custom = CALL_TRANSLATORS.get(name)
         if custom is not None:
             return custom(args, pattern)
         args += [dpl.wildcard() for _ in range(EXTRA_OPERANDS.get(name, 0))]

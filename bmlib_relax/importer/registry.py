@@ -12,37 +12,27 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+from ..registry import Registry
+
 Converter = Callable[..., Any]
 
-_CONVERTERS: dict[str, Converter] = {}
+
+def _load_families() -> None:
+    from . import ops  # noqa: F401  (importing the package registers every family)
+
+
+CONVERTERS: Registry[Converter] = Registry("converter for Relay op", _load_families)
 
 
 def register_converter(*op_names: str) -> Callable[[Converter], Converter]:
-    """Register ``fn`` as the converter of each Relay op in ``op_names``.
-
-    Registering an op twice is a programming error and raises ``ValueError``.
-    """
-
-    def decorator(fn: Converter) -> Converter:
-        for name in op_names:
-            if name in _CONVERTERS:
-                raise ValueError(f"Relay op {name!r} already has a converter")
-            _CONVERTERS[name] = fn
-        return fn
-
-    return decorator
+    """Register ``fn`` as the converter of each Relay op in ``op_names`` (no duplicates)."""
+    return CONVERTERS.register(*op_names)
 
 
 def get_converter(op_name: str) -> Converter | None:
-    _ensure_loaded()
-    return _CONVERTERS.get(op_name)
+    return CONVERTERS.get(op_name)
 
 
 def supported_ops() -> Sequence[str]:
     """Sorted names of every Relay op the importer converts (from the registry)."""
-    _ensure_loaded()
-    return sorted(_CONVERTERS)
-
-
-def _ensure_loaded() -> None:
-    from . import ops  # noqa: F401  (importing the package registers every family)
+    return CONVERTERS.names()

@@ -12,23 +12,17 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Optional
 
+from ..registry import Registry
+
 LegacyLowering = Callable[[Any, list], Any]
 
-_LOWERINGS: dict[str, LegacyLowering] = {}
+LOWERINGS: Registry[LegacyLowering] = Registry("legacy lowering for composite")
 
 
 def register_legacy_lowering(name: str, fn: Optional[LegacyLowering] = None, *,
                              override: bool = False):
     """Register ``fn`` as the lowering of composite ``name`` (usable as a decorator)."""
-
-    def decorator(func: LegacyLowering) -> LegacyLowering:
-        if not callable(func):
-            raise TypeError(f"legacy lowering for {name!r} is not callable")
-        if name in _LOWERINGS and not override:
-            raise ValueError(f"composite {name!r} already has a legacy lowering")
-        _LOWERINGS[name] = func
-        return func
-
+    decorator = LOWERINGS.register(name, override=override)
     return decorator(fn) if fn is not None else decorator
 
 
@@ -39,8 +33,8 @@ def register_lower_map(lower_map: Mapping[str, LegacyLowering], *, override: boo
 
 
 def unregister_legacy_lowering(name: str) -> None:
-    _LOWERINGS.pop(name, None)
+    LOWERINGS.unregister(name)
 
 
 def get_legacy_lowering(name: str) -> Optional[LegacyLowering]:
-    return _LOWERINGS.get(name)
+    return LOWERINGS.get(name)
