@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from ..relay import ast
-from ..relay.rewrite import post_order_nodes
+from ..relay.analysis import post_order_list
 
 TorchOp = Callable[..., Any]
 _TORCH_OPS: dict[str, TorchOp] = {}
@@ -167,7 +167,7 @@ class TorchEagerModel:
     def __init__(self, module: ast.IRModule, params: Mapping[str, np.ndarray]):
         torch = _torch()
         self.func = module["main"]
-        self.order = post_order_nodes(self.func.body)
+        self.order = post_order_list(self.func.body)
         missing = sorted({n.op.name for n in self.order if isinstance(n, ast.Call)
                           and isinstance(n.op, ast.Op) and n.op.name not in _TORCH_OPS})
         if missing:

@@ -47,7 +47,7 @@ from tvm import relax
 from ..errors import BmlibError, ConversionError, ParamError, UnsupportedOpError
 from ..relay import ast
 from ..relay.params import check_param
-from ..relay.rewrite import post_order_nodes
+from ..relay.analysis import post_order_list
 from .registry import get_converter
 
 # Constructs that parse but have no Relax dataflow equivalent.
@@ -178,7 +178,7 @@ class RelayImporter:
         seen_globals: set[str] = set()
         pending = [func]
         while pending:
-            for node in post_order_nodes(pending.pop()):
+            for node in post_order_list(pending.pop()):
                 kind = _UNSUPPORTED_CONSTRUCTS.get(type(node))
                 if kind is not None:
                     constructs.append((kind, _where(node)))

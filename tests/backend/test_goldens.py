@@ -12,7 +12,8 @@ import pytest
 
 import bmlib_relax
 from bmlib_relax.relay import ast, parse
-from bmlib_relax.relay.rewrite import post_order_nodes, substitute
+from bmlib_relax.relay.analysis import post_order_list
+from bmlib_relax.relay.rewrite import substitute
 
 from conftest import DATA, Golden, offloaded_partitions
 
@@ -33,7 +34,7 @@ def _module(golden: Golden) -> ast.IRModule:
     """
     module = parse(golden.text, f"{golden.name}/model.relay")
     func, mapping = module["main"], {}
-    for node in post_order_nodes(func):
+    for node in post_order_list(func):
         if isinstance(node, ast.Call) and isinstance(node.attrs.get("indices_or_sections"),
                                                      ast.MetaRef):
             mapping[node] = ast.Call(node.op, node.args,

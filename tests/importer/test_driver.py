@@ -9,7 +9,7 @@ from tvm import relax
 from bmlib_relax import ConversionError, UnsupportedOpError, import_relay
 from bmlib_relax.importer import supported_ops
 from bmlib_relax.relay import ast, parse
-from bmlib_relax.relay.rewrite import post_order_nodes
+from bmlib_relax.relay.analysis import post_order_list
 
 from conftest import DATA
 from .helpers import HEADER, check, import_text, rand, relay_fn
@@ -32,7 +32,7 @@ def test_registry_covers_goldens_and_corpus_top_ops():
     golden_ops = set()
     for case in DATA.iterdir():
         if (case / "model.relay").exists():
-            for node in post_order_nodes(parse((case / "model.relay").read_text())["main"]):
+            for node in post_order_list(parse((case / "model.relay").read_text())["main"]):
                 if isinstance(node, ast.Call) and isinstance(node.op, ast.Op):
                     golden_ops.add(node.op.name)
     assert golden_ops <= ops

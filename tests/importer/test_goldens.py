@@ -6,7 +6,8 @@ import pytest
 
 from bmlib_relax import ConversionError, import_relay
 from bmlib_relax.relay import ast, parse
-from bmlib_relax.relay.rewrite import post_order_nodes, substitute
+from bmlib_relax.relay.analysis import post_order_list
+from bmlib_relax.relay.rewrite import substitute
 
 from conftest import DATA, Golden, run_plain
 
@@ -24,7 +25,7 @@ def _fill_unprinted_metadata(golden: Golden, module: ast.IRModule) -> ast.IRModu
     """
     func = module["main"]
     mapping = {}
-    for node in post_order_nodes(func):
+    for node in post_order_list(func):
         if golden.name == "op_split" and isinstance(node, ast.Call) \
                 and isinstance(node.attrs.get("indices_or_sections"), ast.MetaRef):
             attrs = ast.Attrs(dict(node.attrs, indices_or_sections=3))
