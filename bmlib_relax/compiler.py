@@ -15,18 +15,21 @@ from tvm import relax
 
 from .backend.codegen import codegen_session, lower_partition
 from .backend.partition import partition_for_bmlib
+from .backend.target import resolve_target
 from .backend.verify import verify_partition_arity
 from .importer import RelayLike, as_relay_module, import_relay
 from .relay.params import ParamsLike, load_params
 from .report import OffloadReport, _is_partition, build_report
 from .runtime import ModelRunner, input_specs, write_signature
 
-TargetLike = Union[str, dict, tvm.target.Target]
+TargetLike = Union[str, dict, tvm.target.Target, None]
 
 
 def lower_and_verify(partitioned: tvm.IRModule,
-                     on_partition: Optional[Callable[[int, int, str], None]] = None) -> dict:
-    """Lower every bmlib partition and check it against its call sites (no build).
+                     on_partition: Optional[Callable[[int, int, str], None]] = None,
+                     target: TargetLike = None) -> dict:
+    """Lower (and schedule, for ``target``) every bmlib partition and check it
+    against its call sites (no build).
 
     ``on_partition(index, total, name)`` is called before each one (progress).
     """
@@ -36,22 +39,24 @@ def lower_and_verify(partitioned: tvm.IRModule,
     for index, name in enumerate(sorted(names), 1):
         if on_partition is not None:
             on_partition(index, len(names), name)
-        lowered[name] = lower_partition(partitioned[name], name)
+        lowered[name] = lower_partition(partitioned[name], name, target)
     verify_partition_arity(partitioned, {k: rec for k, (_, rec) in lowered.items()})
     return lowered
 
 
-def build_verified(partitioned: tvm.IRModule, lowered: dict, target: TargetLike = "llvm"):
+def build_verified(partitioned: tvm.IRModule, lowered: dict, target: TargetLike = None):
     """``RunCodegen`` with already verified partitions, then ``tvm.compile``."""
     with codegen_session(target, lowered) as records:
         with_ext = relax.transform.RunCodegen()(partitioned)
-        executable = tvm.compile(with_ext, target=tvm.target.Target(target))
+        executable = tvm.compile(with_ext, target=resolve_target(target))
     return executable, dict(records)
 
 
-def build_offloaded(partitioned: tvm.IRModule, target: TargetLike = "llvm"):
-    """Verify, codegen and build a partitioned module. Returns (executable, records)."""
-    return build_verified(partitioned, lower_and_verify(partitioned), target)
+def build_offloaded(partitioned: tvm.IRModule, target: TargetLike = None):
+    """Verify, codegen and build a partitioned module for ``target`` (default: the
+    host CPU). Returns (executable, records)."""
+    target = resolve_target(target)
+    return build_verified(partitioned, lower_and_verify(partitioned, target=target), target)
 
 
 class CompiledModel(ModelRunner):
@@ -74,23 +79,26 @@ class CompiledModel(ModelRunner):
         write_signature(os.path.dirname(os.path.abspath(path)), self.input_specs)
 
 
-def compile(relay_mod: RelayLike, params: ParamsLike = None, *, target: TargetLike = "llvm",
+def compile(relay_mod: RelayLike, params: ParamsLike = None, *, target: TargetLike = None,
             patterns: Optional[Sequence[Any]] = None, merge: bool = False) -> CompiledModel:
     """Compile a Relay program with bmlib offload.
 
     ``relay_mod`` is Relay text, a parsed module or a function; ``params`` a dict
     of arrays (or an ``.npz``/``.params`` path) bound as weights.  ``patterns``
     defaults to the built-in ``bmlib`` table; a list of ``(name, pattern[,
-    check])`` may use Relax DPL or legacy Relay DFPatterns.
+    check])`` may use Relax DPL or legacy Relay DFPatterns.  ``target`` defaults to
+    the host CPU (``{"kind": "llvm", "mcpu": <llvm_get_system_cpu()>}``); TVM
+    target dicts, strings and ``Target`` objects are accepted.
     """
+    target = resolve_target(target)
     module = as_relay_module(relay_mod)
     imported = import_relay(module, load_params(params))
-    partitioned = partition_for_bmlib(imported, patterns=patterns, merge=merge)
+    partitioned = partition_for_bmlib(imported, patterns=patterns, merge=merge, target=target)
     executable, records = build_offloaded(partitioned, target)
     report = build_report(partitioned, records)
     return CompiledModel(executable, partitioned, report)
 
 
-def compile_plain(relax_mod: tvm.IRModule, target: TargetLike = "llvm"):
+def compile_plain(relax_mod: tvm.IRModule, target: TargetLike = None):
     """The unoffloaded reference build (TVM's default legalization)."""
-    return tvm.compile(relax_mod, target=tvm.target.Target(target))
+    return tvm.compile(relax_mod, target=resolve_target(target))

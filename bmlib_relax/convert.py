@@ -144,7 +144,7 @@ def convert(model_path: str, outdir: str, *, params: Any = None,
         resolved = resolve_patterns(patterns)
         partitioned = partition_for_bmlib(imported, patterns=resolved, merge=merge)
     with progress.step("codegen"):
-        lowered = lower_and_verify(partitioned, on_partition=progress.item)
+        lowered = lower_and_verify(partitioned, on_partition=progress.item, target=target)
     with progress.step("build"):
         executable, records = build_verified(partitioned, lowered, target)
     report = build_report(partitioned, records)

@@ -23,6 +23,8 @@ from tvm import relax, te, topi
 
 from ..errors import CodegenError
 from ..legacy.lowerings import get_legacy_lowering
+from .schedule import apply_schedules
+from .target import resolve_target, vector_lanes
 from .templates import get_template
 
 CODEGEN_NAME = "bmlib"
@@ -45,7 +47,7 @@ _SESSION: contextvars.ContextVar[Optional[dict]] = contextvars.ContextVar(
 
 
 @contextlib.contextmanager
-def codegen_session(target: Any = "llvm", lowered: Optional[dict] = None
+def codegen_session(target: Any = None, lowered: Optional[dict] = None
                     ) -> Iterator[dict[str, PartitionRecord]]:
     """Collect :class:`PartitionRecord` s of the partitions built inside the block.
 
@@ -63,9 +65,14 @@ def codegen_session(target: Any = "llvm", lowered: Optional[dict] = None
 class LowerContext:
     """Passed to templates: names the partition and op in errors."""
 
-    def __init__(self, partition: str):
+    def __init__(self, partition: str, target: Any = None):
         self.partition = partition
+        self.target = target
         self.op: Optional[str] = None
+
+    def lanes(self, dtype: str) -> int:
+        """Vector lanes of ``dtype`` on the target (templates block channels by it)."""
+        return vector_lanes(self.target, dtype)
 
     def error(self, message: str) -> CodegenError:
         return CodegenError(f"bmlib partition {self.partition!r}, op {self.op}: {message}")
@@ -78,10 +85,11 @@ def _is_tensor(ty: Any) -> bool:
 class PartitionLowerer:
     """Lowers one ``Codegen="bmlib"`` function to a TE PrimFunc."""
 
-    def __init__(self, func: relax.Function, symbol: str):
+    def __init__(self, func: relax.Function, symbol: str, target: Any = None):
         self.func = func
         self.symbol = symbol
-        self.ctx = LowerContext(symbol)
+        self.target = resolve_target(target)
+        self.ctx = LowerContext(symbol, self.target)
         self.composites: list[str] = []
         self.ops: list[str] = []
 
@@ -114,6 +122,7 @@ class PartitionLowerer:
                 outputs[i] = topi.identity(out)
             taken.add(id(outputs[i]))
         prim = te.create_prim_func(placeholders + outputs)
+        prim = apply_schedules(prim, self.target)
         return prim.with_attr("global_symbol", self.symbol)
 
     def _eval_body(self, body: relax.Expr, env: dict) -> Any:
@@ -225,9 +234,11 @@ class PartitionLowerer:
             num_args=len(prim.params), composites=self.composites, ops=self.ops)
 
 
-def lower_partition(func: relax.Function, symbol: str) -> tuple[tvm.tirx.PrimFunc, PartitionRecord]:
-    """Lower one partition function; returns the PrimFunc and its record."""
-    lowerer = PartitionLowerer(func, symbol)
+def lower_partition(func: relax.Function, symbol: str, target: Any = None
+                    ) -> tuple[tvm.tirx.PrimFunc, PartitionRecord]:
+    """Lower and schedule one partition function for ``target`` (default: the host
+    CPU); returns the PrimFunc and its record."""
+    lowerer = PartitionLowerer(func, symbol, target)
     prim = lowerer.lower()
     return prim, lowerer.record(prim)
 
@@ -235,7 +246,7 @@ def lower_partition(func: relax.Function, symbol: str) -> tuple[tvm.tirx.PrimFun
 def build_prim_funcs(prims: dict[str, tvm.tirx.PrimFunc], target: Any) -> tvm.runtime.Module:
     """Compile PrimFuncs into one runtime module exporting each by its symbol."""
     mod = tvm.IRModule(prims)
-    return tvm.compile(mod, target=tvm.target.Target(target)).mod
+    return tvm.compile(mod, target=resolve_target(target)).mod
 
 
 @tvm.register_global_func(f"relax.ext.{CODEGEN_NAME}", override=True)
@@ -251,14 +262,14 @@ def bmlib_codegen(funcs, options, constant_names) -> list:
 
     session = _SESSION.get()
     lowered = session["lowered"] if session is not None else {}
-    target = session["target"] if session is not None else "llvm"
+    target = session["target"] if session is not None else None
     prims: dict[str, tvm.tirx.PrimFunc] = {}
     for func in funcs:
         symbol = str(func.attrs["global_symbol"])
         if symbol in lowered:
             prim, record = lowered[symbol]
         else:
-            prim, record = lower_partition(func, symbol)
+            prim, record = lower_partition(func, symbol, target)
             check_record(record, expected_args=len(func.params) + record.num_outputs)
         prims[symbol] = prim
         if session is not None:

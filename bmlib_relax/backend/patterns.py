@@ -16,6 +16,7 @@ and ``add(conv, reshape(b))`` are one pattern.
 """
 from __future__ import annotations
 
+import re
 from typing import Callable, Optional
 
 from tvm import relax
@@ -111,15 +112,29 @@ def check_conv2d(context: PatternCheckContext) -> bool:
     if not check_tensors(context):
         return False
     attrs = context.annotated_expr["conv"].attrs
-    # The conv2d template is written for NCHW data and OIHW weights.
-    if (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout)) != \
-            ("NCHW", "OIHW", "NCHW"):
+    # The conv2d template is written for NCHW data and OIHW weights, or the
+    # blocked OIHW{ib}i{ob}o weights that bmlib's weight packing produces.
+    if (str(attrs.data_layout), str(attrs.out_layout)) != ("NCHW", "NCHW") or \
+            not is_conv2d_kernel_layout(str(attrs.kernel_layout)):
         return False
     # A fused bias must be per output channel, and batch_norm must normalise channels.
     bn = context.annotated_expr.get("bn")
     if bn is not None and int(bn.attrs.axis) not in (1, -3):
         return False
     return _bias_ok(context, "conv", axis=1) and _bn_ok(context)
+
+
+_BLOCKED_OIHW = re.compile(r"OIHW(\d+)i(\d+)o")
+
+
+def is_conv2d_kernel_layout(layout: str) -> bool:
+    return layout == "OIHW" or _BLOCKED_OIHW.fullmatch(layout) is not None
+
+
+def blocked_kernel_layout(layout: str) -> Optional[tuple[int, int]]:
+    """``(ib, ob)`` of an ``OIHW{ib}i{ob}o`` layout, None for plain OIHW."""
+    match = _BLOCKED_OIHW.fullmatch(layout)
+    return None if match is None else (int(match.group(1)), int(match.group(2)))
 
 
 def check_conv2d_transpose(context: PatternCheckContext) -> bool:
@@ -381,8 +396,9 @@ def bmlib_patterns() -> list[tuple]:
     for act in (None, "relu", "gelu", "erf_gelu"):
         for bias in (False, True):
             check = _all(check_dense, check_erf_gelu)
+            # The weight is permute_dims(w), or w.T already folded by weight packing.
             table.append(_entry("dense" + _suffix("bias" if bias else None, act),
-                                make_matmul_pattern(True, bias, act), check))
+                                make_matmul_pattern(None, bias, act), check))
     # Convolutions (+ bias) (+ batch_norm) (+ activation), grouped and depthwise included.
     for act in (None, "relu", "leaky_relu", "swish", "clip"):
         table.append(_entry("conv2d_transpose" + _suffix(act),

@@ -1,4 +1,6 @@
 """Per-op TIR templates for the bmlib codegen, one module per op family."""
-from .registry import get_template, register_template, template_ops
+from .registry import (SCHEDULE_ATTR, get_schedule_rule, get_template, register_schedule,
+                       register_template, template_ops)
 
-__all__ = ["get_template", "register_template", "template_ops"]
+__all__ = ["SCHEDULE_ATTR", "get_schedule_rule", "get_template", "register_schedule",
+           "register_template", "template_ops"]

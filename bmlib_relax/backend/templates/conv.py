@@ -1,27 +1,60 @@
-"""Convolution templates (NCHW data; OIHW weights, IOHW for the transpose)."""
+"""Convolution templates (NCHW data; OIHW or blocked OIHW{ib}i{ob}o weights,
+IOHW for the transpose).
+
+``conv2d`` (groups=1) and depthwise ``conv2d`` compute in a channel-blocked
+layout: the data is padded and packed NCHW → NCHW[ib]c inside the PrimFunc,
+the convolution produces NCHW[ob]c with the ``ob`` channels of a block as
+the vectorized innermost axis, and an unpack block returns NCHW.  The schedule
+rules below tile that: ``ob`` vectorized, a register tile over output width,
+the reduction (input-channel blocks, kernel window, input channels of a
+block) outside the tile, the output rows in parallel, and the unpack plus the
+element-wise epilogue (bias, batch_norm scale/shift, activation) computed per
+register tile.  Weights usually arrive packed by :mod:`..rewrite`; a plain
+OIHW weight (not a constant) is packed inside the PrimFunc.
+"""
 from __future__ import annotations
 
-from tvm import topi
+from tvm import te, tirx, topi
 
+from ..patterns import blocked_kernel_layout
+from ..rewrite import conv2d_blocking, depthwise_blocking
+from ..schedule import divisor_at_most, inline_epilogue
 from ._utils import attr_ints, out_dtype
-from .registry import register_template
+from .registry import SCHEDULE_ATTR, register_schedule, register_template
+
+REG_TILE_MAX = 14  # output-width register tile: accumulators + 2 vector registers in use
 
 
 @register_template("relax.nn.conv2d")
 def conv2d(call, inputs, ctx):
     attrs = call.attrs
     data, weight = inputs
-    if str(attrs.data_layout) != "NCHW" or str(attrs.kernel_layout) != "OIHW":
+    kernel_layout = str(attrs.kernel_layout)
+    blocking = blocked_kernel_layout(kernel_layout)
+    if str(attrs.data_layout) != "NCHW" or (blocking is None and kernel_layout != "OIHW"):
         raise ctx.error(f"layout {attrs.data_layout}/{attrs.kernel_layout} has no template")
     dtype = out_dtype(attrs, data.dtype)
     groups = int(attrs.groups)
     strides, padding, dilation = (attr_ints(attrs.strides), attr_ints(attrs.padding),
                                   attr_ints(attrs.dilation))
+    channels = int(data.shape[1])
+    out_channels = int(call.ty.shape.values[1])
+    lanes = ctx.lanes(dtype)
     if groups == 1:
-        return topi.nn.conv2d_nchw(data, weight, strides, padding, dilation, dtype)
-    if groups == int(data.shape[1]) and int(weight.shape[1]) == 1:
-        # Depthwise: OIHW weight (C*M, 1, KH, KW) is the depthwise template's (C, M, KH, KW).
-        channels, multiplier = int(data.shape[1]), int(weight.shape[0]) // groups
+        if blocking is None:
+            blocking = conv2d_blocking(channels, out_channels, lanes)
+            weight = pack_kernel(weight, *blocking)
+        return conv2d_nchwc(data, weight, strides, padding, dilation, dtype, *blocking)
+    if groups == channels == out_channels and (blocking is not None or int(weight.shape[1]) == 1):
+        if blocking is None:
+            blocking = (1, depthwise_blocking(channels, lanes))
+            weight = pack_kernel(weight, *blocking)
+        return depthwise_nchwc(data, weight, strides, padding, dilation, dtype, blocking[1])
+    if blocking is not None:
+        raise ctx.error(f"grouped conv2d with kernel layout {kernel_layout} has no template")
+    if groups == channels and int(weight.shape[1]) == 1:
+        # Depthwise with a multiplier: OIHW (C*M, 1, KH, KW) is topi's (C, M, KH, KW).
+        multiplier = int(weight.shape[0]) // groups
         kernel = topi.reshape(weight, [channels, multiplier] + [int(d) for d in weight.shape[2:]])
         return topi.nn.depthwise_conv2d_nchw(data, kernel, strides, padding, dilation, dtype)
     return topi.nn.group_conv2d_nchw(data, weight, strides, padding, dilation, groups, dtype)
@@ -38,3 +71,171 @@ def conv2d_transpose(call, inputs, ctx):
     return topi.nn.group_conv2d_transpose_nchw(
         data, weight, attr_ints(attrs.strides), attr_ints(attrs.padding),
         out_dtype(attrs, data.dtype), attr_ints(attrs.output_padding), int(attrs.groups))
+
+
+def pack_kernel(weight: te.Tensor, ib: int, ob: int) -> te.Tensor:
+    """OIHW → [O/ob, I/ib, KH, KW, ib, ob] inside the PrimFunc (non-constant weights)."""
+    o, i, kh, kw = (int(d) for d in weight.shape)
+    return te.compute((o // ob, i // ib, kh, kw, ib, ob),
+                      lambda oc, ic, y, x, ii, oo: weight[oc * ob + oo, ic * ib + ii, y, x],
+                      name="bmlib_kernel_pack")
+
+
+def _pad_pack(data: te.Tensor, block: int, padding, out_size, kernel, strides, dilation):
+    """Pad NCHW data and pack it to NCHW[block]c in one block."""
+    n, c, h, w = (int(d) for d in data.shape)
+    top, left = padding[0], padding[1]
+    # Only the rows/columns the windows reach (padding may be asymmetric).
+    ph = (out_size[0] - 1) * strides[0] + (kernel[0] - 1) * dilation[0] + 1
+    pw = (out_size[1] - 1) * strides[1] + (kernel[1] - 1) * dilation[1] + 1
+    zero = tirx.const(0, data.dtype)
+
+    def compute(nn, cb, y, x, ci):
+        yy, xx = y - top, x - left
+        inside = tirx.all(yy >= 0, yy < h, xx >= 0, xx < w)
+        return tirx.if_then_else(inside, data[nn, cb * block + ci, yy, xx], zero)
+
+    return te.compute((n, c // block, ph, pw, block), compute, name="bmlib_data_pack",
+                      attrs={SCHEDULE_ATTR: "bmlib.pack_nchwc"})
+
+
+def _out_size(data, kernel, strides, padding, dilation):
+    h, w = int(data.shape[2]), int(data.shape[3])
+    oh = (h + padding[0] + padding[2] - (kernel[0] - 1) * dilation[0] - 1) // strides[0] + 1
+    ow = (w + padding[1] + padding[3] - (kernel[1] - 1) * dilation[1] - 1) // strides[1] + 1
+    return oh, ow
+
+
+def _padding4(padding):
+    if len(padding) == 2:
+        return [padding[0], padding[1], padding[0], padding[1]]
+    return padding
+
+
+def _unpack(conv: te.Tensor, block: int, dtype: str) -> te.Tensor:
+    n, cb, oh, ow, _ = (int(d) for d in conv.shape)
+    return te.compute((n, cb * block, oh, ow),
+                      lambda nn, c, y, x: conv[nn, c // block, y, x, c % block].astype(dtype),
+                      name="bmlib_unpack")
+
+
+def _reduce_axes(**extents):
+    """Reduce axes by name, in the given order, leaving out those of extent 1
+    (the schedule finds the loops of the others by position)."""
+    return {name: te.reduce_axis((0, ext), name=name) for name, ext in extents.items()
+            if ext > 1}
+
+
+def _sum(value, axes):
+    return te.sum(value, axis=list(axes.values())) if axes else value
+
+
+def conv2d_nchwc(data, kernel, strides, padding, dilation, dtype, ib, ob):
+    """NCHW data, [O/ob, I/ib, KH, KW, ib, ob] kernel → NCHW output via NCHW[ob]c."""
+    padding = _padding4(padding)
+    n = int(data.shape[0])
+    kh, kw = int(kernel.shape[2]), int(kernel.shape[3])
+    oc_blocks = int(kernel.shape[0])
+    oh, ow = _out_size(data, (kh, kw), strides, padding, dilation)
+    packed = _pad_pack(data, ib, padding, (oh, ow), (kh, kw), strides, dilation)
+    # Separate reduce axes for input-channel blocks and the channels inside a block
+    # (not ic // ib, ic % ib): the schedule orders them independently.
+    axes = _reduce_axes(ico=int(kernel.shape[1]), kh=kh, kw=kw, ici=ib)
+    ico, ry, rx, ici = (axes.get(k, 0) for k in ("ico", "kh", "kw", "ici"))
+
+    def compute(nn, oc, y, x, oo):
+        value = packed[nn, ico, y * strides[0] + ry * dilation[0],
+                       x * strides[1] + rx * dilation[1], ici].astype(dtype)
+        return _sum(value * kernel[oc, ico, ry, rx, ici, oo].astype(dtype), axes)
+
+    conv = te.compute((n, oc_blocks, oh, ow, ob), compute, name="bmlib_conv2d_nchwc",
+                      attrs={SCHEDULE_ATTR: "bmlib.conv2d_nchwc"})
+    return _unpack(conv, ob, dtype)
+
+
+def depthwise_nchwc(data, kernel, strides, padding, dilation, dtype, cb):
+    """Depthwise (multiplier 1): kernel [C/cb, 1, KH, KW, 1, cb]."""
+    padding = _padding4(padding)
+    n = int(data.shape[0])
+    kh, kw = int(kernel.shape[2]), int(kernel.shape[3])
+    blocks = int(kernel.shape[0])
+    oh, ow = _out_size(data, (kh, kw), strides, padding, dilation)
+    packed = _pad_pack(data, cb, padding, (oh, ow), (kh, kw), strides, dilation)
+    axes = _reduce_axes(kh=kh, kw=kw)
+    ry, rx = (axes.get(k, 0) for k in ("kh", "kw"))
+
+    def compute(nn, c, y, x, cc):
+        value = packed[nn, c, y * strides[0] + ry * dilation[0],
+                       x * strides[1] + rx * dilation[1], cc].astype(dtype)
+        return _sum(value * kernel[c, 0, ry, rx, 0, cc].astype(dtype), axes)
+
+    conv = te.compute((n, blocks, oh, ow, cb), compute, name="bmlib_depthwise_nchwc",
+                      attrs={SCHEDULE_ATTR: "bmlib.depthwise_nchwc"})
+    return _unpack(conv, cb, dtype)
+
+
+# --------------------------------------------------------------------------- schedules
+@register_schedule("bmlib.pack_nchwc")
+def schedule_pack(sch, block, ctx):
+    """Padding + packing: parallel over (batch, channel block, row)."""
+    n, cb, y, x, c = sch.get_loops(block)
+    sch.unroll(c)
+    sch.parallel(sch.fuse(n, cb, y))
+
+
+def _tile_conv(sch, block, ctx, reduce_order):
+    """Shared tiling of the NCHW[ob]c conv blocks.
+
+    The unpack and the element-wise epilogue after it become one NCHW block,
+    tiled (n, C/ob, OH, OW/reg | ob, reg) with the first three loops fused and
+    parallel.  The convolution is computed at the ``OW/reg`` loop of that block
+    into a register-sized local accumulator: reduction loops (input-channel
+    blocks, kernel window, input channels of a block) outside, then the
+    ``reg`` output columns (unrolled) and the ``ob`` channels (vectorized).
+    """
+    epilogue = inline_epilogue(sch, block)
+    if epilogue is None:
+        raise ValueError("conv2d without its unpack block")
+    _, _, oh_extent, ow_extent, ob_extent = (int(d) for d in
+                                             sch.get(block).writes[0].source.shape)
+    reg = divisor_at_most(ow_extent, REG_TILE_MAX)
+    n, c, h, w = sch.get_loops(epilogue)
+    cb, ci = sch.split(c, [None, ob_extent])
+    wo, wi = sch.split(w, [None, reg])
+    sch.reorder(n, cb, h, wo, ci, wi)
+    sch.parallel(sch.fuse(n, cb, h))
+    sch.compute_at(block, wo)
+    ctx.done.add(str(sch.get(epilogue).name_hint))
+    sch.set_scope(block, 0, "local")
+    # Under wo: the tile loops (columns, channels), then the reduction loops;
+    # compute_at makes no loop of extent 1, and the template no unit reduce axis.
+    names = [str(iv.var.name).removeprefix("v_") for iv in sch.get(block).iter_vars
+             if int(iv.iter_type) != 0]
+    order = [name for name in reduce_order if name in names]
+    tile = [ext for ext in (reg, ob_extent) if ext > 1]
+    loops = sch.get_loops(block)[-len(order) - len(tile):] if order or tile else []
+    spatial = dict(zip([k for k, e in (("ow", reg), ("ob", ob_extent)) if e > 1],
+                       loops[:len(tile)]))
+    reduce = dict(zip(names, loops[len(tile):]))
+    sch.reorder(*[reduce[name] for name in order], *spatial.values())
+    if "ob" in spatial:
+        sch.vectorize(spatial["ob"])
+    if "ow" in spatial:
+        sch.unroll(spatial["ow"])
+    if "kw" in reduce:
+        sch.unroll(reduce["kw"])
+    if order:
+        sch.decompose_reduction(block, reduce[order[0]])
+    sch.unroll(ci)
+    if reg > 1:
+        sch.vectorize(wi)
+
+
+@register_schedule("bmlib.conv2d_nchwc")
+def schedule_conv2d_nchwc(sch, block, ctx):
+    _tile_conv(sch, block, ctx, ["ico", "kh", "kw", "ici"])
+
+
+@register_schedule("bmlib.depthwise_nchwc")
+def schedule_depthwise_nchwc(sch, block, ctx):
+    _tile_conv(sch, block, ctx, ["kh", "kw"])

@@ -1,10 +1,20 @@
-"""Linear-algebra template: ``relax.matmul`` with NumPy batch broadcasting."""
+"""Linear-algebra template: ``relax.matmul`` with NumPy batch broadcasting.
+
+Dense weights arrive as ``[K, N]`` constants (folded by :mod:`..rewrite`), so
+the schedule vectorizes the output columns ``N`` — contiguous in both the
+weight and the output — in a register tile of a few rows by a few vectors,
+with the reduction outside the tile and the element-wise epilogue (bias,
+activation) computed per tile.
+"""
 from __future__ import annotations
 
 from tvm import te, topi
 
+from ..schedule import divisor_at_most, inline_epilogue
 from ._utils import out_dtype
-from .registry import register_template
+from .registry import SCHEDULE_ATTR, register_schedule, register_template
+
+MAX_ACCUMULATORS = 12  # vector registers held by a register tile
 
 
 @register_template("relax.matmul")
@@ -31,7 +41,8 @@ def matmul(call, inputs, ctx):
         return te.sum(lhs.astype(dtype) * rhs.astype(dtype), axis=k)
 
     full = [*(_broadcast(batch_a, batch_b)), a2.shape[-2], b2.shape[-1]]
-    result = te.compute(full, compute, name="matmul")
+    result = te.compute(full, compute, name="bmlib_matmul",
+                        attrs={SCHEDULE_ATTR: "bmlib.matmul"})
     if [int(d) for d in result.shape] != out_shape:
         result = topi.reshape(result, out_shape)
     return result
@@ -42,3 +53,50 @@ def _broadcast(batch_a, batch_b):
     pa = [1] * (n - len(batch_a)) + [int(d) for d in batch_a]
     pb = [1] * (n - len(batch_b)) + [int(d) for d in batch_b]
     return [max(x, y) for x, y in zip(pa, pb)]
+
+
+@register_schedule("bmlib.matmul")
+def schedule_matmul(sch, block, ctx):
+    """(batch, M/mi, N/nt) parallel | reduction | mi rows unrolled x nt columns vectorized."""
+    shape = [int(d) for d in sch.get(block).writes[0].source.shape]
+    rows, cols = shape[-2], shape[-1]
+    lanes = ctx.lanes(str(sch.get(block).writes[0].source.dtype))
+    rows_tile = divisor_at_most(rows, 4)
+    if cols % lanes == 0:
+        cols_tile = lanes * divisor_at_most(cols // lanes, max(1, MAX_ACCUMULATORS // rows_tile))
+        cols_tile = min(cols_tile, 4 * lanes) if cols_tile > 4 * lanes else cols_tile
+        while cols % cols_tile:
+            cols_tile -= lanes
+    else:
+        cols_tile = divisor_at_most(cols, lanes)
+    epilogue = inline_epilogue(sch, block)
+    if epilogue is not None and \
+            [int(d) for d in sch.get(epilogue).writes[0].source.shape] != shape:
+        epilogue = None  # a reshape follows: schedule the matmul on its own
+    anchor = epilogue if epilogue is not None else block
+    loops = sch.get_loops(anchor)
+    batch, i, j = loops[:len(shape) - 2], loops[len(shape) - 2], loops[len(shape) - 1]
+    io, ii = sch.split(i, [None, rows_tile])
+    jo, ji = sch.split(j, [None, cols_tile])
+    rest = loops[len(shape):]  # the reduction, when the anchor is the matmul itself
+    sch.reorder(*batch, io, jo, *rest, ii, ji)
+    outer = sch.fuse(*batch, io, jo)
+    sch.parallel(outer)
+    if epilogue is not None:
+        sch.compute_at(block, outer)
+        ctx.done.add(str(sch.get(epilogue).name_hint))
+        sch.set_scope(block, 0, "local")
+        sch.unroll(ii) if rows_tile > 1 else None
+        sch.vectorize(ji)
+        tile = [ext for ext in (rows_tile, cols_tile) if ext > 1]
+        inner = sch.get_loops(block)[-1 - len(tile):]
+        k, tile_loops = inner[-1], inner[:-1]
+        sch.reorder(k, *tile_loops)
+    else:
+        k = rest[0]
+        tile_loops = [loop for loop, ext in ((ii, rows_tile), (ji, cols_tile)) if ext > 1]
+    if len(tile_loops) == 2:
+        sch.unroll(tile_loops[0])
+    if tile_loops and cols_tile > 1:
+        sch.vectorize(tile_loops[-1])
+    sch.decompose_reduction(block, k)

@@ -6,14 +6,28 @@ arguments such as a target shape), ``inputs`` holds, position by position, a
 ``te.Tensor`` for each tensor argument, a tuple of them for a tuple argument,
 and the Relax expression itself for anything else (``ShapeExpr``,
 ``PrimValue``).  ``ctx`` is the :class:`~bmlib_relax.backend.codegen.LowerContext`.
+
+A template may tag the TE computes it creates with a schedule rule,
+``te.compute(..., attrs={SCHEDULE_ATTR: "conv2d_nchwc"})``, and register the
+rule next to the compute with ``@register_schedule("conv2d_nchwc")``.  The
+tag survives ``te.create_prim_func`` as a block annotation; after the whole
+partition is one PrimFunc, the lowerer applies the rule of every tagged block
+(and a generic rule to untagged ones, see :mod:`bmlib_relax.backend.schedule`).
+A rule has the signature ``(sch, block, ctx) -> None`` with ``sch`` a
+``tvm.s_tir.Schedule`` and ``ctx`` a
+:class:`~bmlib_relax.backend.schedule.ScheduleContext`.
 """
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
 Template = Callable[..., Any]
+ScheduleRule = Callable[..., None]
+
+SCHEDULE_ATTR = "bmlib_schedule"  # block annotation naming the block's schedule rule
 
 _TEMPLATES: dict[str, Template] = {}
+_SCHEDULES: dict[str, ScheduleRule] = {}
 
 
 def register_template(*op_names: str) -> Callable[[Template], Template]:
@@ -27,6 +41,24 @@ def register_template(*op_names: str) -> Callable[[Template], Template]:
         return fn
 
     return decorator
+
+
+def register_schedule(*rule_names: str) -> Callable[[ScheduleRule], ScheduleRule]:
+    """Register ``fn`` as the schedule rule of blocks tagged ``SCHEDULE_ATTR=name``."""
+
+    def decorator(fn: ScheduleRule) -> ScheduleRule:
+        for name in rule_names:
+            if name in _SCHEDULES:
+                raise ValueError(f"schedule rule {name!r} is already registered")
+            _SCHEDULES[name] = fn
+        return fn
+
+    return decorator
+
+
+def get_schedule_rule(rule_name: str) -> ScheduleRule | None:
+    _ensure_loaded()
+    return _SCHEDULES.get(rule_name)
 
 
 def get_template(op_name: str) -> Template | None:

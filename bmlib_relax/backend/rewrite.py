@@ -1,0 +1,135 @@
+"""Compile-time weight re-layout: Relax rewrites that fold into new constants.
+
+The bmlib templates read weights in blocked layouts.  Weights are Relax
+constants in ``main`` (the importer binds params), so they are re-laid out
+once, here, before partitioning, and the partitions receive the packed
+constant as an ordinary argument (the PrimFunc still takes only arguments,
+and its arity is unchanged):
+
+* ``conv2d(x, W)`` with ``W`` OIHW becomes ``conv2d(x, pack(W),
+  kernel_layout="OIHW{ib}i{ob}o")``: ``W`` reshaped to ``[O/ob, ob, I/ib, ib,
+  KH, KW]`` and permuted to ``[O/ob, I/ib, KH, KW, ib, ob]`` — the Relax
+  ``layout_transform`` of the weight, folded here with NumPy instead of by
+  building and running it through ``FoldConstant``.
+* ``permute_dims(W, [1, 0])`` of a dense weight becomes the constant ``W.T``,
+  so the matmul template streams ``[K, N]`` rows along its vectorized ``N``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.relax.expr_functor import PyExprMutator, mutator
+
+from .target import vector_lanes
+
+PACKABLE_DTYPES = ("float32", "float16")
+
+
+def conv2d_blocking(in_channels: int, out_channels: int, lanes: int) -> tuple[int, int]:
+    """``(ib, ob)``: input/output channel blocks for a conv on ``lanes``-wide vectors.
+
+    The output block is the vectorized axis: the vector width when it divides the
+    channels, else their largest divisor below it.  The input block is
+    unrolled in the inner loop; the same rule keeps it small.
+    """
+    return _divisor_at_most(in_channels, lanes), _divisor_at_most(out_channels, lanes)
+
+
+def depthwise_blocking(channels: int, lanes: int) -> int:
+    return _divisor_at_most(channels, lanes)
+
+
+def _divisor_at_most(n: int, limit: int) -> int:
+    for d in range(min(n, limit), 0, -1):
+        if n % d == 0:
+            return d
+    return 1
+
+
+def pack_conv2d_weight(weight: np.ndarray, ib: int, ob: int) -> np.ndarray:
+    """OIHW → ``[O/ob, I/ib, KH, KW, ib, ob]`` (kernel layout ``OIHW{ib}i{ob}o``)."""
+    o, i, kh, kw = weight.shape
+    blocked = weight.reshape(o // ob, ob, i // ib, ib, kh, kw)
+    return np.ascontiguousarray(blocked.transpose(0, 2, 4, 5, 3, 1))
+
+
+def _const_array(expr) -> Any:
+    if isinstance(expr, tvm.ir.expr.GenericConst):
+        return expr.value.numpy()
+    return None
+
+
+def _static(ty) -> bool:
+    return isinstance(ty, relax.TensorType) and ty.shape is not None and \
+        hasattr(ty.shape, "values") and all(hasattr(d, "value") for d in ty.shape.values)
+
+
+@mutator
+class _WeightPacker(PyExprMutator):
+    def __init__(self, mod: tvm.IRModule, target: Any):
+        super().__init__(mod)
+        self.mod_ = mod
+        self.target = target
+        self.packed = 0
+
+    def visit_call_(self, call: relax.Call) -> relax.Expr:  # noqa: D401 - visitor hook
+        call = super().visit_call_(call)
+        if not isinstance(call.op, tvm.ir.Op):
+            return call
+        if call.op.name == "relax.nn.conv2d":
+            return self._conv2d(call)
+        if call.op.name == "relax.permute_dims":
+            return self._transpose(call)
+        return call
+
+    def _conv2d(self, call: relax.Call) -> relax.Expr:
+        attrs = call.attrs
+        data, weight = call.args
+        array = _const_array(weight)
+        if array is None or array.ndim != 4 or str(array.dtype) not in PACKABLE_DTYPES:
+            return call
+        if (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout)) != \
+                ("NCHW", "OIHW", "NCHW") or not _static(data.ty) or not _static(call.ty):
+            return call
+        groups = int(attrs.groups)
+        in_channels = int(data.ty.shape.values[1])
+        out_channels = array.shape[0]
+        lanes = vector_lanes(self.target, str(array.dtype))
+        if groups == 1:
+            ib, ob = conv2d_blocking(in_channels, out_channels, lanes)
+        elif groups == in_channels == out_channels and array.shape[1] == 1:
+            ib, ob = 1, depthwise_blocking(out_channels, lanes)  # depthwise, multiplier 1
+        else:
+            return call  # grouped: the template reads OIHW
+        packed = relax.const(pack_conv2d_weight(array, ib, ob))
+        self.packed += 1
+        return relax.op.nn.conv2d(
+            data, packed, strides=attrs.strides, padding=attrs.padding,
+            dilation=attrs.dilation, groups=groups, data_layout="NCHW",
+            kernel_layout=f"OIHW{ib}i{ob}o", out_layout="NCHW",
+            out_dtype=attrs.out_dtype)
+
+    def _transpose(self, call: relax.Call) -> relax.Expr:
+        array = _const_array(call.args[0])
+        if array is None or array.ndim != 2 or str(array.dtype) not in PACKABLE_DTYPES:
+            return call
+        axes = call.attrs.axes
+        if axes is not None and [int(a) for a in axes] != [1, 0]:
+            return call
+        self.packed += 1
+        return relax.const(np.ascontiguousarray(array.T))
+
+    def run(self) -> tvm.IRModule:
+        for gvar, func in self.mod_.functions.items():
+            if isinstance(func, relax.Function) and (func.attrs is None or
+                                                     "Codegen" not in func.attrs):
+                self.builder_.update_func(gvar, self.visit_expr(func))
+        return self.builder_.get()
+
+
+def pack_weights(mod: tvm.IRModule, target: Any = None) -> tvm.IRModule:
+    """Re-lay out the constant conv2d / dense weights of ``mod`` for the bmlib templates."""
+    return _WeightPacker(mod, target).run()

@@ -1,0 +1,252 @@
+"""Scheduling a lowered partition: the rules of its blocks, applied with ``tvm.s_tir``.
+
+After ``te.create_prim_func`` a partition is one PrimFunc whose blocks are the
+TE computes of its templates.  :func:`apply_schedules` walks those blocks: a
+block a template tagged with ``SCHEDULE_ATTR`` (a block annotation) gets the
+rule registered under that tag (``register_schedule``); an untagged block gets
+a generic rule (:func:`schedule_spatial` for element-wise / data-movement
+blocks, :func:`schedule_reduction` for reductions).  Rules only transform
+loops, so an unscheduled block is still correct: when a rule raises, the
+schedule is rolled back to its state before that rule and the block is left
+as default lowering made it.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import tvm
+from tvm import s_tir
+
+from .target import resolve_target, vector_lanes
+from .templates import SCHEDULE_ATTR, get_schedule_rule
+
+_LOG = logging.getLogger(__name__)
+
+# Below this many scalar operations a parallel loop costs more than it saves.
+PARALLEL_MIN_WORK = 1 << 14
+# Outer loops are fused until the parallel loop has at least this many iterations.
+PARALLEL_MIN_ITERS = 64
+
+
+@dataclass
+class ScheduleContext:
+    """What a schedule rule may read: the target, and blocks already taken care of."""
+
+    target: Any
+    done: set = field(default_factory=set)
+    failures: list = field(default_factory=list)
+
+    def lanes(self, dtype: str) -> int:
+        return vector_lanes(self.target, dtype)
+
+
+# --------------------------------------------------------------------------- helpers
+def block_name(sch: s_tir.Schedule, block) -> str:
+    return str(sch.get(block).name_hint)
+
+
+def block_rule(sch: s_tir.Schedule, block) -> Optional[str]:
+    value = sch.get(block).annotations.get(SCHEDULE_ATTR)
+    return None if value is None else str(value)
+
+
+def is_spatial(sch: s_tir.Schedule, block) -> bool:
+    """Every iteration variable of the block is data-parallel (no reduction)."""
+    return all(int(iv.iter_type) == 0 for iv in sch.get(block).iter_vars)
+
+
+def loop_extents(sch: s_tir.Schedule, loops) -> list[int]:
+    return [int(sch.get(loop).extent) for loop in loops]
+
+
+def write_buffer(sch: s_tir.Schedule, block):
+    return sch.get(block).writes[0].source
+
+
+def divisor_at_most(n: int, limit: int) -> int:
+    """The largest divisor of ``n`` that is <= ``limit``."""
+    for d in range(min(n, limit), 0, -1):
+        if n % d == 0:
+            return d
+    return 1
+
+
+def parallelize(sch: s_tir.Schedule, loops, work: int) -> None:
+    """Fuse leading ``loops`` until there are enough iterations, and run them in parallel."""
+    if not loops or work < PARALLEL_MIN_WORK:
+        return
+    extents = loop_extents(sch, loops)
+    count, total = 0, 1
+    for ext in extents:
+        count += 1
+        total *= ext
+        if total >= PARALLEL_MIN_ITERS:
+            break
+    if total < 2:
+        return
+    fused = sch.fuse(*loops[:count]) if count > 1 else loops[0]
+    sch.parallel(fused)
+
+
+def vectorize_innermost(sch: s_tir.Schedule, block, lanes: int) -> list:
+    """Vectorize the innermost loop by ``lanes`` (split off when it divides); returns
+    the remaining outer loops."""
+    loops = list(sch.get_loops(block))
+    if not loops:
+        return loops
+    ext = int(sch.get(loops[-1]).extent)
+    if ext % lanes == 0 and ext > lanes:
+        outer, inner = sch.split(loops[-1], [None, lanes])
+        sch.vectorize(inner)
+        return loops[:-1] + [outer]
+    if 1 < ext <= lanes or (ext < 4 * lanes and ext % lanes == 0):
+        sch.vectorize(loops[-1])
+        return loops[:-1]
+    return loops
+
+
+def inline_epilogue(sch: s_tir.Schedule, producer) -> Optional[Any]:
+    """Fold the chain of element-wise blocks after ``producer`` into its last block.
+
+    Follows single consumers that are untagged, spatial and of the same shape
+    (an unpack, bias add, batch_norm scale/shift, activation ...), inlines all
+    but the last and returns the last (to be computed at the producer's tile),
+    or None when ``producer`` has no such consumer.
+    """
+    consumers = sch.get_consumers(producer)
+    if len(consumers) != 1:
+        return None
+    chain = [consumers[0]]
+    if block_rule(sch, chain[0]) is not None or not is_spatial(sch, chain[0]):
+        return None
+    outputs = {block_name(sch, b) for b in sch.get_output_blocks(sch.get_sblock("root"))}
+    while block_name(sch, chain[-1]) not in outputs:
+        nxt = sch.get_consumers(chain[-1])
+        if len(nxt) != 1 or block_rule(sch, nxt[0]) is not None or \
+                not is_spatial(sch, nxt[0]) or len(sch.get(nxt[0]).writes) != 1:
+            break
+        shape = [int(d) for d in write_buffer(sch, chain[-1]).shape]
+        if [int(d) for d in write_buffer(sch, nxt[0]).shape] != shape:
+            break
+        chain.append(nxt[0])
+    for block in chain[:-1]:
+        sch.compute_inline(block)
+    return chain[-1]
+
+
+# --------------------------------------------------------------------------- generic rules
+def schedule_spatial(sch: s_tir.Schedule, block, ctx: ScheduleContext) -> None:
+    """Element-wise / data movement: vectorize the innermost loop, parallel outer loops."""
+    loops = sch.get_loops(block)
+    if not loops:
+        return
+    work = 1
+    for ext in loop_extents(sch, loops):
+        work *= ext
+    dtype = str(write_buffer(sch, block).dtype)
+    outer = vectorize_innermost(sch, block, ctx.lanes(dtype))
+    parallelize(sch, outer, work)
+
+
+def schedule_reduction(sch: s_tir.Schedule, block, ctx: ScheduleContext) -> None:
+    """Reductions (softmax/layer_norm statistics, pooling windows, sums): parallel
+    over the output (the leading spatial loops, as TE orders them)."""
+    loops = sch.get_loops(block)
+    iter_vars = sch.get(block).iter_vars
+    if len(loops) != len(iter_vars):
+        return
+    n_spatial = 0
+    for iv in iter_vars:
+        if int(iv.iter_type) != 0:
+            break
+        n_spatial += 1
+    work = 1
+    for ext in loop_extents(sch, loops):
+        work *= ext
+    parallelize(sch, loops[:n_spatial], work)
+
+
+def inline_into_elementwise(sch: s_tir.Schedule, block, ctx: ScheduleContext) -> None:
+    """Inline an untagged element-wise intermediate into its consumers when they are
+    element-wise blocks of the same shape: chains (batch_norm then relu, ...) become
+    one pass."""
+    if block_rule(sch, block) is not None or not is_spatial(sch, block):
+        return
+    outputs = {block_name(sch, b) for b in sch.get_output_blocks(sch.get_sblock("root"))}
+    if block_name(sch, block) in outputs:
+        return
+    shape = [int(d) for d in write_buffer(sch, block).shape]
+    consumers = sch.get_consumers(block)
+    if not consumers:
+        return
+    for consumer in consumers:
+        if block_rule(sch, consumer) is not None or not is_spatial(sch, consumer) or \
+                [int(d) for d in write_buffer(sch, consumer).shape] != shape or \
+                block_name(sch, consumer) in ctx.done:
+            return
+    sch.compute_inline(block)
+
+
+def _generic_rule(sch: s_tir.Schedule, block):
+    return schedule_spatial if is_spatial(sch, block) else schedule_reduction
+
+
+# --------------------------------------------------------------------------- driver
+def _apply(sch: s_tir.Schedule, rule, block_name_: str, ctx: ScheduleContext):
+    snapshot = sch.mod
+    try:
+        rule(sch, sch.get_sblock(block_name_), ctx)
+        return sch
+    except Exception as exc:  # noqa: BLE001 - a rule that does not fit leaves the block as is
+        _LOG.debug("bmlib schedule rule %s failed on block %s: %s",
+                   getattr(rule, "__name__", rule), block_name_, exc)
+        ctx.failures.append((block_name_, getattr(rule, "__name__", str(rule)), str(exc)))
+        return s_tir.Schedule(snapshot)
+
+
+def _exists(sch: s_tir.Schedule, name: str) -> bool:
+    try:
+        sch.get_sblock(name)
+        return True
+    except Exception:  # noqa: BLE001 - inlined by an earlier rule
+        return False
+
+
+def apply_schedules(prim: tvm.tirx.PrimFunc, target: Any = None,
+                    ctx: Optional[ScheduleContext] = None) -> tvm.tirx.PrimFunc:
+    """Schedule every block of ``prim``: tagged blocks by their registered rule first
+    (they may fold their epilogues in), then the rest by the generic rules."""
+    ctx = ctx or ScheduleContext(resolve_target(target))
+    attrs = prim.attrs
+    sch = s_tir.Schedule(prim.without_attr("global_symbol") if attrs is not None and
+                         "global_symbol" in attrs else prim)
+    names = [block_name(sch, b) for b in sch.get_child_blocks(sch.get_sblock("root"))]
+    for name in names:
+        if not _exists(sch, name):
+            continue
+        rule_name = block_rule(sch, sch.get_sblock(name))
+        if rule_name is None:
+            continue
+        rule = get_schedule_rule(rule_name)
+        if rule is None:
+            ctx.failures.append((name, rule_name, "no schedule rule registered"))
+            continue
+        sch = _apply(sch, rule, name, ctx)
+        ctx.done.add(name)
+    for name in names:
+        if name not in ctx.done and _exists(sch, name):
+            sch = _apply(sch, inline_into_elementwise, name, ctx)
+    for name in names:
+        if name in ctx.done or not _exists(sch, name):
+            continue
+        block = sch.get_sblock(name)
+        if block_rule(sch, block) is not None:
+            continue
+        sch = _apply(sch, _generic_rule(sch, block), name, ctx)
+        ctx.done.add(name)
+    func = sch.mod["main"]
+    if attrs is not None and "global_symbol" in attrs:
+        func = func.with_attr("global_symbol", attrs["global_symbol"])
+    return func

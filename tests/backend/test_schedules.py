@@ -1,0 +1,112 @@
+"""Schedules and weight packing: what the fast templates promise, checked without timing.
+
+Speed itself is measured only by ``scripts/bench.py``; these tests check the
+structure that makes it fast (packed weights, wide vector instructions on the
+host target) and that scheduling never costs correctness (a failing or missing
+rule leaves a block as default lowering made it).
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax, te
+
+from bmlib_relax import partition_for_bmlib
+from bmlib_relax.backend.codegen import build_prim_funcs
+from bmlib_relax.backend.schedule import ScheduleContext, apply_schedules
+from bmlib_relax.backend.target import host_target, resolve_target, vector_bits
+from bmlib_relax.backend.templates import SCHEDULE_ATTR, register_schedule
+from bmlib_relax.compiler import lower_and_verify
+
+from helpers import make_module, run_offloaded, run_plain
+
+R = relax.op
+
+
+def _conv_relu(x, w):
+    return R.nn.relu(R.nn.conv2d(x, w, padding=1))
+
+
+def test_default_target_is_the_host_cpu():
+    target = resolve_target(None)
+    assert str(target.attrs["mcpu"]) == str(tvm.target.codegen.llvm_get_system_cpu())
+    assert host_target() == {"kind": "llvm",
+                             "mcpu": str(tvm.target.codegen.llvm_get_system_cpu())}
+
+
+def test_conv2d_weights_are_packed_once_and_stay_arguments():
+    mod, arrays = make_module(_conv_relu, [(1, 16, 10, 10)], [(16, 16, 3, 3)])
+    partitioned = partition_for_bmlib(mod)
+    text = partitioned.script()
+    assert re.search(r'kernel_layout="OIHW\d+i\d+o"', text)
+    lowered = lower_and_verify(partitioned)  # the arity verifier still passes
+    (prim, record), = lowered.values()
+    assert record.num_args == record.num_params + 1 == 3
+    assert "(2, 2, 3, 3, 8, 8)" in prim.script() or vector_bits(None) != 256
+    (got,), _ = run_offloaded(partitioned, arrays)
+    np.testing.assert_allclose(got, run_plain(mod, arrays)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_pack_weights_can_be_switched_off():
+    mod, _ = make_module(_conv_relu, [(1, 16, 10, 10)], [(16, 16, 3, 3)])
+    assert 'kernel_layout="OIHW"' in partition_for_bmlib(mod, pack_weights=False).script()
+
+
+@pytest.mark.skipif(vector_bits(None) < 256, reason="the host has no 256-bit vectors")
+def test_conv2d_partition_uses_wide_vector_fma():
+    mod, _ = make_module(_conv_relu, [(1, 16, 14, 14)], [(32, 16, 3, 3)])
+    lowered = lower_and_verify(partition_for_bmlib(mod))
+    built = build_prim_funcs({name: prim for name, (prim, _) in lowered.items()}, None)
+    asm = built.inspect_source("asm")
+    register = "zmm" if vector_bits(None) >= 512 else "ymm"
+    assert re.search(rf"vfmadd\w*\s+[^\n]*%{register}", asm), \
+        f"no {register} FMA in the conv2d partition"
+
+
+def test_conv2d_schedule_is_applied():
+    mod, _ = make_module(_conv_relu, [(1, 16, 14, 14)], [(16, 16, 3, 3)])
+    (prim, _), = lower_and_verify(partition_for_bmlib(mod)).values()
+    script = prim.script()
+    assert "T.parallel" in script and "T.vectorized" in script
+    assert 'scope="local"' in script  # accumulators in registers, epilogue fused per tile
+
+
+def _tagged_module(rule: str):
+    a = te.placeholder((64, 64), name="a")
+    b = te.compute((64, 64), lambda i, j: a[i, j] * 2.0, name="double",
+                   attrs={SCHEDULE_ATTR: rule})
+    c = te.compute((64, 64), lambda i, j: b[i, j] + 1.0, name="plus_one")
+    return te.create_prim_func([a, c]), a
+
+
+def _run_prim(prim) -> np.ndarray:
+    built = build_prim_funcs({"f": prim.with_attr("global_symbol", "f")}, None)
+    x = np.arange(64 * 64, dtype="float32").reshape(64, 64)
+    out = tvm.runtime.tensor(np.zeros((64, 64), "float32"))
+    built["f"](tvm.runtime.tensor(x), out)
+    return out.numpy(), x
+
+
+def test_unknown_rule_leaves_the_block_unscheduled_and_correct():
+    prim, _ = _tagged_module("bmlib.no_such_rule")
+    ctx = ScheduleContext(resolve_target(None))
+    got, x = _run_prim(apply_schedules(prim, ctx=ctx))
+    np.testing.assert_array_equal(got, x * 2 + 1)
+    assert any(rule == "bmlib.no_such_rule" for _, rule, _ in ctx.failures)
+
+
+def test_failing_rule_is_rolled_back():
+    @register_schedule("bmlib.test_failing_rule")
+    def failing(sch, block, ctx):
+        sch.parallel(sch.get_loops(block)[0])
+        raise RuntimeError("half-way")
+
+    prim, _ = _tagged_module("bmlib.test_failing_rule")
+    ctx = ScheduleContext(resolve_target(None))
+    scheduled = apply_schedules(prim, ctx=ctx)
+    got, x = _run_prim(scheduled)
+    np.testing.assert_array_equal(got, x * 2 + 1)
+    assert [f[0] for f in ctx.failures] == ["double"]
