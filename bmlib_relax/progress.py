@@ -17,10 +17,6 @@ class Progress:
         self.enabled = (hasattr(self.stream, "isatty") and self.stream.isatty()) \
             if enabled is None else enabled
 
-    def note(self, message: str) -> None:
-        if self.enabled:
-            print(f"  {message}", file=self.stream, flush=True)
-
     @contextlib.contextmanager
     def step(self, title: str) -> Iterator[None]:
         start = time.perf_counter()
