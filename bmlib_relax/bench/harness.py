@@ -65,13 +65,16 @@ def time_it(fn: Callable[[], Any], min_runs: int = 5, min_seconds: float = 1.0,
 
 def host_target() -> dict:
     """LLVM for this CPU (``mcpu=native`` silently means generic in TVM 0.27)."""
-    import tvm
+    from ..backend.target import host_target as backend_host_target
 
-    return {"kind": "llvm", "mcpu": str(tvm.target.codegen.llvm_get_system_cpu())}
+    return backend_host_target()
 
 
-def peak_gflops(threads: int) -> tuple[float, str]:
-    """Theoretical fp32 peak: threads x 2 FMA pipes x vector lanes x 2 x clock."""
+def peak_gflops(threads: int, ghz: Optional[float] = None) -> tuple[float, str]:
+    """Theoretical fp32 peak: threads x 2 FMA pipes x vector lanes x 2 x clock.
+
+    The clock is ``ghz`` or the ``cpu MHz`` of /proc/cpuinfo (the nominal clock on
+    most VMs; turbo clocks are higher, so real peaks can be too)."""
     flags, mhz = "", 0.0
     try:
         with open("/proc/cpuinfo") as handle:
@@ -83,7 +86,7 @@ def peak_gflops(threads: int) -> tuple[float, str]:
     except OSError:
         pass
     lanes = 16 if " avx512f" in flags else 8 if " avx2" in flags else 4
-    ghz = (mhz or 2500.0) / 1000
+    ghz = ghz or (mhz or 2500.0) / 1000
     peak = threads * 2 * lanes * 2 * ghz
     return peak, f"{threads} thread(s) x 2 FMA x {lanes} lanes x 2 x {ghz:.2f} GHz"
 
@@ -141,6 +144,108 @@ def bench_model(folder: Path, target: Any, with_torch: bool, min_seconds: float)
     return result
 
 
+@dataclass
+class LayerResult:
+    layer: str  # "CxHxW -> OC kKxK sS"
+    flops: int
+    median_ms: float
+    gflops: float
+    percent_peak: float
+    torch_ms: Optional[float] = None
+
+
+def conv_shapes(relax_mod) -> list[dict]:
+    """Distinct conv2d configurations of a Relax module's ``main``, in order of appearance."""
+    from tvm import relax
+
+    found: dict[tuple, dict] = {}
+
+    def visit(expr):
+        if isinstance(expr, relax.Call) and getattr(expr.op, "name", "") == "relax.nn.conv2d":
+            attrs = expr.attrs
+            data = [int(d) for d in expr.args[0].ty.shape.values]
+            weight = [int(d) for d in expr.args[1].ty.shape.values]
+            spec = {"data": data, "weight": weight, "groups": int(attrs.groups),
+                    "strides": [int(v) for v in attrs.strides],
+                    "padding": [int(v) for v in attrs.padding]}
+            key = json.dumps(spec, sort_keys=True)
+            found.setdefault(key, spec)
+
+    relax.analysis.post_order_visit(relax_mod["main"].body, visit)
+    return list(found.values())
+
+
+def bench_conv_layers(folder: Path, target: Any, peak: float, with_torch: bool,
+                      min_seconds: float) -> list[LayerResult]:
+    """GFLOP/s of the bmlib conv2d template on each distinct conv of a golden model
+    (one conv2d per build, weights packed as in a full compile)."""
+    import tvm
+    from tvm import relax
+
+    import bmlib_relax
+    from ..recipe import recipe_tensor
+    from ..relay import parse
+
+    text, params, _ = _golden(folder)
+    imported = bmlib_relax.import_relay(parse(text), params)
+    results = []
+    for spec in conv_shapes(imported):
+        data_shape, weight_shape = spec["data"], spec["weight"]
+        x = relax.Var("x", relax.TensorType(data_shape, "float32"))
+        weight = recipe_tensor("w", weight_shape, "float32")
+        bb = relax.BlockBuilder()
+        with bb.function("main", [x]):
+            with bb.dataflow():
+                out = bb.emit_output(relax.op.nn.conv2d(
+                    x, relax.const(weight), strides=spec["strides"], padding=spec["padding"],
+                    groups=spec["groups"]))
+            bb.emit_func_output(out)
+        mod = bb.get()
+        executable, _ = bmlib_relax.compiler.build_offloaded(
+            bmlib_relax.partition_for_bmlib(mod, target=target), target)
+        vm = relax.VirtualMachine(executable, tvm.cpu())
+        arg = tvm.runtime.tensor(recipe_tensor("x", data_shape, "float32", role="input"))
+        timing = time_it(lambda: vm["main"](arg), min_seconds=min_seconds)
+        n, oc, oh, ow = _conv_out(spec)
+        flops = 2 * n * oc * oh * ow * weight_shape[1] * weight_shape[2] * weight_shape[3]
+        gflops = flops / (timing.median_ms * 1e-3) / 1e9
+        name = (f"{data_shape[1]}x{data_shape[2]}x{data_shape[3]} -> {weight_shape[0]} "
+                f"k{weight_shape[2]}x{weight_shape[3]} s{spec['strides'][0]}"
+                + (f" g{spec['groups']}" if spec["groups"] > 1 else ""))
+        torch_ms = None
+        if with_torch:
+            import torch
+
+            tx = torch.from_numpy(recipe_tensor("x", data_shape, "float32", role="input"))
+            tw = torch.from_numpy(weight)
+            pad = spec["padding"][:2]
+            with torch.no_grad():
+                torch_ms = time_it(lambda: torch.nn.functional.conv2d(
+                    tx, tw, stride=spec["strides"], padding=pad, groups=spec["groups"]),
+                    min_seconds=min_seconds).median_ms
+        results.append(LayerResult(name, flops, timing.median_ms, gflops,
+                                   100 * gflops / peak, torch_ms))
+    return results
+
+
+def _conv_out(spec) -> list[int]:
+    n, _, h, w = spec["data"]
+    oc, _, kh, kw = spec["weight"]
+    top, left, bottom, right = spec["padding"]
+    return [n, oc, (h + top + bottom - kh) // spec["strides"][0] + 1,
+            (w + left + right - kw) // spec["strides"][1] + 1]
+
+
+def render_layers(model: str, layers: Sequence[LayerResult]) -> str:
+    head = f"{'conv2d layer (' + model + ')':<34} {'GFLOP':>7} {'ms':>8} {'GFLOP/s':>8} {'%peak':>6} {'torch ms':>9}"
+    lines = [head, "-" * len(head)]
+    for r in layers:
+        torch_ms = f"{r.torch_ms:.3f}" if r.torch_ms is not None else "-"
+        lines.append(f"{r.layer:<34} {r.flops / 1e9:>7.3f} {r.median_ms:>8.3f} "
+                     f"{r.gflops:>8.1f} {r.percent_peak:>5.1f}% {torch_ms:>9}")
+    return "\n".join(lines)
+
+
 def compile_time(path: Path, target: Any) -> float:
     """Seconds for import + partition + codegen + build of a corpus model (free weights)."""
     import bmlib_relax
@@ -186,15 +291,25 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="Relay corpus folder, for the ResNet-50 compile time")
     parser.add_argument("--no-torch", action="store_true")
     parser.add_argument("--seconds", type=float, default=2.0, help="minimum time per variant")
+    parser.add_argument("--layers", default="resnet18",
+                        help="golden whose distinct conv2d layers are timed one by one "
+                             "(default resnet18; 'none' to skip)")
     parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--ghz", type=float, default=None,
+                        help="clock for the roofline peak (default: cpu MHz of /proc/cpuinfo)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="threads for TVM and torch (default $TVM_NUM_THREADS, else "
+                             "every CPU); TVM's own default leaves cores idle on some VMs")
     args = parser.parse_args(argv)
 
+    threads = args.threads or int(os.environ.get("TVM_NUM_THREADS") or os.cpu_count() or 1)
+    # TVM's thread pool reads this when it first starts, i.e. at the first parallel run.
+    os.environ["TVM_NUM_THREADS"] = str(threads)
     import tvm
 
     goldens = Path(args.goldens) if args.goldens else \
         Path(__file__).resolve().parents[2] / "tests" / "data"
     target = host_target()
-    threads = int(os.environ.get("TVM_NUM_THREADS", os.cpu_count() or 1))
     with_torch = not args.no_torch
     if with_torch:
         try:
@@ -209,19 +324,31 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for name in args.models:
         print(f"benchmarking {name} ...", file=sys.stderr, flush=True)
         results.append(bench_model(goldens / name, target, with_torch, args.seconds))
+    peak, note = peak_gflops(threads, args.ghz)
+    layers: list[LayerResult] = []
+    if args.layers != "none" and (goldens / args.layers / "manifest.json").exists():
+        print(f"benchmarking the conv2d layers of {args.layers} ...", file=sys.stderr, flush=True)
+        layers = bench_conv_layers(goldens / args.layers, target, peak, with_torch,
+                                   min(args.seconds, 1.0))
     extra = {}
     if args.corpus:
         resnet50 = Path(args.corpus) / "external" / "001_resnet50_pytorch_3la.relay"
         if resnet50.exists():
             print("compiling ResNet-50 ...", file=sys.stderr, flush=True)
             extra["ResNet-50 (import+partition+codegen+build)"] = compile_time(resnet50, target)
-    peak, note = peak_gflops(threads)
-    print(f"target {json.dumps(target)}, {threads} thread(s), tvm {tvm.__version__}")
+    runtime_threads = int(tvm.runtime.num_threads())
+    print(f"target {json.dumps(target)}, {threads} thread(s) (TVM runtime: {runtime_threads}), "
+          f"tvm {tvm.__version__}")
     print(render(results, peak, note, extra))
+    if layers:
+        print()
+        print(render_layers(args.layers, layers))
     if args.json:
         with open(args.json, "w") as handle:
             json.dump({"target": target, "threads": threads, "peak_gflops": peak,
-                       "results": [asdict(r) for r in results], "compile_s": extra},
+                       "results": [asdict(r) for r in results], "compile_s": extra,
+                       "conv_layers": {"model": args.layers,
+                                       "layers": [asdict(r) for r in layers]}},
                       handle, indent=2)
     return 0
 

@@ -202,7 +202,7 @@ def _tile_conv(sch, block, ctx, reduce_order):
     n, c, h, w = sch.get_loops(epilogue)
     cb, ci = sch.split(c, [None, ob_extent])
     wo, wi = sch.split(w, [None, reg])
-    sch.reorder(n, cb, h, wo, ci, wi)
+    sch.reorder(n, cb, h, wo, wi, ci)
     sch.parallel(sch.fuse(n, cb, h))
     sch.compute_at(block, wo)
     ctx.done.add(str(sch.get(epilogue).name_hint))
@@ -224,11 +224,15 @@ def _tile_conv(sch, block, ctx, reduce_order):
         sch.unroll(spatial["ow"])
     if "kw" in reduce:
         sch.unroll(reduce["kw"])
+    if "ici" in reduce:
+        sch.unroll(reduce["ici"])
     if order:
         sch.decompose_reduction(block, reduce[order[0]])
-    sch.unroll(ci)
-    if reg > 1:
-        sch.vectorize(wi)
+    # The epilogue reads a tile column (ob channels) as one vector from the
+    # accumulators and stores it to ob NCHW rows.
+    sch.unroll(wi)
+    if ob_extent > 1:
+        sch.vectorize(ci)
 
 
 @register_schedule("bmlib.conv2d_nchwc")
