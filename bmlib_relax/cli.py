@@ -8,6 +8,7 @@ line on stderr is the cause; details (source line and caret) follow.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -136,6 +137,16 @@ def _cmd_list_ops(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------- parser
+def _target_arg(text: str):
+    """A target name, or a JSON target dict (TVM 0.27 refuses ``llvm -mcpu=...`` strings)."""
+    if text.lstrip().startswith("{"):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise argparse.ArgumentTypeError(f"--target is not valid JSON: {exc}") from None
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bmlib-relax", description="Move Relay models and bmlib BYOC pipelines to Relax.")
@@ -155,7 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="compare against the plain Relax build (exit 1 if it differs)")
     conv.add_argument("--rtol", type=float, default=1e-4)
     conv.add_argument("--atol", type=float, default=1e-4)
-    conv.add_argument("--target", default="llvm", help="TVM target (default llvm)")
+    conv.add_argument("--target", type=_target_arg, default=None,
+                      help='TVM target, e.g. llvm or \'{"kind": "llvm", "mcpu": "znver3"}\' '
+                           "(default: LLVM for the host CPU)")
     conv.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     conv.set_defaults(func=_cmd_convert)
 

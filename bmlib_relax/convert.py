@@ -26,6 +26,7 @@ import numpy as np
 from . import __version__
 from .artifacts import write_json, write_tvmscript
 from .backend.partition import partition_for_bmlib, resolve_patterns
+from .backend.target import resolve_target
 from .check import compare, first_divergence
 from .compiler import CompiledModel, build_offloaded, build_verified, lower_and_verify
 from .errors import ParamError
@@ -120,7 +121,7 @@ class ConversionResult:
 def convert(model_path: str, outdir: str, *, params: Any = None,
             patterns_path: Optional[str] = None, lowerings_path: Optional[str] = None,
             inputs: Sequence[InputSpec] = (), merge: bool = False, check: bool = False,
-            target: Any = "llvm", rtol: float = 1e-4, atol: float = 1e-4,
+            target: Any = None, rtol: float = 1e-4, atol: float = 1e-4,
             progress: Progress = QUIET) -> ConversionResult:
     """Convert a Relay model file into Relax artifacts in ``outdir`` (see module doc)."""
     if not os.path.exists(model_path):
@@ -140,9 +141,11 @@ def convert(model_path: str, outdir: str, *, params: Any = None,
             load_lowerings(lowerings_path)
     with progress.step("import to Relax"):
         imported = import_relay(module, weights)
+    target = resolve_target(target)
     with progress.step("partition for bmlib"):
         resolved = resolve_patterns(patterns)
-        partitioned = partition_for_bmlib(imported, patterns=resolved, merge=merge)
+        partitioned = partition_for_bmlib(imported, patterns=patterns, merge=merge,
+                                          target=target)
     with progress.step("codegen"):
         lowered = lower_and_verify(partitioned, on_partition=progress.item, target=target)
     with progress.step("build"):
