@@ -222,10 +222,6 @@ def _tile_conv(sch, block, ctx, reduce_order):
         sch.vectorize(spatial["ob"])
     if "ow" in spatial:
         sch.unroll(spatial["ow"])
-    if "kw" in reduce:
-        sch.unroll(reduce["kw"])
-    if "ici" in reduce:
-        sch.unroll(reduce["ici"])
     if order:
         sch.decompose_reduction(block, reduce[order[0]])
     # The epilogue reads a tile column (ob channels) as one vector from the
