@@ -81,17 +81,23 @@ def pack_kernel(weight: te.Tensor, ib: int, ob: int) -> te.Tensor:
                       name="bmlib_kernel_pack")
 
 
-def _pad_pack(data: te.Tensor, block: int, padding, out_size, kernel, strides, dilation):
-    """Pad NCHW data and pack it to NCHW[block]c in one block."""
+def _pad_pack(data: te.Tensor, block: int, padding, out_size, kernel, strides, dilation,
+              subsample=(1, 1)):
+    """Pad NCHW data and pack it to NCHW[block]c in one block (keeping every
+    ``subsample``-th row/column only, for strided 1x1 convolutions)."""
     n, c, h, w = (int(d) for d in data.shape)
     top, left = padding[0], padding[1]
-    # Only the rows/columns the windows reach (padding may be asymmetric).
-    ph = (out_size[0] - 1) * strides[0] + (kernel[0] - 1) * dilation[0] + 1
-    pw = (out_size[1] - 1) * strides[1] + (kernel[1] - 1) * dilation[1] + 1
+    if tuple(subsample) != (1, 1):
+        ph, pw = out_size
+    else:
+        # Only the rows/columns the windows reach (padding may be asymmetric).
+        ph = (out_size[0] - 1) * strides[0] + (kernel[0] - 1) * dilation[0] + 1
+        pw = (out_size[1] - 1) * strides[1] + (kernel[1] - 1) * dilation[1] + 1
     zero = tirx.const(0, data.dtype)
+    sy, sx = subsample
 
     def compute(nn, cb, y, x, ci):
-        yy, xx = y - top, x - left
+        yy, xx = y * sy - top, x * sx - left
         inside = tirx.all(yy >= 0, yy < h, xx >= 0, xx < w)
         return tirx.if_then_else(inside, data[nn, cb * block + ci, yy, xx], zero)
 
@@ -137,7 +143,13 @@ def conv2d_nchwc(data, kernel, strides, padding, dilation, dtype, ib, ob):
     kh, kw = int(kernel.shape[2]), int(kernel.shape[3])
     oc_blocks = int(kernel.shape[0])
     oh, ow = _out_size(data, (kh, kw), strides, padding, dilation)
-    packed = _pad_pack(data, ib, padding, (oh, ow), (kh, kw), strides, dilation)
+    if kh == kw == 1 and list(strides) != [1, 1]:
+        # A strided 1x1 reads every stride-th pixel only: pack just those.
+        packed = _pad_pack(data, ib, padding, (oh, ow), (1, 1), strides, dilation,
+                           subsample=strides)
+        strides = [1, 1]
+    else:
+        packed = _pad_pack(data, ib, padding, (oh, ow), (kh, kw), strides, dilation)
     # Separate reduce axes for input-channel blocks and the channels inside a block
     # (not ic // ib, ic % ib): the schedule orders them independently.
     axes = _reduce_axes(ico=int(kernel.shape[1]), kh=kh, kw=kw, ici=ib)
