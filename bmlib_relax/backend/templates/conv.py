@@ -22,7 +22,9 @@ from ..schedule import divisor_at_most, inline_epilogue
 from ._utils import attr_ints, out_dtype
 from .registry import SCHEDULE_ATTR, register_schedule, register_template
 
-REG_TILE_MAX = 14  # output-width register tile: accumulators + 2 vector registers in use
+# Vector accumulators of a register tile (output columns x vectors per channel
+# block): 8 leaves room for operands in 16 AVX2 registers (14 spilled, measured).
+ACCUMULATORS = 8
 
 
 @register_template("relax.nn.conv2d")
@@ -42,7 +44,8 @@ def conv2d(call, inputs, ctx):
     lanes = ctx.lanes(dtype)
     if groups == 1:
         if blocking is None:
-            blocking = conv2d_blocking(channels, out_channels, lanes)
+            blocking = conv2d_blocking(channels, out_channels, lanes,
+                                       int(call.ty.shape.values[3]))
             weight = pack_kernel(weight, *blocking)
         return conv2d_nchwc(data, weight, strides, padding, dilation, dtype, *blocking)
     if groups == channels == out_channels and (blocking is not None or int(weight.shape[1]) == 1):
@@ -210,7 +213,8 @@ def _tile_conv(sch, block, ctx, reduce_order):
         raise ValueError("conv2d without its unpack block")
     _, _, oh_extent, ow_extent, ob_extent = (int(d) for d in
                                              sch.get(block).writes[0].source.shape)
-    reg = divisor_at_most(ow_extent, REG_TILE_MAX)
+    lanes = ctx.lanes(str(sch.get(block).writes[0].source.dtype))
+    reg = divisor_at_most(ow_extent, max(1, ACCUMULATORS // max(1, ob_extent // lanes)))
     n, c, h, w = sch.get_loops(epilogue)
     cb, ci = sch.split(c, [None, ob_extent])
     wo, wi = sch.split(w, [None, reg])
