@@ -21,56 +21,40 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+from ...registry import Registry
+
 Template = Callable[..., Any]
 ScheduleRule = Callable[..., None]
 
 SCHEDULE_ATTR = "bmlib_schedule"  # block annotation naming the block's schedule rule
 
-_TEMPLATES: dict[str, Template] = {}
-_SCHEDULES: dict[str, ScheduleRule] = {}
+
+def _load_families() -> None:
+    from . import conv, elemwise, linalg, norm, pool, reduce, tensor  # noqa: F401  (each registers)
+
+
+TEMPLATES: Registry[Template] = Registry("bmlib template for Relax op", _load_families)
+SCHEDULES: Registry[ScheduleRule] = Registry("schedule rule", _load_families)
 
 
 def register_template(*op_names: str) -> Callable[[Template], Template]:
     """Register ``fn`` as the TIR template of each Relax op (``relax.nn.conv2d`` ...)."""
-
-    def decorator(fn: Template) -> Template:
-        for name in op_names:
-            if name in _TEMPLATES:
-                raise ValueError(f"Relax op {name!r} already has a bmlib template")
-            _TEMPLATES[name] = fn
-        return fn
-
-    return decorator
+    return TEMPLATES.register(*op_names)
 
 
 def register_schedule(*rule_names: str) -> Callable[[ScheduleRule], ScheduleRule]:
     """Register ``fn`` as the schedule rule of blocks tagged ``SCHEDULE_ATTR=name``."""
-
-    def decorator(fn: ScheduleRule) -> ScheduleRule:
-        for name in rule_names:
-            if name in _SCHEDULES:
-                raise ValueError(f"schedule rule {name!r} is already registered")
-            _SCHEDULES[name] = fn
-        return fn
-
-    return decorator
+    return SCHEDULES.register(*rule_names)
 
 
 def get_schedule_rule(rule_name: str) -> ScheduleRule | None:
-    _ensure_loaded()
-    return _SCHEDULES.get(rule_name)
+    return SCHEDULES.get(rule_name)
 
 
 def get_template(op_name: str) -> Template | None:
-    _ensure_loaded()
-    return _TEMPLATES.get(op_name)
+    return TEMPLATES.get(op_name)
 
 
 def template_ops() -> Sequence[str]:
     """Sorted names of every Relax op bmlib can lower."""
-    _ensure_loaded()
-    return sorted(_TEMPLATES)
-
-
-def _ensure_loaded() -> None:
-    from . import conv, elemwise, linalg, norm, pool, reduce, tensor  # noqa: F401  (each registers)
+    return TEMPLATES.names()
