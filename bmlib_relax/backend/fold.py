@@ -1,0 +1,115 @@
+"""Compile-time folding of computations on weights, with NumPy.
+
+Inference dumps often compute on weights in the graph itself: Relay's
+``SimplifyInference`` turned every batch_norm into ``sqrt(var + eps)``,
+``divide``, ``multiply`` and ``expand_dims`` chains over constants (ResNet-50
+from PyTorch has ~480 such ops).  Partitioning them would run those chains on
+every inference; folding them leaves only the ops that touch activations.
+
+TVM's ``FoldConstant`` builds and runs each op (20 s for that ResNet-50); the
+ops here are element-wise and shape ops, so NumPy evaluates them directly, with
+Relax's broadcasting rules.  Only the built-in pattern table uses this: a
+legacy table may match the unfolded form (``reshape(is_constant())``), exactly
+as Relay's MergeComposite saw it.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.relax.expr_functor import PyExprMutator, mutator
+
+from ..registry import Registry
+
+Folder = Callable[[list, relax.Call], Optional[np.ndarray]]
+FOLDERS: Registry[Folder] = Registry("constant folder for Relax op")
+
+
+def _elementwise(fn: Callable[..., np.ndarray]) -> Folder:
+    return lambda args, call: fn(*args)
+
+
+for _name, _fn in {
+    "relax.add": np.add, "relax.subtract": np.subtract, "relax.multiply": np.multiply,
+    "relax.divide": np.divide, "relax.power": np.power, "relax.maximum": np.maximum,
+    "relax.minimum": np.minimum, "relax.negative": np.negative, "relax.sqrt": np.sqrt,
+    "relax.exp": np.exp, "relax.log": np.log, "relax.abs": np.abs,
+    "relax.rsqrt": lambda x: 1 / np.sqrt(x),
+}.items():
+    FOLDERS.register(_name)(_elementwise(_fn))
+
+
+@FOLDERS.register("relax.reshape")
+def _reshape(args, call):
+    return args[0].reshape([int(v) for v in call.args[1].values])
+
+
+@FOLDERS.register("relax.expand_dims")
+def _expand_dims(args, call):
+    return np.expand_dims(args[0], tuple(int(a) for a in call.attrs.axis))
+
+
+@FOLDERS.register("relax.squeeze")
+def _squeeze(args, call):
+    axis = call.attrs.axis
+    return np.squeeze(args[0], None if axis is None else tuple(int(a) for a in axis))
+
+
+@FOLDERS.register("relax.permute_dims")
+def _permute_dims(args, call):
+    axes = call.attrs.axes
+    return np.transpose(args[0], None if axes is None else [int(a) for a in axes])
+
+
+@FOLDERS.register("relax.astype")
+def _astype(args, call):
+    return args[0].astype(str(call.attrs.dtype))
+
+
+@mutator
+class _ConstantFolder(PyExprMutator):
+    def __init__(self, mod: tvm.IRModule):
+        super().__init__(mod)
+        self.mod_ = mod
+        self.folded = 0
+
+    def _value(self, expr: relax.Expr) -> Optional[np.ndarray]:
+        if isinstance(expr, relax.Var):
+            expr = self.lookup_binding(expr)
+        if isinstance(expr, tvm.ir.expr.GenericConst):
+            return expr.value.numpy()
+        return None
+
+    def visit_call_(self, call: relax.Call) -> relax.Expr:  # noqa: D401 - visitor hook
+        call = super().visit_call_(call)
+        folder = FOLDERS.get(call.op.name) if isinstance(call.op, tvm.ir.Op) else None
+        ty = call.ty
+        if folder is None or not isinstance(ty, relax.TensorType):
+            return call
+        tensors = [a for a in call.args if not isinstance(a, relax.ShapeExpr)]
+        values = [self._value(a) for a in tensors]
+        if not values or any(v is None for v in values):
+            return call
+        with np.errstate(all="ignore"):
+            result = folder(values, call)
+        result = np.asarray(result).astype(str(ty.dtype), copy=False)
+        want = tuple(int(d) for d in ty.shape.values)
+        if result.shape != want:  # broadcasting differs from what Relax inferred: keep it
+            return call
+        self.folded += 1
+        return relax.const(np.ascontiguousarray(result), str(ty.dtype))
+
+    def run(self) -> tvm.IRModule:
+        for gvar, func in self.mod_.functions.items():
+            if isinstance(func, relax.Function) and (func.attrs is None or
+                                                     "Codegen" not in func.attrs):
+                self.builder_.update_func(gvar, self.visit_expr(func))
+        return self.builder_.get()
+
+
+def fold_constants(mod: tvm.IRModule) -> tvm.IRModule:
+    """``mod`` with element-wise/shape ops on constants replaced by their values."""
+    folded = _ConstantFolder(mod).run()
+    return relax.transform.DeadCodeElimination()(folded)
