@@ -205,10 +205,21 @@ class _Translation:
                 "dominates(...) has no Relax DPL equivalent: write the chain between "
                 "parent and child out explicitly (e.g. is_op('nn.relu')(is_op('add')(...)))")
         if isinstance(p, rp.ExprPattern):
-            raise PatternTranslationError(
-                "is_expr(...) of a Relay expression cannot match the imported Relax program; "
-                "use is_constant()/wildcard() with a check function on the value")
+            return self._expr(p)
         raise PatternTranslationError(f"{type(p).__name__} has no Relax DPL translation yet")
+
+    def _expr(self, p: rp.ExprPattern) -> dpl.DFPattern:
+        """``is_expr(constant)``: the Relax constant the importer makes of it (DPL compares
+        constants by value).  Other Relay expressions have no counterpart after import."""
+        from ..relay import ast
+        from tvm import relax
+
+        expr = p.expr
+        if isinstance(expr, ast.Constant) and expr.data is not None:
+            return dpl.is_expr(relax.const(expr.data, str(expr.data.dtype)))
+        raise PatternTranslationError(
+            f"is_expr({type(expr).__name__}) cannot match the imported Relax program; only "
+            "constants translate (use wildcard()/is_var() with a check function otherwise)")
 
     def _type(self, p: rp.TypePattern) -> dpl.DFPattern:
         """``has_type(Tensor[(shape), dtype])`` as Relax shape and dtype constraints."""

@@ -85,7 +85,7 @@ def test_var_pattern_names_the_input():
 
 @pytest.mark.parametrize("pattern, message", [
     (dominates(wildcard(), wildcard(), wildcard()), "dominates(...) has no Relax DPL equivalent"),
-    (is_expr(relay.const(1.0)), "is_expr(...) of a Relay expression"),
+    (is_expr(relay.var("x")), "is_expr(Var) cannot match the imported Relax program"),
     (is_op("nn.relu"), "is_op('nn.relu') must be called with its arguments"),
 ])
 def test_untranslatable_patterns_say_why(pattern, message):
@@ -96,3 +96,13 @@ def test_untranslatable_patterns_say_why(pattern, message):
 def test_tuple_get_item_any_index():
     bn = is_op("nn.batch_norm")(wildcard(), wildcard(), wildcard(), wildcard(), wildcard())
     assert "TupleGetItemPattern" in type(translate(is_tuple_get_item(bn))).__name__
+
+
+def test_is_expr_of_a_constant_matches_by_value():
+    scaled = is_op("multiply")(wildcard(), is_expr(relay.const(0.5)))
+    text = MODEL.replace("nn.leaky_relu(%4, alpha=0.1f)", "multiply(%4, 0.5f)")
+    model = bmlib_relax.compile(text, PARAMS, patterns=[("bmlib.half", scaled)])
+    assert composites(model) == ["bmlib.half"]
+    other = is_op("multiply")(wildcard(), is_expr(relay.const(0.25)))
+    model = bmlib_relax.compile(text, PARAMS, patterns=[("bmlib.quarter", other)])
+    assert composites(model) == []
