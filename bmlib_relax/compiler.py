@@ -8,7 +8,7 @@ PrimFunc, verify each PrimFunc's arity against its call, ``RunCodegen``, and
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import tvm
 from tvm import relax
@@ -19,6 +19,7 @@ from .backend.target import resolve_target
 from .backend.verify import verify_partition_arity
 from .importer import RelayLike, as_relay_module, import_relay
 from .relay.params import ParamsLike, load_params
+from .relay.rewrite import with_input_types
 from .report import OffloadReport, _is_partition, build_report
 from .runtime import ModelRunner, input_specs, write_signature
 
@@ -80,7 +81,8 @@ class CompiledModel(ModelRunner):
 
 
 def compile(relay_mod: RelayLike, params: ParamsLike = None, *, target: TargetLike = None,
-            patterns: Optional[Sequence[Any]] = None, merge: bool = False) -> CompiledModel:
+            patterns: Optional[Sequence[Any]] = None, merge: bool = False,
+            input_shapes: Optional[Mapping[str, Sequence[int]]] = None) -> CompiledModel:
     """Compile a Relay program with bmlib offload.
 
     ``relay_mod`` is Relay text, a parsed module or a function; ``params`` a dict
@@ -88,10 +90,15 @@ def compile(relay_mod: RelayLike, params: ParamsLike = None, *, target: TargetLi
     defaults to the built-in ``bmlib`` table; a list of ``(name, pattern[,
     check])`` may use Relax DPL or legacy Relay DFPatterns.  ``target`` defaults to
     the host CPU (``{"kind": "llvm", "mcpu": <llvm_get_system_cpu()>}``); TVM
-    target dicts, strings and ``Target`` objects are accepted.
+    target dicts, strings and ``Target`` objects are accepted.  ``input_shapes``
+    (``{"data": (1, 3, 224, 224)}``) pins dynamic (``?``) input dims: the bmlib
+    templates take static shapes only, so a dynamic model is otherwise left to
+    the host.
     """
     target = resolve_target(target)
     module = as_relay_module(relay_mod)
+    if input_shapes:
+        module = with_input_types(module, {k: (v, None) for k, v in input_shapes.items()})
     imported = import_relay(module, load_params(params))
     partitioned = partition_for_bmlib(imported, patterns=patterns, merge=merge, target=target)
     executable, records = build_offloaded(partitioned, target)

@@ -16,7 +16,6 @@ Files written to the output folder:
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
@@ -34,10 +33,10 @@ from .importer import import_relay
 from .legacy import load_lowerings, load_pattern_table
 from .progress import QUIET, Progress
 from .recipe import recipe_tensor
-from .relay import ast, load_params, parse
-from .relay.rewrite import substitute
+from .relay import load_params, parse
+from .relay.rewrite import with_input_types
 from .report import build_report
-from .runtime import input_specs, write_signature
+from .runtime import write_signature
 
 # report.json is documented and validated by this JSON schema (shipped with the package).
 REPORT_SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "schemas", "report.schema.json")
@@ -78,33 +77,6 @@ def parse_input_spec(text: str) -> InputSpec:
     return InputSpec(name, shape, dtype or None)
 
 
-def _apply_input_specs(module: ast.IRModule, specs: Mapping[str, InputSpec]) -> ast.IRModule:
-    """Give ``@main``'s inputs the shapes/dtypes named on the command line."""
-    if not specs:
-        return module
-    main = module["main"]
-    names = {v.name: v for v in main.params}
-    for name in specs:
-        if name not in names:
-            raise ParamError(f"--inputs names {name!r}, which is not an input of @main "
-                             f"(inputs: {', '.join(names)})", name)
-    mapping = {}
-    for var in main.params:
-        spec = specs.get(var.name)
-        if spec is None or spec.shape is None:
-            continue
-        old = var.type_annotation
-        dtype = spec.dtype or (old.dtype if isinstance(old, ast.TensorType) else "float32")
-        mapping[var] = dataclasses.replace(var, type_annotation=ast.TensorType(spec.shape, dtype))
-    if not mapping:
-        return module
-    body = substitute(main.body, mapping)
-    new_main = dataclasses.replace(main, params=tuple(mapping.get(v, v) for v in main.params),
-                                   body=body)
-    return ast.IRModule({**module.functions, "main": new_main}, module.type_definitions,
-                        module.metadata, module.source_name)
-
-
 @dataclass
 class ConversionResult:
     outdir: str
@@ -130,7 +102,8 @@ def convert(model_path: str, outdir: str, *, params: Any = None,
     with progress.step(f"parse {os.path.basename(model_path)}"):
         with open(model_path, encoding="utf-8") as handle:
             module = parse(handle.read(), source_name=model_path)
-        module = _apply_input_specs(module, specs)
+        module = with_input_types(module, {n: (s.shape, s.dtype) for n, s in specs.items()
+                                           if s.shape is not None})
         weights = load_params(params)
     patterns = None
     if patterns_path:
@@ -237,10 +210,10 @@ def _check(imported, partitioned, model, feed, outputs, target, rtol, atol) -> d
 
 
 def render_markdown(data: Mapping[str, Any], table: str) -> str:
-    lines = [f"# bmlib-relax conversion report", "",
+    lines = ["# bmlib-relax conversion report", "",
              f"- model: `{data['model']}`",
              f"- bmlib-relax {data['bmlib_relax_version']}, merge={data['merge']}",
-             f"- inputs: " + ", ".join(f"`{i['name']}` {tuple(i['shape'])} {i['dtype']}"
+             "- inputs: " + ", ".join(f"`{i['name']}` {tuple(i['shape'])} {i['dtype']}"
                                        for i in data["inputs"]), ""]
     lines += ["## Partitions", "", "| partition | composites | ops | params | PrimFunc args |",
               "|---|---|---|---|---|"]

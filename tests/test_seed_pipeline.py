@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from tvm import relax
 
 import bmlib_relax
 from bmlib_relax import import_relay
@@ -120,3 +119,18 @@ def test_text_with_weights_as_inputs_compiles_when_params_missing(seed_module):
     np.testing.assert_allclose(out, seed.numpy_reference(seed.seed_input(), params),
                                rtol=1e-5, atol=1e-5)
     assert model.report.to_dict()["partitions"][0]["num_args"] == 8
+
+
+def test_input_shapes_pin_dynamic_dims_so_bmlib_can_take_them():
+    """A dynamic batch (``?``) keeps everything on the host; ``input_shapes`` pins it."""
+    dynamic = seed.SEED_RELAY.replace("%data: Tensor[(1, 128, 12, 40), float32]",
+                                      "%data: Tensor[(?, 128, 12, 40), float32]")
+    params = seed.seed_params()
+    assert bmlib_relax.compile(dynamic, params).report.to_dict()["partitions"] == []
+    model = bmlib_relax.compile(dynamic, params, input_shapes={"data": (1, 128, 12, 40)})
+    assert len(model.report.to_dict()["partitions"]) == 1
+    data = seed.seed_input()
+    np.testing.assert_allclose(model(data), seed.numpy_reference(data, params),
+                               rtol=1e-5, atol=1e-5)
+    with pytest.raises(bmlib_relax.ParamError, match="'image' is not an input of @main"):
+        bmlib_relax.compile(dynamic, params, input_shapes={"image": (1, 3)})

@@ -14,7 +14,7 @@ as Relay's MergeComposite saw it.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 import numpy as np
 import tvm

@@ -1,7 +1,7 @@
 """Relay AST → high-level Relax (``relax.op.*`` calls in a dataflow block)."""
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import Union
 
 import tvm
 

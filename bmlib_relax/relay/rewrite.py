@@ -8,8 +8,9 @@ from its dataclass fields, so it needs no per-node-kind code.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Mapping, Optional
+from typing import Callable, Mapping, Optional, Sequence
 
+from ..errors import ParamError
 from . import ast
 from .analysis import post_order_list
 
@@ -70,3 +71,34 @@ def substitute(root: ast.Expr, mapping: Mapping[ast.Expr, ast.Expr],
                 new = replaced
         done[id(node)] = new
     return done.get(id(root), root)  # type: ignore[return-value]
+
+
+def with_input_types(module: ast.IRModule,
+                     types: Mapping[str, tuple[Sequence[int], Optional[str]]]) -> ast.IRModule:
+    """``module`` whose ``@main`` inputs get the given static shapes (and dtypes).
+
+    Pins dynamic (``?``) dims so the bmlib templates, which need static shapes,
+    can take the model; a dtype of ``None`` keeps the annotated one.
+    """
+    if not types:
+        return module
+    main = module["main"]
+    names = {v.name: v for v in main.params}
+    for name in types:
+        if name not in names:
+            raise ParamError(f"{name!r} is not an input of @main "
+                             f"(inputs: {', '.join(names)})", name)
+    mapping: dict[ast.Expr, ast.Expr] = {}
+    for var in main.params:
+        if var.name not in types:
+            continue
+        shape, dtype = types[var.name]
+        old = var.type_annotation
+        dtype = dtype or (old.dtype if isinstance(old, ast.TensorType) else "float32")
+        new_type = ast.TensorType(tuple(int(d) for d in shape), dtype)
+        mapping[var] = dataclasses.replace(var, type_annotation=new_type)
+    body = substitute(main.body, mapping)
+    new_main = dataclasses.replace(main, params=tuple(mapping.get(v, v) for v in main.params),
+                                   body=body)
+    return ast.IRModule({**module.functions, "main": new_main}, module.type_definitions,
+                        module.metadata, module.source_name)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from tvm import topi
 
-from ._utils import attr_ints, shape_values
+from ._utils import attr_ints
 from .registry import register_template
 
 
