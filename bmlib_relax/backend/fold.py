@@ -22,6 +22,7 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..registry import Registry
+from .rewrite import const_array, rewrite_functions
 
 Folder = Callable[[list, relax.Call], Optional[np.ndarray]]
 FOLDERS: Registry[Folder] = Registry("constant folder for Relax op")
@@ -72,15 +73,12 @@ def _astype(args, call):
 class _ConstantFolder(PyExprMutator):
     def __init__(self, mod: tvm.IRModule):
         super().__init__(mod)
-        self.mod_ = mod
         self.folded = 0
 
     def _value(self, expr: relax.Expr) -> Optional[np.ndarray]:
         if isinstance(expr, relax.Var):
             expr = self.lookup_binding(expr)
-        if isinstance(expr, tvm.ir.expr.GenericConst):
-            return expr.value.numpy()
-        return None
+        return const_array(expr)
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:  # noqa: D401 - visitor hook
         call = super().visit_call_(call)
@@ -101,15 +99,8 @@ class _ConstantFolder(PyExprMutator):
         self.folded += 1
         return relax.const(np.ascontiguousarray(result), str(ty.dtype))
 
-    def run(self) -> tvm.IRModule:
-        for gvar, func in self.mod_.functions.items():
-            if isinstance(func, relax.Function) and (func.attrs is None or
-                                                     "Codegen" not in func.attrs):
-                self.builder_.update_func(gvar, self.visit_expr(func))
-        return self.builder_.get()
-
 
 def fold_constants(mod: tvm.IRModule) -> tvm.IRModule:
     """``mod`` with element-wise/shape ops on constants replaced by their values."""
-    folded = _ConstantFolder(mod).run()
+    folded = rewrite_functions(_ConstantFolder(mod), mod)
     return relax.transform.DeadCodeElimination()(folded)

@@ -62,7 +62,8 @@ def pack_conv2d_weight(weight: np.ndarray, ib: int, ob: int) -> np.ndarray:
     return np.ascontiguousarray(blocked.transpose(0, 2, 4, 5, 3, 1))
 
 
-def _const_array(expr) -> Any:
+def const_array(expr) -> Any:
+    """The NumPy value of a Relax constant, else ``None``."""
     if isinstance(expr, tvm.ir.expr.GenericConst):
         return expr.value.numpy()
     return None
@@ -77,7 +78,6 @@ def _static(ty) -> bool:
 class _WeightPacker(PyExprMutator):
     def __init__(self, mod: tvm.IRModule, target: Any):
         super().__init__(mod)
-        self.mod_ = mod
         self.target = target
         self.packed = 0
 
@@ -94,7 +94,7 @@ class _WeightPacker(PyExprMutator):
     def _conv2d(self, call: relax.Call) -> relax.Expr:
         attrs = call.attrs
         data, weight = call.args
-        array = _const_array(weight)
+        array = const_array(weight)
         if array is None or array.ndim != 4 or str(array.dtype) not in PACKABLE_DTYPES:
             return call
         if (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout)) != \
@@ -120,7 +120,7 @@ class _WeightPacker(PyExprMutator):
             out_dtype=attrs.out_dtype)
 
     def _transpose(self, call: relax.Call) -> relax.Expr:
-        array = _const_array(call.args[0])
+        array = const_array(call.args[0])
         if array is None or array.ndim != 2 or str(array.dtype) not in PACKABLE_DTYPES:
             return call
         axes = call.attrs.axes
@@ -129,14 +129,15 @@ class _WeightPacker(PyExprMutator):
         self.packed += 1
         return relax.const(np.ascontiguousarray(array.T))
 
-    def run(self) -> tvm.IRModule:
-        for gvar, func in self.mod_.functions.items():
-            if isinstance(func, relax.Function) and (func.attrs is None or
-                                                     "Codegen" not in func.attrs):
-                self.builder_.update_func(gvar, self.visit_expr(func))
-        return self.builder_.get()
+def rewrite_functions(mutator: PyExprMutator, mod: tvm.IRModule) -> tvm.IRModule:
+    """Apply ``mutator`` to every Relax function of ``mod`` except external (Codegen) ones."""
+    for gvar, func in mod.functions.items():
+        if isinstance(func, relax.Function) and (func.attrs is None or
+                                                 "Codegen" not in func.attrs):
+            mutator.builder_.update_func(gvar, mutator.visit_expr(func))
+    return mutator.builder_.get()
 
 
 def pack_weights(mod: tvm.IRModule, target: Any = None) -> tvm.IRModule:
     """Re-lay out the constant conv2d / dense weights of ``mod`` for the bmlib templates."""
-    return _WeightPacker(mod, target).run()
+    return rewrite_functions(_WeightPacker(mod, target), mod)
