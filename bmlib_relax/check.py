@@ -15,7 +15,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from .backend.codegen import CODEGEN_NAME
+from .backend.codegen import is_bmlib_partition
 
 
 @dataclass
@@ -55,8 +55,7 @@ def plain_version(partitioned: tvm.IRModule) -> tvm.IRModule:
     """The partitioned module with its partitions compiled by TVM itself."""
     functions = {}
     for gvar, func in partitioned.functions.items():
-        if isinstance(func, relax.Function) and func.attrs is not None \
-                and str(func.attrs.get("Codegen", "")) == CODEGEN_NAME:
+        if is_bmlib_partition(func):
             func = func.without_attr("Codegen")
         functions[gvar] = func
     return relax.transform.LambdaLift()(tvm.IRModule(functions))
@@ -90,8 +89,7 @@ def _producer(mod: tvm.IRModule, value: relax.Expr) -> str:
         if isinstance(value.op, relax.GlobalVar):
             func = mod[value.op]
             composites = sorted(_composites(func))
-            kind = "bmlib partition" if func.attrs is not None and "Codegen" in func.attrs \
-                else "function"
+            kind = "bmlib partition" if is_bmlib_partition(func) else "function"
             return f"{kind} {value.op.name_hint}" + (f" ({', '.join(composites)})"
                                                      if composites else "")
         if isinstance(value.op, tvm.ir.Op):

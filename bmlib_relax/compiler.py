@@ -13,14 +13,14 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 import tvm
 from tvm import relax
 
-from .backend.codegen import codegen_session, lower_partition
+from .backend.codegen import codegen_session, is_bmlib_partition, lower_partition
 from .backend.partition import partition_for_bmlib
 from .backend.target import resolve_target
 from .backend.verify import verify_partition_arity
 from .importer import RelayLike, as_relay_module, import_relay
 from .relay.params import ParamsLike, load_params
 from .relay.rewrite import with_input_types
-from .report import OffloadReport, _is_partition, build_report
+from .report import OffloadReport, build_report
 from .runtime import ModelRunner, input_specs, write_signature
 
 TargetLike = Union[str, dict, tvm.target.Target, None]
@@ -35,7 +35,7 @@ def lower_and_verify(partitioned: tvm.IRModule,
     ``on_partition(index, total, name)`` is called before each one (progress).
     """
     names = [gvar.name_hint for gvar, func in partitioned.functions.items()
-             if _is_partition(func)]
+             if is_bmlib_partition(func)]
     lowered = {}
     for index, name in enumerate(sorted(names), 1):
         if on_partition is not None:

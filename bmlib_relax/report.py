@@ -13,7 +13,7 @@ from typing import Any, Mapping
 import tvm
 from tvm import relax
 
-from .backend.codegen import CODEGEN_NAME, PartitionRecord
+from .backend.codegen import PartitionRecord, is_bmlib_partition
 from .backend.verify import partition_call_sites
 from .flops import count_flops
 
@@ -104,11 +104,6 @@ def _short(op_name: str) -> str:
     return op_name[len("relax."):] if op_name.startswith("relax.") else op_name
 
 
-def _is_partition(func: Any) -> bool:
-    return isinstance(func, relax.Function) and func.attrs is not None and \
-        str(func.attrs.get("Codegen", "")) == CODEGEN_NAME
-
-
 def _op_calls(func: relax.Function) -> list[relax.Call]:
     """Relax op calls in ``func`` (nested composite functions included)."""
     calls: list[relax.Call] = []
@@ -151,7 +146,7 @@ def _flops_of(func: relax.Function) -> int:
 
 def _host_functions(mod: tvm.IRModule):
     for func in mod.functions.values():
-        if isinstance(func, relax.Function) and not _is_partition(func) and \
+        if isinstance(func, relax.Function) and not is_bmlib_partition(func) and \
                 (func.attrs is None or "Composite" not in func.attrs):
             yield func
 
@@ -166,7 +161,7 @@ def build_report(partitioned: tvm.IRModule,
     report = OffloadReport()
     calls = Counter(name for name, _ in partition_call_sites(partitioned))
     for gvar, func in partitioned.functions.items():
-        if not _is_partition(func):
+        if not is_bmlib_partition(func):
             continue
         record = records.get(gvar.name_hint)
         if record is None:

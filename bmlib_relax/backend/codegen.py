@@ -30,6 +30,12 @@ from .templates import get_template
 CODEGEN_NAME = "bmlib"
 
 
+def is_bmlib_partition(func: Any) -> bool:
+    """Whether ``func`` is a partition for this codegen (``Codegen="bmlib"``)."""
+    return isinstance(func, relax.Function) and func.attrs is not None and \
+        str(func.attrs.get("Codegen", "")) == CODEGEN_NAME
+
+
 @dataclass
 class PartitionRecord:
     """What the codegen built for one partition (feeds the verifier and report)."""

@@ -15,7 +15,7 @@ import tvm
 from tvm import relax
 
 from ..errors import ArityMismatchError
-from .codegen import CODEGEN_NAME, PartitionRecord
+from .codegen import PartitionRecord, is_bmlib_partition
 
 
 def num_outputs(ty) -> int:
@@ -33,8 +33,7 @@ def partition_call_sites(mod: tvm.IRModule) -> list[tuple[str, relax.Call]]:
     """``(partition symbol, call)`` for every call of a bmlib partition in ``mod``."""
     partitions = {}
     for gvar, func in mod.functions.items():
-        if isinstance(func, relax.Function) and func.attrs is not None and \
-                str(func.attrs.get("Codegen", "")) == CODEGEN_NAME:
+        if is_bmlib_partition(func):
             partitions[gvar.name_hint] = func
     sites: list[tuple[str, relax.Call]] = []
 
