@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import json
+import re
+
+import numpy as np
 
 from conftest import cli
 
@@ -17,3 +20,26 @@ def test_bench_runs_and_reports_equivalent_builds(tmp_path):
     assert set(result["timings"]) == {"bmlib", "plain"}
     assert result["flops"] == result["flops_offloaded"] > 0
     assert result["max_abs_diff"]["bmlib_vs_plain"] < 1e-4
+    assert data["measured_peak_gflops"] > 0 and "GFLOP/s measured" in proc.stdout
+
+
+def test_measured_peak_kernel_really_runs_fmas():
+    # The measured peak is only meaningful if TVM turned the chains into vector FMAs.
+    import tvm
+
+    from bmlib_relax.backend.target import resolve_target, vector_lanes
+    from bmlib_relax.bench.peak import FMA_CHAINS, _fma_kernel
+
+    target = resolve_target(None)
+    lib = tvm.tirx.build(tvm.IRModule({"fma_peak": _fma_kernel(1, vector_lanes(target))}),
+                         target=target)
+    asm = lib.inspect_source("asm")
+    if vector_lanes(target) >= 8:
+        assert len(re.findall(r"vfmadd\w*\s+[^\n]*%[yz]mm", asm)) >= FMA_CHAINS
+    out = tvm.runtime.tensor(np.zeros((1, FMA_CHAINS, vector_lanes(target)), "float32"))
+    lib["fma_peak"](out, 3)
+    start = np.add.outer(np.arange(FMA_CHAINS), np.arange(vector_lanes(target))).astype("float32")
+    expected = start
+    for _ in range(3):
+        expected = expected * np.float32(0.99999994) + np.float32(1e-7)
+    np.testing.assert_allclose(out.numpy()[0], expected, rtol=1e-6)

@@ -21,6 +21,8 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
+from .peak import measured_peak_gflops, nominal_peak_gflops
+
 DEFAULT_MODELS = ("seed_reshape_conv2d_add_bn_relu", "resnet18", "mobilenet",
                   "transformer_block")
 
@@ -48,9 +50,18 @@ class ModelResult:
 
 
 def time_it(fn: Callable[[], Any], min_runs: int = 5, min_seconds: float = 1.0,
-            max_runs: int = 200) -> Timing:
-    """Median and 10th/90th percentile of wall time, after one warm-up call."""
+            max_runs: int = 5000, warmup_seconds: float = 0.2) -> Timing:
+    """Median and 10th/90th percentile of wall time in the steady state.
+
+    Calls during the first ``warmup_seconds`` (at least one) are not counted: right
+    after a build, the first milliseconds of a small kernel run up to twice as slow
+    (cold caches and pages, idle worker threads), which would otherwise be all a
+    sub-millisecond layer is measured on.  Sampling then lasts ``min_seconds``.
+    """
+    start = time.perf_counter()
     fn()
+    while time.perf_counter() - start < warmup_seconds:
+        fn()
     samples: list[float] = []
     start = time.perf_counter()
     while len(samples) < max_runs and (len(samples) < min_runs or
@@ -68,27 +79,6 @@ def host_target() -> dict:
     from ..backend.target import host_target as backend_host_target
 
     return backend_host_target()
-
-
-def peak_gflops(threads: int, ghz: Optional[float] = None) -> tuple[float, str]:
-    """Theoretical fp32 peak: threads x 2 FMA pipes x vector lanes x 2 x clock.
-
-    The clock is ``ghz`` or the ``cpu MHz`` of /proc/cpuinfo (the nominal clock on
-    most VMs; turbo clocks are higher, so real peaks can be too)."""
-    flags, mhz = "", 0.0
-    try:
-        with open("/proc/cpuinfo") as handle:
-            for line in handle:
-                if line.startswith("flags") and not flags:
-                    flags = line
-                if line.startswith("cpu MHz") and not mhz:
-                    mhz = float(line.split(":")[1])
-    except OSError:
-        pass
-    lanes = 16 if " avx512f" in flags else 8 if " avx2" in flags else 4
-    ghz = ghz or (mhz or 2500.0) / 1000
-    peak = threads * 2 * lanes * 2 * ghz
-    return peak, f"{threads} thread(s) x 2 FMA x {lanes} lanes x 2 x {ghz:.2f} GHz"
 
 
 def _golden(folder: Path):
@@ -150,7 +140,10 @@ class LayerResult:
     flops: int
     median_ms: float
     gflops: float
-    percent_peak: float
+    percent_peak: float  # of the nominal peak
+    percent_measured_peak: float
+    p10_ms: float = 0.0
+    p90_ms: float = 0.0
     torch_ms: Optional[float] = None
 
 
@@ -176,13 +169,17 @@ def conv_shapes(relax_mod) -> list[dict]:
 
 
 def bench_conv_layers(folder: Path, target: Any, peak: float, with_torch: bool,
-                      min_seconds: float) -> list[LayerResult]:
+                      min_seconds: float, measured_peak: float = float("nan")
+                      ) -> list[LayerResult]:
     """GFLOP/s of the bmlib conv2d template on each distinct conv of a golden model
-    (one conv2d per build, weights packed as in a full compile)."""
+    (one conv2d per build, weights packed as in a full compile; the time is a whole
+    VM call, NCHW packing and unpacking included), against the nominal and the
+    measured peak."""
     import tvm
     from tvm import relax
 
     import bmlib_relax
+    from ..compiler import build_offloaded
     from ..recipe import recipe_tensor
     from ..relay import parse
 
@@ -201,7 +198,7 @@ def bench_conv_layers(folder: Path, target: Any, peak: float, with_torch: bool,
                     groups=spec["groups"]))
             bb.emit_func_output(out)
         mod = bb.get()
-        executable, _ = bmlib_relax.compiler.build_offloaded(
+        executable, _ = build_offloaded(
             bmlib_relax.partition_for_bmlib(mod, target=target), target)
         vm = relax.VirtualMachine(executable, tvm.cpu())
         arg = tvm.runtime.tensor(recipe_tensor("x", data_shape, "float32", role="input"))
@@ -224,7 +221,8 @@ def bench_conv_layers(folder: Path, target: Any, peak: float, with_torch: bool,
                     tx, tw, stride=spec["strides"], padding=pad, groups=spec["groups"]),
                     min_seconds=min_seconds).median_ms
         results.append(LayerResult(name, flops, timing.median_ms, gflops,
-                                   100 * gflops / peak, torch_ms))
+                                   100 * gflops / peak, 100 * gflops / measured_peak,
+                                   timing.p10_ms, timing.p90_ms, torch_ms))
     return results
 
 
@@ -237,12 +235,14 @@ def _conv_out(spec) -> list[int]:
 
 
 def render_layers(model: str, layers: Sequence[LayerResult]) -> str:
-    head = f"{'conv2d layer (' + model + ')':<34} {'GFLOP':>7} {'ms':>8} {'GFLOP/s':>8} {'%peak':>6} {'torch ms':>9}"
+    head = (f"{'conv2d layer (' + model + ')':<34} {'GFLOP':>7} {'ms':>14} {'GFLOP/s':>8} "
+            f"{'%nominal':>8} {'%measured':>9} {'torch ms':>9}")
     lines = [head, "-" * len(head)]
     for r in layers:
         torch_ms = f"{r.torch_ms:.3f}" if r.torch_ms is not None else "-"
-        lines.append(f"{r.layer:<34} {r.flops / 1e9:>7.3f} {r.median_ms:>8.3f} "
-                     f"{r.gflops:>8.1f} {r.percent_peak:>5.1f}% {torch_ms:>9}")
+        spread = f"{r.median_ms:.3f}±{(r.p90_ms - r.p10_ms) / 2:.3f}"
+        lines.append(f"{r.layer:<34} {r.flops / 1e9:>7.3f} {spread:>14} {r.gflops:>8.1f} "
+                     f"{r.percent_peak:>7.1f}% {r.percent_measured_peak:>8.1f}% {torch_ms:>9}")
     return "\n".join(lines)
 
 
@@ -262,7 +262,7 @@ def compile_time(path: Path, target: Any) -> float:
 
 
 def render(results: Sequence[ModelResult], peak: float, peak_note: str,
-           extra: dict[str, float]) -> str:
+           extra: dict[str, float], measured_peak: Optional[float] = None) -> str:
     head = (f"{'model':<34} {'GFLOP':>7} {'bmlib ms':>12} {'plain ms':>10} {'torch ms':>10} "
             f"{'plain/bmlib':>11} {'bmlib/torch':>11} {'GFLOP/s':>8} {'%peak':>6} {'compile s':>9}")
     lines = [head, "-" * len(head)]
@@ -276,7 +276,10 @@ def render(results: Sequence[ModelResult], peak: float, peak_note: str,
             f"{b.median_ms / t.median_ms if t and b else float('nan'):>11.2f} "
             f"{r.gflops('bmlib'):>8.1f} {100 * r.gflops('bmlib') / peak:>5.1f}% "
             f"{r.compile_s.get('bmlib', float('nan')):>9.2f}")
-    lines.append(f"peak fp32: {peak:.0f} GFLOP/s ({peak_note})")
+    lines.append(f"peak fp32: {peak:.0f} GFLOP/s nominal ({peak_note})")
+    if measured_peak:
+        lines.append(f"peak fp32: {measured_peak:.0f} GFLOP/s measured (vector FMAs only, "
+                     "best of 1 s, same threads)")
     for name, seconds in extra.items():
         lines.append(f"compile time {name}: {seconds:.2f} s")
     return "\n".join(lines)
@@ -324,12 +327,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for name in args.models:
         print(f"benchmarking {name} ...", file=sys.stderr, flush=True)
         results.append(bench_model(goldens / name, target, with_torch, args.seconds))
-    peak, note = peak_gflops(threads, args.ghz)
+    peak, note = nominal_peak_gflops(threads, args.ghz)
+    print("measuring the FMA peak ...", file=sys.stderr, flush=True)
+    measured = measured_peak_gflops(threads, target, seconds=min(args.seconds, 1.0))
     layers: list[LayerResult] = []
     if args.layers != "none" and (goldens / args.layers / "manifest.json").exists():
         print(f"benchmarking the conv2d layers of {args.layers} ...", file=sys.stderr, flush=True)
         layers = bench_conv_layers(goldens / args.layers, target, peak, with_torch,
-                                   min(args.seconds, 1.0))
+                                   min(args.seconds, 1.0), measured)
     extra = {}
     if args.corpus:
         resnet50 = Path(args.corpus) / "external" / "001_resnet50_pytorch_3la.relay"
@@ -339,13 +344,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     runtime_threads = int(tvm.runtime.num_threads())
     print(f"target {json.dumps(target)}, {threads} thread(s) (TVM runtime: {runtime_threads}), "
           f"tvm {tvm.__version__}")
-    print(render(results, peak, note, extra))
+    print(render(results, peak, note, extra, measured))
     if layers:
         print()
         print(render_layers(args.layers, layers))
     if args.json:
         with open(args.json, "w") as handle:
             json.dump({"target": target, "threads": threads, "peak_gflops": peak,
+                       "measured_peak_gflops": measured,
                        "results": [asdict(r) for r in results], "compile_s": extra,
                        "conv_layers": {"model": args.layers,
                                        "layers": [asdict(r) for r in layers]}},

@@ -71,7 +71,27 @@ def test_conv2d_schedule_is_applied():
     (prim, _), = lower_and_verify(partition_for_bmlib(mod)).values()
     script = prim.script()
     assert "T.parallel" in script and "T.vectorized" in script
-    assert 'scope="local"' in script  # accumulators in registers, epilogue fused per tile
+
+
+def _parallel_bodies(asm: str) -> list[str]:
+    """The assembly of each parallel-loop body (TVM emits one function per loop)."""
+    parts = re.split(r"^(\S*__tvm_parallel_lambda\S*):\n", asm, flags=re.M)
+    return [body.split(".Lfunc_end")[0] for body in parts[2::2]]
+
+
+@pytest.mark.parametrize("kernel", ["conv2d", "matmul"])
+def test_accumulator_tiles_are_not_workspace_allocations(kernel):
+    # A "local" tile would become a TVMBackendAllocWorkspace/FreeWorkspace pair
+    # per tile inside the parallel loop (see the register-tile note in schedule.py).
+    if kernel == "conv2d":
+        mod, _ = make_module(_conv_relu, [(1, 16, 14, 14)], [(32, 16, 3, 3)])
+    else:
+        mod, _ = make_module(lambda x, w: R.nn.relu(R.matmul(x, w)), [(64, 128)], [(128, 64)])
+    lowered = lower_and_verify(partition_for_bmlib(mod))
+    built = build_prim_funcs({name: prim for name, (prim, _) in lowered.items()}, None)
+    hot = [body for body in _parallel_bodies(built.inspect_source("asm")) if "vfmadd" in body]
+    assert hot, "no parallel loop with FMAs"
+    assert not any("AllocWorkspace" in body for body in hot)
 
 
 def _tagged_module(rule: str):

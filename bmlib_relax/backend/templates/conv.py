@@ -204,7 +204,7 @@ def _tile_conv(sch, block, ctx, reduce_order):
     The unpack and the element-wise epilogue after it become one NCHW block,
     tiled (n, C/ob, OH, OW/reg | ob, reg) with the first three loops fused and
     parallel.  The convolution is computed at the ``OW/reg`` loop of that block
-    into a register-sized local accumulator: reduction loops (input-channel
+    into a register-sized accumulator tile: reduction loops (input-channel
     blocks, kernel window, input channels of a block) outside, then the
     ``reg`` output columns (unrolled) and the ``ob`` channels (vectorized).
     """
@@ -222,7 +222,8 @@ def _tile_conv(sch, block, ctx, reduce_order):
     sch.parallel(sch.fuse(n, cb, h))
     sch.compute_at(block, wo)
     ctx.done.add(str(sch.get(epilogue).name_hint))
-    sch.set_scope(block, 0, "local")
+    # The accumulator tile stays a "global" buffer on purpose: see the note on register tiles in
+    # ..schedule.
     # Under wo: the tile loops (columns, channels), then the reduction loops;
     # compute_at makes no loop of extent 1, and the template no unit reduce axis.
     names = [str(iv.var.name).removeprefix("v_") for iv in sch.get(block).iter_vars

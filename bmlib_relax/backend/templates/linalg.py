@@ -85,7 +85,8 @@ def schedule_matmul(sch, block, ctx):
     if epilogue is not None:
         sch.compute_at(block, outer)
         ctx.done.add(str(sch.get(epilogue).name_hint))
-        sch.set_scope(block, 0, "local")
+        # Accumulators stay a "global" tile: see the note on register
+        # tiles in ..schedule.
         sch.unroll(ii) if rows_tile > 1 else None
         sch.vectorize(ji)
         tile = [ext for ext in (rows_tile, cols_tile) if ext > 1]
