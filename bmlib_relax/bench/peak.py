@@ -42,10 +42,10 @@ def nominal_peak_gflops(threads: int, ghz: Optional[float] = None) -> tuple[floa
 def _fma_kernel(threads: int, lanes: int):
     from tvm.script import tirx as T
 
-    chains = FMA_CHAINS
+    chains, dtype = FMA_CHAINS, "float32"
 
     @T.prim_func
-    def fma_peak(out: T.Buffer((threads, chains, lanes), "float32"), iters: T.int32):
+    def fma_peak(out: T.Buffer((threads, chains, lanes), dtype), iters: T.int32):
         T.func_attr({"global_symbol": "fma_peak", "tirx.noalias": True})
         for thread in T.parallel(threads):
             acc = T.alloc_buffer((chains, lanes), "float32")
