@@ -28,18 +28,17 @@ from .target import vector_lanes
 PACKABLE_DTYPES = ("float32", "float16")
 
 
-def conv2d_blocking(in_channels: int, out_channels: int, lanes: int,
-                    out_width: int = 0) -> tuple[int, int]:
+def conv2d_blocking(in_channels: int, out_channels: int, lanes: int) -> tuple[int, int]:
     """``(ib, ob)``: input/output channel blocks for a conv on ``lanes``-wide vectors.
 
-    The output block is the vectorized axis: two vectors when the channels and
-    the output width allow a register tile of 2 vectors x 4 columns, else one
-    vector (the largest divisor of the channels up to the vector width), tiled
-    over up to 8 columns (see ``conv.ACCUMULATORS``).  The input block is the
-    inner reduction loop; the same width keeps it small.
+    The output block is the vectorized axis: two vectors when the channels allow
+    (a register tile of 2 vectors x 4 pixels, see ``conv.ACCUMULATORS``), else
+    one vector (the largest divisor of the channels up to the vector width) x 8
+    pixels.  The input block is the inner reduction loop; the same width keeps
+    it small.
     """
     ib = _divisor_at_most(in_channels, lanes)
-    if out_channels % (2 * lanes) == 0 and _divisor_at_most(out_width, 4) == 4:
+    if out_channels % (2 * lanes) == 0:
         return ib, 2 * lanes
     return ib, _divisor_at_most(out_channels, lanes)
 
@@ -105,8 +104,7 @@ class _WeightPacker(PyExprMutator):
         out_channels = array.shape[0]
         lanes = vector_lanes(self.target, str(array.dtype))
         if groups == 1:
-            ib, ob = conv2d_blocking(in_channels, out_channels, lanes,
-                                     int(call.ty.shape.values[3]))
+            ib, ob = conv2d_blocking(in_channels, out_channels, lanes)
         elif groups == in_channels == out_channels and array.shape[1] == 1:
             ib, ob = 1, depthwise_blocking(out_channels, lanes)  # depthwise, multiplier 1
         else:

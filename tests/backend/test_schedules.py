@@ -45,7 +45,8 @@ def test_conv2d_weights_are_packed_once_and_stay_arguments():
     lowered = lower_and_verify(partitioned)  # the arity verifier still passes
     (prim, record), = lowered.values()
     assert record.num_args == record.num_params + 1 == 3
-    assert "(2, 2, 3, 3, 8, 8)" in prim.script() or vector_bits(None) != 256
+    # 16 output channels on 8-lane vectors: one block of two vectors.
+    assert "(1, 2, 3, 3, 8, 16)" in prim.script() or vector_bits(None) != 256
     (got,), _ = run_offloaded(partitioned, arrays)
     np.testing.assert_allclose(got, run_plain(mod, arrays)[0], rtol=1e-5, atol=1e-5)
 
@@ -71,6 +72,27 @@ def test_conv2d_schedule_is_applied():
     (prim, _), = lower_and_verify(partition_for_bmlib(mod)).values()
     script = prim.script()
     assert "T.parallel" in script and "T.vectorized" in script
+
+
+@pytest.mark.parametrize("data, weight, strides, padding", [
+    ((1, 32, 14, 14), (64, 32, 1, 1), 2, 0),    # 7x7 output: 49 pixels in 13 tiles of 4
+    ((2, 16, 14, 14), (32, 16, 3, 3), 1, 1),    # batch 2, 14x14 output
+    ((1, 8, 9, 9), (48, 8, 3, 3), 2, 1),        # 5x5 output
+    ((1, 8, 7, 7), (24, 8, 3, 3), 1, 1),        # 24 channels: one-vector blocks, 8-pixel tiles
+])
+def test_conv2d_on_widths_without_whole_row_tiles(data, weight, strides, padding):
+    # Rows of 7 or 14 pixels take no whole tile of 4 (or 8): the output pixels are
+    # tiled as one flat, padded axis, whose padding must not leak into the output.
+    def build(x, w, b):
+        return R.nn.relu(R.add(R.nn.conv2d(x, w, strides=strides, padding=padding),
+                               R.reshape(b, (weight[0], 1, 1))))
+
+    mod, arrays = make_module(build, [data], [weight, (weight[0],)])
+    partitioned = partition_for_bmlib(mod)
+    (prim, _), = lower_and_verify(partitioned).values()
+    assert "bmlib_conv2d_nchwc_flat" in prim.script()
+    (got,), _ = run_offloaded(partitioned, arrays)
+    np.testing.assert_allclose(got, run_plain(mod, arrays)[0], rtol=1e-5, atol=1e-5)
 
 
 def _parallel_bodies(asm: str) -> list[str]:

@@ -44,10 +44,10 @@ def conv2d(call, inputs, ctx):
     lanes = ctx.lanes(dtype)
     if groups == 1:
         if blocking is None:
-            blocking = conv2d_blocking(channels, out_channels, lanes,
-                                       int(call.ty.shape.values[3]))
+            blocking = conv2d_blocking(channels, out_channels, lanes)
             weight = pack_kernel(weight, *blocking)
-        return conv2d_nchwc(data, weight, strides, padding, dilation, dtype, *blocking)
+        return conv2d_nchwc(data, weight, strides, padding, dilation, dtype, *blocking,
+                            tile_pixels=tile_pixels(blocking[1], lanes))
     if groups == channels == out_channels and (blocking is not None or int(weight.shape[1]) == 1):
         if blocking is None:
             blocking = (1, depthwise_blocking(channels, lanes))
@@ -139,8 +139,21 @@ def _sum(value, axes):
     return te.sum(value, axis=list(axes.values())) if axes else value
 
 
-def conv2d_nchwc(data, kernel, strides, padding, dilation, dtype, ib, ob):
-    """NCHW data, [O/ob, I/ib, KH, KW, ib, ob] kernel → NCHW output via NCHW[ob]c."""
+def tile_pixels(ob: int, lanes: int) -> int:
+    """Output pixels of a register tile: ``ACCUMULATORS`` vectors over ``ob`` channels."""
+    return max(1, ACCUMULATORS // max(1, ob // lanes))
+
+
+def conv2d_nchwc(data, kernel, strides, padding, dilation, dtype, ib, ob, tile_pixels=0):
+    """NCHW data, [O/ob, I/ib, KH, KW, ib, ob] kernel → NCHW output via NCHW[ob]c.
+
+    When the output width is a multiple of ``tile_pixels`` (or that is 0), the
+    convolution is NCHW[ob]c and register tiles run along output rows.  Otherwise
+    (7x7 and 14x14 outputs, say) the output pixels are one flat axis, padded to
+    whole tiles: ``[N, O/ob, ceil(OH*OW / tile) * tile, ob]``.  The padding pixels
+    recompute the last real one (so every read stays in bounds) and are dropped
+    by the unpack; a tile of two vectors x 4 pixels beats one vector x 7 columns.
+    """
     padding = _padding4(padding)
     n = int(data.shape[0])
     kh, kw = int(kernel.shape[2]), int(kernel.shape[3])
@@ -158,14 +171,28 @@ def conv2d_nchwc(data, kernel, strides, padding, dilation, dtype, ib, ob):
     axes = _reduce_axes(ico=int(kernel.shape[1]), kh=kh, kw=kw, ici=ib)
     ico, ry, rx, ici = (axes.get(k, 0) for k in ("ico", "kh", "kw", "ici"))
 
-    def compute(nn, oc, y, x, oo):
+    def window(nn, oc, y, x, oo):
         value = packed[nn, ico, y * strides[0] + ry * dilation[0],
                        x * strides[1] + rx * dilation[1], ici].astype(dtype)
         return _sum(value * kernel[oc, ico, ry, rx, ici, oo].astype(dtype), axes)
 
-    conv = te.compute((n, oc_blocks, oh, ow, ob), compute, name="bmlib_conv2d_nchwc",
-                      attrs={SCHEDULE_ATTR: "bmlib.conv2d_nchwc"})
-    return _unpack(conv, ob, dtype)
+    if not tile_pixels or ow % tile_pixels == 0:
+        conv = te.compute((n, oc_blocks, oh, ow, ob), window, name="bmlib_conv2d_nchwc",
+                          attrs={SCHEDULE_ATTR: "bmlib.conv2d_nchwc"})
+        return _unpack(conv, ob, dtype)
+    pixels = oh * ow
+    padded = -(-pixels // tile_pixels) * tile_pixels
+
+    def flat(nn, oc, p, oo):
+        real = tirx.min(p, pixels - 1)
+        return window(nn, oc, real // ow, real % ow, oo)
+
+    conv = te.compute((n, oc_blocks, padded, ob), flat, name="bmlib_conv2d_nchwc_flat",
+                      attrs={SCHEDULE_ATTR: "bmlib.conv2d_nchwc_flat",
+                             "bmlib_tile_pixels": tile_pixels})
+    return te.compute((n, oc_blocks * ob, oh, ow),
+                      lambda nn, c, y, x: conv[nn, c // ob, y * ow + x, c % ob].astype(dtype),
+                      name="bmlib_unpack")
 
 
 def depthwise_nchwc(data, kernel, strides, padding, dilation, dtype, cb):
@@ -251,6 +278,48 @@ def _tile_conv(sch, block, ctx, reduce_order):
 @register_schedule("bmlib.conv2d_nchwc")
 def schedule_conv2d_nchwc(sch, block, ctx):
     _tile_conv(sch, block, ctx, ["ico", "kh", "kw", "ici"])
+
+
+@register_schedule("bmlib.conv2d_nchwc_flat")
+def schedule_conv2d_nchwc_flat(sch, block, ctx):
+    """The flat-pixel conv: like :func:`_tile_conv`, with tiles of ``tile`` pixels
+    of the flattened output instead of columns of a row.
+
+    The NCHW epilogue is re-indexed (n, c, h*W + w) so its pixel loop matches the
+    conv's; its last tile is predicated (pixels past H*W), the conv's is not (its
+    buffer is padded to whole tiles).
+    """
+    epilogue = inline_epilogue(sch, block)
+    if epilogue is None:
+        raise ValueError("conv2d without its unpack block")
+    tile = int(sch.get(block).annotations["bmlib_tile_pixels"])
+    ob_extent = int(sch.get(block).writes[0].source.shape[3])
+    width = int(sch.get(epilogue).writes[0].source.shape[3])
+    sch.transform_block_layout(epilogue, lambda n, c, h, w: (n, c, h * width + w))
+    n, c, p = sch.get_loops(epilogue)
+    cb, ci = sch.split(c, [None, ob_extent])
+    po, pi = sch.split(p, [None, tile])
+    sch.reorder(n, cb, po, pi, ci)
+    outer = sch.fuse(n, cb, po)
+    sch.parallel(outer)
+    sch.compute_at(block, outer)
+    ctx.done.add(str(sch.get(epilogue).name_hint))
+    # Under the parallel loop: pixels, channels (each only if longer than 1:
+    # compute_at makes no unit loop), then the reduction.
+    loops = sch.get_loops(block)[1:]
+    names = [name for name, ext in (("pixels", tile), ("channels", ob_extent)) if ext > 1]
+    spatial = dict(zip(names, loops))
+    reduce = loops[len(names):]
+    sch.reorder(*reduce, *spatial.values())
+    if "channels" in spatial:
+        sch.vectorize(spatial["channels"])
+    if "pixels" in spatial:
+        sch.unroll(spatial["pixels"])
+    if reduce:
+        sch.decompose_reduction(block, reduce[0])
+    sch.unroll(pi)
+    if ob_extent > 1:
+        sch.vectorize(ci)
 
 
 @register_schedule("bmlib.depthwise_nchwc")
