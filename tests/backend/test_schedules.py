@@ -95,6 +95,31 @@ def test_conv2d_on_widths_without_whole_row_tiles(data, weight, strides, padding
     np.testing.assert_allclose(got, run_plain(mod, arrays)[0], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("data, weight, strides, weight_input", [
+    ((1, 16, 8, 8), (32, 16, 1, 1), 1, False),   # 64 pixels, 32 channels (tail tile of 2)
+    ((2, 8, 16, 8), (10, 8, 1, 1), 2, False),    # batch 2, strided: 8x4 sampled pixels
+    ((1, 12, 4, 8), (20, 12, 1, 1), 1, True),    # OIHW weight as an input, not packed
+])
+def test_1x1_conv2d_runs_as_a_gemm_on_nchw(data, weight, strides, weight_input):
+    # Whole vectors of output pixels: the 1x1 conv is a GEMM on NCHW with tiles of
+    # 6 channels (padded to whole tiles) x 2 vectors of pixels, no NCHWc packing.
+    def build(x, *rest):
+        w, b = rest if not weight_input else (rest[0], rest[1])
+        return R.nn.relu(R.add(R.nn.conv2d(x, w, strides=strides),
+                               R.reshape(b, (weight[0], 1, 1))))
+
+    if weight_input:
+        mod, arrays = make_module(build, [data, weight], [(weight[0],)])
+    else:
+        mod, arrays = make_module(build, [data], [weight, (weight[0],)])
+    partitioned = partition_for_bmlib(mod)
+    (prim, _), = lower_and_verify(partitioned).values()
+    script = prim.script()
+    assert "bmlib_conv2d_1x1_gemm" in script and "bmlib_data_pack" not in script
+    (got,), _ = run_offloaded(partitioned, arrays)
+    np.testing.assert_allclose(got, run_plain(mod, arrays)[0], rtol=1e-5, atol=1e-5)
+
+
 def _parallel_bodies(asm: str) -> list[str]:
     """The assembly of each parallel-loop body (TVM emits one function per loop)."""
     parts = re.split(r"^(\S*__tvm_parallel_lambda\S*):\n", asm, flags=re.M)

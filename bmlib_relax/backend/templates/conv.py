@@ -25,6 +25,9 @@ from .registry import SCHEDULE_ATTR, register_schedule, register_template
 # Vector accumulators of a register tile (output columns x vectors per channel
 # block): 8 leaves room for operands in 16 AVX2 registers (14 spilled, measured).
 ACCUMULATORS = 8
+# The 1x1 GEMM tile: output channels (one broadcast weight each, unrolled) x
+# vectors of consecutive output pixels; 12 accumulators, measured best of 8-12.
+GEMM_ROWS, GEMM_VECTORS = 6, 2
 
 
 @register_template("relax.nn.conv2d")
@@ -43,6 +46,10 @@ def conv2d(call, inputs, ctx):
     out_channels = int(call.ty.shape.values[1])
     lanes = ctx.lanes(dtype)
     if groups == 1:
+        out_pixels = int(call.ty.shape.values[2]) * int(call.ty.shape.values[3])
+        if tuple(int(d) for d in weight.shape[2:4]) == (1, 1) and not any(padding) and \
+                out_pixels % (GEMM_VECTORS * lanes) == 0:
+            return conv2d_1x1_gemm(data, weight, blocking, strides, dtype, lanes)
         if blocking is None:
             blocking = conv2d_blocking(channels, out_channels, lanes)
             weight = pack_kernel(weight, *blocking)
@@ -195,6 +202,52 @@ def conv2d_nchwc(data, kernel, strides, padding, dilation, dtype, ib, ob, tile_p
                       name="bmlib_unpack")
 
 
+def conv2d_1x1_gemm(data, kernel, blocking, strides, dtype, lanes):
+    """A 1x1 convolution as the GEMM it is, straight on NCHW: out[o, p] = sum_i W[o, i] x[i, p].
+
+    NCHW keeps each channel's pixels contiguous, so a tile of ``GEMM_ROWS`` output
+    channels x ``GEMM_VECTORS`` vectors of pixels is loaded as vectors and
+    multiplied by broadcast weights: no packing or unpacking pass, and the
+    output is stored as whole vectors.  Needs the output pixels (H*W) to be whole
+    vectors; a strided 1x1 first copies out the pixels it samples.  The channel
+    axis is padded to whole tiles (the padding recomputes the last channel and is
+    dropped).  ``kernel`` is OIHW, or blocked ``OIHW{ib}i{ob}o`` (``blocking``).
+    """
+    n, channels, h, w = (int(d) for d in data.shape)
+    if list(strides) != [1, 1]:
+        sy, sx = strides
+        h, w = (h - 1) // sy + 1, (w - 1) // sx + 1
+        source = data
+        data = te.compute((n, channels, h, w),
+                          lambda nn, c, y, x: source[nn, c, y * sy, x * sx],
+                          name="bmlib_subsample")
+    if blocking is None:
+        out_channels = int(kernel.shape[0])
+
+        def weight_at(o, i):
+            return kernel[o, i, 0, 0]
+    else:
+        ib, ob = blocking
+        out_channels = int(kernel.shape[0]) * ob
+
+        def weight_at(o, i):
+            return kernel[o // ob, i // ib, 0, 0, i % ib, o % ob]
+
+    padded = -(-out_channels // GEMM_ROWS) * GEMM_ROWS
+    rc = te.reduce_axis((0, channels), name="rc")
+
+    def gemm(nn, o, p):
+        real = tirx.min(o, out_channels - 1)
+        return te.sum(data[nn, rc, p // w, p % w].astype(dtype) *
+                      weight_at(real, rc).astype(dtype), axis=rc)
+
+    conv = te.compute((n, padded, h * w), gemm, name="bmlib_conv2d_1x1_gemm",
+                      attrs={SCHEDULE_ATTR: "bmlib.conv2d_1x1_gemm",
+                             "bmlib_tile": [GEMM_ROWS, GEMM_VECTORS * lanes]})
+    return te.compute((n, out_channels, h, w), lambda nn, o, y, x: conv[nn, o, y * w + x],
+                      name="bmlib_unflatten")
+
+
 def depthwise_nchwc(data, kernel, strides, padding, dilation, dtype, cb):
     """Depthwise (multiplier 1): kernel [C/cb, 1, KH, KW, 1, cb]."""
     padding = _padding4(padding)
@@ -320,6 +373,42 @@ def schedule_conv2d_nchwc_flat(sch, block, ctx):
     sch.unroll(pi)
     if ob_extent > 1:
         sch.vectorize(ci)
+
+
+@register_schedule("bmlib.conv2d_1x1_gemm")
+def schedule_conv2d_1x1_gemm(sch, block, ctx):
+    """(batch, pixel tiles) parallel | channel tiles | reduction | channels
+    (unrolled) x pixels (vectorized), with the NCHW epilogue per tile.
+
+    Pixel tiles outermost: a tile's input column (every channel, a few vectors
+    of pixels) stays in L1 while all the weights stream past it.
+    """
+    epilogue = inline_epilogue(sch, block)
+    if epilogue is None:
+        raise ValueError("1x1 conv2d without its epilogue")
+    rows, cols = (int(v) for v in sch.get(block).annotations["bmlib_tile"])
+    width = int(sch.get(epilogue).writes[0].source.shape[3])
+    sch.transform_block_layout(epilogue, lambda n, c, h, w: (n, c, h * width + w))
+    n, o, p = sch.get_loops(epilogue)
+    oo, oi = sch.split(o, [None, rows])
+    po, pi = sch.split(p, [None, cols])
+    sch.reorder(n, po, oo, oi, pi)
+    sch.parallel(sch.fuse(n, po))
+    sch.compute_at(block, oo)
+    ctx.done.add(str(sch.get(epilogue).name_hint))
+    loops = sch.get_loops(block)[2:]  # under the parallel and channel-tile loops
+    names = [name for name, ext in (("rows", rows), ("pixels", cols)) if ext > 1]
+    spatial = dict(zip(names, loops))
+    reduce = loops[len(names):]
+    sch.reorder(*reduce, *spatial.values())
+    if "rows" in spatial:
+        sch.unroll(spatial["rows"])
+    sch.vectorize(spatial["pixels"])
+    if reduce:
+        sch.decompose_reduction(block, reduce[0])
+    if rows > 1:
+        sch.unroll(oi)
+    sch.vectorize(pi)
 
 
 @register_schedule("bmlib.depthwise_nchwc")
