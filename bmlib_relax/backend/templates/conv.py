@@ -278,7 +278,35 @@ def schedule_pack(sch, block, ctx):
     sch.parallel(sch.fuse(n, cb, y))
 
 
-def _tile_conv(sch, block, ctx, reduce_order):
+def _tile_under(sch, block, loops, unrolled: int, vectorized: int) -> None:
+    """Finish a register tile computed at a loop: ``loops`` are the block's loops
+    below that point, the tile's (an unrolled then a vectorized one, each only
+    when longer than 1: compute_at makes no unit loop) then the reduction's (in
+    the template's order; templates make no unit reduce axis).  The reduction
+    moves outside the tile, the tile is unrolled x vectorized, and the init is
+    split off.  The tile keeps the "global" scope on purpose: see the note on
+    register tiles in ..schedule.
+    """
+    kinds = [kind for kind, ext in (("unroll", unrolled), ("vector", vectorized)) if ext > 1]
+    tile, reduce = loops[:len(kinds)], loops[len(kinds):]
+    sch.reorder(*reduce, *tile)
+    for kind, loop in zip(kinds, tile):
+        (sch.unroll if kind == "unroll" else sch.vectorize)(loop)
+    if reduce:
+        sch.decompose_reduction(block, reduce[0])
+
+
+def _flat_epilogue(sch, block):
+    """The NCHW epilogue of ``block`` re-indexed (n, c, h*W + w), and its loops."""
+    epilogue = inline_epilogue(sch, block)
+    if epilogue is None:
+        raise ValueError("conv2d without its epilogue")
+    width = int(sch.get(epilogue).writes[0].source.shape[3])
+    sch.transform_block_layout(epilogue, lambda n, c, h, w: (n, c, h * width + w))
+    return epilogue, sch.get_loops(epilogue)
+
+
+def _tile_conv(sch, block, ctx):
     """Shared tiling of the NCHW[ob]c conv blocks.
 
     The unpack and the element-wise epilogue after it become one NCHW block,
@@ -302,25 +330,10 @@ def _tile_conv(sch, block, ctx, reduce_order):
     sch.parallel(sch.fuse(n, cb, h))
     sch.compute_at(block, wo)
     ctx.done.add(str(sch.get(epilogue).name_hint))
-    # The accumulator tile stays a "global" buffer on purpose: see the note on register tiles in
-    # ..schedule.
-    # Under wo: the tile loops (columns, channels), then the reduction loops;
-    # compute_at makes no loop of extent 1, and the template no unit reduce axis.
-    names = [str(iv.var.name).removeprefix("v_") for iv in sch.get(block).iter_vars
-             if int(iv.iter_type) != 0]
-    order = [name for name in reduce_order if name in names]
-    tile = [ext for ext in (reg, ob_extent) if ext > 1]
-    loops = sch.get_loops(block)[-len(order) - len(tile):] if order or tile else []
-    spatial = dict(zip([k for k, e in (("ow", reg), ("ob", ob_extent)) if e > 1],
-                       loops[:len(tile)]))
-    reduce = dict(zip(names, loops[len(tile):]))
-    sch.reorder(*[reduce[name] for name in order], *spatial.values())
-    if "ob" in spatial:
-        sch.vectorize(spatial["ob"])
-    if "ow" in spatial:
-        sch.unroll(spatial["ow"])
-    if order:
-        sch.decompose_reduction(block, reduce[order[0]])
+    inner = int(reg > 1) + int(ob_extent > 1) + \
+        sum(int(iv.iter_type) != 0 for iv in sch.get(block).iter_vars)
+    loops = sch.get_loops(block)
+    _tile_under(sch, block, loops[len(loops) - inner:], reg, ob_extent)
     # The epilogue reads a tile column (ob channels) as one vector from the
     # accumulators and stores it to ob NCHW rows.
     sch.unroll(wi)
@@ -330,7 +343,7 @@ def _tile_conv(sch, block, ctx, reduce_order):
 
 @register_schedule("bmlib.conv2d_nchwc")
 def schedule_conv2d_nchwc(sch, block, ctx):
-    _tile_conv(sch, block, ctx, ["ico", "kh", "kw", "ici"])
+    _tile_conv(sch, block, ctx)
 
 
 @register_schedule("bmlib.conv2d_nchwc_flat")
@@ -342,14 +355,9 @@ def schedule_conv2d_nchwc_flat(sch, block, ctx):
     conv's; its last tile is predicated (pixels past H*W), the conv's is not (its
     buffer is padded to whole tiles).
     """
-    epilogue = inline_epilogue(sch, block)
-    if epilogue is None:
-        raise ValueError("conv2d without its unpack block")
     tile = int(sch.get(block).annotations["bmlib_tile_pixels"])
     ob_extent = int(sch.get(block).writes[0].source.shape[3])
-    width = int(sch.get(epilogue).writes[0].source.shape[3])
-    sch.transform_block_layout(epilogue, lambda n, c, h, w: (n, c, h * width + w))
-    n, c, p = sch.get_loops(epilogue)
+    epilogue, (n, c, p) = _flat_epilogue(sch, block)
     cb, ci = sch.split(c, [None, ob_extent])
     po, pi = sch.split(p, [None, tile])
     sch.reorder(n, cb, po, pi, ci)
@@ -357,19 +365,7 @@ def schedule_conv2d_nchwc_flat(sch, block, ctx):
     sch.parallel(outer)
     sch.compute_at(block, outer)
     ctx.done.add(str(sch.get(epilogue).name_hint))
-    # Under the parallel loop: pixels, channels (each only if longer than 1:
-    # compute_at makes no unit loop), then the reduction.
-    loops = sch.get_loops(block)[1:]
-    names = [name for name, ext in (("pixels", tile), ("channels", ob_extent)) if ext > 1]
-    spatial = dict(zip(names, loops))
-    reduce = loops[len(names):]
-    sch.reorder(*reduce, *spatial.values())
-    if "channels" in spatial:
-        sch.vectorize(spatial["channels"])
-    if "pixels" in spatial:
-        sch.unroll(spatial["pixels"])
-    if reduce:
-        sch.decompose_reduction(block, reduce[0])
+    _tile_under(sch, block, sch.get_loops(block)[1:], tile, ob_extent)
     sch.unroll(pi)
     if ob_extent > 1:
         sch.vectorize(ci)
@@ -383,29 +379,15 @@ def schedule_conv2d_1x1_gemm(sch, block, ctx):
     Pixel tiles outermost: a tile's input column (every channel, a few vectors
     of pixels) stays in L1 while all the weights stream past it.
     """
-    epilogue = inline_epilogue(sch, block)
-    if epilogue is None:
-        raise ValueError("1x1 conv2d without its epilogue")
     rows, cols = (int(v) for v in sch.get(block).annotations["bmlib_tile"])
-    width = int(sch.get(epilogue).writes[0].source.shape[3])
-    sch.transform_block_layout(epilogue, lambda n, c, h, w: (n, c, h * width + w))
-    n, o, p = sch.get_loops(epilogue)
+    epilogue, (n, o, p) = _flat_epilogue(sch, block)
     oo, oi = sch.split(o, [None, rows])
     po, pi = sch.split(p, [None, cols])
     sch.reorder(n, po, oo, oi, pi)
     sch.parallel(sch.fuse(n, po))
     sch.compute_at(block, oo)
     ctx.done.add(str(sch.get(epilogue).name_hint))
-    loops = sch.get_loops(block)[2:]  # under the parallel and channel-tile loops
-    names = [name for name, ext in (("rows", rows), ("pixels", cols)) if ext > 1]
-    spatial = dict(zip(names, loops))
-    reduce = loops[len(names):]
-    sch.reorder(*reduce, *spatial.values())
-    if "rows" in spatial:
-        sch.unroll(spatial["rows"])
-    sch.vectorize(spatial["pixels"])
-    if reduce:
-        sch.decompose_reduction(block, reduce[0])
+    _tile_under(sch, block, sch.get_loops(block)[2:], rows, cols)
     if rows > 1:
         sch.unroll(oi)
     sch.vectorize(pi)
@@ -413,4 +395,4 @@ def schedule_conv2d_1x1_gemm(sch, block, ctx):
 
 @register_schedule("bmlib.depthwise_nchwc")
 def schedule_depthwise_nchwc(sch, block, ctx):
-    _tile_conv(sch, block, ctx, ["kh", "kw"])
+    _tile_conv(sch, block, ctx)
