@@ -5,12 +5,15 @@ IOHW for the transpose).
 layout: the data is padded and packed NCHW → NCHW[ib]c inside the PrimFunc,
 the convolution produces NCHW[ob]c with the ``ob`` channels of a block as
 the vectorized innermost axis, and an unpack block returns NCHW.  The schedule
-rules below tile that: ``ob`` vectorized, a register tile over output width,
-the reduction (input-channel blocks, kernel window, input channels of a
-block) outside the tile, the output rows in parallel, and the unpack plus the
+rules below tile that: ``ob`` vectorized, a register tile over output width
+(or over a flat, padded pixel axis when rows take no whole tile), the
+reduction (input-channel blocks, kernel window, input channels of a block)
+outside the tile, the output rows in parallel, and the unpack plus the
 element-wise epilogue (bias, batch_norm scale/shift, activation) computed per
-register tile.  Weights usually arrive packed by :mod:`..rewrite`; a plain
-OIHW weight (not a constant) is packed inside the PrimFunc.
+register tile.  A 1x1 ``conv2d`` whose output pixels are whole vectors skips
+the blocked layout and runs as a GEMM on NCHW (:func:`conv2d_1x1_gemm`).
+Weights usually arrive packed by :mod:`..rewrite`; a plain OIHW weight (not a
+constant) is packed inside the PrimFunc, or read as it is by the 1x1 GEMM.
 """
 from __future__ import annotations
 
