@@ -31,6 +31,7 @@ _LOG = logging.getLogger(__name__)
 # parallel loop would pay that pair on every tile, and LLVM could not keep it
 # in registers.  A small "global" buffer becomes a stack alloca, which LLVM
 # promotes to vector registers (measured: up to 1.1x on 1x1 convolutions).
+
 # Below this many scalar operations a parallel loop costs more than it saves.
 PARALLEL_MIN_WORK = 1 << 14
 # Outer loops are fused until the parallel loop has at least this many iterations.

@@ -173,8 +173,8 @@ def bench_conv_layers(folder: Path, target: Any, peak: float, with_torch: bool,
                       ) -> list[LayerResult]:
     """GFLOP/s of the bmlib conv2d template on each distinct conv of a golden model
     (one conv2d per build, weights packed as in a full compile; the time is a whole
-    VM call, NCHW packing and unpacking included), against the nominal and the
-    measured peak."""
+    VM call, any packing and unpacking the template does included), against the
+    nominal and the measured peak."""
     import tvm
     from tvm import relax
 

@@ -48,9 +48,9 @@ def _fma_kernel(threads: int, lanes: int):
     def fma_peak(out: T.Buffer((threads, chains, lanes), dtype), iters: T.int32):
         T.func_attr({"global_symbol": "fma_peak", "tirx.noalias": True})
         for thread in T.parallel(threads):
-            acc = T.alloc_buffer((chains, lanes), "float32")
+            acc = T.alloc_buffer((chains, lanes), dtype)
             for c, lane in T.grid(chains, lanes):
-                acc[c, lane] = T.Cast("float32", c + lane)
+                acc[c, lane] = T.Cast(dtype, c + lane)
             for _ in range(iters):
                 for c in T.unroll(chains):
                     for lane in T.vectorized(lanes):

@@ -103,8 +103,7 @@ def test_conv2d_on_widths_without_whole_row_tiles(data, weight, strides, padding
 def test_1x1_conv2d_runs_as_a_gemm_on_nchw(data, weight, strides, weight_input):
     # Whole vectors of output pixels: the 1x1 conv is a GEMM on NCHW with tiles of
     # 6 channels (padded to whole tiles) x 2 vectors of pixels, no NCHWc packing.
-    def build(x, *rest):
-        w, b = rest if not weight_input else (rest[0], rest[1])
+    def build(x, w, b):  # w is a constant or, with weight_input, the second input
         return R.nn.relu(R.add(R.nn.conv2d(x, w, strides=strides),
                                R.reshape(b, (weight[0], 1, 1))))
 

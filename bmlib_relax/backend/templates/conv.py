@@ -57,7 +57,7 @@ def conv2d(call, inputs, ctx):
             blocking = conv2d_blocking(channels, out_channels, lanes)
             weight = pack_kernel(weight, *blocking)
         return conv2d_nchwc(data, weight, strides, padding, dilation, dtype, *blocking,
-                            tile_pixels=tile_pixels(blocking[1], lanes))
+                            row_tile=tile_pixels(blocking[1], lanes))
     if groups == channels == out_channels and (blocking is not None or int(weight.shape[1]) == 1):
         if blocking is None:
             blocking = (1, depthwise_blocking(channels, lanes))
@@ -154,10 +154,10 @@ def tile_pixels(ob: int, lanes: int) -> int:
     return max(1, ACCUMULATORS // max(1, ob // lanes))
 
 
-def conv2d_nchwc(data, kernel, strides, padding, dilation, dtype, ib, ob, tile_pixels=0):
+def conv2d_nchwc(data, kernel, strides, padding, dilation, dtype, ib, ob, row_tile=0):
     """NCHW data, [O/ob, I/ib, KH, KW, ib, ob] kernel → NCHW output via NCHW[ob]c.
 
-    When the output width is a multiple of ``tile_pixels`` (or that is 0), the
+    When the output width is a multiple of ``row_tile`` (or that is 0), the
     convolution is NCHW[ob]c and register tiles run along output rows.  Otherwise
     (7x7 and 14x14 outputs, say) the output pixels are one flat axis, padded to
     whole tiles: ``[N, O/ob, ceil(OH*OW / tile) * tile, ob]``.  The padding pixels
@@ -186,12 +186,12 @@ def conv2d_nchwc(data, kernel, strides, padding, dilation, dtype, ib, ob, tile_p
                        x * strides[1] + rx * dilation[1], ici].astype(dtype)
         return _sum(value * kernel[oc, ico, ry, rx, ici, oo].astype(dtype), axes)
 
-    if not tile_pixels or ow % tile_pixels == 0:
+    if not row_tile or ow % row_tile == 0:
         conv = te.compute((n, oc_blocks, oh, ow, ob), window, name="bmlib_conv2d_nchwc",
                           attrs={SCHEDULE_ATTR: "bmlib.conv2d_nchwc"})
         return _unpack(conv, ob, dtype)
     pixels = oh * ow
-    padded = -(-pixels // tile_pixels) * tile_pixels
+    padded = -(-pixels // row_tile) * row_tile
 
     def flat(nn, oc, p, oo):
         real = tirx.min(p, pixels - 1)
@@ -199,7 +199,7 @@ def conv2d_nchwc(data, kernel, strides, padding, dilation, dtype, ib, ob, tile_p
 
     conv = te.compute((n, oc_blocks, padded, ob), flat, name="bmlib_conv2d_nchwc_flat",
                       attrs={SCHEDULE_ATTR: "bmlib.conv2d_nchwc_flat",
-                             "bmlib_tile_pixels": tile_pixels})
+                             "bmlib_tile_pixels": row_tile})
     return te.compute((n, oc_blocks * ob, oh, ow),
                       lambda nn, c, y, x: conv[nn, c // ob, y * ow + x, c % ob].astype(dtype),
                       name="bmlib_unpack")
@@ -325,7 +325,7 @@ def _tile_conv(sch, block, ctx):
     _, _, oh_extent, ow_extent, ob_extent = (int(d) for d in
                                              sch.get(block).writes[0].source.shape)
     lanes = ctx.lanes(str(sch.get(block).writes[0].source.dtype))
-    reg = divisor_at_most(ow_extent, max(1, ACCUMULATORS // max(1, ob_extent // lanes)))
+    reg = divisor_at_most(ow_extent, tile_pixels(ob_extent, lanes))
     n, c, h, w = sch.get_loops(epilogue)
     cb, ci = sch.split(c, [None, ob_extent])
     wo, wi = sch.split(w, [None, reg])
