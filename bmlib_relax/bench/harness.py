@@ -4,7 +4,11 @@ For each model (golden Relay text with recipe-v1 weights) it reports, from the
 same process and machine state: median latency and spread over repeated runs
 of (a) the bmlib-relax build, (b) the plain TVM Relax build of the same import
 (``tvm.compile`` default), (c) PyTorch eager on the same weights when torch is
-installed, and (d) GFLOP/s achieved against the machine's peak.  Ratios are
+installed, (d) ONNX Runtime and OpenVINO on an ONNX graph emitted from the same
+Relay program and weights (:mod:`.onnx_export`) when they are installed, and
+(e) GFLOP/s achieved against the machine's peak.  ``--scaling`` runs the whole
+benchmark at one thread and at every thread, each in its own process (thread
+pools are sized when they start), and reports the 1 → N speed-up.  Ratios are
 what to read: absolute numbers move with the machine's load.
 """
 from __future__ import annotations
@@ -25,6 +29,7 @@ from .peak import measured_peak_gflops, nominal_peak_gflops
 
 DEFAULT_MODELS = ("seed_reshape_conv2d_add_bn_relu", "resnet18", "mobilenet",
                   "transformer_block")
+REFERENCE_COLUMNS = ("torch", "onnxruntime", "openvino")
 
 
 @dataclass
@@ -90,35 +95,42 @@ def _golden(folder: Path):
             recipe_from_manifest(manifest["inputs"], "input"))
 
 
-def bench_model(folder: Path, target: Any, with_torch: bool, min_seconds: float) -> ModelResult:
+def _first(out: Any) -> np.ndarray:
+    out = out[0] if isinstance(out, (tuple, list)) else out
+    return out.numpy() if hasattr(out, "numpy") else np.asarray(out)
+
+
+def bench_model(name: str, goldens: Path, corpus: Optional[Path], target: Any,
+                with_torch: bool, min_seconds: float, runtimes: Sequence[str] = (),
+                threads: int = 1) -> ModelResult:
+    """Compile and time one model with bmlib, the plain build and every reference."""
     import tvm
     from tvm import relax
 
     import bmlib_relax
     from ..relay import parse
+    from .models import load_model
 
-    text, params, inputs = _golden(folder)
-    module = parse(text, source_name=str(folder / "model.relay"))
-    feed = list(inputs.values())
+    bench = load_model(name, goldens, corpus)
+    module = parse(bench.text, source_name=bench.source)
+    feed = list(bench.inputs.values())
 
     t0 = time.perf_counter()
-    model = bmlib_relax.compile(module, params, target=target)
+    model = bmlib_relax.compile(module, bench.params, target=target,
+                                input_shapes=bench.input_shapes)
     compile_bmlib = time.perf_counter() - t0
     t0 = time.perf_counter()
-    plain_ex = tvm.compile(bmlib_relax.import_relay(module, params), target=tvm.target.Target(target))
+    plain_ex = tvm.compile(_plain_module(bench), target=tvm.target.Target(target))
     compile_plain = time.perf_counter() - t0
     plain_vm = relax.VirtualMachine(plain_ex, tvm.cpu())
     report = model.report
-    result = ModelResult(folder.name, report.flops_total, report.flops_offloaded,
+    result = ModelResult(name, report.flops_total, report.flops_offloaded,
                          {"bmlib": compile_bmlib, "plain": compile_plain})
 
     tensors = [tvm.runtime.tensor(x) for x in feed]
     bmlib_vm = model._vm
-    reference = plain_vm["main"](*tensors)
-    reference = reference.numpy() if hasattr(reference, "numpy") else reference[0].numpy()
-    out = model(*feed)
-    out = out if not isinstance(out, tuple) else out[0]
-    result.max_abs_diff["bmlib_vs_plain"] = float(np.abs(out - reference).max())
+    reference = _first(plain_vm["main"](*tensors))
+    result.max_abs_diff["bmlib_vs_plain"] = float(np.abs(_first(model(*feed)) - reference).max())
     result.timings["bmlib"] = time_it(lambda: bmlib_vm["main"](*tensors),
                                       min_seconds=min_seconds)
     result.timings["plain"] = time_it(lambda: plain_vm["main"](*tensors),
@@ -126,12 +138,38 @@ def bench_model(folder: Path, target: Any, with_torch: bool, min_seconds: float)
     if with_torch:
         from .torch_eager import TorchEagerModel
 
-        torch_model = TorchEagerModel(module, params)
-        torch_out = torch_model(*feed)
-        torch_out = torch_out[0] if isinstance(torch_out, tuple) else torch_out
-        result.max_abs_diff["torch_vs_plain"] = float(np.abs(torch_out.numpy() - reference).max())
-        result.timings["torch"] = time_it(lambda: torch_model(*feed), min_seconds=min_seconds)
+        try:
+            torch_model = TorchEagerModel(module, bench.params)
+        except NotImplementedError as exc:
+            print(f"{name}: no PyTorch column ({exc})", file=sys.stderr)
+        else:
+            torch_out = _first(torch_model(*feed))
+            result.max_abs_diff["torch_vs_plain"] = float(np.abs(torch_out - reference).max())
+            result.timings["torch"] = time_it(lambda: torch_model(*feed), min_seconds=min_seconds)
+    if runtimes:
+        from .onnx_export import relay_to_onnx
+        from .runtimes import make_runner
+
+        model_bytes = relay_to_onnx(parse(bench.text), bench.params, name).SerializeToString()
+        for runtime in runtimes:
+            runner = make_runner(runtime, model_bytes, list(bench.inputs), threads)
+            out = _first(runner(*feed))
+            result.max_abs_diff[f"{runtime}_vs_plain"] = float(
+                np.abs(out.astype("float64") - reference).max())
+            result.timings[runtime] = time_it(lambda: runner(*feed), min_seconds=min_seconds)
     return result
+
+
+def _plain_module(bench):
+    """The unpartitioned import (dynamic inputs pinned as for bmlib), for the plain build."""
+    import bmlib_relax
+    from ..relay import parse
+    from ..relay.rewrite import with_input_types
+
+    module = parse(bench.text, source_name=bench.source)
+    if bench.input_shapes:
+        module = with_input_types(module, {k: (v, None) for k, v in bench.input_shapes.items()})
+    return bmlib_relax.import_relay(module, bench.params)
 
 
 @dataclass
@@ -261,19 +299,35 @@ def compile_time(path: Path, target: Any) -> float:
     return time.perf_counter() - start
 
 
+def _ms(timing: Optional[Timing]) -> str:
+    return f"{timing.median_ms:.2f}" if timing else "-"
+
+
+def _ratio(a: Optional[Timing], b: Optional[Timing]) -> float:
+    return a.median_ms / b.median_ms if a and b else float("nan")
+
+
+def best_reference(result: ModelResult) -> Optional[str]:
+    """The faster of ONNX Runtime and OpenVINO for this model (the goal's yardstick)."""
+    timed = [k for k in ("onnxruntime", "openvino") if k in result.timings]
+    return min(timed, key=lambda k: result.timings[k].median_ms) if timed else None
+
+
 def render(results: Sequence[ModelResult], peak: float, peak_note: str,
            extra: dict[str, float], measured_peak: Optional[float] = None) -> str:
-    head = (f"{'model':<34} {'GFLOP':>7} {'bmlib ms':>12} {'plain ms':>10} {'torch ms':>10} "
-            f"{'plain/bmlib':>11} {'bmlib/torch':>11} {'GFLOP/s':>8} {'%peak':>6} {'compile s':>9}")
+    head = (f"{'model':<32} {'GFLOP':>7} {'bmlib ms':>12} {'plain ms':>9} {'torch ms':>9} "
+            f"{'ORT ms':>8} {'OV ms':>8} {'plain/bmlib':>11} {'bmlib/best':>10} "
+            f"{'GFLOP/s':>8} {'%peak':>6} {'compile s':>9}")
     lines = [head, "-" * len(head)]
     for r in results:
-        b, p, t = (r.timings.get(k) for k in ("bmlib", "plain", "torch"))
-        fmt = lambda x: f"{x.median_ms:.2f}" if x else "-"  # noqa: E731
+        b = r.timings.get("bmlib")
+        best = best_reference(r)
         spread = f"{b.median_ms:.2f}±{(b.p90_ms - b.p10_ms) / 2:.2f}" if b else "-"
         lines.append(
-            f"{r.model:<34} {r.flops / 1e9:>7.3f} {spread:>12} {fmt(p):>10} {fmt(t):>10} "
-            f"{p.median_ms / b.median_ms if p and b else float('nan'):>11.2f} "
-            f"{b.median_ms / t.median_ms if t and b else float('nan'):>11.2f} "
+            f"{r.model:<32} {r.flops / 1e9:>7.3f} {spread:>12} {_ms(r.timings.get('plain')):>9} "
+            f"{_ms(r.timings.get('torch')):>9} {_ms(r.timings.get('onnxruntime')):>8} "
+            f"{_ms(r.timings.get('openvino')):>8} {_ratio(r.timings.get('plain'), b):>11.2f} "
+            f"{_ratio(b, r.timings.get(best) if best else None):>10.2f} "
             f"{r.gflops('bmlib'):>8.1f} {100 * r.gflops('bmlib') / peak:>5.1f}% "
             f"{r.compile_s.get('bmlib', float('nan')):>9.2f}")
     lines.append(f"peak fp32: {peak:.0f} GFLOP/s nominal ({peak_note})")
@@ -285,14 +339,76 @@ def render(results: Sequence[ModelResult], peak: float, peak_note: str,
     return "\n".join(lines)
 
 
+def render_scaling(runs: dict[int, list[dict]]) -> str:
+    """Latency at 1 and N threads per model and variant, and N-thread / 1-thread."""
+    counts = sorted(runs)
+    low, high = counts[0], counts[-1]
+    by_model = {t: {r["model"]: r for r in results} for t, results in runs.items()}
+    variants = ["bmlib", "onnxruntime", "openvino", "torch"]
+    head = f"{'model':<32} {'variant':<12} " + " ".join(f"{str(t) + ' thr ms':>10}" for t in counts) \
+        + f" {f'{high}/{low} thr':>10}"
+    lines = [head, "-" * len(head)]
+    for model in by_model[low]:
+        for variant in variants:
+            times = [by_model[t].get(model, {}).get("timings", {}).get(variant) for t in counts]
+            if not all(times):
+                continue
+            cells = " ".join(f"{t['median_ms']:>10.2f}" for t in times)
+            lines.append(f"{model:<32} {variant:<12} {cells} "
+                         f"{times[-1]['median_ms'] / times[0]['median_ms']:>10.2f}")
+    return "\n".join(lines)
+
+
+def _scaling(argv: Sequence[str], counts: Sequence[int]) -> int:
+    """Run this benchmark once per thread count, each in a fresh process, then compare."""
+    import subprocess
+    import tempfile
+
+    runs: dict[int, list[dict]] = {}
+    with tempfile.TemporaryDirectory() as folder:
+        for count in counts:
+            out = Path(folder) / f"bench_{count}.json"
+            print(f"=== {count} thread(s) ===", flush=True)
+            env = dict(os.environ, TVM_NUM_THREADS=str(count))
+            code = subprocess.call([sys.executable, "-m", "bmlib_relax.bench.harness", *argv,
+                                    "--threads", str(count), "--json", str(out)], env=env)
+            if code:
+                return code
+            runs[count] = json.loads(out.read_text())["results"]
+    print()
+    print(render_scaling(runs))
+    return 0
+
+
+def _strip_option(argv: Sequence[str], option: str, takes_value: bool) -> list[str]:
+    out, skip = [], False
+    for item in argv:
+        if skip:
+            skip = False
+            continue
+        if item == option:
+            skip = takes_value
+            continue
+        if item.startswith(option + "="):
+            continue
+        out.append(item)
+    return out
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="bmlib-relax bench", description=__doc__.splitlines()[0])
-    parser.add_argument("models", nargs="*", default=list(DEFAULT_MODELS))
+    parser.add_argument("models", nargs="*", default=list(DEFAULT_MODELS),
+                        help="golden names, or resnet50 / resnet50_tf (corpus dumps) / "
+                             "bert_layer (BERT-base encoder layer)")
     parser.add_argument("--goldens", default=os.environ.get("BMLIB_RELAY_GOLDEN"),
                         help="folder of golden cases (default $BMLIB_RELAY_GOLDEN or tests/data)")
     parser.add_argument("--corpus", default=os.environ.get("BMLIB_RELAY_CORPUS"),
-                        help="Relay corpus folder, for the ResNet-50 compile time")
+                        help="Relay corpus folder, for resnet50 models and the ResNet-50 "
+                             "compile time")
     parser.add_argument("--no-torch", action="store_true")
+    parser.add_argument("--no-runtimes", action="store_true",
+                        help="skip the ONNX Runtime and OpenVINO columns")
     parser.add_argument("--seconds", type=float, default=2.0, help="minimum time per variant")
     parser.add_argument("--layers", default="resnet18",
                         help="golden whose distinct conv2d layers are timed one by one "
@@ -301,17 +417,29 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--ghz", type=float, default=None,
                         help="clock for the roofline peak (default: cpu MHz of /proc/cpuinfo)")
     parser.add_argument("--threads", type=int, default=None,
-                        help="threads for TVM and torch (default $TVM_NUM_THREADS, else "
-                             "every CPU); TVM's own default leaves cores idle on some VMs")
+                        help="threads for TVM and every reference (default $TVM_NUM_THREADS, "
+                             "else every CPU this process may use)")
+    parser.add_argument("--scaling", action="store_true",
+                        help="run at 1 thread and at every thread (one process each) and "
+                             "report the speed-up")
     args = parser.parse_args(argv)
 
-    threads = args.threads or int(os.environ.get("TVM_NUM_THREADS") or os.cpu_count() or 1)
+    if args.scaling:
+        every = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        rest = _strip_option(_strip_option(_strip_option(argv, "--scaling", False),
+                                           "--threads", True), "--json", True)
+        return _scaling(rest, sorted({1, int(every or 1)}))
+
+    default_threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+        else os.cpu_count()
+    threads = args.threads or int(os.environ.get("TVM_NUM_THREADS") or default_threads or 1)
     # TVM's thread pool reads this when it first starts, i.e. at the first parallel run.
     os.environ["TVM_NUM_THREADS"] = str(threads)
     import tvm
 
     goldens = Path(args.goldens) if args.goldens else \
         Path(__file__).resolve().parents[2] / "tests" / "data"
+    corpus = Path(args.corpus) if args.corpus else None
     target = host_target()
     with_torch = not args.no_torch
     if with_torch:
@@ -323,10 +451,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print("torch not installed: skipping the PyTorch column "
                   "(pip install 'bmlib-relax[bench]')", file=sys.stderr)
             with_torch = False
+    runtimes: list[str] = []
+    if not args.no_runtimes:
+        from .runtimes import available_runtimes
+
+        runtimes = available_runtimes()
+        missing = {"onnxruntime", "openvino"} - set(runtimes)
+        if missing:
+            print(f"not installed, no column: {', '.join(sorted(missing))} "
+                  "(pip install 'bmlib-relax[bench]')", file=sys.stderr)
     results = []
     for name in args.models:
         print(f"benchmarking {name} ...", file=sys.stderr, flush=True)
-        results.append(bench_model(goldens / name, target, with_torch, args.seconds))
+        results.append(bench_model(name, goldens, corpus, target, with_torch, args.seconds,
+                                   runtimes, threads))
     peak, note = nominal_peak_gflops(threads, args.ghz)
     print("measuring the FMA peak ...", file=sys.stderr, flush=True)
     measured = measured_peak_gflops(threads, target, seconds=min(args.seconds, 1.0))
@@ -336,8 +474,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         layers = bench_conv_layers(goldens / args.layers, target, peak, with_torch,
                                    min(args.seconds, 1.0), measured)
     extra = {}
-    if args.corpus:
-        resnet50 = Path(args.corpus) / "external" / "001_resnet50_pytorch_3la.relay"
+    if corpus:
+        resnet50 = corpus / "external" / "001_resnet50_pytorch_3la.relay"
         if resnet50.exists():
             print("compiling ResNet-50 ...", file=sys.stderr, flush=True)
             extra["ResNet-50 (import+partition+codegen+build)"] = compile_time(resnet50, target)

@@ -41,6 +41,9 @@ class InferType:
 
         for name, func in mod.functions.items():
             RelayImporter(mod, observer=record).run(name)
+            for param in func.params:  # a parameter the body never uses keeps its annotation
+                if "_checked_type" not in param.__dict__ and param.type_annotation is not None:
+                    param._set_checked_type(param.type_annotation)
             func._set_checked_type(ast.FuncType(tuple(p.checked_type for p in func.params),
                                                 func.body.checked_type))
         return mod

@@ -1,0 +1,148 @@
+"""The benchmarked models: where each one's Relay text, weights and inputs come from.
+
+A model is named on the command line.  Golden names (``resnet18``,
+``mobilenet``, …) read the golden's text and recipe-v1 tensors; the others are
+registered here: ``resnet50`` is the corpus's ResNet-50 imported from ONNX
+(NCHW, free weights filled by recipe v1), ``resnet50_tf`` the same network
+imported from TensorFlow (NHWC, batch pinned to 1), and ``bert_layer`` a
+BERT-base encoder layer (hidden 768, 12 heads, FFN 3072, sequence 128) written
+in the style of the ``transformer_block`` golden.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+
+from ..recipe import recipe_from_manifest, recipe_tensor
+
+
+@dataclass
+class BenchModel:
+    name: str
+    text: str
+    params: dict[str, np.ndarray]
+    inputs: dict[str, np.ndarray]
+    source: str
+    input_shapes: Optional[dict] = None  # pins dynamic (``?``) input dims for compile()
+
+
+ModelSource = Callable[[Optional[Path], Optional[Path]], BenchModel]
+_SOURCES: dict[str, ModelSource] = {}
+
+
+def model_source(name: str) -> Callable[[ModelSource], ModelSource]:
+    def decorator(fn: ModelSource) -> ModelSource:
+        _SOURCES[name] = fn
+        return fn
+
+    return decorator
+
+
+def load_model(name: str, goldens: Path, corpus: Optional[Path]) -> BenchModel:
+    """The model called ``name``: a registered source, else a golden folder."""
+    if name in _SOURCES:
+        return _SOURCES[name](goldens, corpus)
+    folder = goldens / name
+    manifest = json.loads((folder / "manifest.json").read_text())
+    return BenchModel(name, (folder / "model.relay").read_text(),
+                      recipe_from_manifest(manifest["params"], "param"),
+                      recipe_from_manifest(manifest["inputs"], "input"), str(folder / "model.relay"))
+
+
+def _corpus_model(name: str, corpus: Optional[Path], filename: str) -> BenchModel:
+    """A corpus dump whose first parameter is the input; dynamic dims pinned to 1."""
+    from ..relay import parse
+
+    if corpus is None:
+        raise FileNotFoundError(f"model {name!r} needs --corpus (or $BMLIB_RELAY_CORPUS)")
+    path = corpus / "external" / filename
+    text = path.read_text()
+    main = parse(text, source_name=str(path))["main"]
+    data = main.params[0]
+    declared = list(data.type_annotation.shape)
+    shape = [d if isinstance(d, int) else 1 for d in declared]
+    params = {v.name: recipe_tensor(v.name, v.type_annotation.shape, v.type_annotation.dtype)
+              for v in main.params[1:]}
+    inputs = {data.name: recipe_tensor(data.name, shape, data.type_annotation.dtype, role="input")}
+    pinned = {data.name: shape} if shape != declared else None
+    return BenchModel(name, text, params, inputs, str(path), pinned)
+
+
+@model_source("resnet50")
+def _resnet50(goldens: Optional[Path], corpus: Optional[Path]) -> BenchModel:
+    return _corpus_model("resnet50", corpus, "003_resnet50_onnx_3la.relay")
+
+
+@model_source("resnet50_tf")
+def _resnet50_tf(goldens: Optional[Path], corpus: Optional[Path]) -> BenchModel:
+    return _corpus_model("resnet50_tf", corpus, "002_resnet50_tf_3la.relay")
+
+
+def bert_layer_text(seq: int = 128, hidden: int = 768, heads: int = 12, ffn: int = 3072) -> str:
+    """Relay text of one post-norm transformer encoder layer (BERT-base shapes by default)."""
+    d = hidden // heads
+    t = lambda *s: f"Tensor[({', '.join(map(str, s))}{',' if len(s) == 1 else ''}), float32]"  # noqa: E731
+    params = [("x", t(1, seq, hidden))]
+    for p in ("q", "k", "v", "o"):
+        params += [(f"{p}_weight", t(hidden, hidden)), (f"{p}_bias", t(hidden))]
+    params += [("ln1_gamma", t(hidden)), ("ln1_beta", t(hidden)),
+               ("f1_weight", t(ffn, hidden)), ("f1_bias", t(ffn)),
+               ("f2_weight", t(hidden, ffn)), ("f2_bias", t(hidden)),
+               ("ln2_gamma", t(hidden)), ("ln2_beta", t(hidden))]
+    signature = ", ".join(f"%{n}: {ty}" for n, ty in params)
+    scale = 1.0 / float(np.sqrt(d))
+    body = f"""
+  %0 = reshape(%x, newshape=[{seq}, {hidden}]);
+  %1 = nn.dense(%0, %q_weight, units=None);
+  %2 = nn.bias_add(%1, %q_bias);
+  %3 = reshape(%2, newshape=[{seq}, {heads}, {d}]);
+  %4 = nn.dense(%0, %k_weight, units=None);
+  %5 = nn.bias_add(%4, %k_bias);
+  %6 = reshape(%5, newshape=[{seq}, {heads}, {d}]);
+  %7 = transpose(%3, axes=[1, 0, 2]);
+  %8 = transpose(%6, axes=[1, 0, 2]);
+  %9 = nn.batch_matmul(%7, %8, transpose_b=True);
+  %10 = multiply(%9, {scale!r}f);
+  %11 = nn.dense(%0, %v_weight, units=None);
+  %12 = nn.bias_add(%11, %v_bias);
+  %13 = reshape(%12, newshape=[{seq}, {heads}, {d}]);
+  %14 = transpose(%13, axes=[1, 0, 2]);
+  %15 = nn.softmax(%10);
+  %16 = transpose(%14, axes=[0, 2, 1]);
+  %17 = nn.batch_matmul(%15, %16, transpose_b=True);
+  %18 = transpose(%17, axes=[1, 0, 2]);
+  %19 = reshape(%18, newshape=[{seq}, {hidden}]);
+  %20 = nn.dense(%19, %o_weight, units=None);
+  %21 = nn.bias_add(%20, %o_bias);
+  %22 = add(%21, %0);
+  %23 = nn.layer_norm(%22, %ln1_gamma, %ln1_beta);
+  %24 = nn.dense(%23, %f1_weight, units=None);
+  %25 = nn.bias_add(%24, %f1_bias);
+  %26 = multiply(%25, 0.707107f);
+  %27 = erf(%26);
+  %28 = multiply(%25, 0.5f);
+  %29 = add(1f, %27);
+  %30 = multiply(%28, %29);
+  %31 = nn.dense(%30, %f2_weight, units=None);
+  %32 = nn.bias_add(%31, %f2_bias);
+  %33 = add(%32, %23);
+  %34 = nn.layer_norm(%33, %ln2_gamma, %ln2_beta);
+  reshape(%34, newshape=[1, {seq}, {hidden}])
+"""
+    return f'#[version = "0.0.5"]\ndef @main({signature}) {{{body}}}\n'
+
+
+@model_source("bert_layer")
+def _bert_layer(goldens: Optional[Path], corpus: Optional[Path]) -> BenchModel:
+    from ..relay import parse
+
+    text = bert_layer_text()
+    main = parse(text, source_name="bert_layer")["main"]
+    params = {v.name: recipe_tensor(v.name, v.type_annotation.shape) for v in main.params[1:]}
+    x = main.params[0]
+    inputs = {x.name: recipe_tensor(x.name, x.type_annotation.shape, role="input")}
+    return BenchModel("bert_layer", text, params, inputs, "generated: bert_layer_text()")

@@ -1,0 +1,76 @@
+"""The benchmark's ONNX Runtime / OpenVINO references run the same network as bmlib.
+
+The ONNX graph is emitted from the Relay program itself; these tests check that
+it computes what the plain Relax build computes (no timing: speed lives in
+scripts/).
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import numpy as np
+import pytest
+
+from bmlib_relax.bench.models import bert_layer_text, load_model
+from bmlib_relax.bench.onnx_export import relay_to_onnx
+from bmlib_relax.bench.runtimes import make_runner
+from bmlib_relax.relay import parse
+
+from conftest import DATA, cli, run_plain
+
+import bmlib_relax
+
+pytest.importorskip("onnx", reason="the test extra installs onnx")
+
+RUNTIMES = [pytest.param("onnxruntime", marks=pytest.mark.skipif(
+                importlib.util.find_spec("onnxruntime") is None, reason="onnxruntime missing")),
+            pytest.param("openvino", marks=pytest.mark.skipif(
+                importlib.util.find_spec("openvino") is None,
+                reason="openvino is in the bench extra only"))]
+
+
+def _reference(model):
+    return run_plain(bmlib_relax.import_relay(parse(model.text), model.params),
+                     list(model.inputs.values()))
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize("name", ["seed_reshape_conv2d_add_bn_relu", "transformer_block",
+                                  "op_max_pool2d", "op_global_avg_pool2d"])
+def test_onnx_reference_matches_the_plain_build(name, runtime):
+    model = load_model(name, DATA, None)
+    onnx_model = relay_to_onnx(parse(model.text), model.params, name)
+    assert [i.name for i in onnx_model.graph.input] == list(model.inputs)
+    runner = make_runner(runtime, onnx_model.SerializeToString(), list(model.inputs), 1)
+    got = runner(*model.inputs.values())[0]
+    want = _reference(model)
+    want = want[0] if isinstance(want, list) else want
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_onnx_export_names_an_op_it_cannot_emit():
+    text = '#[version = "0.0.5"]\ndef @main(%x: Tensor[(4), float32]) { cumsum(%x) }'
+    with pytest.raises(NotImplementedError, match="cumsum"):
+        relay_to_onnx(parse(text), {})
+
+
+def test_bert_layer_text_has_the_requested_shapes():
+    main = parse(bert_layer_text(seq=8, hidden=32, heads=4, ffn=64))["main"]
+    shapes = {v.name: tuple(v.type_annotation.shape) for v in main.params}
+    assert shapes["x"] == (1, 8, 32) and shapes["f1_weight"] == (64, 32)
+
+
+def test_bench_reports_reference_columns_and_thread_scaling(tmp_path):
+    out = tmp_path / "bench.json"
+    proc = cli("bench", "transformer_block", "--no-torch", "--seconds", "0.05",
+               "--layers", "none", "--threads", "1", "--json", out)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (result,) = json.loads(out.read_text())["results"]
+    assert "onnxruntime" in result["timings"]
+    assert result["max_abs_diff"]["onnxruntime_vs_plain"] < 1e-4
+    assert "bmlib/best" in proc.stdout
+    proc = cli("bench", "seed_reshape_conv2d_add_bn_relu", "--no-torch", "--seconds", "0.05",
+               "--layers", "none", "--scaling")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "=== 1 thread(s) ===" in proc.stdout and "thr ms" in proc.stdout
