@@ -57,23 +57,55 @@ def _per_input_element(call: relax.Call) -> int:
 
 
 # --------------------------------------------------------------------------- counters
-@register_flops("relax.nn.conv2d")
-def _conv2d(call):
-    # 2 * N * K * OH * OW * (C / groups) * KH * KW  (NCHW output, OIHW weight)
-    n, k, oh, ow = _shape(call.ty)
-    weight = _shape(call.args[1].ty)
-    # A blocked OIHW{ib}i{ob}o weight is [O/ob, I/ib, KH, KW, ib, ob].
-    c_per_group = weight[1] * (weight[4] if len(weight) == 6 else 1)
-    kh, kw = weight[2], weight[3]
-    return 2 * n * k * oh * ow * c_per_group * kh * kw
+def layout_dims(shape: list[int], layout: str) -> dict[str, int]:
+    """Each primal axis's full extent in a (possibly blocked) layout string:
+    ``OIHW16i32o`` with shape ``[O/32, I/16, KH, KW, 16, 32]`` gives O and I whole."""
+    dims: dict[str, int] = {}
+    axis = 0
+    index = 0
+    while index < len(layout):
+        digits = ""
+        while layout[index].isdigit():
+            digits += layout[index]
+            index += 1
+        letter = layout[index]
+        index += 1
+        extent = shape[axis]
+        axis += 1
+        key = letter.upper()
+        dims[key] = dims.get(key, 1) * extent
+    return dims
 
 
-@register_flops("relax.nn.conv2d_transpose")
-def _conv2d_transpose(call):
-    # Every input element is scattered onto (K / groups) * KH * KW outputs (IOHW weight).
-    n, c, h, w = _shape(call.args[0].ty)
-    _, k_per_group, kh, kw = _shape(call.args[1].ty)
-    return 2 * n * c * h * w * k_per_group * kh * kw
+def _conv_flops(call, default_data: str, default_kernel: str, transposed: bool) -> int:
+    attrs = call.attrs
+    out = layout_dims(_shape(call.ty), str(getattr(attrs, "out_layout", "") or
+                                           getattr(attrs, "data_layout", default_data)))
+    data = layout_dims(_shape(call.args[0].ty), str(getattr(attrs, "data_layout", default_data)))
+    weight = layout_dims(_shape(call.args[1].ty),
+                         str(getattr(attrs, "kernel_layout", default_kernel)))
+    spatial = [axis for axis in "DHW" if axis in weight]
+    window = math.prod(weight[axis] for axis in spatial)
+    groups = int(getattr(attrs, "groups", 1))
+    if transposed:
+        # Every input element is scattered onto (O / groups) * window outputs.
+        outputs_per_input = out["C"] // groups
+        return 2 * math.prod(data[a] for a in "NC" + "".join(spatial)) * outputs_per_input * window
+    # 2 * N * K * spatial outputs * (C / groups) * window
+    return 2 * math.prod(out[a] for a in "NC" + "".join(spatial)) * (data["C"] // groups) * window
+
+
+@register_flops("relax.nn.conv2d", "relax.nn.conv1d", "relax.nn.conv3d")
+def _conv(call):
+    default = {"relax.nn.conv1d": ("NCW", "OIW"), "relax.nn.conv3d": ("NCDHW", "OIDHW")}
+    data, kernel = default.get(call.op.name, ("NCHW", "OIHW"))
+    return _conv_flops(call, data, kernel, transposed=False)
+
+
+@register_flops("relax.nn.conv2d_transpose", "relax.nn.conv1d_transpose")
+def _conv_transpose(call):
+    data, kernel = ("NCW", "IOW") if call.op.name.endswith("1d_transpose") else ("NCHW", "IOHW")
+    return _conv_flops(call, data, kernel, transposed=True)
 
 
 @register_flops("relax.matmul")
@@ -87,10 +119,11 @@ register_flops("relax.nn.layer_norm")(_per_output_element(5))  # mean, variance,
 register_flops("relax.nn.softmax", "relax.nn.log_softmax")(_per_output_element(5))
 
 
-@register_flops("relax.nn.max_pool2d", "relax.nn.avg_pool2d")
-def _pool2d(call):
-    kh, kw = (int(v) for v in call.attrs.pool_size)
-    return _elements(call.ty) * kh * kw
+@register_flops("relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.max_pool1d",
+                "relax.nn.avg_pool1d", "relax.nn.max_pool3d", "relax.nn.avg_pool3d")
+def _pool(call):
+    # One read per window element of every output element, whatever the layout.
+    return _elements(call.ty) * math.prod(int(v) for v in call.attrs.pool_size)
 
 
 register_flops("relax.nn.adaptive_avg_pool2d", "relax.mean", "relax.sum", "relax.max",

@@ -9,7 +9,7 @@ from tvm.relax import dpl
 
 from ..errors import BmlibError, CodegenError
 from ..legacy.lowerings import get_legacy_lowering
-from . import fold, rewrite
+from . import conv_fold, fold, layout, rewrite
 from .legacy_patterns import is_legacy_pattern, translate_entry
 from .patterns import PREFIX, check_tensors, get_bmlib_patterns
 from .templates import get_template
@@ -141,13 +141,17 @@ def partition_for_bmlib(mod: tvm.IRModule, patterns: Optional[Sequence[Any]] = N
     the partitions (``bind_constants=False``), so a partition's parameters are
     exactly what its call passes.  ``merge=True`` groups neighbouring
     composites into one partition (``MergeCompositeFunctions``).
-    ``pack_weights`` (default: with the built-in table only) first folds
-    computations on constants (:mod:`.fold`) and re-lays out constant
+    ``pack_weights`` (default: with the built-in table only) first runs NHWC
+    convolutions in NCHW (:mod:`.layout`), folds computations on constants
+    (:mod:`.fold`) and per-channel scales and zero padding into convolutions
+    (:mod:`.conv_fold`),
+    and re-lays out constant
     conv2d/dense weights for ``target``'s vectors (:mod:`.rewrite`).  A legacy
     table sees the graph unfolded, as Relay's MergeComposite did.
     """
     if pack_weights if pack_weights is not None else patterns is None:
-        mod = rewrite.pack_weights(fold.fold_constants(mod), target)
+        mod = fold.fold_constants(layout.convert_nhwc_to_nchw(mod))
+        mod = rewrite.pack_weights(conv_fold.fold_into_convolutions(mod), target)
     fuse = relax.transform.FuseOpsByPattern(resolve_patterns(patterns), bind_constants=False,
                                             annotate_codegen=not merge)
     mod = fuse(mod)
