@@ -18,6 +18,7 @@ from .backend.partition import partition_for_bmlib
 from .backend.target import resolve_target
 from .backend.verify import verify_partition_arity
 from .importer import RelayLike, as_relay_module, import_relay
+from .legacy.lowerings import lowering_scope
 from .relay.params import ParamsLike, load_params
 from .relay.rewrite import with_input_types
 from .report import OffloadReport, build_report
@@ -82,7 +83,8 @@ class CompiledModel(ModelRunner):
 
 def compile(relay_mod: RelayLike, params: ParamsLike = None, *, target: TargetLike = None,
             patterns: Optional[Sequence[Any]] = None, merge: bool = False,
-            input_shapes: Optional[Mapping[str, Sequence[int]]] = None) -> CompiledModel:
+            input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
+            lowerings: Optional[Mapping[str, Callable]] = None) -> CompiledModel:
     """Compile a Relay program with bmlib offload.
 
     ``relay_mod`` is Relay text, a parsed module or a function; ``params`` a dict
@@ -93,15 +95,18 @@ def compile(relay_mod: RelayLike, params: ParamsLike = None, *, target: TargetLi
     target dicts, strings and ``Target`` objects are accepted.  ``input_shapes``
     (``{"data": (1, 3, 224, 224)}``) pins dynamic (``?``) input dims: the bmlib
     templates take static shapes only, so a dynamic model is otherwise left to
-    the host.
+    the host.  ``lowerings`` (``{composite name: fn(call, inputs)}``, a legacy
+    ``_LOWER_MAP``) apply to this call only.
     """
     target = resolve_target(target)
     module = as_relay_module(relay_mod)
     if input_shapes:
         module = with_input_types(module, {k: (v, None) for k, v in input_shapes.items()})
     imported = import_relay(module, load_params(params))
-    partitioned = partition_for_bmlib(imported, patterns=patterns, merge=merge, target=target)
-    executable, records = build_offloaded(partitioned, target)
+    with lowering_scope(lowerings):
+        partitioned = partition_for_bmlib(imported, patterns=patterns, merge=merge,
+                                          target=target)
+        executable, records = build_offloaded(partitioned, target)
     report = build_report(partitioned, records)
     return CompiledModel(executable, partitioned, report)
 

@@ -31,6 +31,7 @@ from .compiler import CompiledModel, build_offloaded, build_verified, lower_and_
 from .errors import ParamError
 from .importer import import_relay
 from .legacy import load_lowerings, load_pattern_table
+from .legacy.lowerings import scoped_lowerings
 from .progress import QUIET, Progress
 from .recipe import recipe_tensor
 from .relay import load_params, parse
@@ -90,6 +91,7 @@ class ConversionResult:
         return None if check is None else bool(check["ok"])
 
 
+@scoped_lowerings  # --lowerings apply to this conversion only
 def convert(model_path: str, outdir: str, *, params: Any = None,
             patterns_path: Optional[str] = None, lowerings_path: Optional[str] = None,
             inputs: Sequence[InputSpec] = (), merge: bool = False, check: bool = False,
