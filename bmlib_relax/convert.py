@@ -217,12 +217,14 @@ def render_markdown(data: Mapping[str, Any], table: str) -> str:
              f"- bmlib-relax {data['bmlib_relax_version']}, merge={data['merge']}",
              "- inputs: " + ", ".join(f"`{i['name']}` {tuple(i['shape'])} {i['dtype']}"
                                        for i in data["inputs"]), ""]
-    lines += ["## Partitions", "", "| partition | composites | ops | params | PrimFunc args |",
-              "|---|---|---|---|---|"]
+    lines += ["## Partitions", "", "| partition | composites | ops | params | PrimFunc args "
+              "| unscheduled blocks |", "|---|---|---|---|---|---|"]
     for p in data["partitions"]:
+        unscheduled = "; ".join([str(p["unscheduled_blocks"])] + p["unscheduled"])
         lines.append(f"| `{p['name']}` | {', '.join(p['composites'])} | "
                      f"{', '.join(o.replace('relax.', '') for o in p['ops'])} | "
-                     f"{p['num_params']} | {p['num_args']} |")
+                     f"{p['num_params']} | {p['num_args']} | "
+                     f"{unscheduled.replace('|', '/')} |")
     lines += ["", "## Ops", "", f"- on bmlib: {_counts(data['ops_offloaded'])}",
               f"- on host: {_counts(data['ops_host'])}"]
     for key in ("flops_total", "flops_offloaded"):

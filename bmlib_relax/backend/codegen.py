@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional
 
@@ -25,7 +26,8 @@ from tvm.error import register_error as register_ffi_error
 
 from ..errors import BmlibError, CodegenError
 from ..legacy.lowerings import get_legacy_lowering
-from .schedule import apply_schedules
+from .schedule import (ScheduleContext, UnscheduledBlock, UnscheduledBlockWarning,
+                       apply_schedules)
 from .target import resolve_target, vector_lanes
 from .templates import get_template
 
@@ -48,6 +50,8 @@ class PartitionRecord:
     num_args: int  # parameters of the built PrimFunc
     composites: list[str] = field(default_factory=list)
     ops: list[str] = field(default_factory=list)
+    # Blocks whose schedule rule failed and was rolled back (correct, but slow).
+    unscheduled_blocks: list[UnscheduledBlock] = field(default_factory=list)
 
 
 _SESSION: contextvars.ContextVar[Optional[dict]] = contextvars.ContextVar(
@@ -100,6 +104,7 @@ class PartitionLowerer:
         self.ctx = LowerContext(symbol, self.target)
         self.composites: list[str] = []
         self.ops: list[str] = []
+        self.unscheduled: list[UnscheduledBlock] = []
 
     def signature(self) -> list[relax.Var]:
         """The Relax parameters the PrimFunc takes, in order: the partition's own."""
@@ -130,7 +135,13 @@ class PartitionLowerer:
                 outputs[i] = topi.identity(out)
             taken.add(id(outputs[i]))
         prim = te.create_prim_func(placeholders + outputs)
-        prim = apply_schedules(prim, self.target)
+        schedule = ScheduleContext(self.target)
+        prim = apply_schedules(prim, self.target, schedule)
+        self.unscheduled = list(schedule.unscheduled)
+        for block in self.unscheduled:
+            warnings.warn(f"bmlib partition {self.symbol!r}: {block} was rolled back; the "
+                          "block runs unscheduled (correct, but slow)",
+                          UnscheduledBlockWarning, stacklevel=2)
         return prim.with_attr("global_symbol", self.symbol)
 
     def _eval_body(self, body: relax.Expr, env: dict) -> Any:
@@ -239,7 +250,8 @@ class PartitionLowerer:
         return PartitionRecord(
             name=self.symbol, num_params=num_params,
             num_outputs=len(prim.params) - len(self.signature()),
-            num_args=len(prim.params), composites=self.composites, ops=self.ops)
+            num_args=len(prim.params), composites=self.composites, ops=self.ops,
+            unscheduled_blocks=list(self.unscheduled))
 
 
 def lower_partition(func: relax.Function, symbol: str, target: Any = None
