@@ -185,7 +185,7 @@ def build_report(partitioned: tvm.IRModule,
         report.partitions.append(PartitionInfo(
             name=record.name, composites=list(record.composites), ops=list(record.ops),
             num_params=record.num_params, num_args=record.num_args, flops=flops, calls=count,
-            unscheduled=[str(b) for b in record.unscheduled_blocks]))
+            unscheduled=[str(b) for b in record.unscheduled]))
         for _ in range(count):
             report.ops_offloaded.update(record.ops)
         report.flops_offloaded += flops * count

@@ -51,7 +51,7 @@ class PartitionRecord:
     composites: list[str] = field(default_factory=list)
     ops: list[str] = field(default_factory=list)
     # Blocks whose schedule rule failed and was rolled back (correct, but slow).
-    unscheduled_blocks: list[UnscheduledBlock] = field(default_factory=list)
+    unscheduled: list[UnscheduledBlock] = field(default_factory=list)
 
 
 _SESSION: contextvars.ContextVar[Optional[dict]] = contextvars.ContextVar(
@@ -251,7 +251,7 @@ class PartitionLowerer:
             name=self.symbol, num_params=num_params,
             num_outputs=len(prim.params) - len(self.signature()),
             num_args=len(prim.params), composites=self.composites, ops=self.ops,
-            unscheduled_blocks=list(self.unscheduled))
+            unscheduled=list(self.unscheduled))
 
 
 def lower_partition(func: relax.Function, symbol: str, target: Any = None

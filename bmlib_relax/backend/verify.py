@@ -60,7 +60,7 @@ def check_prim_signature(func: relax.Function, prim: tvm.tirx.PrimFunc, symbol: 
             f"{len(prim.params) - num_params} output buffer(s)")
     for position, ((role, ty), var) in enumerate(zip(want, prim.params)):
         buf = var.ty
-        if not isinstance(ty, relax.TensorType) or ty.shape is None:
+        if not isinstance(ty, relax.TensorType) or not hasattr(ty.shape, "values"):
             raise SignatureMismatchError(symbol, len(want), position, role, str(ty),
                                          "a buffer (only static tensors can be passed)")
         expected = _describe(ty.shape.values, ty.dtype)

@@ -79,7 +79,7 @@ def _check(mod, data, composites):
     assert offloaded_partitions(partitioned)
     (got,), records = run_offloaded(partitioned, [data])
     assert [c for r in records.values() for c in r.composites] == composites
-    assert not any(r.unscheduled_blocks for r in records.values())  # still scheduled
+    assert not any(r.unscheduled for r in records.values())  # still scheduled
     assert got.dtype == np.float16
     want, bound = _reference(data), _error_bound(data)
     _assert_within(got, want, bound, "the float64 reference")
