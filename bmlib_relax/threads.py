@@ -24,9 +24,9 @@ What is done instead:
   count (its CPU list sets the thread's maximum concurrency).  So each model call
   first makes sure *its* thread's pool is configured (:meth:`ThreadConfig.apply`,
   cached per thread, so repeated calls cost one attribute lookup).
-* No pinning: ``TVM_BIND_THREADS=0`` (read by TVM each time the pool sets
-  affinities) is set unless the user set it; worker threads then inherit the
-  caller's affinity.  Should the caller's affinity still change while the pool is
+* No pinning: ``TVM_BIND_THREADS=0`` (read by TVM each time a pool sets
+  affinities) is set when this module is imported, unless the user set it; worker
+  threads then inherit the caller's affinity.  Should the caller's affinity still change while the pool is
   configured (a pool that existed before, a user who asked for binding with
   ``TVM_BIND_THREADS=1`` excepted), it is restored.
 """
@@ -48,6 +48,10 @@ _SHARE_ALL_CORES = -3
 CGROUP_ROOT = "/sys/fs/cgroup"
 
 _configured = threading.local()  # .workers / .threads: what this thread's pool was set to
+
+# Before any pool of this process starts (TVM reads it whenever a pool sets affinities):
+# no pinning, unless the user asked for it.
+os.environ.setdefault(ENV_BIND_THREADS, "0")
 
 
 def _affinity() -> set[int]:
@@ -174,9 +178,10 @@ def configure_current_thread(num_threads: int) -> int:
     _configured.workers, _configured.threads = workers, num_threads
     running = int(tvm.runtime.num_threads())
     if running < num_threads:
-        warnings.warn(f"TVM's thread pool of this thread was started with {running} "
-                      f"worker(s) before bmlib-relax configured it; running on {running} "
-                      f"instead of {num_threads} thread(s)", RuntimeWarning, stacklevel=3)
+        warnings.warn(f"TVM's thread pool of this thread already runs {running} worker(s) "
+                      f"and cannot grow once started; the model runs on {running} instead "
+                      f"of {num_threads} thread(s) (call it from a new thread, or start "
+                      "with the larger model)", RuntimeWarning, stacklevel=3)
     return running
 
 

@@ -35,13 +35,19 @@ CHILD = textwrap.dedent("""\
     from bmlib_relax.threads import available_cpus
 
     before = sorted(os.sched_getaffinity(0))
+    if spec.get("query_first"):  # starts this thread's pool with TVM's own default size
+        import bmlib_relax.threads
+        tvm.runtime.num_threads()
     kwargs = {"num_threads": spec["num_threads"]} if "num_threads" in spec else {}
     if spec.get("artifact"):
         model = bmlib_relax.load(spec["artifact"], **kwargs)
     else:
         model = bmlib_relax.compile(seed.SEED_RELAY, seed.seed_params(), **kwargs)
-    model(seed.seed_input())
-    model(seed.seed_input())
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model(seed.seed_input())
+        model(seed.seed_input())
     after = sorted(os.sched_getaffinity(0))
     tasks = [int(t) for t in os.listdir("/proc/self/task")]
     threads_cpus = sorted({c for t in tasks for c in os.sched_getaffinity(t)})
@@ -50,6 +56,7 @@ CHILD = textwrap.dedent("""\
         "available": available_cpus(), "configured": model.threads.num_threads,
         "runtime": runtime, "before": before, "after": after,
         "after_query": sorted(os.sched_getaffinity(0)), "threads_cpus": threads_cpus,
+        "warnings": [str(w.message) for w in caught],
     }))
 """)
 
@@ -75,6 +82,7 @@ def test_default_uses_every_available_cpu():
     result = run_child({})
     assert result["available"] == min(len(CPUS), cgroup_cpu_limit() or len(CPUS))
     assert result["configured"] == result["runtime"] == result["available"]
+    assert result["warnings"] == []
 
 
 def test_default_follows_the_affinity_of_the_process():
@@ -101,6 +109,16 @@ def test_threads_stay_on_the_cpus_the_process_was_given():
     """Two threads on one allowed CPU (not CPU 0): nothing moves to other CPUs."""
     result = run_child({"affinity": [CPUS[-1]], "num_threads": 2})
     assert result["runtime"] == 2 and result["threads_cpus"] == [CPUS[-1]]
+
+
+@pytest.mark.skipif(len(CPUS) < 2 or (os.cpu_count() or 1) // 2 >= len(CPUS),
+                    reason="TVM's own default pool is not smaller here")
+def test_a_pool_started_before_the_model_is_reported():
+    """TVM's pool cannot grow once started: a model that gets fewer threads says so."""
+    result = run_child({"query_first": True})
+    assert result["runtime"] < result["configured"] == result["available"]
+    (message,) = result["warnings"]
+    assert f"the model runs on {result['runtime']} instead of {result['configured']}" in message
 
 
 @pytest.fixture(scope="module")
