@@ -46,6 +46,7 @@ ENV_BIND_THREADS = "TVM_BIND_THREADS"
 # TVM's ThreadGroup::AffinityMode: every worker may run on every CPU of the given list.
 _SHARE_ALL_CORES = -3
 CGROUP_ROOT = "/sys/fs/cgroup"
+MAX_THREADS = 1024
 
 _configured = threading.local()  # .workers / .threads: what this thread's pool was set to
 
@@ -135,6 +136,8 @@ def _positive(value, what: str) -> int:
         count = 0
     if count < 1:
         raise ParamError(f"{what} must be a positive integer, got {value!r}", what)
+    if count > MAX_THREADS:  # a typo, not a request: TVM would start them all at once
+        raise ParamError(f"{what}={count} is more than {MAX_THREADS} threads", what)
     return count
 
 

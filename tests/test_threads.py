@@ -143,6 +143,8 @@ def test_bad_thread_counts_are_param_errors(monkeypatch):
     for bad in (0, -2, 1.5, True, "two"):
         with pytest.raises(ParamError, match="num_threads must be a positive integer"):
             resolve_num_threads(bad)
+    with pytest.raises(ParamError, match="num_threads=100000 is more than 1024 threads"):
+        resolve_num_threads(100000)
     monkeypatch.setenv("TVM_NUM_THREADS", "lots")
     with pytest.raises(ParamError, match="TVM_NUM_THREADS must be a positive integer"):
         resolve_num_threads()
