@@ -18,10 +18,12 @@ from .backend.partition import partition_for_bmlib
 from .backend.target import resolve_target
 from .backend.verify import verify_partition_arity
 from .importer import RelayLike, as_relay_module, import_relay
+from .legacy.lowerings import lowering_scope
 from .relay.params import ParamsLike, load_params
 from .relay.rewrite import with_input_types
 from .report import OffloadReport, build_report
 from .runtime import ModelRunner, input_specs, write_signature
+from .threads import ThreadConfig
 
 TargetLike = Union[str, dict, tvm.target.Target, None]
 
@@ -68,9 +70,9 @@ class CompiledModel(ModelRunner):
     """
 
     def __init__(self, executable, relax_module: tvm.IRModule, report: OffloadReport,
-                 device=None):
+                 device=None, num_threads: Optional[int] = None):
         specs = input_specs(relax_module["main"])
-        super().__init__(executable, [s["name"] for s in specs], specs, device)
+        super().__init__(executable, [s["name"] for s in specs], specs, device, num_threads)
         self.relax_module = relax_module
         self.report = report
 
@@ -82,7 +84,9 @@ class CompiledModel(ModelRunner):
 
 def compile(relay_mod: RelayLike, params: ParamsLike = None, *, target: TargetLike = None,
             patterns: Optional[Sequence[Any]] = None, merge: bool = False,
-            input_shapes: Optional[Mapping[str, Sequence[int]]] = None) -> CompiledModel:
+            input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
+            lowerings: Optional[Mapping[str, Callable]] = None,
+            num_threads: Optional[int] = None) -> CompiledModel:
     """Compile a Relay program with bmlib offload.
 
     ``relay_mod`` is Relay text, a parsed module or a function; ``params`` a dict
@@ -93,17 +97,22 @@ def compile(relay_mod: RelayLike, params: ParamsLike = None, *, target: TargetLi
     target dicts, strings and ``Target`` objects are accepted.  ``input_shapes``
     (``{"data": (1, 3, 224, 224)}``) pins dynamic (``?``) input dims: the bmlib
     templates take static shapes only, so a dynamic model is otherwise left to
-    the host.
+    the host.  ``lowerings`` (``{composite name: fn(call, inputs)}``, a legacy
+    ``_LOWER_MAP``) apply to this call only.  The model runs on ``num_threads``
+    threads (default ``$TVM_NUM_THREADS``, else every CPU available to the process).
     """
     target = resolve_target(target)
+    ThreadConfig(num_threads)  # a bad num_threads / $TVM_NUM_THREADS fails before compiling
     module = as_relay_module(relay_mod)
     if input_shapes:
         module = with_input_types(module, {k: (v, None) for k, v in input_shapes.items()})
     imported = import_relay(module, load_params(params))
-    partitioned = partition_for_bmlib(imported, patterns=patterns, merge=merge, target=target)
-    executable, records = build_offloaded(partitioned, target)
+    with lowering_scope(lowerings):
+        partitioned = partition_for_bmlib(imported, patterns=patterns, merge=merge,
+                                          target=target)
+        executable, records = build_offloaded(partitioned, target)
     report = build_report(partitioned, records)
-    return CompiledModel(executable, partitioned, report)
+    return CompiledModel(executable, partitioned, report, num_threads=num_threads)
 
 
 def compile_plain(relax_mod: tvm.IRModule, target: TargetLike = None):

@@ -31,6 +31,7 @@ from .compiler import CompiledModel, build_offloaded, build_verified, lower_and_
 from .errors import ParamError
 from .importer import import_relay
 from .legacy import load_lowerings, load_pattern_table
+from .legacy.lowerings import scoped_lowerings
 from .progress import QUIET, Progress
 from .recipe import recipe_tensor
 from .relay import load_params, parse
@@ -90,6 +91,7 @@ class ConversionResult:
         return None if check is None else bool(check["ok"])
 
 
+@scoped_lowerings  # --lowerings apply to this conversion only
 def convert(model_path: str, outdir: str, *, params: Any = None,
             patterns_path: Optional[str] = None, lowerings_path: Optional[str] = None,
             inputs: Sequence[InputSpec] = (), merge: bool = False, check: bool = False,
@@ -215,12 +217,14 @@ def render_markdown(data: Mapping[str, Any], table: str) -> str:
              f"- bmlib-relax {data['bmlib_relax_version']}, merge={data['merge']}",
              "- inputs: " + ", ".join(f"`{i['name']}` {tuple(i['shape'])} {i['dtype']}"
                                        for i in data["inputs"]), ""]
-    lines += ["## Partitions", "", "| partition | composites | ops | params | PrimFunc args |",
-              "|---|---|---|---|---|"]
+    lines += ["## Partitions", "", "| partition | composites | ops | params | PrimFunc args "
+              "| unscheduled blocks |", "|---|---|---|---|---|---|"]
     for p in data["partitions"]:
+        unscheduled = "; ".join([str(p["unscheduled_blocks"])] + p["unscheduled"])
         lines.append(f"| `{p['name']}` | {', '.join(p['composites'])} | "
                      f"{', '.join(o.replace('relax.', '') for o in p['ops'])} | "
-                     f"{p['num_params']} | {p['num_args']} |")
+                     f"{p['num_params']} | {p['num_args']} | "
+                     f"{unscheduled.replace('|', '/')} |")
     lines += ["", "## Ops", "", f"- on bmlib: {_counts(data['ops_offloaded'])}",
               f"- on host: {_counts(data['ops_host'])}"]
     for key in ("flops_total", "flops_offloaded"):

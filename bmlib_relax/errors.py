@@ -104,5 +104,20 @@ class ArityMismatchError(CodegenError):
         super().__init__(msg)
 
 
+class SignatureMismatchError(ArityMismatchError):
+    """A bmlib PrimFunc with the right number of parameters but one of the wrong
+    shape or dtype (a lowering that changed an output's shape, say): it would
+    write past a buffer or read garbage at run time, so it fails at build time."""
+
+    def __init__(self, partition: str, count: int, position: int, role: str,
+                 expected: str, actual: str):
+        self.partition = partition
+        self.expected = self.actual = count  # the counts agree, one argument does not
+        self.position = position
+        CodegenError.__init__(
+            self, f"partition {partition!r}: PrimFunc argument {position} ({role}) is "
+                  f"{actual} but the partition function declares {expected}")
+
+
 def format_locations(spans: Iterable[object]) -> str:
     return ", ".join(str(s) for s in spans if s is not None)

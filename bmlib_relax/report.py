@@ -31,11 +31,19 @@ class PartitionInfo:
     num_args: int
     flops: int = 0  # per call
     calls: int = 1  # structurally equal partitions are one function called several times
+    # "block (rule: reason)" of blocks whose schedule rule was rolled back (slow, correct)
+    unscheduled: list[str] = field(default_factory=list)
+
+    @property
+    def unscheduled_blocks(self) -> int:
+        return len(self.unscheduled)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "composites": list(self.composites), "ops": list(self.ops),
                 "num_params": self.num_params, "num_args": self.num_args,
-                "flops": self.flops, "calls": self.calls}
+                "flops": self.flops, "calls": self.calls,
+                "unscheduled_blocks": self.unscheduled_blocks,
+                "unscheduled": list(self.unscheduled)}
 
 
 @dataclass
@@ -83,6 +91,12 @@ class OffloadReport:
                              f"{', '.join(p.composites)}")
                 lines.append(f"  {'':<{width}}  {'':>5}  {'':>6}  {'':>4}  {'':>7}  "
                              f"{' '.join(_short(o) for o in p.ops)}")
+                for block in p.unscheduled:
+                    lines.append(f"  {'':<{width}}  unscheduled (rolled back): {block}")
+        unscheduled = sum(p.unscheduled_blocks for p in self.partitions)
+        if unscheduled:
+            lines.append(f"  unscheduled blocks: {unscheduled} (a schedule rule failed and was "
+                         "rolled back: correct, but slow)")
         for title, counts in (("on bmlib", self.ops_offloaded), ("on host", self.ops_host)):
             body = ", ".join(f"{_short(k)} x{v}" for k, v in sorted(counts.items())) or "-"
             lines.append(f"  ops {title}: {body}")
@@ -170,7 +184,8 @@ def build_report(partitioned: tvm.IRModule,
         count = calls.get(gvar.name_hint, 1)
         report.partitions.append(PartitionInfo(
             name=record.name, composites=list(record.composites), ops=list(record.ops),
-            num_params=record.num_params, num_args=record.num_args, flops=flops, calls=count))
+            num_params=record.num_params, num_args=record.num_args, flops=flops, calls=count,
+            unscheduled=[str(b) for b in record.unscheduled]))
         for _ in range(count):
             report.ops_offloaded.update(record.ops)
         report.flops_offloaded += flops * count

@@ -16,6 +16,7 @@ import tvm
 from tvm import relax
 
 from .errors import ParamError
+from .threads import ThreadConfig
 
 SIGNATURE_FILE = "model.json"
 
@@ -23,11 +24,14 @@ SIGNATURE_FILE = "model.json"
 class ModelRunner:
     """Calls a Relax VM ``main`` with numpy arrays, by position or by input name.
 
-    A single output comes back as an array, several as a tuple.
+    A single output comes back as an array, several as a tuple.  It runs on
+    ``num_threads`` threads (default: every CPU available, see :mod:`.threads`).
     """
 
     def __init__(self, executable: Any, input_names: Sequence[str],
-                 input_specs: Optional[Sequence[dict]] = None, device: Any = None):
+                 input_specs: Optional[Sequence[dict]] = None, device: Any = None,
+                 num_threads: Optional[int] = None):
+        self.threads = ThreadConfig(num_threads)
         self.executable = executable
         self.input_names = list(input_names)
         self.input_specs = list(input_specs or [])
@@ -56,6 +60,7 @@ class ModelRunner:
 
     def __call__(self, *args: Any, **kwargs: Any):
         arrays = self._arrange(args, kwargs)
+        self.threads.apply()
         result = self._vm["main"](*[tvm.runtime.tensor(a, self.device) for a in arrays])
         return to_numpy(result)
 
@@ -96,7 +101,7 @@ def write_signature(folder: str, specs: Sequence[dict], outputs: Sequence[dict] 
 class LoadedModel(ModelRunner):
     """A model loaded from an ``export_library`` artifact."""
 
-    def __init__(self, path: str, device: Any = None):
+    def __init__(self, path: str, device: Any = None, num_threads: Optional[int] = None):
         if not os.path.exists(path):
             raise ParamError(f"artifact not found: {path}")
         self.path = path
@@ -107,16 +112,18 @@ class LoadedModel(ModelRunner):
             with open(signature_path) as handle:
                 specs = json.load(handle).get("inputs", [])
         names = [s["name"] for s in specs]
-        super().__init__(module, names, specs, device)
+        super().__init__(module, names, specs, device, num_threads)
 
     def __call__(self, *args: Any, **kwargs: Any):
         if not self.input_names:  # no signature file: positional only, unchecked
+            self.threads.apply()
             result = self._vm["main"](*[tvm.runtime.tensor(np.ascontiguousarray(a), self.device)
                                         for a in args])
             return to_numpy(result)
         return super().__call__(*args, **kwargs)
 
 
-def load(path: str, device: Any = None) -> LoadedModel:
-    """Load a model artifact written by ``export_library`` / ``bmlib-relax convert``."""
-    return LoadedModel(os.fspath(path), device)
+def load(path: str, device: Any = None, num_threads: Optional[int] = None) -> LoadedModel:
+    """Load a model artifact written by ``export_library`` / ``bmlib-relax convert``
+    (``num_threads``: default ``$TVM_NUM_THREADS``, else every CPU available)."""
+    return LoadedModel(os.fspath(path), device, num_threads)

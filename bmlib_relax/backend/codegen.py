@@ -15,15 +15,19 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional
 
 import tvm
 from tvm import relax, te, topi
+from tvm.error import register_error as register_ffi_error
 
-from ..errors import CodegenError
+from ..errors import BmlibError, CodegenError
 from ..legacy.lowerings import get_legacy_lowering
-from .schedule import apply_schedules
+from .schedule import (ScheduleContext, UnscheduledBlock, UnscheduledBlockWarning,
+                       apply_schedules)
 from .target import resolve_target, vector_lanes
 from .templates import get_template
 
@@ -46,6 +50,8 @@ class PartitionRecord:
     num_args: int  # parameters of the built PrimFunc
     composites: list[str] = field(default_factory=list)
     ops: list[str] = field(default_factory=list)
+    # Blocks whose schedule rule failed and was rolled back (correct, but slow).
+    unscheduled: list[UnscheduledBlock] = field(default_factory=list)
 
 
 _SESSION: contextvars.ContextVar[Optional[dict]] = contextvars.ContextVar(
@@ -98,6 +104,7 @@ class PartitionLowerer:
         self.ctx = LowerContext(symbol, self.target)
         self.composites: list[str] = []
         self.ops: list[str] = []
+        self.unscheduled: list[UnscheduledBlock] = []
 
     def signature(self) -> list[relax.Var]:
         """The Relax parameters the PrimFunc takes, in order: the partition's own."""
@@ -128,7 +135,13 @@ class PartitionLowerer:
                 outputs[i] = topi.identity(out)
             taken.add(id(outputs[i]))
         prim = te.create_prim_func(placeholders + outputs)
-        prim = apply_schedules(prim, self.target)
+        schedule = ScheduleContext(self.target)
+        prim = apply_schedules(prim, self.target, schedule)
+        self.unscheduled = list(schedule.unscheduled)
+        for block in self.unscheduled:
+            warnings.warn(f"bmlib partition {self.symbol!r}: {block} was rolled back; the "
+                          "block runs unscheduled (correct, but slow)",
+                          UnscheduledBlockWarning, stacklevel=2)
         return prim.with_attr("global_symbol", self.symbol)
 
     def _eval_body(self, body: relax.Expr, env: dict) -> Any:
@@ -237,15 +250,19 @@ class PartitionLowerer:
         return PartitionRecord(
             name=self.symbol, num_params=num_params,
             num_outputs=len(prim.params) - len(self.signature()),
-            num_args=len(prim.params), composites=self.composites, ops=self.ops)
+            num_args=len(prim.params), composites=self.composites, ops=self.ops,
+            unscheduled=list(self.unscheduled))
 
 
 def lower_partition(func: relax.Function, symbol: str, target: Any = None
                     ) -> tuple[tvm.tirx.PrimFunc, PartitionRecord]:
     """Lower and schedule one partition function for ``target`` (default: the host
     CPU); returns the PrimFunc and its record."""
+    from .verify import check_prim_signature  # local: verify imports this module
+
     lowerer = PartitionLowerer(func, symbol, target)
     prim = lowerer.lower()
+    check_prim_signature(func, prim, symbol)
     return prim, lowerer.record(prim)
 
 
@@ -255,16 +272,62 @@ def build_prim_funcs(prims: dict[str, tvm.tirx.PrimFunc], target: Any) -> tvm.ru
     return tvm.compile(mod, target=resolve_target(target)).mod
 
 
+# BmlibErrors raised inside the codegen cross TVM's C++ (RunCodegen) on their way back to
+# the caller, which would turn them into a plain RuntimeError.  Each type is registered
+# with TVM's FFI error table under its own name, and the instance is kept here until the
+# FFI revives it, so the caller catches the very exception (ArityMismatchError, ...).
+_IN_FLIGHT: dict[str, BaseException] = {}
+
+
+def _reviver(cls: type) -> type:
+    """A type the FFI "constructs" from the message: it hands back the instance in flight
+    (or, raised elsewhere, a ``cls`` carrying the message only)."""
+
+    def revive(_reviver_cls, message: str) -> BaseException:
+        found = _IN_FLIGHT.pop(message, None)
+        if found is None:
+            found = cls.__new__(cls)
+            Exception.__init__(found, message)
+        return found  # not an instance of the reviver: Python skips its __init__
+
+    return type(f"Revive{cls.__name__}", (Exception,), {"__new__": revive})
+
+
+@functools.lru_cache(maxsize=None)
+def _register_with_ffi(cls: type) -> None:
+    kind = f"bmlib_relax.{cls.__name__}"
+    register_ffi_error(kind, cls)  # type -> kind when it enters C++ ...
+    register_ffi_error(kind, _reviver(cls))  # ... kind -> this instance when it comes back
+
+
+def _pass_through_ffi(exc: BmlibError) -> None:
+    _register_with_ffi(type(exc))
+    if len(_IN_FLIGHT) > 16:
+        _IN_FLIGHT.clear()
+    _IN_FLIGHT[str(exc)] = exc
+
+
 @tvm.register_global_func(f"relax.ext.{CODEGEN_NAME}", override=True)
 def bmlib_codegen(funcs, options, constant_names) -> list:
-    """Entry point called by ``relax.transform.RunCodegen`` for ``Codegen="bmlib"``.
+    """Entry point called by ``relax.transform.RunCodegen`` for ``Codegen="bmlib"``
+    (see :func:`build_partitions`); bmlib errors reach the caller with their type."""
+    try:
+        return build_partitions(funcs)
+    except BmlibError as exc:
+        _pass_through_ffi(exc)
+        raise
+
+
+def build_partitions(funcs) -> list:
+    """Lower (unless done already), check and build the partitions ``RunCodegen`` hands over.
 
     Inside :func:`codegen_session` (the path ``bmlib_relax.compile`` takes) the
     partitions were already lowered and verified against their call sites, and
-    are only built here.  Called directly, it lowers them itself and checks each
-    PrimFunc against the partition's own signature before building.
+    are only built here.  Called directly, it lowers them itself.  Either way each
+    PrimFunc is checked against what its partition function declares (parameters,
+    then outputs: count, shapes, dtypes) before anything is built.
     """
-    from .verify import check_record  # local: verify imports this module
+    from .verify import check_prim_signature  # local: verify imports this module
 
     session = _SESSION.get()
     lowered = session["lowered"] if session is not None else {}
@@ -274,9 +337,9 @@ def bmlib_codegen(funcs, options, constant_names) -> list:
         symbol = str(func.attrs["global_symbol"])
         if symbol in lowered:
             prim, record = lowered[symbol]
+            check_prim_signature(func, prim, symbol)
         else:
             prim, record = lower_partition(func, symbol, target)
-            check_record(record, expected_args=len(func.params) + record.num_outputs)
         prims[symbol] = prim
         if session is not None:
             session["records"][symbol] = record

@@ -11,6 +11,12 @@ ops here are element-wise and shape ops, so NumPy evaluates them directly, with
 Relax's broadcasting rules.  Only the built-in pattern table uses this: a
 legacy table may match the unfolded form (``reshape(is_constant())``), exactly
 as Relay's MergeComposite saw it.
+
+Half-precision chains are folded in float64 and rounded once, at the end:
+op by op in float16, ``beta - mean * gamma / sqrt(var + eps)`` would round
+every intermediate (with a mean of 300 the shift is off by whole units).  The
+folder keeps the float64 value of every half-precision constant it made, so
+the next fold in a chain starts from the exact value, not the rounded one.
 """
 from __future__ import annotations
 
@@ -69,15 +75,31 @@ def _astype(args, call):
     return args[0].astype(str(call.attrs.dtype))
 
 
+# Results of these dtypes are folded in float64 and rounded once (see the module doc).
+HALF_DTYPES = ("float16", "bfloat16")
+# Ops that only move values: folding them exposes no rounding of their own.
+_SHAPE_OPS = {"relax.reshape", "relax.expand_dims", "relax.squeeze", "relax.permute_dims"}
+
+
+def _widened(value: np.ndarray) -> np.ndarray:
+    return value.astype(np.float64) if value.dtype.kind == "f" or \
+        str(value.dtype) == "bfloat16" else value
+
+
 @mutator
 class _ConstantFolder(PyExprMutator):
     def __init__(self, mod: tvm.IRModule):
         super().__init__(mod)
         self.folded = 0
+        # float64 values of the half-precision constants folded so far (chains continue
+        # from them); only kept where rounding happened, so weights are not copied.
+        self.exact: dict = {}
 
     def _value(self, expr: relax.Expr) -> Optional[np.ndarray]:
         if isinstance(expr, relax.Var):
             expr = self.lookup_binding(expr)
+        if expr is not None and expr in self.exact:
+            return self.exact[expr]
         return const_array(expr)
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:  # noqa: D401 - visitor hook
@@ -90,14 +112,27 @@ class _ConstantFolder(PyExprMutator):
         values = [self._value(a) for a in tensors]
         if not values or any(v is None for v in values):
             return call
+        dtype = str(ty.dtype)
+        wide = dtype in HALF_DTYPES
+        if wide:
+            values = [_widened(v) for v in values]
         with np.errstate(all="ignore"):
-            result = folder(values, call)
-        result = np.asarray(result).astype(str(ty.dtype), copy=False)
+            result = np.asarray(folder(values, call))
         want = tuple(int(d) for d in ty.shape.values)
         if result.shape != want:  # broadcasting differs from what Relax inferred: keep it
             return call
         self.folded += 1
-        return relax.const(np.ascontiguousarray(result), str(ty.dtype))
+        const = relax.const(np.ascontiguousarray(result.astype(dtype, copy=False)), dtype)
+        keeps_exact = call.op.name not in _SHAPE_OPS or \
+            any(self._is_exact(a) for a in tensors)
+        if wide and keeps_exact and result.dtype == np.float64:
+            self.exact[const] = result
+        return const
+
+    def _is_exact(self, expr: relax.Expr) -> bool:
+        if isinstance(expr, relax.Var):
+            expr = self.lookup_binding(expr)
+        return expr is not None and expr in self.exact
 
 
 def fold_constants(mod: tvm.IRModule) -> tvm.IRModule:

@@ -8,7 +8,11 @@ a generic rule (:func:`schedule_spatial` for element-wise / data-movement
 blocks, :func:`schedule_reduction` for reductions).  Rules only transform
 loops, so an unscheduled block is still correct: when a rule raises, the
 schedule is rolled back to its state before that rule and the block is left
-as default lowering made it.
+as default lowering made it.  Correct but slow (single-threaded, scalar), so
+such a block is never silent: :attr:`ScheduleContext.unscheduled` lists it
+(the codegen warns with :class:`UnscheduledBlockWarning` and the report counts
+``unscheduled_blocks`` per partition).  Only the optional inlining step may
+fail quietly: a block it could not inline is still scheduled by its own rule.
 """
 from __future__ import annotations
 
@@ -38,13 +42,34 @@ PARALLEL_MIN_WORK = 1 << 14
 PARALLEL_MIN_ITERS = 64
 
 
+class UnscheduledBlockWarning(UserWarning):
+    """A block's schedule rule failed and was rolled back: correct, but slow."""
+
+
+@dataclass(frozen=True)
+class UnscheduledBlock:
+    """A block left as default lowering made it, and why."""
+
+    block: str
+    rule: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"block {self.block!r} (rule {self.rule}: {self.reason})"
+
+
 @dataclass
 class ScheduleContext:
-    """What a schedule rule may read: the target, and blocks already taken care of."""
+    """What a schedule rule may read: the target, and blocks already taken care of.
+
+    ``failures`` holds ``(block, rule, reason)`` of every rule that raised (the
+    optional inlining included); ``unscheduled`` the blocks whose own rule failed.
+    """
 
     target: Any
     done: set = field(default_factory=set)
     failures: list = field(default_factory=list)
+    unscheduled: list[UnscheduledBlock] = field(default_factory=list)
 
     def lanes(self, dtype: str) -> int:
         return vector_lanes(self.target, dtype)
@@ -202,16 +227,28 @@ def _generic_rule(sch: s_tir.Schedule, block):
 
 
 # --------------------------------------------------------------------------- driver
-def _apply(sch: s_tir.Schedule, rule, block_name_: str, ctx: ScheduleContext):
+def _apply(sch: s_tir.Schedule, rule, block_name_: str, ctx: ScheduleContext,
+           rule_name: Optional[str] = None, optional: bool = False):
+    """Apply ``rule`` to the block, or roll the schedule back when it raises (an
+    ``optional`` rule's failure leaves the block to its own rule, so it is not
+    counted as unscheduled)."""
     snapshot = sch.mod
+    rule_name = rule_name or getattr(rule, "__name__", str(rule))
     try:
         rule(sch, sch.get_sblock(block_name_), ctx)
         return sch
     except Exception as exc:  # noqa: BLE001 - a rule that does not fit leaves the block as is
-        _LOG.debug("bmlib schedule rule %s failed on block %s: %s",
-                   getattr(rule, "__name__", rule), block_name_, exc)
-        ctx.failures.append((block_name_, getattr(rule, "__name__", str(rule)), str(exc)))
+        _LOG.debug("bmlib schedule rule %s failed on block %s: %s", rule_name, block_name_, exc)
+        reason = f"{type(exc).__name__}: {_first_line(exc)}"
+        ctx.failures.append((block_name_, rule_name, str(exc)))
+        if not optional:
+            ctx.unscheduled.append(UnscheduledBlock(block_name_, rule_name, reason))
         return s_tir.Schedule(snapshot)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0] if lines else "(no message)"
 
 
 def _exists(sch: s_tir.Schedule, name: str) -> bool:
@@ -240,12 +277,14 @@ def apply_schedules(prim: tvm.tirx.PrimFunc, target: Any = None,
         rule = get_schedule_rule(rule_name)
         if rule is None:
             ctx.failures.append((name, rule_name, "no schedule rule registered"))
+            ctx.unscheduled.append(UnscheduledBlock(name, rule_name,
+                                                    "no schedule rule registered"))
             continue
-        sch = _apply(sch, rule, name, ctx)
+        sch = _apply(sch, rule, name, ctx, rule_name)
         ctx.done.add(name)
     for name in names:
         if name not in ctx.done and _exists(sch, name):
-            sch = _apply(sch, inline_into_elementwise, name, ctx)
+            sch = _apply(sch, inline_into_elementwise, name, ctx, optional=True)
     for name in names:
         if name in ctx.done or not _exists(sch, name):
             continue

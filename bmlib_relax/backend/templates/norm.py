@@ -7,31 +7,52 @@ from ._utils import attr_ints
 from .registry import register_template
 
 
+# Half-precision epilogues compute in float32 and round once at the end (see batch_norm).
+_WIDER = {"float16": "float32", "bfloat16": "float32"}
+
+
+def compute_dtype(dtype: str) -> str:
+    """The dtype a per-channel affine epilogue computes in for ``dtype`` data."""
+    return _WIDER.get(str(dtype), str(dtype))
+
+
+def _as(value, dtype: str):
+    """``value`` (a TIR expression) cast to ``dtype`` unless it already has it."""
+    have = value.dtype if hasattr(value, "dtype") else value.ty  # tensor element / expression
+    return value if str(have) == dtype else value.astype(dtype)
+
+
 @register_template("relax.nn.batch_norm")
 def batch_norm(call, inputs, ctx):
     """Inference batch_norm as ``x * scale[c] + shift[c]``: the per-channel
     ``scale = gamma / sqrt(var + eps)`` and ``shift = beta - mean * scale`` are
     computed once (small blocks), so the per-element work is one multiply-add
-    that fuses into a producer's epilogue."""
+    that fuses into a producer's epilogue.
+
+    For float16 data everything is computed in float32 and rounded once: the
+    affine form cancels ``x * scale`` against ``mean * scale``, which in float16
+    loses the result (mean 300, var 0.01: ``300.25 * 10`` rounds to a multiple
+    of 2, the exact answer is 2.5)."""
     attrs = call.attrs
     if bool(attrs.training):
         raise ctx.error("training-mode batch_norm (batch statistics) has no template")
     data, gamma, beta, mean, var = inputs
     axis = int(attrs.axis) % len(data.shape)
-    eps = tirx.const(float(attrs.epsilon), var.dtype)
+    acc = compute_dtype(data.dtype)
+    eps = tirx.const(float(attrs.epsilon), acc)
     use_scale, use_center = bool(attrs.scale), bool(attrs.center)
 
     def scale_of(c):
-        inv = tirx.rsqrt(var[c] + eps)
-        return gamma[c] * inv if use_scale else inv
+        inv = tirx.rsqrt(_as(var[c], acc) + eps)
+        return _as(gamma[c], acc) * inv if use_scale else inv
 
     scale = te.compute(var.shape, scale_of, name="bmlib_bn_scale")
-    shift = te.compute(var.shape, lambda c: (beta[c] if use_center else
-                                             tirx.const(0, var.dtype)) - mean[c] * scale[c],
+    shift = te.compute(var.shape, lambda c: (_as(beta[c], acc) if use_center else
+                                             tirx.const(0, acc)) - _as(mean[c], acc) * scale[c],
                        name="bmlib_bn_shift")
     out = te.compute(data.shape,
-                     lambda *i: data[i] * scale[i[axis]].astype(data.dtype) +
-                     shift[i[axis]].astype(data.dtype), name="bmlib_batch_norm")
+                     lambda *i: _as(_as(data[i], acc) * scale[i[axis]] + shift[i[axis]],
+                                    str(data.dtype)), name="bmlib_batch_norm")
     return out, mean, var
 
 
