@@ -433,9 +433,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     default_threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
         else os.cpu_count()
     threads = args.threads or int(os.environ.get("TVM_NUM_THREADS") or default_threads or 1)
-    # TVM's thread pool reads this when it first starts, i.e. at the first parallel run.
+    # TVM's thread pool reads this when it first starts, i.e. at the first parallel run;
+    # configure_current_thread also keeps TVM from pinning this thread to one CPU.
     os.environ["TVM_NUM_THREADS"] = str(threads)
     import tvm
+
+    from ..threads import configure_current_thread
+
+    configure_current_thread(threads)
 
     goldens = Path(args.goldens) if args.goldens else \
         Path(__file__).resolve().parents[2] / "tests" / "data"
@@ -479,7 +484,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if resnet50.exists():
             print("compiling ResNet-50 ...", file=sys.stderr, flush=True)
             extra["ResNet-50 (import+partition+codegen+build)"] = compile_time(resnet50, target)
-    runtime_threads = int(tvm.runtime.num_threads())
+    runtime_threads = configure_current_thread(threads)
     print(f"target {json.dumps(target)}, {threads} thread(s) (TVM runtime: {runtime_threads}), "
           f"tvm {tvm.__version__}")
     print(render(results, peak, note, extra, measured))
