@@ -11,8 +11,8 @@ from conftest import cli
 
 def test_bench_runs_and_reports_equivalent_builds(tmp_path):
     out = tmp_path / "bench.json"
-    proc = cli("bench", "seed_reshape_conv2d_add_bn_relu", "--no-torch", "--seconds", "0.05",
-               "--layers", "none", "--threads", "1", "--json", out)
+    proc = cli("bench", "seed_reshape_conv2d_add_bn_relu", "--no-torch", "--no-runtimes",
+               "--seconds", "0.05", "--layers", "none", "--threads", "1", "--json", out)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "seed_reshape_conv2d_add_bn_relu" in proc.stdout and "peak fp32" in proc.stdout
     data = json.loads(out.read_text())
