@@ -111,7 +111,7 @@ def compile(relay_mod: RelayLike, params: ParamsLike = None, *, target: TargetLi
         partitioned = partition_for_bmlib(imported, patterns=patterns, merge=merge,
                                           target=target)
         executable, records = build_offloaded(partitioned, target)
-    report = build_report(partitioned, records)
+    report = build_report(partitioned, records, patterns)
     return CompiledModel(executable, partitioned, report, num_threads=num_threads)
 
 

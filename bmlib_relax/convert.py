@@ -125,7 +125,7 @@ def convert(model_path: str, outdir: str, *, params: Any = None,
         lowered = lower_and_verify(partitioned, on_partition=progress.item, target=target)
     with progress.step("build"):
         executable, records = build_verified(partitioned, lowered, target)
-    report = build_report(partitioned, records)
+    report = build_report(partitioned, records, resolved)
     model = CompiledModel(executable, partitioned, report)
 
     os.makedirs(outdir, exist_ok=True)
@@ -230,6 +230,10 @@ def render_markdown(data: Mapping[str, Any], table: str) -> str:
     for key in ("flops_total", "flops_offloaded"):
         if key in data:
             lines.append(f"- {key.replace('_', ' ')}: {data[key]:,}")
+    if data.get("host_ops"):
+        lines += ["", "| host op | count | why it stayed on the host |", "|---|---|---|"]
+        lines += [f"| {h['op'].replace('relax.', '')} | {h['count']} | {h['detail']} |"
+                  for h in data["host_ops"]]
     lines += ["", "## Patterns", "", f"- table: {', '.join(data['patterns'])}",
               f"- unmatched: {', '.join(data['unmatched_patterns']) or 'none'}"]
     if data["warnings"]:

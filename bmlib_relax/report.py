@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional, Sequence
 
 import tvm
 from tvm import relax
 
 from .backend.codegen import PartitionRecord, is_bmlib_partition
+from .backend.host_reasons import host_reasons
 from .backend.verify import partition_call_sites
 from .flops import count_flops
 
@@ -53,6 +54,8 @@ class OffloadReport:
     ops_host: Counter = field(default_factory=Counter)
     flops_offloaded: int = 0
     flops_host: int = 0
+    # why each host op stayed there: HostReason -> count
+    host_reasons: Counter = field(default_factory=Counter)
 
     @property
     def num_offloaded(self) -> int:
@@ -74,6 +77,9 @@ class OffloadReport:
             "ops_host": dict(sorted(self.ops_host.items())),
             "flops_total": self.flops_total,
             "flops_offloaded": self.flops_offloaded,
+            "host_ops": [reason.to_dict(count) for reason, count in
+                         sorted(self.host_reasons.items(),
+                                key=lambda item: (item[0].op, item[0].reason, item[0].detail))],
         }
 
     def __str__(self) -> str:
@@ -100,6 +106,9 @@ class OffloadReport:
         for title, counts in (("on bmlib", self.ops_offloaded), ("on host", self.ops_host)):
             body = ", ".join(f"{_short(k)} x{v}" for k, v in sorted(counts.items())) or "-"
             lines.append(f"  ops {title}: {body}")
+        for reason, count in sorted(self.host_reasons.items(),
+                                    key=lambda item: (item[0].op, item[0].detail)):
+            lines.append(f"    host {_short(reason.op)} x{count}: {reason.detail}")
         return "\n".join(lines)
 
 
@@ -171,7 +180,12 @@ def host_ops(mod: tvm.IRModule) -> Counter:
 
 
 def build_report(partitioned: tvm.IRModule,
-                 records: Mapping[str, PartitionRecord]) -> OffloadReport:
+                 records: Mapping[str, PartitionRecord],
+                 patterns: Optional[Sequence[Any]] = None) -> OffloadReport:
+    """The report of a partitioned and built module; ``patterns`` is the table it was
+    partitioned with (default: the built-in one), to say why host ops stayed there."""
+    from .backend.partition import resolve_patterns
+
     report = OffloadReport()
     calls = Counter(name for name, _ in partition_call_sites(partitioned))
     for gvar, func in partitioned.functions.items():
@@ -192,4 +206,7 @@ def build_report(partitioned: tvm.IRModule,
     report.partitions.sort(key=lambda p: p.name)
     report.ops_host = host_ops(partitioned)
     report.flops_host = sum(_flops_of(func) for func in _host_functions(partitioned))
+    if report.ops_host:
+        report.host_reasons = host_reasons(partitioned, _host_functions(partitioned),
+                                           resolve_patterns(patterns))
     return report

@@ -1,0 +1,106 @@
+"""Why an op stayed on the host: one reason per op call left outside bmlib.
+
+A user reading "ops on host: nn.conv2d x53" needs to know what to change: the
+op may have no bmlib template, use a dtype or a dynamic shape the templates do
+not take, have matched a pattern whose check turned it down (which one), or
+simply not be covered by any pattern of the table.  The reasons are tried in
+that order, each from the op call itself and the table that partitioned it.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Iterable, Optional, Sequence
+
+import tvm
+from tvm import relax
+
+from .patterns import SUPPORTED_DTYPES
+from .templates import get_template
+
+NO_TEMPLATE = "no_template"
+DTYPE = "dtype_not_supported"
+DYNAMIC = "dynamic_shape"
+REJECTED = "rejected_by_check"
+UNMATCHED = "unmatched"
+
+_BOOKKEEPING = {"relax.call_dps_packed", "relax.call_tir", "relax.call_pure_packed"}
+
+
+@dataclass(frozen=True)
+class HostReason:
+    op: str
+    reason: str  # one of the constants above
+    detail: str  # human-readable, e.g. "dtype int8", "check of bmlib.conv2d"
+
+    def to_dict(self, count: int) -> dict[str, Any]:
+        return {"op": self.op, "reason": self.reason, "detail": self.detail, "count": count}
+
+
+def _tensor_types(call: relax.Call) -> Iterable[Any]:
+    for expr in (call, *call.args):
+        ty = getattr(expr, "ty", None)
+        fields = ty.fields if isinstance(ty, relax.TupleType) else [ty]
+        for field in fields:
+            if isinstance(field, relax.TensorType):
+                yield field
+
+
+def _is_static(ty: relax.TensorType) -> bool:
+    shape = ty.shape
+    return shape is not None and hasattr(shape, "values") and \
+        all(hasattr(d, "value") for d in shape.values)
+
+
+def host_reason(call: relax.Call, table: Sequence[Any], var2val: dict) -> HostReason:
+    """The reason ``call`` (an op call outside every partition) runs on the host."""
+    op = call.op.name
+    if get_template(op) is None:
+        return HostReason(op, NO_TEMPLATE, "no bmlib template for this op")
+    types = list(_tensor_types(call))
+    dynamic = [ty for ty in types if not _is_static(ty)]
+    if dynamic:
+        return HostReason(op, DYNAMIC, f"dynamic shape {dynamic[0].shape}")
+    dtypes = sorted({str(ty.dtype) for ty in types} - set(SUPPORTED_DTYPES))
+    if dtypes:
+        return HostReason(op, DTYPE, f"dtype {', '.join(dtypes)} (bmlib takes "
+                                     f"{', '.join(SUPPORTED_DTYPES)})")
+    for entry in table:
+        name, pattern = _name_and_pattern(entry)
+        if pattern is None:
+            continue
+        try:
+            matched = pattern.match(call, var2val)
+        except Exception:  # noqa: BLE001 - a pattern that cannot be tried here says nothing
+            matched = False
+        if matched:
+            return HostReason(op, REJECTED, f"matched {name}, rejected by its check")
+    return HostReason(op, UNMATCHED, "no pattern of the table matches it")
+
+
+def _name_and_pattern(entry: Any) -> tuple[str, Optional[Any]]:
+    if isinstance(entry, relax.transform.FusionPattern):
+        return str(entry.name), entry.pattern
+    if isinstance(entry, (tuple, list)) and len(entry) >= 2:
+        return str(entry[0]), entry[1]
+    return str(entry), None
+
+
+def host_reasons(mod: tvm.IRModule, functions: Iterable[relax.Function],
+                 table: Sequence[Any]) -> Counter:
+    """``Counter`` of :class:`HostReason` over every op call of ``functions`` (the
+    host functions of the partitioned ``mod``)."""
+    reasons: Counter = Counter()
+    for func in functions:
+        var2val = relax.analysis.get_var2val(func)
+        calls: list[relax.Call] = []
+
+        def visit(expr, calls=calls):
+            if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and \
+                    expr.op.name not in _BOOKKEEPING:
+                calls.append(expr)
+
+        relax.analysis.post_order_visit(func, visit)
+        for call in calls:
+            reasons[host_reason(call, table, var2val)] += 1
+    return reasons

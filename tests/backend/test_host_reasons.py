@@ -1,0 +1,77 @@
+"""The report says why each op stayed on the host (text, JSON, markdown)."""
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax
+
+import bmlib_relax
+from bmlib_relax.backend.host_reasons import (DTYPE, DYNAMIC, NO_TEMPLATE, REJECTED,
+                                              UNMATCHED, host_reason)
+from bmlib_relax.backend.partition import resolve_patterns
+from bmlib_relax.relay.dataflow_pattern import is_op, wildcard
+
+R = relax.op
+
+
+def _reasons(model) -> dict:
+    return {(h["op"], h["reason"]): h for h in model.report.to_dict()["host_ops"]}
+
+
+def test_integer_ops_are_reported_as_dtype_not_as_unmatched():
+    text = """#[version = "0.0.5"]
+def @main(%x: Tensor[(2, 8), int32], %y: Tensor[(2, 8), float32]) {
+  (add(%x, %x), nn.relu(%y))
+}"""
+    model = bmlib_relax.compile(text)
+    reasons = _reasons(model)
+    assert ("relax.add", DTYPE) in reasons
+    assert "int32" in reasons[("relax.add", DTYPE)]["detail"]
+    assert "dtype int32" in str(model.report)
+    assert model.report.to_dict()["ops_offloaded"]  # the float relu still went to bmlib
+
+
+def test_ops_without_template_and_unmatched_ops_are_told_apart():
+    text = """#[version = "0.0.5"]
+def @main(%x: Tensor[(4, 6), float32], %i: Tensor[(4, 6), int32]) {
+  (bitwise_not(%i), nn.relu(%x))
+}"""
+    relu_only = [("bmlib.sigmoid_only", is_op("sigmoid")(wildcard()))]
+    model = bmlib_relax.compile(text, patterns=relu_only)
+    reasons = _reasons(model)
+    assert reasons[("relax.bitwise_not", NO_TEMPLATE)]["count"] == 1
+    assert reasons[("relax.nn.relu", UNMATCHED)]["count"] == 1
+
+
+def test_a_pattern_whose_check_refuses_is_named():
+    text = """#[version = "0.0.5"]
+def @main(%x: Tensor[(4, 6), float32]) { nn.relu(%x) }"""
+    table = [("bmlib.picky_relu", is_op("nn.relu")(wildcard()), lambda call: False)]
+    model = bmlib_relax.compile(text, patterns=table)
+    (reason,) = model.report.to_dict()["host_ops"]
+    assert reason["reason"] == REJECTED and "bmlib.picky_relu" in reason["detail"]
+
+
+def test_dynamic_shapes_are_a_reason_of_their_own():
+    n = tvm.tirx.Var("n", "int64")
+    x = relax.Var("x", relax.TensorType([n, 4], "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        call = bb.emit(R.nn.relu(x))
+        bb.emit_func_output(call)
+    func = bb.get()["main"]
+    (binding,) = func.body.blocks[0].bindings
+    reason = host_reason(binding.value, resolve_patterns(None), {})
+    assert reason.reason == DYNAMIC and "n" in reason.detail
+
+
+def test_markdown_report_lists_host_reasons(tmp_path):
+    from bmlib_relax.convert import convert
+
+    model = tmp_path / "m.relay"
+    model.write_text("""#[version = "0.0.5"]
+def @main(%x: Tensor[(2, 8), int32]) { add(%x, %x) }""")
+    convert(str(model), str(tmp_path / "out"), quiet=True) if "quiet" in \
+        convert.__code__.co_varnames else convert(str(model), str(tmp_path / "out"))
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert "why it stayed on the host" in text and "int32" in text
