@@ -128,7 +128,7 @@ class _ConvFolder(PyExprMutator):
             return None
         scaled = (weight.astype("float64") * per_channel.astype("float64")[:, None, None, None])
         return relax.op.nn.conv2d(
-            conv.args[0], relax.const(scaled.astype(weight.dtype)), strides=attrs.strides,
+            conv.args[0], relax.const(scaled.astype(weight.dtype), str(weight.dtype)), strides=attrs.strides,
             padding=attrs.padding, dilation=attrs.dilation, groups=int(attrs.groups),
             data_layout="NCHW", kernel_layout="OIHW", out_layout="NCHW",
             out_dtype=attrs.out_dtype)

@@ -113,7 +113,8 @@ class _LayoutConverter:
         array = const_array(expr)
         if array is not None:
             return relax.const(np.ascontiguousarray(
-                array.reshape((1,) * (4 - rank) + array.shape).transpose(TO_NCHW)))
+                array.reshape((1,) * (4 - rank) + array.shape).transpose(TO_NCHW)),
+                str(array.dtype))
         value = self.substitute(expr)
         if rank < 4:
             shape = [1] * (4 - rank) + [int(d) for d in expr.ty.shape.values]
@@ -191,7 +192,8 @@ def _conv2d(conv: _LayoutConverter, call: relax.Call):
     weight = call.args[1]
     array = const_array(weight)
     perm = _permutation(kernel, "OIHW")
-    weight = relax.const(np.ascontiguousarray(array.transpose(perm))) if array is not None \
+    weight = relax.const(np.ascontiguousarray(array.transpose(perm)), str(array.dtype)) \
+        if array is not None \
         else conv.bb.emit(relax.op.permute_dims(conv.substitute(weight), perm))
     conv.converted += 1
     return relax.op.nn.conv2d(data, weight, strides=attrs.strides, padding=attrs.padding,

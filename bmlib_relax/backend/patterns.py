@@ -43,6 +43,19 @@ MOVEMENT_OPS = ("relax.reshape", "relax.permute_dims", "relax.expand_dims", "rel
                 "relax.flatten", "relax.concat", "relax.split", "relax.strided_slice",
                 "relax.nn.pad")
 REDUCE_OPS = ("relax.mean", "relax.sum", "relax.max", "relax.min")
+# More unary math, data movement and single-op families with templates.
+MATH_OPS = ("relax.cos", "relax.sin", "relax.tan", "relax.cosh", "relax.sinh", "relax.acos",
+            "relax.asin", "relax.atan", "relax.acosh", "relax.asinh", "relax.atanh",
+            "relax.ceil", "relax.floor", "relax.round", "relax.trunc", "relax.sign",
+            "relax.square")
+EXTRA_OPS = ("relax.tile", "relax.repeat", "relax.flip", "relax.image.resize2d",
+             "relax.nn.prelu", "relax.nn.conv3d")
+# Ops whose operands or results are masks and indices (see check_tensors).
+SELECTION_OPS = ("relax.less", "relax.less_equal", "relax.greater", "relax.greater_equal",
+                 "relax.equal", "relax.not_equal", "relax.logical_and", "relax.logical_or",
+                 "relax.logical_xor", "relax.logical_not", "relax.where", "relax.take",
+                 "relax.gather_elements", "relax.gather_nd")
+SELECTION_DTYPES = ("bool", "int32", "int64")
 
 
 # --------------------------------------------------------------------------- checks
@@ -57,29 +70,45 @@ def _shape(expr) -> Optional[list[int]]:
     return [int(d.value) for d in shape.values]
 
 
-def _tensor_ok(ty) -> bool:
+def _tensor_ok(ty, dtypes: tuple = SUPPORTED_DTYPES) -> bool:
     if isinstance(ty, relax.TupleType):
-        return all(_tensor_ok(f) for f in ty.fields)
+        return all(_tensor_ok(f, dtypes) for f in ty.fields)
     if not isinstance(ty, relax.TensorType):
         return True  # shapes, PrimValues: operands, not data
     # The templates are written for floating point; integer math stays on the host.
-    if str(ty.dtype) not in SUPPORTED_DTYPES:
+    if str(ty.dtype) not in dtypes:
         return False
     # Templates are specialised per shape at compile time.
     return ty.shape is not None and hasattr(ty.shape, "values") and \
         all(hasattr(d, "value") for d in ty.shape.values)
 
 
+def _dtypes_of(expr) -> tuple:
+    """Dtypes a call may read and produce: masks (bool) and indices (int32/int64)
+    are the nature of comparisons, ``where`` and indexing; everything else is float."""
+    op = getattr(getattr(expr, "op", None), "name", "")
+    return SUPPORTED_DTYPES + SELECTION_DTYPES if op in SELECTION_OPS else SUPPORTED_DTYPES
+
+
 def check_tensors(context: PatternCheckContext) -> bool:
-    """Every tensor the match reads or writes is float32/float16 with a static shape,
-    and no intermediate value is needed outside the composite."""
+    """Every tensor the match reads or writes has a dtype its op's template takes
+    (float32/float16; masks and indices for selection ops) and a static shape, and
+    no intermediate value is needed outside the composite."""
     exprs = [context.matched_expr, *context.annotated_expr.values(),
              *context.matched_bindings.values()]
+    calls = [e for e in exprs if isinstance(e, relax.Call)]
+    read_by_selection = {id(a) for c in calls if _dtypes_of(c) != SUPPORTED_DTYPES
+                         for a in c.args}
     for expr in exprs:
-        if not _tensor_ok(getattr(expr, "ty", None)):
+        if isinstance(expr, relax.Call):
+            dtypes = _dtypes_of(expr)
+        else:  # an annotated operand: a mask or index only when a selection op reads it
+            dtypes = SUPPORTED_DTYPES + SELECTION_DTYPES if id(expr) in read_by_selection \
+                else SUPPORTED_DTYPES
+        if not _tensor_ok(getattr(expr, "ty", None), dtypes):
             return False
         for arg in getattr(expr, "args", None) or ():
-            if not _tensor_ok(getattr(arg, "ty", None)):
+            if not _tensor_ok(getattr(arg, "ty", None), _dtypes_of(expr)):
                 return False
     # An intermediate used outside would be recomputed or lost: keep such regions apart.
     return not has_leaking_intermediate_variables(context)
@@ -375,7 +404,9 @@ def bmlib_patterns() -> list[tuple]:
     table += [_entry(_short(op), make_op_pattern(op),
                      check_pad if op == "relax.nn.pad" else check_tensors)
               for op in MOVEMENT_OPS + REDUCE_OPS]
-    table += [_entry(_short(op), make_unary_pattern(op)) for op in UNARY_OPS]
+    table += [_entry(_short(op), make_unary_pattern(op)) for op in UNARY_OPS + MATH_OPS]
+    table += [_entry(_short(op), make_op_pattern(op)) for op in EXTRA_OPS]
+    table += [_entry(_short(op), make_op_pattern(op)) for op in SELECTION_OPS]
     table += [_entry(_short(op), make_binary_pattern(op)) for op in BINARY_OPS]
     table += [_entry(f"elemwise_chain{n}", make_elemwise_chain_pattern(n)) for n in (2, 3)]
     # Normalisation and pooling.

@@ -122,6 +122,47 @@ CASES = {
               [(3, 6)]),
         _case("pad", lambda a: R.nn.pad(a, [0, 0, 0, 0, 1, 2, 2, 1], pad_value=0.5),
               [(1, 2, 3, 3)]),
+        _case("tile", lambda a: R.tile(a, [2, 1, 3]), [(2, 3, 4)]),
+        _case("repeat", lambda a: R.repeat(a, 2, axis=1), [(2, 3, 4)]),
+        _case("flip", lambda a: R.flip(a, axis=2), [(2, 3, 4)]),
+        _case("resize2d", lambda a: R.image.resize2d(a, (7, 5), method="cubic"),
+              [(1, 2, 4, 4)]),
+    ],
+    "more_math": [
+        *[_case(name, lambda a, f=fn: f(a), [(2, 3, 4)])
+          for name, fn in [("cos", R.cos), ("sin", R.sin), ("tan", R.tan), ("cosh", R.cosh),
+                           ("sinh", R.sinh), ("atan", R.atan), ("asinh", R.asinh),
+                           ("ceil", R.ceil), ("floor", R.floor), ("round", R.round),
+                           ("trunc", R.trunc), ("sign", R.sign), ("square", R.square)]],
+        *[_case(name, lambda a, f=fn: f(R.multiply(R.tanh(a), relax.const(0.9, "float32"))),
+                [(2, 3, 4)], ops=["relax.tanh", "relax.multiply", f"relax.{name}"])
+          for name, fn in [("acos", R.acos), ("asin", R.asin), ("atanh", R.atanh)]],
+        _case("acosh", lambda a: R.acosh(R.add(R.abs(a), relax.const(1.5, "float32"))),
+              [(2, 3, 4)], ops=["relax.abs", "relax.add", "relax.acosh"]),
+        _case("prelu", lambda a, s: R.nn.prelu(a, s), [(2, 4, 3, 3)], [(4,)]),
+        _case("conv3d", lambda x, w: R.nn.conv3d(x, w, padding=1), [(1, 2, 3, 4, 4)],
+              [(3, 2, 3, 3, 3)]),
+    ],
+    "selection": [
+        *[_case(name, lambda a, b, f=fn: R.where(f(a, b), a, b), [(3, 4), (3, 4)],
+                ops=[f"relax.{name}", "relax.where"])
+          for name, fn in [("less", R.less), ("less_equal", R.less_equal),
+                           ("greater", R.greater), ("greater_equal", R.greater_equal),
+                           ("equal", R.equal), ("not_equal", R.not_equal)]],
+        *[_case(name, lambda a, b, f=fn: R.where(f(R.less(a, b), R.greater(a, b)), a, b),
+                [(3, 4), (3, 4)])
+          for name, fn in [("logical_and", R.logical_and), ("logical_or", R.logical_or),
+                           ("logical_xor", R.logical_xor)]],
+        _case("logical_not", lambda a, b: R.where(R.logical_not(R.less(a, b)), a, b),
+              [(3, 4), (3, 4)]),
+        _case("where", lambda a, b: R.where(R.less(a, b), a, R.multiply(b, b)),
+              [(3, 4), (3, 4)]),
+        _case("take", lambda a: R.take(a, relax.const(np.array([2, 0, 2], "int64"), "int64"), axis=1,
+                                       mode="clip"), [(3, 4)]),
+        _case("gather_elements", lambda a: R.gather_elements(
+            a, relax.const(np.array([[0, 2], [1, 0], [2, 2]], "int64"), "int64"), axis=1), [(3, 4)]),
+        _case("gather_nd", lambda a: R.gather_nd(
+            a, relax.const(np.array([[0, 1], [2, 3]], "int64"), "int64")), [(3, 4)]),
     ],
     "reduction": [
         _case("mean", lambda a: R.mean(a, axis=[2, 3], keepdims=True), [(1, 4, 5, 6)]),

@@ -86,6 +86,18 @@ def conv2d_transpose(call, inputs, ctx):
         out_dtype(attrs, data.dtype), attr_ints(attrs.output_padding), int(attrs.groups))
 
 
+@register_template("relax.nn.conv3d")
+def conv3d(call, inputs, ctx):
+    attrs = call.attrs
+    data, weight = inputs
+    if (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout)) != \
+            ("NCDHW", "OIDHW", "NCDHW"):
+        raise ctx.error(f"layout {attrs.data_layout}/{attrs.kernel_layout} has no template")
+    return topi.nn.conv(data, weight, attr_ints(attrs.strides), attr_ints(attrs.padding),
+                        attr_ints(attrs.dilation), int(attrs.groups), "NCDHW", "OIDHW",
+                        out_dtype(attrs, data.dtype))
+
+
 def pack_kernel(weight: te.Tensor, ib: int, ob: int) -> te.Tensor:
     """OIHW → [O/ob, I/ib, KH, KW, ib, ob] inside the PrimFunc (non-constant weights)."""
     o, i, kh, kw = (int(d) for d in weight.shape)

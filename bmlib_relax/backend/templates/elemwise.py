@@ -84,3 +84,33 @@ def gelu(call, inputs, ctx):
 @register_template("relax.astype")
 def astype(call, inputs, ctx):
     return topi.cast(inputs[0], str(call.attrs.dtype))
+
+
+# Unary math beyond the activations: trigonometry and rounding.
+MATH = {
+    "relax.cos": topi.cos, "relax.sin": topi.sin, "relax.tan": topi.tan,
+    # cosh/sinh through exp: LLVM has no vector intrinsic for them
+    "relax.cosh": lambda x: _hyperbolic(x, 1.0), "relax.sinh": lambda x: _hyperbolic(x, -1.0),
+    "relax.acos": topi.acos,
+    "relax.asin": topi.asin, "relax.atan": topi.atan, "relax.acosh": topi.acosh,
+    "relax.asinh": topi.asinh, "relax.atanh": topi.atanh, "relax.ceil": topi.ceil,
+    "relax.floor": topi.floor, "relax.round": topi.round, "relax.trunc": topi.trunc,
+    "relax.sign": topi.sign, "relax.square": lambda x: topi.multiply(x, x),
+}
+def _hyperbolic(x, sign: float):
+    """(exp(x) + sign * exp(-x)) / 2: cosh for sign 1, sinh for sign -1."""
+    def compute(*idx):
+        v = x[idx]
+        half = tirx.const(0.5, x.dtype)
+        return half * (tirx.exp(v) + tirx.const(sign, x.dtype) * tirx.exp(-v))
+
+    return te.compute(x.shape, compute, name="hyperbolic")
+
+
+for _name, _fn in MATH.items():
+    register_template(_name)(_unary(_fn))
+
+
+@register_template("relax.nn.prelu")
+def prelu(call, inputs, ctx):
+    return topi.nn.prelu(inputs[0], inputs[1], int(call.attrs.axis))

@@ -57,3 +57,29 @@ def pad(call, inputs, ctx):
     width = attr_ints(attrs.pad_width)
     before, after = width[0::2], width[1::2]
     return topi.nn.pad(inputs[0], before, after, float(attrs.pad_value))
+
+
+@register_template("relax.tile")
+def tile(call, inputs, ctx):
+    return topi.tile(inputs[0], attr_ints(call.attrs.repeats))
+
+
+@register_template("relax.repeat")
+def repeat(call, inputs, ctx):
+    data, axis = inputs[0], call.attrs.axis
+    if axis is None:  # numpy semantics: repeat the flattened tensor
+        data = topi.reshape(data, [int(_elements(data.shape))])
+        axis = 0
+    return topi.repeat(data, int(call.attrs.repeats), int(axis))
+
+
+@register_template("relax.flip")
+def flip(call, inputs, ctx):
+    return topi.flip(inputs[0], int(call.attrs.axis))
+
+
+def _elements(shape) -> int:
+    count = 1
+    for dim in shape:
+        count *= int(dim)
+    return count
