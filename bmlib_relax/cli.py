@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .errors import BmlibError
+from .errors import BmlibError, BundleError
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 EXAMPLE_DIR = os.path.join(os.path.dirname(__file__), "examples", "legacy_bmlib")
@@ -94,6 +94,29 @@ def _cmd_run(args: argparse.Namespace) -> int:
         np.savez(args.output, **{f"out{i}": o for i, o in enumerate(outputs)})
         print(f"wrote {args.output}")
     return EXIT_OK
+
+
+# --------------------------------------------------------------------------- verify
+def _cmd_verify(args: argparse.Namespace) -> int:
+    """Every bundle: PASS/FAIL line; exit 1 if one differs, 2 if one is damaged."""
+    from .verify_bundle import find_bundles, read_bundle, verify_bundle
+
+    status = EXIT_OK
+    bundles = find_bundles(args.bundles)
+    if not bundles:
+        raise BundleError(f"no golden bundle found under {', '.join(args.bundles)}")
+    for path in bundles:
+        try:
+            result = verify_bundle(read_bundle(path), rtol=args.rtol, atol=args.atol,
+                                   merge=args.merge, target=args.target)
+        except BmlibError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            status = max(status, EXIT_BAD_INPUT)
+            continue
+        print(result.summary(), file=sys.stdout if result.ok else sys.stderr)
+        if not result.ok:
+            status = max(status, EXIT_CHECK_FAILED)
+    return status
 
 
 # --------------------------------------------------------------------------- demo
@@ -177,6 +200,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--input", action="append", metavar="NAME=FILE.npy")
     run.add_argument("--output", help="write the outputs to this .npz")
     run.set_defaults(func=_cmd_run)
+
+    ver = sub.add_parser("verify", help="verify golden bundles recorded on Relay "
+                                        "(scripts/record_relay_golden.py)")
+    ver.add_argument("bundles", nargs="+", metavar="BUNDLE",
+                     help="bundle folder, or a folder searched for bundles")
+    ver.add_argument("--merge", action="store_true", help="merge neighbouring composites")
+    ver.add_argument("--rtol", type=float, default=None, help="override the bundle's rtol")
+    ver.add_argument("--atol", type=float, default=None, help="override the bundle's atol")
+    ver.add_argument("--target", type=_target_arg, default=None,
+                     help="TVM target (default: LLVM for the host CPU)")
+    ver.set_defaults(func=_cmd_verify)
 
     demo = sub.add_parser("demo", help="convert and check the embedded seed example")
     demo.add_argument("-o", "--output", help="folder for the artifacts (default: a temp dir)")

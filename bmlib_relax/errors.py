@@ -104,5 +104,14 @@ class ArityMismatchError(CodegenError):
         super().__init__(msg)
 
 
+class BundleError(BmlibError, ValueError):
+    """A golden bundle that is missing a file, damaged (SHA-256 differs from its
+    manifest) or malformed; names the bundle and the file."""
+
+    def __init__(self, message: str, path: Optional[str] = None):
+        self.path = path
+        super().__init__(message)
+
+
 def format_locations(spans: Iterable[object]) -> str:
     return ", ".join(str(s) for s in spans if s is not None)
