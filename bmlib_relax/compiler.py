@@ -102,7 +102,7 @@ def compile(relay_mod: RelayLike, params: ParamsLike = None, *, target: TargetLi
     imported = import_relay(module, load_params(params))
     partitioned = partition_for_bmlib(imported, patterns=patterns, merge=merge, target=target)
     executable, records = build_offloaded(partitioned, target)
-    report = build_report(partitioned, records)
+    report = build_report(partitioned, records, target)
     return CompiledModel(executable, partitioned, report)
 
 

@@ -123,7 +123,7 @@ def convert(model_path: str, outdir: str, *, params: Any = None,
         lowered = lower_and_verify(partitioned, on_partition=progress.item, target=target)
     with progress.step("build"):
         executable, records = build_verified(partitioned, lowered, target)
-    report = build_report(partitioned, records)
+    report = build_report(partitioned, records, target)
     model = CompiledModel(executable, partitioned, report)
 
     os.makedirs(outdir, exist_ok=True)
@@ -213,6 +213,8 @@ def render_markdown(data: Mapping[str, Any], table: str) -> str:
     lines = ["# bmlib-relax conversion report", "",
              f"- model: `{data['model']}`",
              f"- bmlib-relax {data['bmlib_relax_version']}, merge={data['merge']}",
+             f"- target `{data.get('target', '')}`; " + ", ".join(
+                 f"{k} {v}" for k, v in data.get("versions", {}).items()),
              "- inputs: " + ", ".join(f"`{i['name']}` {tuple(i['shape'])} {i['dtype']}"
                                        for i in data["inputs"]), ""]
     lines += ["## Partitions", "", "| partition | composites | ops | params | PrimFunc args |",

@@ -104,6 +104,14 @@ class ArityMismatchError(CodegenError):
         super().__init__(msg)
 
 
+class TargetError(BmlibError, ValueError):
+    """A target TVM 0.27 would refuse or misread; the message spells the dict form."""
+
+    def __init__(self, message: str, target: Optional[str] = None):
+        self.target = target
+        super().__init__(message)
+
+
 class BundleError(BmlibError, ValueError):
     """A golden bundle that is missing a file, damaged (SHA-256 differs from its
     manifest) or malformed; names the bundle and the file."""
