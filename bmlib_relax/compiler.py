@@ -83,9 +83,11 @@ class CompiledModel(ModelRunner):
 def compile(relay_mod: RelayLike, params: ParamsLike = None, *, target: TargetLike = None,
             patterns: Optional[Sequence[Any]] = None, merge: bool = False,
             input_shapes: Optional[Mapping[str, Sequence[int]]] = None) -> CompiledModel:
-    """Compile a Relay program with bmlib offload.
+    """Compile a Relay program (or a Relax module) with bmlib offload.
 
-    ``relay_mod`` is Relay text, a parsed module or a function; ``params`` a dict
+    ``relay_mod`` is Relay text, a parsed module or a function, or a Relax
+    ``tvm.IRModule`` (e.g. from ``tvm.relax.frontend.onnx.from_onnx``; see
+    :mod:`bmlib_relax.relax_input`); ``params`` a dict
     of arrays (or an ``.npz``/``.params`` path) bound as weights.  ``patterns``
     defaults to the built-in ``bmlib`` table; a list of ``(name, pattern[,
     check])`` may use Relax DPL or legacy Relay DFPatterns.  ``target`` defaults to
@@ -96,10 +98,15 @@ def compile(relay_mod: RelayLike, params: ParamsLike = None, *, target: TargetLi
     the host.
     """
     target = resolve_target(target)
-    module = as_relay_module(relay_mod)
-    if input_shapes:
-        module = with_input_types(module, {k: (v, None) for k, v in input_shapes.items()})
-    imported = import_relay(module, load_params(params))
+    if isinstance(relay_mod, tvm.IRModule):  # a Relax module (ONNX, PyTorch, TVMScript)
+        from .relax_input import prepare_relax_module
+
+        imported = prepare_relax_module(relay_mod, load_params(params), input_shapes)
+    else:
+        module = as_relay_module(relay_mod)
+        if input_shapes:
+            module = with_input_types(module, {k: (v, None) for k, v in input_shapes.items()})
+        imported = import_relay(module, load_params(params))
     partitioned = partition_for_bmlib(imported, patterns=patterns, merge=merge, target=target)
     executable, records = build_offloaded(partitioned, target)
     report = build_report(partitioned, records, target)
