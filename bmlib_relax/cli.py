@@ -135,7 +135,13 @@ def _run_feed(args: argparse.Namespace, model) -> dict:
 def _run(args: argparse.Namespace) -> int:
     from .runtime import load
 
-    model = load(args.artifact)
+    session = None
+    if args.rpc or args.rpc_tracker or args.rpc_key:
+        from .rpc import connect
+
+        session = connect(args.rpc, args.rpc_tracker, args.rpc_key)
+        log.info("running on the RPC server %s", args.rpc or f"{args.rpc_key}@{args.rpc_tracker}")
+    model = load(args.artifact, remote=session)
     feed = _run_feed(args, model)
     log.info("running %s with %s", args.artifact,
              ", ".join(f"{k}{tuple(v.shape)}:{v.dtype}" for k, v in feed.items()) or "no inputs")
@@ -319,6 +325,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--number", type=int, default=1, help="runs per repetition (--print-time)")
     run.add_argument("-q", "--quiet", action="store_true",
                      help="no C++ log lines from TVM/LLVM")
+    run.add_argument("--rpc", metavar="HOST:PORT",
+                     help="run on this TVM RPC server (python -m tvm.exec.rpc_server)")
+    run.add_argument("--rpc-tracker", metavar="HOST:PORT", help="get the server from a tracker")
+    run.add_argument("--rpc-key", metavar="KEY", help="device key to request from the tracker")
     run.set_defaults(func=_cmd_run)
 
     ver = sub.add_parser("verify", parents=[_verbose_parent()], help="verify golden bundles recorded on Relay "

@@ -117,6 +117,14 @@ class LoadedModel(ModelRunner):
         return super().__call__(*args, **kwargs)
 
 
-def load(path: str, device: Any = None) -> LoadedModel:
-    """Load a model artifact written by ``export_library`` / ``bmlib-relax convert``."""
+def load(path: str, device: Any = None, remote: Any = None) -> ModelRunner:
+    """Load a model artifact written by ``export_library`` / ``bmlib-relax convert``.
+
+    ``remote``: a ``tvm.rpc`` session; the artifact is uploaded and run there
+    (:mod:`bmlib_relax.rpc`), ``device`` defaulting to the remote CPU.
+    """
+    if remote is not None:
+        from .rpc import load_remote
+
+        return load_remote(path, remote, device)
     return LoadedModel(os.fspath(path), device)
