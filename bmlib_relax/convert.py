@@ -13,6 +13,7 @@ Files written to the output folder:
 ``report.json``     partitions, composites, arity, ops/FLOPs, unmatched patterns,
                     warnings and the check result (``schemas/report.schema.json``)
 ``report.md``       the same for people
+``report.html``     the graph as an inline SVG, coloured by partition / host
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ from .recipe import recipe_tensor
 from .relay import load_params, parse
 from .relay.rewrite import with_input_types
 from .report import build_report
+from .report_html import write_report_html
 from .runtime import write_signature
 
 # report.json is documented and validated by this JSON schema (shipped with the package).
@@ -168,6 +170,8 @@ def convert(model_path: str, outdir: str, *, params: Any = None,
     files["report.md"] = os.path.join(outdir, "report.md")
     with open(files["report.md"], "w") as handle:
         handle.write(render_markdown(data, str(report)))
+    files["report.html"] = write_report_html(os.path.join(outdir, "report.html"), partitioned,
+                                             data)
     return ConversionResult(outdir, model, data, files)
 
 
