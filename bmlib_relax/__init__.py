@@ -59,16 +59,23 @@ def _register_codegen() -> None:
 class _AfterTVMImport(importlib.abc.MetaPathFinder):
     """Runs :func:`_register_codegen` once the ``tvm`` package has been executed."""
 
+    _busy = False
+
     def find_spec(self, name, path, target=None):
-        if name != "tvm":
+        if name != "tvm" or self._busy:
             return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec("tvm")
+        self._busy = True
+        try:
+            spec = importlib.util.find_spec("tvm")  # the real finders
+        finally:
+            self._busy = False
         if spec is not None and spec.loader is not None:
             run = spec.loader.exec_module
 
             def exec_module(module, _run=run):
                 _run(module)
+                if self in sys.meta_path:
+                    sys.meta_path.remove(self)
                 _register_codegen()
 
             spec.loader.exec_module = exec_module

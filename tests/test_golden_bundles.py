@@ -114,6 +114,40 @@ def test_record_with_given_inputs_reproduces_relay(tmp_path):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+def test_record_from_a_python_model_file(tmp_path):
+    """MODEL.py defining ``mod`` and ``params`` (the weights then need no --params)."""
+    manifest = json.loads((DATA / "op_dense" / "manifest.json").read_text())
+    np.savez(tmp_path / "dense_w.npz", **recipe_from_manifest(manifest["params"], "param"))
+    (tmp_path / "my_model.py").write_text(textwrap.dedent(f"""
+        import numpy as np
+        from tvm import relay
+        mod = relay.fromtext(open({str(DATA / "op_dense" / "model.relay")!r}).read())
+        params = dict(np.load({str(tmp_path / "dense_w.npz")!r}))
+    """))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(FAKE_TVM)
+    proc = subprocess.run([sys.executable, str(SCRIPT), "my_model.py", "--seed", "3",
+                           "-o", "bundle"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("recorded bundle: 1 input(s), 1 output(s), TVM 0.19.0-fake")
+    manifest = read_bundle(tmp_path / "bundle").manifest
+    assert [p["name"] for p in manifest["params"]] == ["w0_weight"]
+    verified = cli("verify", tmp_path / "bundle")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_golden_to_bundle_script(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "golden_to_bundle.py"),
+                           str(DATA / "op_dense"), "-o", str(tmp_path)],
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    bundle = read_bundle(tmp_path / "op_dense")
+    np.testing.assert_array_equal(bundle.outputs()[0],
+                                  np.load(DATA / "op_dense" / "expected.npz")["out0"])
+
+
 def test_record_rejects_incomplete_inputs(tmp_path):
     np.savez(tmp_path / "in.npz", other=np.zeros(3, "float32"))
     proc, _ = record(tmp_path, "--inputs", tmp_path / "in.npz", "-o", tmp_path / "b")

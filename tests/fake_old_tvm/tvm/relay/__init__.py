@@ -122,5 +122,32 @@ def save_param_dict(params):
     return bytearray(b"".join(out))
 
 
+_DTYPES = {(0, 8): "int8", (0, 32): "int32", (0, 64): "int64", (1, 8): "uint8",
+           (2, 16): "float16", (2, 32): "float32", (2, 64): "float64"}
+
+
 def load_param_dict(blob):
-    raise NotImplementedError("the fake reads weights from .npz only")
+    """Read TVM's .params layout back (what save_param_dict above writes)."""
+    blob, offset = bytes(blob), 16
+    (count,) = struct.unpack_from("<Q", blob, offset)
+    offset += 8
+    names = []
+    for _ in range(count):
+        (length,) = struct.unpack_from("<Q", blob, offset)
+        names.append(blob[offset + 8:offset + 8 + length].decode("utf-8"))
+        offset += 8 + length
+    offset += 8  # the tensor count
+    params = {}
+    for name in names:
+        _, _, _, _, ndim = struct.unpack_from("<QQiii", blob, offset)
+        offset += 28
+        code, bits, _ = struct.unpack_from("<BBH", blob, offset)
+        offset += 4
+        shape = struct.unpack_from("<%dq" % ndim, blob, offset)
+        offset += 8 * ndim
+        (nbytes,) = struct.unpack_from("<q", blob, offset)
+        offset += 8
+        params[name] = tvm.nd.array(np.frombuffer(blob[offset:offset + nbytes],
+                                                  _DTYPES[(code, bits)]).reshape(shape))
+        offset += nbytes
+    return params
