@@ -37,6 +37,9 @@ class Node:
     color: str
     tooltip: str = ""
     members: list[int] = field(default_factory=list)  # folded nodes (kind "chain")
+    binding: str = ""  # the var of main this node computes
+    binding_index: int = -1  # its place among main's tensor bindings (check.py's "index")
+    diverged: bool = False  # the first intermediate where bmlib and plain builds part
 
     @property
     def width(self) -> float:
@@ -108,8 +111,11 @@ def build_graph(partitioned: tvm.IRModule, partitions: list[Mapping[str, Any]]) 
                     found.append(node)
         return found
 
+    tensor_index = -1
     for block in main.body.blocks:
         for binding in block.bindings:
+            if isinstance(binding.var.ty, relax.TensorType):
+                tensor_index += 1
             value, preds = binding.value, producers(binding.value)
             node = None
             if isinstance(value, relax.Call) and isinstance(value.op, relax.GlobalVar):
@@ -133,6 +139,8 @@ def build_graph(partitioned: tvm.IRModule, partitions: list[Mapping[str, Any]]) 
                 source[binding.var] = preds
                 continue
             graph.edges += [(p, node) for p in preds]
+            graph.nodes[node].binding = binding.var.name
+            graph.nodes[node].binding_index = tensor_index
             source[binding.var] = [node]
     out = graph.add("output", ["output"], _IO)
     graph.edges += [(p, out) for p in producers(main.body.body)]
@@ -158,12 +166,13 @@ def collapse_chains(graph: Graph, min_chain: int = MIN_CHAIN) -> Graph:
     visited: set[int] = set()
     chains: list[list[int]] = []
     for n in graph.nodes:  # nodes are numbered in binding order
-        if n in visited or not linear(n) or (linear(pred[n][0]) and
+        if n in visited or not linear(n) or graph.nodes[n].diverged or (linear(pred[n][0]) and
                                              succ[pred[n][0]] == [n]):
             continue
         chain = [n]
         while succ[chain[-1]] and linear(succ[chain[-1]][0]) and \
-                pred[succ[chain[-1]][0]] == [chain[-1]]:
+                pred[succ[chain[-1]][0]] == [chain[-1]] and \
+                not graph.nodes[succ[chain[-1]][0]].diverged:
             chain.append(succ[chain[-1]][0])
         visited.update(chain)
         if len(chain) >= min_chain:
@@ -190,6 +199,9 @@ def collapse_chains(graph: Graph, min_chain: int = MIN_CHAIN) -> Graph:
             folded[n] = new
             continue
         keep[n] = result.add(node.kind, node.lines, node.color, node.tooltip)
+        result.nodes[keep[n]].binding = node.binding
+        result.nodes[keep[n]].binding_index = node.binding_index
+        result.nodes[keep[n]].diverged = node.diverged
     mapping = {**keep, **folded}
     seen = set()
     for a, b in graph.edges:
@@ -264,11 +276,15 @@ def render_svg(graph: Graph) -> str:
     for n, node in graph.nodes.items():
         x, y = pos[n]
         dash = ' stroke-dasharray="4,2"' if node.kind in ("host", "other") else ""
+        if node.diverged:
+            dash += ' stroke-width="4" stroke="#d62728"'
+        stroke = "" if node.diverged else ' stroke="#333"'
         rx = 12 if node.kind in ("input", "output") else 3
         text_color = "#fff" if node.kind == "partition" else "#000"
-        out.append(f'<g class="node {node.kind}"><title>{html.escape(node.tooltip or " ".join(node.lines))}</title>'
+        kind = f"{node.kind} diverged" if node.diverged else node.kind
+        out.append(f'<g class="node {kind}"><title>{html.escape(node.tooltip or " ".join(node.lines))}</title>'
                    f'<rect x="{x:.1f}" y="{y:.1f}" width="{node.width:.1f}" '
-                   f'height="{node.height:.1f}" rx="{rx}" fill="{node.color}" stroke="#333"{dash}/>')
+                   f'height="{node.height:.1f}" rx="{rx}" fill="{node.color}"{stroke}{dash}/>')
         for i, line in enumerate(node.lines):
             out.append(f'<text x="{x + _PAD:.1f}" y="{y + _PAD / 2 + (i + 0.8) * _LINE_H:.1f}" '
                        f'fill="{text_color}">{html.escape(line)}</text>')
@@ -282,6 +298,15 @@ def render_html(partitioned: tvm.IRModule, data: Mapping[str, Any],
                 collapse_above: int = COLLAPSE_ABOVE) -> str:
     """The whole page: summary, legend, graph, partition and host-op tables."""
     graph = build_graph(partitioned, list(data.get("partitions", [])))
+    divergence = (data.get("check") or {}).get("first_divergence")
+    if divergence:
+        index = divergence.get("index")
+        for node in graph.nodes.values():  # binding names repeat; check.py's index does not
+            if (node.binding_index == index) if index is not None else \
+                    (node.binding == divergence.get("binding")):
+                node.diverged = True
+                node.lines = node.lines + [f"first divergence: {node.binding} "
+                                           f"(max abs {divergence.get('max_abs', 0):.3g})"]
     full_size = len(graph.nodes)
     if full_size > collapse_above:
         graph = collapse_chains(graph)
@@ -322,7 +347,7 @@ target <code>{esc(str(data.get("target", "")))}</code><br>{esc(versions)}</p>
 {_si(int(data.get("flops_total", 0)))} on bmlib.</p>
 <p><span class="sw" style="background:{_PALETTE[0]}"></span>bmlib partition (one colour each)
 <span class="sw" style="background:{_HOST}; margin-left:1em"></span>host op (dashed)</p>
-{folded}<div class="graph">
+{_check_line(data)}{folded}<div class="graph">
 {render_svg(graph)}
 </div>
 <h2>Partitions</h2>
@@ -332,6 +357,18 @@ target <code>{esc(str(data.get("target", "")))}</code><br>{esc(versions)}</p>
 <table><tr><th>op</th><th>count</th><th>why it stayed on the host</th></tr>{host_rows}</table>
 </body></html>
 """
+
+
+def _check_line(data: Mapping[str, Any]) -> str:
+    check = data.get("check")
+    if not check:
+        return ""
+    if check.get("ok"):
+        return "<p>Equivalence check against the plain Relax build: <b>PASS</b>.</p>\n"
+    div = check.get("first_divergence") or {}
+    where = (f" First diverging intermediate: <code>{html.escape(str(div.get('binding')))}"
+             f"</code> from {html.escape(str(div.get('producer')))} (red box)." if div else "")
+    return f"<p>Equivalence check against the plain Relax build: <b>FAIL</b>.{where}</p>\n"
 
 
 def write_report_html(path: str, partitioned: tvm.IRModule, data: Mapping[str, Any],

@@ -19,7 +19,6 @@ from bmlib_relax.errors import ConversionError, ParamError
 from conftest import ROOT, offloaded_partitions
 
 onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 ONNX_MODEL = textwrap.dedent("""
     import numpy as np

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
 
@@ -108,3 +107,50 @@ def test_large_graph_folds_chains():
     assert edges_point_down(svg)
     # top to bottom: the drawing is tall and narrow
     assert float(svg.get("height")) > 5 * float(svg.get("width"))
+
+
+def test_first_divergence_is_marked():
+    mod = partition_for_bmlib(import_relay(MIXED))
+    parts = [{"name": gv.name_hint, "composites": sorted(_composites(f)), "ops": [],
+              "num_params": len(f.params), "num_args": len(f.params) + 1, "flops": 0}
+             for gv, f in mod.functions.items() if is_bmlib_partition(f)]
+    graph = build_graph(mod, parts)
+    conv = next(n for n in graph.nodes.values() if n.lines[0] == "bmlib.conv2d_relu")
+    assert conv.binding_index == 0
+    check = {"ok": False, "first_divergence": {"binding": conv.binding, "index": 0,
+                                               "max_abs": 0.5, "producer": "bmlib partition x"}}
+    page = render_html(mod, {"partitions": parts, "ops_offloaded": {}, "ops_host": {},
+                             "check": check})
+    marked = [g for g in svg_of(page).iter(f"{SVG}g") if "diverged" in (g.get("class") or "")]
+    assert len(marked) == 1
+    texts = [t.text for t in marked[0].iter(f"{SVG}text")]
+    assert texts[0] == "bmlib.conv2d_relu"
+    assert texts[-1] == f"first divergence: {conv.binding} (max abs 0.5)"
+    assert marked[0].find(f"{SVG}rect").get("stroke") == "#d62728"
+    assert "<b>FAIL</b>. First diverging intermediate: <code>" in page
+
+
+def test_failed_check_marks_the_diverging_partition(tmp_path):
+    """convert --check with a broken relu template: report.html outlines that partition."""
+    from tvm import te
+
+    from bmlib_relax.backend.templates.registry import TEMPLATES
+    from bmlib_relax.convert import convert
+
+    def broken_relu(call, inputs, ctx):
+        x = inputs[0]
+        return te.compute(x.shape, lambda *i: te.max(x(*i), 0.0) + 0.5, name="relu")
+
+    original = TEMPLATES.get("relax.nn.relu")
+    TEMPLATES.register("relax.nn.relu", override=True)(broken_relu)
+    try:
+        (tmp_path / "mixed.relay").write_text(MIXED)
+        result = convert(str(tmp_path / "mixed.relay"), str(tmp_path / "out"), check=True)
+    finally:
+        TEMPLATES.register("relax.nn.relu", override=True)(original)
+    assert result.check_passed is False
+    page = (tmp_path / "out" / "report.html").read_text()
+    (marked,) = [g for g in svg_of(page).iter(f"{SVG}g") if "diverged" in (g.get("class") or "")]
+    texts = [t.text for t in marked.iter(f"{SVG}text")]
+    assert texts[0] == "bmlib.conv2d_relu" and texts[-1].startswith("first divergence: ")
+    assert "<b>FAIL</b>" in page
