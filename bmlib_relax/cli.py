@@ -176,6 +176,7 @@ def _print_time(model, feed: dict, repeat: int, number: int) -> None:
 # --------------------------------------------------------------------------- verify
 def _cmd_verify(args: argparse.Namespace) -> int:
     """Every bundle: PASS/FAIL line; exit 1 if one differs, 2 if one is damaged."""
+    from .cli_tvmc import native_stderr_silenced
     from .verify_bundle import find_bundles, read_bundle, verify_bundle
 
     status = EXIT_OK
@@ -184,8 +185,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         raise BundleError(f"no golden bundle found under {', '.join(args.bundles)}")
     for path in bundles:
         try:
-            result = verify_bundle(read_bundle(path), rtol=args.rtol, atol=args.atol,
-                                   merge=args.merge, target=args.target)
+            with native_stderr_silenced(args.quiet):
+                result = verify_bundle(read_bundle(path), rtol=args.rtol, atol=args.atol,
+                                       merge=args.merge, target=args.target)
         except BmlibError as exc:
             print(f"error: {exc}", file=sys.stderr)
             status = max(status, EXIT_BAD_INPUT)
@@ -340,6 +342,8 @@ def build_parser() -> argparse.ArgumentParser:
     ver.add_argument("--atol", type=float, default=None, help="override the bundle's atol")
     ver.add_argument("--target", type=_target_arg, default=None,
                      help="TVM target (default: LLVM for the host CPU)")
+    ver.add_argument("-q", "--quiet", action="store_true",
+                     help="no C++ log lines from TVM/LLVM")
     ver.set_defaults(func=_cmd_verify)
 
     demo = sub.add_parser("demo", parents=[_verbose_parent()], help="convert and check the embedded seed example")

@@ -24,9 +24,9 @@ import pytest
 
 from bmlib_relax.recipe import recipe_from_manifest
 from bmlib_relax.verify_bundle import (BUNDLE_FILES, bundle_from_golden, read_bundle,
-                                       sha256_of)
+                                       sha256_of, write_bundle)
 
-from conftest import DATA, ROOT, cli
+from conftest import DATA, ROOT, Golden, cli
 
 SCRIPT = ROOT / "scripts" / "record_relay_golden.py"
 FAKE_TVM = Path(__file__).parent / "fake_old_tvm"
@@ -159,10 +159,14 @@ def test_record_rejects_incomplete_inputs(tmp_path):
 # --------------------------------------------------------------------------- verify
 @pytest.fixture(scope="module")
 def bundles(tmp_path_factory) -> Path:
-    """Two vendored goldens (tests/data layout) converted into bundles."""
+    """Two vendored goldens (tests/data layout) converted into bundles, and the seed graph
+    with its weights as constants in the text's #[metadata] section (no params)."""
     root = tmp_path_factory.mktemp("bundles")
     for case in BUNDLED_GOLDENS:
         bundle_from_golden(DATA / case, root / case)
+    seed = Golden(DATA / "seed_reshape_conv2d_add_bn_relu")
+    write_bundle(root / "seed_bound", (seed.folder / "model_bound.relay").read_text(), {},
+                 seed.inputs(), seed.expected(), **seed.tolerance)
     return root
 
 
@@ -177,7 +181,8 @@ def test_vendored_goldens_verify(bundles):
     proc = cli("verify", bundles)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
-    assert [line.split(":")[0] for line in lines] == ["PASS mlp", "PASS op_dense"]
+    assert [line.split(":")[0] for line in lines] == ["PASS mlp", "PASS op_dense",
+                                                      "PASS seed_bound"]
     assert read_bundle(bundles / "op_dense").manifest["outputs"][0]["shape"] == [4, 16]
 
 
@@ -263,10 +268,10 @@ def test_pyproject_registers_the_plugin():
 def test_pytest_plugin_runs_one_test_per_bundle(bundles, tmp_path):
     proc = run_pytest(tmp_path, "--bmlib-golden", bundles, "-v")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "collected 2 items" in proc.stdout
+    assert "collected 3 items" in proc.stdout
     assert "mlp/manifest.json::mlp PASSED" in proc.stdout
     assert "op_dense/manifest.json::op_dense PASSED" in proc.stdout
-    assert "2 passed" in proc.stdout
+    assert "3 passed" in proc.stdout
 
 
 def test_pytest_plugin_names_the_first_diverging_intermediate(bundles, tmp_path):
@@ -285,7 +290,7 @@ def test_pytest_plugin_names_the_first_diverging_intermediate(bundles, tmp_path)
     """))
     proc = run_pytest(tmp_path, "--bmlib-golden", bundles, "-k", "mlp")
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "1 failed" in proc.stdout and "1 deselected" in proc.stdout
+    assert "1 failed" in proc.stdout and "2 deselected" in proc.stdout
     failure = proc.stdout[proc.stdout.index("GoldenMismatch: FAIL mlp"):]
     assert "out0 differs from the Relay output" in failure
     assert "first diverging intermediate:" in failure
