@@ -256,6 +256,16 @@ def _target_arg(text: str):
     return text
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
 class _VersionAction(argparse.Action):
     """``--version``: imports TVM only when asked."""
 
@@ -323,8 +333,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="fill the inputs not given (from model.json's signature)")
     run.add_argument("--print-time", action="store_true",
                      help="time main with TVM's time_evaluator (mean/median/max/min/std ms)")
-    run.add_argument("--repeat", type=int, default=10, help="timed repetitions (--print-time)")
-    run.add_argument("--number", type=int, default=1, help="runs per repetition (--print-time)")
+    run.add_argument("--repeat", type=_positive_int, default=10,
+                     help="timed repetitions (--print-time)")
+    run.add_argument("--number", type=_positive_int, default=1,
+                     help="runs per repetition (--print-time)")
     run.add_argument("-q", "--quiet", action="store_true",
                      help="no C++ log lines from TVM/LLVM")
     run.add_argument("--rpc", metavar="HOST:PORT",

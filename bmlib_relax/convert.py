@@ -220,7 +220,10 @@ def render_markdown(data: Mapping[str, Any], table: str) -> str:
              f"- target `{data.get('target', '')}`; " + ", ".join(
                  f"{k} {v}" for k, v in data.get("versions", {}).items()),
              "- inputs: " + ", ".join(f"`{i['name']}` {tuple(i['shape'])} {i['dtype']}"
-                                       for i in data["inputs"]), ""]
+                                       for i in data["inputs"]),
+             "- outputs: " + ", ".join(f"`{o['name']}` {tuple(o['shape'] or ())} {o['dtype']}"
+                                        for o in data.get("signature", {}).get("outputs", [])),
+             ""]
     lines += ["## Partitions", "", "| partition | composites | ops | params | PrimFunc args |",
               "|---|---|---|---|---|"]
     for p in data["partitions"]:

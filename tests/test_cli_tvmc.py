@@ -54,7 +54,8 @@ def test_convert_npz_inputs_before_model_and_target_string(converted):
     assert report["signature"] == {
         "inputs": [{"name": "data", "shape": list(SHAPE), "dtype": "float32"}],
         "outputs": [{"name": "out0", "shape": list(SHAPE), "dtype": "float32"}]}
-    assert "apache_tvm" in (tmp / "out" / "report.md").read_text()
+    markdown = (tmp / "out" / "report.md").read_text()
+    assert "apache_tvm" in markdown and "- outputs: `out0` (1, 128, 12, 40) float32" in markdown
     # -v logs through `logging`; stderr is a pipe, so no progress lines without --progress
     assert "INFO bmlib_relax: target: " in proc.stderr
     assert "INFO bmlib_relax.progress: codegen" in proc.stderr
