@@ -180,6 +180,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     from .verify_bundle import find_bundles, read_bundle, verify_bundle
 
     status = EXIT_OK
+    results = []
     bundles = find_bundles(args.bundles)
     if not bundles:
         raise BundleError(f"no golden bundle found under {', '.join(args.bundles)}")
@@ -191,10 +192,15 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         except BmlibError as exc:
             print(f"error: {exc}", file=sys.stderr)
             status = max(status, EXIT_BAD_INPUT)
+            results.append({"path": str(path), "ok": False, "error": str(exc)})
             continue
         print(result.summary(), file=sys.stdout if result.ok else sys.stderr)
+        results.append(result.to_dict())
         if not result.ok:
             status = max(status, EXIT_CHECK_FAILED)
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(results, handle, indent=1)
     return status
 
 
@@ -356,6 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="TVM target (default: LLVM for the host CPU)")
     ver.add_argument("-q", "--quiet", action="store_true",
                      help="no C++ log lines from TVM/LLVM")
+    ver.add_argument("--json", metavar="FILE", help="write every bundle's result to FILE")
     ver.set_defaults(func=_cmd_verify)
 
     demo = sub.add_parser("demo", parents=[_verbose_parent()], help="convert and check the embedded seed example")

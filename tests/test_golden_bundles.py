@@ -223,8 +223,12 @@ def tamper_outputs(bundle: Path, delta: float) -> None:
 def test_tampered_outputs_fail(bundles, tmp_path):
     bundle = copy_bundle(bundles / "op_dense", tmp_path / "op_dense")
     tamper_outputs(bundle, 0.25)
-    proc = cli("verify", bundle, "--atol", "1e-3")
+    proc = cli("verify", bundle, "--atol", "1e-3", "--json", tmp_path / "results.json")
     assert proc.returncode == 1, proc.stdout + proc.stderr
+    (result,) = json.loads((tmp_path / "results.json").read_text())
+    assert (result["name"], result["ok"], result["atol"]) == ("op_dense", False, 1e-3)
+    assert result["partitions"] and result["first_divergence"] is None
+    assert result["outputs"][0]["max_abs"] == pytest.approx(0.25, rel=1e-3)
     first, detail = proc.stderr.splitlines()[:2]
     assert first.startswith("FAIL op_dense: out0 differs from the Relay output (max abs 0.25")
     assert "beyond rtol 0.0001, atol 0.001" in first
