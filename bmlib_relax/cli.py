@@ -30,6 +30,7 @@ def _convert_inputs(args: argparse.Namespace) -> list:
     """``--inputs`` (name=shape:dtype, name=file.npy, file.npz) and tvmc's ``--input-shapes``."""
     from .cli_tvmc import parse_input_shapes, read_npz, split_model_from_inputs
     from .convert import InputSpec, parse_input_spec
+    from .errors import ParamError
 
     args.model, values = split_model_from_inputs(args.model, args.inputs)
     specs = []
@@ -39,8 +40,14 @@ def _convert_inputs(args: argparse.Namespace) -> list:
                       for k, a in read_npz(value).items()]
         else:
             specs.append(parse_input_spec(value))
+    given = {s.name: s for s in specs}
     for text in args.input_shapes or []:
-        specs += [InputSpec(name, shape) for name, shape in parse_input_shapes(text)]
+        for name, shape in parse_input_shapes(text):
+            if name in given and given[name].shape not in (None, shape):
+                raise ParamError(f"input {name!r}: --input-shapes says {list(shape)}, "
+                                 f"--inputs gives {list(given[name].shape)}", name)
+            if name not in given:
+                specs.append(InputSpec(name, shape))
     return specs
 
 

@@ -72,6 +72,15 @@ def test_input_shapes_tvmc_syntax_and_forced_progress(tmp_path):
     assert report["inputs"][0]["shape"] == list(SHAPE)
 
 
+def test_input_shapes_must_agree_with_inputs(tmp_path):
+    np.save(tmp_path / "data.npy", np.zeros(SHAPE, "float32"))
+    proc = cli("convert", EXAMPLE / "model.relay", "--inputs", f"data={tmp_path / 'data.npy'}",
+               "--input-shapes", "data:[1,128,12,41]", "-o", tmp_path / "out")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: input 'data': --input-shapes says [1, 128, 12, 41], "
+                                  "--inputs gives [1, 128, 12, 40]")
+
+
 def test_input_shapes_parser():
     assert parse_input_shapes("data:[1,3,224,224] input:0:[1, 8]  s:[]") == [
         ("data", (1, 3, 224, 224)), ("input:0", (1, 8)), ("s", ())]
