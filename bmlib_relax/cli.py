@@ -58,8 +58,9 @@ def _cmd_convert(args: argparse.Namespace) -> int:
 
     specs = _convert_inputs(args)
     log.info("inputs: %s", ", ".join(f"{s.name}={s.shape}:{s.dtype}" for s in specs) or "-")
-    progress = Progress(True if args.progress else False if args.quiet else None)
-    with native_stderr_silenced(args.quiet):
+    with native_stderr_silenced(args.quiet) as stderr:
+        # --progress wins over -q for the progress lines (CI logs without TVM's noise)
+        progress = Progress(True if args.progress else False if args.quiet else None, stderr)
         result = convert(args.model, args.output, params=args.params,
                          patterns_path=args.patterns, lowerings_path=args.lowerings,
                          inputs=specs, merge=args.merge, check=args.check, target=args.target,

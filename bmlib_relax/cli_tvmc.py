@@ -10,7 +10,7 @@ import contextlib
 import os
 import re
 import sys
-from typing import Iterator, Optional, Sequence
+from typing import Iterator, Optional, Sequence, TextIO
 
 import numpy as np
 
@@ -92,20 +92,25 @@ def fill_input(spec: dict, mode: str, rng: np.random.Generator) -> np.ndarray:
 
 
 @contextlib.contextmanager
-def native_stderr_silenced(enabled: bool = True) -> Iterator[None]:
+def native_stderr_silenced(enabled: bool = True) -> Iterator[TextIO]:
     """Point file descriptor 2 at /dev/null: TVM's and LLVM's C++ log lines (which
-    bypass Python's ``sys.stderr``) are dropped while the block runs."""
+    bypass Python's ``sys.stderr``) are dropped while the block runs.
+
+    Yields a stream on the real stderr, for what must still be seen (``--progress``).
+    """
     if not enabled:
-        yield
+        yield sys.stderr
         return
     sys.stderr.flush()
     saved = os.dup(2)
     devnull = os.open(os.devnull, os.O_WRONLY)
+    kept = os.fdopen(os.dup(saved), "w", buffering=1)
     try:
         os.dup2(devnull, 2)
-        yield
+        yield kept
     finally:
         sys.stderr.flush()
+        kept.close()
         os.dup2(saved, 2)
         os.close(saved)
         os.close(devnull)

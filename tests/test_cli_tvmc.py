@@ -132,6 +132,9 @@ def test_quiet_silences_tvm_cpp_log_lines(tmp_path):
     assert quiet.returncode == 0, quiet.stderr
     assert quiet.stderr == ""
     assert "1 bmlib partition(s)" in quiet.stdout
+    ci = cli(*args, "-q", "--progress", "-o", tmp_path / "c")  # progress kept, noise dropped
+    assert ci.returncode == 0, ci.stderr
+    assert "codegen ..." in ci.stderr and "llvm_instance.cc" not in ci.stderr
 
 
 def test_run_tvmc_flags(converted):
