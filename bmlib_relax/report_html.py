@@ -308,6 +308,8 @@ def render_html(partitioned: tvm.IRModule, data: Mapping[str, Any],
                 node.lines = node.lines + [f"first divergence: {node.binding} "
                                            f"(max abs {divergence.get('max_abs', 0):.3g})"]
     full_size = len(graph.nodes)
+    reasons = Counter((n.lines[0][len("host: "):], n.lines[1]) for n in graph.nodes.values()
+                      if n.kind == "host")
     if full_size > collapse_above:
         graph = collapse_chains(graph)
     esc = html.escape
@@ -319,12 +321,9 @@ def render_html(partitioned: tvm.IRModule, data: Mapping[str, Any],
         f'<code>{esc(p["name"])}</code></td><td>{esc(", ".join(p["composites"]))}</td>'
         f'<td>{p["num_params"]} &rarr; {p["num_args"]}</td><td>{_si(p.get("flops", 0))}</td>'
         f'<td>{p.get("calls", 1)}</td></tr>' for i, p in enumerate(parts))
-    reasons = Counter()
-    for node in build_graph(partitioned, list(parts)).nodes.values():
-        if node.kind == "host":
-            reasons[(node.lines[0][len("host: "):], node.lines[1])] += 1
     host_rows = "".join(f"<tr><td>{esc(op)}</td><td>{count}</td><td>{esc(reason)}</td></tr>"
-                        for (op, reason), count in sorted(reasons.items()))
+                        for (op, reason), count in sorted(reasons.items())) or \
+        '<tr><td colspan="3">none: every op runs on bmlib</td></tr>'
     folded = "" if len(graph.nodes) == full_size else (
         f"<p>{full_size} nodes; chains of {MIN_CHAIN} or more single-input, single-output "
         f"nodes are folded ({len(graph.nodes)} boxes drawn; hover a folded box for its "
