@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import tempfile
@@ -17,22 +18,53 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .errors import BmlibError
+from .errors import BmlibError, BundleError
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 EXAMPLE_DIR = os.path.join(os.path.dirname(__file__), "examples", "legacy_bmlib")
+log = logging.getLogger("bmlib_relax")
 
 
 # --------------------------------------------------------------------------- convert
+def _convert_inputs(args: argparse.Namespace) -> list:
+    """``--inputs`` (name=shape:dtype, name=file.npy, file.npz) and tvmc's ``--input-shapes``."""
+    from .cli_tvmc import parse_input_shapes, read_npz, split_model_from_inputs
+    from .convert import InputSpec, parse_input_spec
+    from .errors import ParamError
+
+    args.model, values = split_model_from_inputs(args.model, args.inputs)
+    specs = []
+    for value in values:
+        if "=" not in value and value.endswith(".npz"):
+            specs += [InputSpec(k, tuple(a.shape), str(a.dtype), a)
+                      for k, a in read_npz(value).items()]
+        else:
+            specs.append(parse_input_spec(value))
+    given = {s.name: s for s in specs}
+    for text in args.input_shapes or []:
+        for name, shape in parse_input_shapes(text):
+            if name in given and given[name].shape not in (None, shape):
+                raise ParamError(f"input {name!r}: --input-shapes says {list(shape)}, "
+                                 f"--inputs gives {list(given[name].shape)}", name)
+            if name not in given:
+                specs.append(InputSpec(name, shape))
+    return specs
+
+
 def _cmd_convert(args: argparse.Namespace) -> int:
-    from .convert import convert, parse_input_spec
+    from .cli_tvmc import native_stderr_silenced
+    from .convert import convert
     from .progress import Progress
 
-    specs = [parse_input_spec(s) for s in args.inputs or []]
-    result = convert(args.model, args.output, params=args.params, patterns_path=args.patterns,
-                     lowerings_path=args.lowerings, inputs=specs, merge=args.merge,
-                     check=args.check, target=args.target, rtol=args.rtol, atol=args.atol,
-                     progress=Progress(False if args.quiet else None))
+    specs = _convert_inputs(args)
+    log.info("inputs: %s", ", ".join(f"{s.name}={s.shape}:{s.dtype}" for s in specs) or "-")
+    with native_stderr_silenced(args.quiet) as stderr:
+        # --progress wins over -q for the progress lines (CI logs without TVM's noise)
+        progress = Progress(True if args.progress else False if args.quiet else None, stderr)
+        result = convert(args.model, args.output, params=args.params,
+                         patterns_path=args.patterns, lowerings_path=args.lowerings,
+                         inputs=specs, merge=args.merge, check=args.check, target=args.target,
+                         rtol=args.rtol, atol=args.atol, progress=progress)
     _print_summary(result.report, args.quiet)
     print(f"wrote {', '.join(sorted(os.path.basename(f) for f in result.files.values()))} "
           f"to {result.outdir}")
@@ -73,27 +105,111 @@ def _check_exit(report: dict) -> int:
 
 # --------------------------------------------------------------------------- run
 def _cmd_run(args: argparse.Namespace) -> int:
-    from .errors import ParamError
-    from .runtime import load
+    from .cli_tvmc import native_stderr_silenced
 
-    model = load(args.artifact)
+    with native_stderr_silenced(args.quiet):
+        return _run(args)
+
+
+def _run_feed(args: argparse.Namespace, model) -> dict:
+    """Inputs from ``-i file.npz``, ``--input name=file.npy|file.npz``, then ``--fill-mode``."""
+    from .cli_tvmc import fill_input, read_npz
+    from .errors import ParamError
+
     feed = {}
+    for path in args.inputs or []:
+        feed.update(read_npz(path))
     for spec in args.input or []:
         name, sep, path = spec.partition("=")
+        if not sep and spec.endswith(".npz"):
+            feed.update(read_npz(spec))
+            continue
         if not sep or not name or not path:
-            raise ParamError(f"bad --input {spec!r}: expected name=file.npy")
+            raise ParamError(f"bad --input {spec!r}: expected name=file.npy or file.npz")
         if not os.path.exists(path):
             raise ParamError(f"input {name!r}: file not found: {path}", name)
         feed[name] = np.load(path, allow_pickle=False)
+    if args.fill_mode:
+        if not model.input_specs:
+            raise ParamError(f"--fill-mode needs the input signature ({args.artifact} has no "
+                             "model.json beside it)")
+        rng = np.random.default_rng(0)
+        for spec in model.input_specs:
+            if spec["name"] not in feed:
+                feed[spec["name"]] = fill_input(spec, args.fill_mode, rng)
+    return feed
+
+
+def _run(args: argparse.Namespace) -> int:
+    from .runtime import load
+
+    session = None
+    if args.rpc or args.rpc_tracker or args.rpc_key:
+        from .rpc import connect
+
+        session = connect(args.rpc, args.rpc_tracker, args.rpc_key)
+        log.info("running on the RPC server %s", args.rpc or f"{args.rpc_key}@{args.rpc_tracker}")
+    model = load(args.artifact, remote=session)
+    feed = _run_feed(args, model)
+    log.info("running %s with %s", args.artifact,
+             ", ".join(f"{k}{tuple(v.shape)}:{v.dtype}" for k, v in feed.items()) or "no inputs")
     outputs = model(**feed) if model.input_names else model(*feed.values())
     outputs = outputs if isinstance(outputs, tuple) else (outputs,)
     for i, out in enumerate(outputs):
         print(f"out{i}: shape {tuple(out.shape)} dtype {out.dtype} "
               f"min {out.min():.6g} max {out.max():.6g} sum {out.astype(np.float64).sum():.6g}")
+    if args.print_time:
+        _print_time(model, feed, args.repeat, args.number)
     if args.output:
         np.savez(args.output, **{f"out{i}": o for i, o in enumerate(outputs)})
         print(f"wrote {args.output}")
     return EXIT_OK
+
+
+def _print_time(model, feed: dict, repeat: int, number: int) -> None:
+    """tvmc's summary, measured with TVM's ``time_evaluator`` on the VM's ``main``."""
+    import tvm
+
+    arrays = model._arrange((), feed) if model.input_names else list(feed.values())
+    tensors = [tvm.runtime.tensor(np.ascontiguousarray(a), model.device) for a in arrays]
+    timer = model._vm.time_evaluator("main", model.device, number=number, repeat=repeat)
+    results_ms = np.array(timer(*tensors).results) * 1e3
+    print("Execution time summary:")
+    print(f" {'mean (ms)':>10} {'median (ms)':>12} {'max (ms)':>10} {'min (ms)':>10} "
+          f"{'std (ms)':>10}")
+    print(f" {results_ms.mean():10.4f} {np.median(results_ms):12.4f} {results_ms.max():10.4f} "
+          f"{results_ms.min():10.4f} {results_ms.std():10.4f}")
+
+
+# --------------------------------------------------------------------------- verify
+def _cmd_verify(args: argparse.Namespace) -> int:
+    """Every bundle: PASS/FAIL line; exit 1 if one differs, 2 if one is damaged."""
+    from .cli_tvmc import native_stderr_silenced
+    from .verify_bundle import find_bundles, read_bundle, verify_bundle
+
+    status = EXIT_OK
+    results = []
+    bundles = find_bundles(args.bundles)
+    if not bundles:
+        raise BundleError(f"no golden bundle found under {', '.join(args.bundles)}")
+    for path in bundles:
+        try:
+            with native_stderr_silenced(args.quiet):
+                result = verify_bundle(read_bundle(path), rtol=args.rtol, atol=args.atol,
+                                       merge=args.merge, target=args.target)
+        except BmlibError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            status = max(status, EXIT_BAD_INPUT)
+            results.append({"path": str(path), "ok": False, "error": str(exc)})
+            continue
+        print(result.summary(), file=sys.stdout if result.ok else sys.stderr)
+        results.append(result.to_dict())
+        if not result.ok:
+            status = max(status, EXIT_CHECK_FAILED)
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(results, handle, indent=1)
+    return status
 
 
 # --------------------------------------------------------------------------- demo
@@ -126,13 +242,20 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_list_ops(args: argparse.Namespace) -> int:
-    from .backend.templates import template_ops
-    from .importer import supported_ops
+    from .op_map import op_table
 
-    print("Relay ops the importer converts:")
-    print("  " + " ".join(supported_ops()))
+    table = op_table()
+    if args.json:
+        print(json.dumps(table, indent=1))
+        return EXIT_OK
+    width = max(len(row["relay"]) for row in table["relay_ops"])
+    print("Relay op -> Relax op(s) [bmlib template: yes/no]")
+    for row in table["relay_ops"]:
+        relax_ops = ", ".join(f"{o['op']} [{'bmlib' if o['bmlib_template'] else 'host'}]"
+                              for o in row["relax"]) or "(no Relax op: rewritten away)"
+        print(f"  {row['relay']:<{width}}  {relax_ops}")
     print("Relax ops with a bmlib TIR template:")
-    print("  " + " ".join(template_ops()))
+    print("  " + " ".join(table["bmlib_templates"]))
     return EXIT_OK
 
 
@@ -147,38 +270,110 @@ def _target_arg(text: str):
     return text
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: imports TVM only when asked."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from .versions import version_text
+
+        print(version_text())
+        parser.exit()
+
+
+def _verbose_parent() -> argparse.ArgumentParser:
+    """``-v`` accepted after the subcommand too (``bmlib-relax convert -v ...``)."""
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
+                        help="log what happens (-vv: debug)")
+    return parent
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bmlib-relax", description="Move Relay models and bmlib BYOC pipelines to Relax.")
+    parser.add_argument("--version", action=_VersionAction,
+                        help="print bmlib-relax, apache-tvm and LLVM versions")
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="log what happens (-vv: debug)")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    conv = sub.add_parser("convert", help="convert a Relay model (+ legacy pattern table) "
+    conv = sub.add_parser("convert", parents=[_verbose_parent()], help="convert a Relay model (+ legacy pattern table) "
                                           "into Relax artifacts")
-    conv.add_argument("model", help="Relay text file (mod.astext() output)")
+    conv.add_argument("model", nargs="?", help="Relay text file (mod.astext() output)")
     conv.add_argument("-o", "--output", required=True, help="output folder")
     conv.add_argument("--params", help=".params (save_param_dict) or .npz weights")
     conv.add_argument("--patterns", help="legacy pattern table module (tvm.relay syntax)")
     conv.add_argument("--lowerings", help="module with a legacy _LOWER_MAP of TE lowerings")
-    conv.add_argument("--inputs", nargs="+", metavar="NAME=SHAPE:DTYPE|NAME=FILE.npy",
+    conv.add_argument("--inputs", nargs="+", metavar="NAME=SHAPE:DTYPE|NAME=FILE.npy|FILE.npz",
                       help="input shapes (recipe values) or input arrays")
+    conv.add_argument("--input-shapes", action="append", metavar='"NAME:[D1,D2,...] ..."',
+                      help="tvmc syntax: input shapes, several separated by spaces")
     conv.add_argument("--merge", action="store_true", help="merge neighbouring composites")
     conv.add_argument("--check", action="store_true",
                       help="compare against the plain Relax build (exit 1 if it differs)")
     conv.add_argument("--rtol", type=float, default=1e-4)
     conv.add_argument("--atol", type=float, default=1e-4)
     conv.add_argument("--target", type=_target_arg, default=None,
-                      help='TVM target, e.g. llvm or \'{"kind": "llvm", "mcpu": "znver3"}\' '
+                      help='TVM target: "llvm -mcpu=skylake-avx512" or '
+                           '\'{"kind": "llvm", "mcpu": "znver3"}\' '
                            "(default: LLVM for the host CPU)")
-    conv.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    conv.add_argument("-q", "--quiet", action="store_true",
+                      help="no progress output, and no C++ log lines from TVM/LLVM")
+    conv.add_argument("--progress", action="store_true",
+                      help="progress lines even when stderr is not a terminal (CI logs)")
     conv.set_defaults(func=_cmd_convert)
 
-    run = sub.add_parser("run", help="run a converted model.so")
+    run = sub.add_parser("run", parents=[_verbose_parent()], help="run a converted model.so")
     run.add_argument("artifact", help="model.so written by convert")
-    run.add_argument("--input", action="append", metavar="NAME=FILE.npy")
-    run.add_argument("--output", help="write the outputs to this .npz")
+    run.add_argument("-i", "--inputs", action="append", metavar="FILE.npz",
+                     help="input arrays by name (tvmc's --inputs)")
+    run.add_argument("--input", action="append", metavar="NAME=FILE.npy|FILE.npz")
+    run.add_argument("-o", "--outputs", "--output", dest="output",
+                     help="write the outputs (out0, out1, ...) to this .npz")
+    run.add_argument("--fill-mode", choices=("zeros", "ones", "random"),
+                     help="fill the inputs not given (from model.json's signature)")
+    run.add_argument("--print-time", action="store_true",
+                     help="time main with TVM's time_evaluator (mean/median/max/min/std ms)")
+    run.add_argument("--repeat", type=_positive_int, default=10,
+                     help="timed repetitions (--print-time)")
+    run.add_argument("--number", type=_positive_int, default=1,
+                     help="runs per repetition (--print-time)")
+    run.add_argument("-q", "--quiet", action="store_true",
+                     help="no C++ log lines from TVM/LLVM")
+    run.add_argument("--rpc", metavar="HOST:PORT",
+                     help="run on this TVM RPC server (python -m tvm.exec.rpc_server)")
+    run.add_argument("--rpc-tracker", metavar="HOST:PORT", help="get the server from a tracker")
+    run.add_argument("--rpc-key", metavar="KEY", help="device key to request from the tracker")
     run.set_defaults(func=_cmd_run)
 
-    demo = sub.add_parser("demo", help="convert and check the embedded seed example")
+    ver = sub.add_parser("verify", parents=[_verbose_parent()], help="verify golden bundles recorded on Relay "
+                                        "(scripts/record_relay_golden.py)")
+    ver.add_argument("bundles", nargs="+", metavar="BUNDLE",
+                     help="bundle folder, or a folder searched for bundles")
+    ver.add_argument("--merge", action="store_true", help="merge neighbouring composites")
+    ver.add_argument("--rtol", type=float, default=None, help="override the bundle's rtol")
+    ver.add_argument("--atol", type=float, default=None, help="override the bundle's atol")
+    ver.add_argument("--target", type=_target_arg, default=None,
+                     help="TVM target (default: LLVM for the host CPU)")
+    ver.add_argument("-q", "--quiet", action="store_true",
+                     help="no C++ log lines from TVM/LLVM")
+    ver.add_argument("--json", metavar="FILE", help="write every bundle's result to FILE")
+    ver.set_defaults(func=_cmd_verify)
+
+    demo = sub.add_parser("demo", parents=[_verbose_parent()], help="convert and check the embedded seed example")
     demo.add_argument("-o", "--output", help="folder for the artifacts (default: a temp dir)")
     demo.set_defaults(func=_cmd_demo)
 
@@ -186,7 +381,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("bench", help="benchmark against the plain Relax build and PyTorch "
                                  "(bmlib-relax bench --help)")
 
-    ops = sub.add_parser("list-ops", help="list supported Relay ops and bmlib templates")
+    ops = sub.add_parser("list-ops", parents=[_verbose_parent()], help="list supported Relay ops and bmlib templates")
+    ops.add_argument("--json", action="store_true", help="machine-readable table")
     ops.set_defaults(func=_cmd_list_ops)
     return parser
 
@@ -198,7 +394,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         return bench_main(argv[1:])
     args = build_parser().parse_args(argv)
+    logging.basicConfig(stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s",
+                        level=logging.WARNING - 10 * min(getattr(args, "verbose", 0), 2))
     try:
+        if getattr(args, "target", None) is not None:
+            from .backend.target import resolve_target
+
+            args.target = resolve_target(args.target)
+            log.info("target: %s", args.target)
         return args.func(args)
     except BmlibError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -87,9 +87,11 @@ def compile(relay_mod: RelayLike, params: ParamsLike = None, *, target: TargetLi
             input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
             lowerings: Optional[Mapping[str, Callable]] = None,
             num_threads: Optional[int] = None) -> CompiledModel:
-    """Compile a Relay program with bmlib offload.
+    """Compile a Relay program (or a Relax module) with bmlib offload.
 
-    ``relay_mod`` is Relay text, a parsed module or a function; ``params`` a dict
+    ``relay_mod`` is Relay text, a parsed module or a function, or a Relax
+    ``tvm.IRModule`` (e.g. from ``tvm.relax.frontend.onnx.from_onnx``; see
+    :mod:`bmlib_relax.relax_input`); ``params`` a dict
     of arrays (or an ``.npz``/``.params`` path) bound as weights.  ``patterns``
     defaults to the built-in ``bmlib`` table; a list of ``(name, pattern[,
     check])`` may use Relax DPL or legacy Relay DFPatterns.  ``target`` defaults to
@@ -103,15 +105,20 @@ def compile(relay_mod: RelayLike, params: ParamsLike = None, *, target: TargetLi
     """
     target = resolve_target(target)
     ThreadConfig(num_threads)  # a bad num_threads / $TVM_NUM_THREADS fails before compiling
-    module = as_relay_module(relay_mod)
-    if input_shapes:
-        module = with_input_types(module, {k: (v, None) for k, v in input_shapes.items()})
-    imported = import_relay(module, load_params(params))
+    if isinstance(relay_mod, tvm.IRModule):  # a Relax module (ONNX, PyTorch, TVMScript)
+        from .relax_input import prepare_relax_module
+
+        imported = prepare_relax_module(relay_mod, load_params(params), input_shapes)
+    else:
+        module = as_relay_module(relay_mod)
+        if input_shapes:
+            module = with_input_types(module, {k: (v, None) for k, v in input_shapes.items()})
+        imported = import_relay(module, load_params(params))
     with lowering_scope(lowerings):
         partitioned = partition_for_bmlib(imported, patterns=patterns, merge=merge,
                                           target=target)
         executable, records = build_offloaded(partitioned, target)
-    report = build_report(partitioned, records, patterns)
+    report = build_report(partitioned, records, target, patterns)
     return CompiledModel(executable, partitioned, report, num_threads=num_threads)
 
 

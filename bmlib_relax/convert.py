@@ -13,6 +13,7 @@ Files written to the output folder:
 ``report.json``     partitions, composites, arity, ops/FLOPs, unmatched patterns,
                     warnings and the check result (``schemas/report.schema.json``)
 ``report.md``       the same for people
+``report.html``     the graph as an inline SVG, coloured by partition / host
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ from .recipe import recipe_tensor
 from .relay import load_params, parse
 from .relay.rewrite import with_input_types
 from .report import build_report
+from .report_html import write_report_html
 from .runtime import write_signature
 
 # report.json is documented and validated by this JSON schema (shipped with the package).
@@ -125,7 +127,7 @@ def convert(model_path: str, outdir: str, *, params: Any = None,
         lowered = lower_and_verify(partitioned, on_partition=progress.item, target=target)
     with progress.step("build"):
         executable, records = build_verified(partitioned, lowered, target)
-    report = build_report(partitioned, records, resolved)
+    report = build_report(partitioned, records, target, resolved)
     model = CompiledModel(executable, partitioned, report)
 
     os.makedirs(outdir, exist_ok=True)
@@ -170,6 +172,8 @@ def convert(model_path: str, outdir: str, *, params: Any = None,
     files["report.md"] = os.path.join(outdir, "report.md")
     with open(files["report.md"], "w") as handle:
         handle.write(render_markdown(data, str(report)))
+    files["report.html"] = write_report_html(os.path.join(outdir, "report.html"), partitioned,
+                                             data, table=resolved)
     return ConversionResult(outdir, model, data, files)
 
 
@@ -215,8 +219,13 @@ def render_markdown(data: Mapping[str, Any], table: str) -> str:
     lines = ["# bmlib-relax conversion report", "",
              f"- model: `{data['model']}`",
              f"- bmlib-relax {data['bmlib_relax_version']}, merge={data['merge']}",
+             f"- target `{data.get('target', '')}`; " + ", ".join(
+                 f"{k} {v}" for k, v in data.get("versions", {}).items()),
              "- inputs: " + ", ".join(f"`{i['name']}` {tuple(i['shape'])} {i['dtype']}"
-                                       for i in data["inputs"]), ""]
+                                       for i in data["inputs"]),
+             "- outputs: " + ", ".join(f"`{o['name']}` {tuple(o['shape'] or ())} {o['dtype']}"
+                                        for o in data.get("signature", {}).get("outputs", [])),
+             ""]
     lines += ["## Partitions", "", "| partition | composites | ops | params | PrimFunc args "
               "| unscheduled blocks |", "|---|---|---|---|---|---|"]
     for p in data["partitions"]:

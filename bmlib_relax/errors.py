@@ -119,5 +119,22 @@ class SignatureMismatchError(ArityMismatchError):
                   f"{actual} but the partition function declares {expected}")
 
 
+class TargetError(BmlibError, ValueError):
+    """A target TVM 0.27 would refuse or misread; the message spells the dict form."""
+
+    def __init__(self, message: str, target: Optional[str] = None):
+        self.target = target
+        super().__init__(message)
+
+
+class BundleError(BmlibError, ValueError):
+    """A golden bundle that is missing a file, damaged (SHA-256 differs from its
+    manifest) or malformed; names the bundle and the file."""
+
+    def __init__(self, message: str, path: Optional[str] = None):
+        self.path = path
+        super().__init__(message)
+
+
 def format_locations(spans: Iterable[object]) -> str:
     return ", ".join(str(s) for s in spans if s is not None)

@@ -1,11 +1,14 @@
 """Progress lines for the long steps of a conversion (parse, import, codegen, build).
 
 Shown on a terminal only: when stderr is not a TTY, or with ``quiet``, nothing
-is printed, so logs and pipes stay clean.
+is printed, so logs and pipes stay clean (``enabled=True``, the CLI's
+``--progress``, forces them).  Each step is also logged (``logging`` INFO,
+``bmlib-relax -v``).
 """
 from __future__ import annotations
 
 import contextlib
+import logging
 import sys
 import time
 from typing import Iterator, Optional, TextIO
@@ -20,6 +23,7 @@ class Progress:
     @contextlib.contextmanager
     def step(self, title: str) -> Iterator[None]:
         start = time.perf_counter()
+        _log.info("%s", title)
         if self.enabled:
             print(f"{title} ...", file=self.stream, end="", flush=True)
         try:
@@ -28,6 +32,7 @@ class Progress:
             if self.enabled:
                 print(" failed", file=self.stream, flush=True)
             raise
+        _log.debug("%s: done in %.2fs", title, time.perf_counter() - start)
         if self.enabled:
             print(f" done ({time.perf_counter() - start:.2f}s)", file=self.stream, flush=True)
 
@@ -36,5 +41,7 @@ class Progress:
         if self.enabled:
             print(f"\n  [{index}/{total}] {label}", file=self.stream, end="", flush=True)
 
+
+_log = logging.getLogger("bmlib_relax.progress")
 
 QUIET = Progress(enabled=False)

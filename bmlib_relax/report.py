@@ -56,6 +56,10 @@ class OffloadReport:
     flops_host: int = 0
     # why each host op stayed there: HostReason -> count
     host_reasons: Counter = field(default_factory=Counter)
+    # what it was built with and for: target, versions, input/output signature of main
+    target: str = ""
+    versions: dict = field(default_factory=dict)
+    signature: dict = field(default_factory=dict)
 
     @property
     def num_offloaded(self) -> int:
@@ -77,6 +81,9 @@ class OffloadReport:
             "ops_host": dict(sorted(self.ops_host.items())),
             "flops_total": self.flops_total,
             "flops_offloaded": self.flops_offloaded,
+            "target": self.target,
+            "versions": dict(self.versions),
+            "signature": dict(self.signature),
             "host_ops": [reason.to_dict(count) for reason, count in
                          sorted(self.host_reasons.items(),
                                 key=lambda item: (item[0].op, item[0].reason, item[0].detail))],
@@ -179,14 +186,34 @@ def host_ops(mod: tvm.IRModule) -> Counter:
     return Counter(call.op.name for func in _host_functions(mod) for call in _op_calls(func))
 
 
-def build_report(partitioned: tvm.IRModule,
-                 records: Mapping[str, PartitionRecord],
-                 patterns: Optional[Sequence[Any]] = None) -> OffloadReport:
-    """The report of a partitioned and built module; ``patterns`` is the table it was
-    partitioned with (default: the built-in one), to say why host ops stayed there."""
-    from .backend.partition import resolve_patterns
+def output_specs(func: relax.Function) -> list[dict]:
+    """``[{name, shape, dtype}]`` of a Relax function's results (``out0``, ``out1`` ...)."""
+    ret = func.ret_ty
+    fields = list(ret.fields) if isinstance(ret, (relax.TupleType, tvm.ir.TupleType)) else [ret]
+    specs = []
+    for index, ty in enumerate(fields):
+        shape = getattr(ty, "shape", None)
+        dims = [int(d) if hasattr(d, "value") else str(d) for d in shape.values] \
+            if shape is not None and hasattr(shape, "values") else None
+        specs.append({"name": f"out{index}", "shape": dims, "dtype": str(getattr(ty, "dtype", ""))})
+    return specs
 
-    report = OffloadReport()
+
+def build_report(partitioned: tvm.IRModule,
+                 records: Mapping[str, PartitionRecord], target: Any = None,
+                 patterns: Optional[Sequence[Any]] = None) -> OffloadReport:
+    """The report of a partitioned and built module for ``target``; ``patterns`` is the
+    table it was partitioned with (default: the built-in one), to say why host ops
+    stayed there."""
+    from .backend.partition import resolve_patterns
+    from .backend.target import resolve_target
+    from .runtime import input_specs
+    from .versions import versions
+
+    report = OffloadReport(target=str(resolve_target(target)), versions=versions())
+    if "main" in [g.name_hint for g in partitioned.functions]:
+        main = partitioned["main"]
+        report.signature = {"inputs": input_specs(main), "outputs": output_specs(main)}
     calls = Counter(name for name, _ in partition_call_sites(partitioned))
     for gvar, func in partitioned.functions.items():
         if not is_bmlib_partition(func):

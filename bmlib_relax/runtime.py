@@ -123,7 +123,16 @@ class LoadedModel(ModelRunner):
         return super().__call__(*args, **kwargs)
 
 
-def load(path: str, device: Any = None, num_threads: Optional[int] = None) -> LoadedModel:
-    """Load a model artifact written by ``export_library`` / ``bmlib-relax convert``
-    (``num_threads``: default ``$TVM_NUM_THREADS``, else every CPU available)."""
+def load(path: str, device: Any = None, num_threads: Optional[int] = None,
+         remote: Any = None) -> ModelRunner:
+    """Load a model artifact written by ``export_library`` / ``bmlib-relax convert``.
+
+    ``num_threads``: default ``$TVM_NUM_THREADS``, else every CPU available.
+    ``remote``: a ``tvm.rpc`` session; the artifact is uploaded and run there
+    (:mod:`bmlib_relax.rpc`), ``device`` defaulting to the remote CPU.
+    """
+    if remote is not None:
+        from .rpc import load_remote
+
+        return load_remote(path, remote, device)
     return LoadedModel(os.fspath(path), device, num_threads)

@@ -1,0 +1,116 @@
+"""tvmc-style command-line pieces: input files and shapes, filled inputs, timing,
+and keeping TVM's own C++ log lines off a quiet run.
+
+``--input-shapes "data:[1,3,224,224] mask:[1,8]"`` is tvmc's spelling; ``.npz``
+files are accepted wherever inputs are (every array of the file, by name).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+from typing import Iterator, Optional, Sequence, TextIO
+
+import numpy as np
+
+from .errors import ParamError
+
+_SHAPE_ITEM = re.compile(r"(\S+?):\[([^\]]*)\]")
+
+
+def parse_input_shapes(text: str) -> list[tuple[str, tuple[int, ...]]]:
+    """``"data:[1,3,224,224] mask:[1,8]"`` -> ``[("data", (1, 3, 224, 224)), ...]``."""
+    items = []
+    pos = 0
+    text = text.strip()
+    while pos < len(text):
+        match = _SHAPE_ITEM.match(text, pos)
+        if match is None:
+            raise ParamError(f"bad --input-shapes {text!r} at character {pos + 1}: expected "
+                             "name:[d1,d2,...] items separated by spaces")
+        name, dims = match.groups()
+        try:
+            shape = tuple(int(d) for d in dims.split(",") if d.strip())
+        except ValueError:
+            raise ParamError(f"bad --input-shapes {text!r}: {name!r} has non-integer dims "
+                             f"[{dims}]", name) from None
+        if any(d < 0 for d in shape):
+            raise ParamError(f"bad --input-shapes {text!r}: {name!r} has a negative dim", name)
+        items.append((name, shape))
+        pos = match.end()
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+    return items
+
+
+def read_npz(path: str) -> dict[str, np.ndarray]:
+    """Every array of an ``.npz`` input file, by name."""
+    if not os.path.exists(path):
+        raise ParamError(f"inputs file not found: {path}")
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            return {k: npz[k] for k in npz.files}
+    except Exception as exc:  # noqa: BLE001 - zipfile/numpy raise many types
+        raise ParamError(f"{path}: not a readable .npz ({type(exc).__name__}: {exc})") from None
+
+
+def is_input_spec(text: str) -> bool:
+    """An ``--inputs`` value (``name=...`` or ``file.npz``) rather than a model path."""
+    return "=" in text or text.endswith(".npz")
+
+
+def split_model_from_inputs(model: Optional[str], inputs: Optional[Sequence[str]]):
+    """argparse lets ``--inputs a=.. b=..`` swallow a following positional model path:
+    hand such a value back as the model."""
+    inputs = list(inputs or [])
+    stray = [s for s in inputs if not is_input_spec(s)]
+    if stray and model is None and len(stray) == 1 and inputs[-1] == stray[0]:
+        return stray[0], inputs[:-1]
+    if stray:
+        raise ParamError(f"bad --inputs spec {stray[0]!r}: expected name=shape:dtype, "
+                         "name=file.npy or file.npz")
+    if model is None:
+        raise ParamError("no model file given")
+    return model, inputs
+
+
+def fill_input(spec: dict, mode: str, rng: np.random.Generator) -> np.ndarray:
+    """An input of the signature ``spec`` filled as tvmc's ``--fill-mode`` does."""
+    shape = spec.get("shape", [])
+    if not all(isinstance(d, int) for d in shape):
+        raise ParamError(f"input {spec['name']!r} has dynamic shape {shape}: give it with "
+                         "-i/--inputs", spec["name"])
+    dtype = np.dtype(spec["dtype"])
+    if mode == "zeros":
+        return np.zeros(shape, dtype)
+    if mode == "ones":
+        return np.ones(shape, dtype)
+    if dtype.kind in "iub":
+        return rng.integers(0, 2 if dtype.kind == "b" else 10, size=shape).astype(dtype)
+    return rng.uniform(-1, 1, size=shape).astype(dtype)
+
+
+@contextlib.contextmanager
+def native_stderr_silenced(enabled: bool = True) -> Iterator[TextIO]:
+    """Point file descriptor 2 at /dev/null: TVM's and LLVM's C++ log lines (which
+    bypass Python's ``sys.stderr``) are dropped while the block runs.
+
+    Yields a stream on the real stderr, for what must still be seen (``--progress``).
+    """
+    if not enabled:
+        yield sys.stderr
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    kept = os.fdopen(os.dup(saved), "w", buffering=1)
+    try:
+        os.dup2(devnull, 2)
+        yield kept
+    finally:
+        sys.stderr.flush()
+        kept.close()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)

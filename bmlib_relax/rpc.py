@@ -1,0 +1,118 @@
+"""Running an artifact where the device is: TVM's RPC (``tvm.rpc``).
+
+``bmlib_relax.load(path, remote=session)`` uploads the ``export_library``
+artifact to an RPC server (``python -m tvm.exec.rpc_server`` on the board, or
+one reached through a tracker), loads it there and returns a model called
+exactly like a local one: inputs by name, checked against the artifact's
+signature *before* they travel, outputs fetched back as numpy arrays.
+``bmlib-relax run MODEL.so --rpc HOST:PORT`` (or ``--rpc-tracker HOST:PORT
+--rpc-key KEY``) is the same from the command line.
+
+The server needs TVM's RPC extras (``pip install "bmlib-relax[rpc]"``:
+``cloudpickle``, ``psutil``); the board runs the same apache-tvm runtime.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Any, Optional
+
+import numpy as np
+import tvm
+
+from .errors import BmlibError, ParamError
+from .runtime import SIGNATURE_FILE, ModelRunner, to_numpy
+
+
+class RemoteError(BmlibError, RuntimeError):
+    """An RPC server or tracker that cannot be reached or refuses the artifact."""
+
+
+def parse_address(text: str, option: str = "--rpc") -> tuple[str, int]:
+    """``"HOST:PORT"`` -> ``(host, port)``."""
+    host, sep, port = str(text).rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ParamError(f"bad {option} {text!r}: expected HOST:PORT")
+    return host, int(port)
+
+
+def connect(rpc: Optional[str] = None, tracker: Optional[str] = None,
+            key: Optional[str] = None, session_timeout: int = 0) -> Any:
+    """An RPC session: straight to a server (``rpc="host:port"``) or through a tracker
+    (``tracker="host:port"``, ``key`` naming the device kind)."""
+    if (rpc is None) == (tracker is None):
+        raise ParamError("give either an RPC server (--rpc HOST:PORT) or a tracker "
+                         "(--rpc-tracker HOST:PORT --rpc-key KEY)")
+    if rpc is not None:
+        host, port = parse_address(rpc, "--rpc")
+        try:
+            return tvm.rpc.connect(host, port, session_timeout=session_timeout)
+        except Exception as exc:  # noqa: BLE001 - TVM raises InternalError/TVMError
+            raise RemoteError(f"cannot connect to RPC server {host}:{port}: "
+                              f"{_last_line(exc)}") from None
+    if not key:
+        raise ParamError("--rpc-tracker needs --rpc-key KEY (the device kind the server "
+                         "registered with)")
+    host, port = parse_address(tracker, "--rpc-tracker")
+    try:
+        client = tvm.rpc.connect_tracker(host, port)
+    except Exception as exc:  # noqa: BLE001
+        raise RemoteError(f"cannot connect to RPC tracker {host}:{port}: "
+                          f"{_last_line(exc)}") from None
+    try:
+        return client.request(key, priority=1, session_timeout=session_timeout, max_retry=2)
+    except Exception as exc:  # noqa: BLE001
+        raise RemoteError(f"RPC tracker {host}:{port} gave no session for key {key!r}: "
+                          f"{_last_line(exc)}") from None
+
+
+def _last_line(exc: BaseException) -> str:
+    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+    return lines[-1] if lines else type(exc).__name__
+
+
+def _signature(path: str) -> list[dict]:
+    """The input signature written beside the artifact (``<name>.json`` or ``model.json``)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    stem = os.path.splitext(os.path.basename(path))[0]
+    for candidate in (os.path.join(folder, f"{stem}.json"), os.path.join(folder, SIGNATURE_FILE)):
+        if os.path.exists(candidate):
+            with open(candidate) as handle:
+                data = json.load(handle)
+            if isinstance(data, dict) and isinstance(data.get("inputs"), list):
+                return data["inputs"]
+    return []
+
+
+class RemoteModel(ModelRunner):
+    """An artifact loaded on an RPC server; called like a local model."""
+
+    def __init__(self, path: str, session: Any, device: Any = None):
+        if not os.path.exists(path):
+            raise ParamError(f"artifact not found: {path}")
+        self.path = path
+        self.session = session
+        with open(path, "rb") as handle:
+            digest = hashlib.sha256(handle.read()).hexdigest()[:16]
+        # a content-addressed name: two artifacts called model.so never overwrite each other
+        remote_name = f"{os.path.splitext(os.path.basename(path))[0]}-{digest}.so"
+        try:
+            session.upload(path, target=remote_name)
+            module = session.load_module(remote_name)
+        except Exception as exc:  # noqa: BLE001
+            raise RemoteError(f"the RPC server could not load {path}: {_last_line(exc)}") from None
+        specs = _signature(path)
+        super().__init__(module, [s["name"] for s in specs], specs,
+                         device if device is not None else session.cpu(0))
+
+    def __call__(self, *args: Any, **kwargs: Any):
+        if not self.input_names:  # no signature file: positional only, unchecked
+            result = self._vm["main"](*[tvm.runtime.tensor(np.ascontiguousarray(a), self.device)
+                                        for a in args])
+            return to_numpy(result)
+        return super().__call__(*args, **kwargs)
+
+
+def load_remote(path: str, session: Any, device: Any = None) -> RemoteModel:
+    return RemoteModel(os.fspath(path), session, device)

@@ -1,0 +1,6 @@
+def InferType():
+    def run(mod):
+        mod.typed = True
+        return mod
+
+    return run
