@@ -20,6 +20,7 @@ import numpy as np
 from .errors import BmlibError
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report Ctrl-C
 EXAMPLE_DIR = os.path.join(os.path.dirname(__file__), "examples", "legacy_bmlib")
 
 
@@ -32,11 +33,25 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     result = convert(args.model, args.output, params=args.params, patterns_path=args.patterns,
                      lowerings_path=args.lowerings, inputs=specs, merge=args.merge,
                      check=args.check, target=args.target, rtol=args.rtol, atol=args.atol,
-                     progress=Progress(False if args.quiet else None))
+                     progress=Progress(False if args.quiet else None), force=args.force)
     _print_summary(result.report, args.quiet)
     print(f"wrote {', '.join(sorted(os.path.basename(f) for f in result.files.values()))} "
           f"to {result.outdir}")
-    return _check_exit(result.report)
+    status = _check_exit(result.report)
+    _print_inputs(result.report)
+    return status
+
+
+def _print_inputs(report: dict) -> None:
+    """Name the model's inputs on stderr when none were declared: a params file that
+    lacks a weight turns it into an input, and this is where a user sees it."""
+    if report.get("declared_inputs"):
+        return
+    inputs = report["inputs"]
+    print(f"note: no --inputs given; the model's {len(inputs)} input(s) are its parameters "
+          "without a weight:", file=sys.stderr)
+    for spec in inputs:
+        print(f"  {spec['name']}: {tuple(spec['shape'])} {spec['dtype']}", file=sys.stderr)
 
 
 def _print_summary(report: dict, quiet: bool) -> None:
@@ -58,6 +73,8 @@ def _check_exit(report: dict) -> int:
         return EXIT_OK
     worst = max(check["outputs"], key=lambda o: o["max_abs"], default=None)
     detail = f"max abs diff {worst['max_abs']:.3g}" if worst else "no outputs"
+    if check.get("generated_inputs"):
+        detail += f"; generated inputs (recipe v1): {', '.join(check['generated_inputs'])}"
     if check["ok"]:
         print(f"check passed: matches the plain Relax build ({detail}, "
               f"rtol {check['rtol']:g}, atol {check['atol']:g})")
@@ -74,7 +91,7 @@ def _check_exit(report: dict) -> int:
 # --------------------------------------------------------------------------- run
 def _cmd_run(args: argparse.Namespace) -> int:
     from .errors import ParamError
-    from .runtime import load
+    from .runtime import load, load_input_array
 
     model = load(args.artifact)
     feed = {}
@@ -82,9 +99,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         name, sep, path = spec.partition("=")
         if not sep or not name or not path:
             raise ParamError(f"bad --input {spec!r}: expected name=file.npy")
-        if not os.path.exists(path):
-            raise ParamError(f"input {name!r}: file not found: {path}", name)
-        feed[name] = np.load(path, allow_pickle=False)
+        feed[name] = load_input_array(path, name)
     outputs = model(**feed) if model.input_names else model(*feed.values())
     outputs = outputs if isinstance(outputs, tuple) else (outputs,)
     for i, out in enumerate(outputs):
@@ -116,7 +131,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                          os.path.join(outroot, f"variant{index}"),
                          params=os.path.join(EXAMPLE_DIR, "params.npz"),
                          patterns_path=os.path.join(EXAMPLE_DIR, table), check=True,
-                         rtol=1e-5, atol=1e-5, progress=Progress(False))
+                         rtol=1e-5, atol=1e-5, progress=Progress(False), force=True)
         print(result.model.report)
         status = max(status, _check_exit(result.report))
         print(f"artifacts: {result.outdir}\n")
@@ -161,6 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
     conv.add_argument("--lowerings", help="module with a legacy _LOWER_MAP of TE lowerings")
     conv.add_argument("--inputs", nargs="+", metavar="NAME=SHAPE:DTYPE|NAME=FILE.npy",
                       help="input shapes (recipe values) or input arrays")
+    conv.add_argument("--force", action="store_true",
+                      help="replace a non-empty output folder (atomically, at the end)")
     conv.add_argument("--merge", action="store_true", help="merge neighbouring composites")
     conv.add_argument("--check", action="store_true",
                       help="compare against the plain Relax build (exit 1 if it differs)")
@@ -204,13 +221,29 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
-        return 130
-    except Exception as exc:  # noqa: BLE001 - keep exit 1 for "check failed" only
-        lines = str(exc).strip().splitlines()
-        print(f"internal error: {type(exc).__name__}: {lines[-1] if lines else ''}",
+        print("interrupted: nothing was written (a previous output is left as it was)",
               file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except SystemExit as exc:
+        # Only user code (a pattern table, a lowering) can get here: our own commands
+        # return their status.  Exiting 0 with nothing written would look like success.
+        print(f"error: user code called sys.exit({exc.code!r}) during {args.command}",
+              file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except Exception as exc:  # noqa: BLE001 - keep exit 1 for "check failed" only
+        print(f"internal error: {type(exc).__name__}: {_cause_line(exc)}", file=sys.stderr)
         traceback.print_exc(file=sys.stderr)
         return EXIT_INTERNAL
+
+
+def _cause_line(exc: BaseException) -> str:
+    """The first line of an exception's message that is not traceback noise."""
+    for line in str(exc).splitlines():
+        text = line.strip()
+        if text and not text.startswith(("Traceback", "File ", "File\"")) and \
+                not line.startswith((" ", "\t")):
+            return text
+    return ""
 
 
 if __name__ == "__main__":

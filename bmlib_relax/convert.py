@@ -16,9 +16,13 @@ Files written to the output folder:
 """
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -27,19 +31,26 @@ from .artifacts import write_json, write_tvmscript
 from .backend.partition import partition_for_bmlib, resolve_patterns
 from .backend.target import resolve_target
 from .check import compare, first_divergence
-from .compiler import CompiledModel, build_offloaded, build_verified, lower_and_verify
-from .errors import ParamError
+from .compiler import (CompiledModel, build_offloaded, build_verified, lower_and_verify,
+                       require_main, unbound_inputs)
+from .errors import ParamError, ParseError
 from .importer import import_relay
 from .legacy import load_lowerings, load_pattern_table
+from .legacy.loader import LegacyModuleError
 from .progress import QUIET, Progress
 from .recipe import recipe_tensor
 from .relay import load_params, parse
 from .relay.rewrite import with_input_types
 from .report import build_report
-from .runtime import write_signature
+from .runtime import load_input_array
 
 # report.json is documented and validated by this JSON schema (shipped with the package).
 REPORT_SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "schemas", "report.schema.json")
+
+# ``--inputs name=shape``: the check fills such inputs with generated values, so a
+# shape is bounded (no accidental multi-GB allocation from a typo).
+MAX_INPUT_DIM = 2**31 - 1
+MAX_INPUT_ELEMENTS = 2**28
 
 
 @dataclass
@@ -59,9 +70,7 @@ def parse_input_spec(text: str) -> InputSpec:
         raise ParamError(f"bad --inputs spec {text!r}: expected name=shape:dtype or "
                          "name=file.npy")
     if rest.endswith(".npy"):
-        if not os.path.exists(rest):
-            raise ParamError(f"input {name!r}: file not found: {rest}", name)
-        data = np.load(rest, allow_pickle=False)
+        data = load_input_array(rest, name)
         return InputSpec(name, tuple(data.shape), str(data.dtype), data)
     shape_text, _, dtype = rest.partition(":")
     try:
@@ -69,6 +78,13 @@ def parse_input_spec(text: str) -> InputSpec:
     except ValueError:
         raise ParamError(f"bad --inputs spec {text!r}: shape {shape_text!r} is not a "
                          "comma-separated list of integers", name) from None
+    bad = [d for d in shape if d < 1 or d > MAX_INPUT_DIM]
+    if bad:
+        raise ParamError(f"bad --inputs spec {text!r}: dimension {bad[0]} is not in "
+                         f"1..{MAX_INPUT_DIM}", name)
+    if int(np.prod(shape, dtype=object)) > MAX_INPUT_ELEMENTS:
+        raise ParamError(f"bad --inputs spec {text!r}: {int(np.prod(shape, dtype=object)):,} "
+                         f"elements is more than {MAX_INPUT_ELEMENTS:,}", name)
     if dtype:
         try:
             np.dtype(dtype)
@@ -90,33 +106,210 @@ class ConversionResult:
         return None if check is None else bool(check["ok"])
 
 
+# --------------------------------------------------------------------------- input files
+def _input_file(path: Any, what: str) -> str:
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise ParamError(f"{what} {path} is a directory, expected a file")
+    if not os.path.exists(path):
+        raise ParamError(f"{what} not found: {path}")
+    return path
+
+
+def read_model(model_path: str):
+    """Parse a Relay text file; every way it can be unreadable is a ``BmlibError``."""
+    path = _input_file(model_path, "model file")
+    with open(path, "rb") as handle:
+        raw = handle.read()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ParseError(f"not UTF-8 text (byte offset {exc.start}: {exc.reason}); expected "
+                         "Relay text as mod.astext() writes it", line, column, path) from None
+    if not text.strip():
+        raise ParseError("the model file is empty; expected Relay text with a def @main",
+                         1, 1, path)
+    return require_main(parse(text, source_name=path))
+
+
+def _load_user_module(loader: Callable[[str], Any], path: str, kind: str) -> Any:
+    """Run a user's pattern/lowering module; ``sys.exit()`` in it is a bad-input error.
+
+    Otherwise ``SystemExit(0)`` from the user's file would end ``convert`` with
+    exit code 0 and nothing written.
+    """
+    path = _input_file(path, f"{kind} file")
+    try:
+        return loader(path)
+    except SystemExit as exc:
+        raise LegacyModuleError(f"{path}: {kind} called sys.exit({exc.code!r}) while "
+                                "loading") from None
+
+
+# --------------------------------------------------------------------------- output folder
+def check_output_dir(outdir: str, force: bool) -> None:
+    """Refuse an output path that is a file, cannot be created, or is a non-empty folder
+    (unless ``force``) — before anything is compiled."""
+    if os.path.isfile(outdir) or (os.path.exists(outdir) and not os.path.isdir(outdir)):
+        raise ParamError(f"output {outdir} exists and is not a folder")
+    if os.path.isdir(outdir):
+        if os.listdir(outdir) and not force:
+            raise ParamError(f"output folder {outdir} is not empty; use --force to replace "
+                             "its contents")
+    ancestor = os.path.dirname(os.path.abspath(outdir))
+    while not os.path.exists(ancestor):
+        ancestor = os.path.dirname(ancestor)
+    if not os.path.isdir(ancestor):
+        raise ParamError(f"output folder {outdir} cannot be created: {ancestor} is a file")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ParamError(f"output folder {outdir} cannot be created: {ancestor} is not "
+                         "writable")
+
+
+class _Staging:
+    """A temporary folder beside the output folder; ``publish`` renames it into place.
+
+    Every file is written here, so a failed or interrupted conversion leaves the
+    previous complete output (or nothing); with ``force`` a non-empty output is
+    swapped for the new one atomically (``renameat2(RENAME_EXCHANGE)``, or two
+    renames where the kernel lacks it).
+    """
+
+    def __init__(self, outdir: str):
+        self.outdir = os.path.abspath(outdir)
+        parent = os.path.dirname(self.outdir)
+        self.created: list[str] = []
+        missing = parent
+        while not os.path.exists(missing):
+            self.created.insert(0, missing)
+            missing = os.path.dirname(missing)
+        try:
+            for folder in self.created:
+                os.mkdir(folder)
+            self.path = tempfile.mkdtemp(prefix=f".{os.path.basename(self.outdir)}.tmp-",
+                                         dir=parent)
+            mask = os.umask(0o022)
+            os.umask(mask)
+            os.chmod(self.path, 0o777 & ~mask)  # mkdtemp's 0700 is for temp dirs, not outputs
+        except OSError as exc:
+            self._remove_created()
+            raise ParamError(f"output folder {outdir} cannot be created: "
+                             f"{exc.strerror or exc}") from None
+
+    def _remove_created(self) -> None:
+        for folder in reversed(self.created):
+            try:
+                os.rmdir(folder)
+            except OSError:
+                break
+
+    def discard(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+        self._remove_created()
+
+    def publish(self, force: bool) -> None:
+        out = self.outdir
+        if not os.path.exists(out):
+            os.rename(self.path, out)
+            return
+        if not os.path.isdir(out):
+            raise ParamError(f"output {out} exists and is not a folder")
+        if not os.listdir(out):
+            os.replace(self.path, out)  # POSIX rename replaces an empty folder
+            return
+        if not force:
+            raise ParamError(f"output folder {out} is not empty; use --force to replace "
+                             "its contents")
+        if _exchange(self.path, out):
+            shutil.rmtree(self.path, ignore_errors=True)  # now holds the previous output
+            return
+        old = tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.old-",
+                               dir=os.path.dirname(out))
+        os.rename(out, os.path.join(old, "previous"))
+        try:
+            os.rename(self.path, out)
+        except BaseException:
+            os.rename(os.path.join(old, "previous"), out)
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _exchange(a: str, b: str) -> bool:
+    """Atomically swap two paths (Linux ``renameat2(RENAME_EXCHANGE)``); False if unsupported."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                          ctypes.c_uint]
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), b)
+
+
+# --------------------------------------------------------------------------- convert
 def convert(model_path: str, outdir: str, *, params: Any = None,
             patterns_path: Optional[str] = None, lowerings_path: Optional[str] = None,
             inputs: Sequence[InputSpec] = (), merge: bool = False, check: bool = False,
             target: Any = None, rtol: float = 1e-4, atol: float = 1e-4,
-            progress: Progress = QUIET) -> ConversionResult:
-    """Convert a Relay model file into Relax artifacts in ``outdir`` (see module doc)."""
-    if not os.path.exists(model_path):
-        raise ParamError(f"model file not found: {model_path}")
+            progress: Progress = QUIET, force: bool = False) -> ConversionResult:
+    """Convert a Relay model file into Relax artifacts in ``outdir`` (see module doc).
+
+    ``outdir`` must be absent or empty unless ``force``; it is replaced as a
+    whole at the end, so it never holds a mix of two runs.  Named ``inputs``
+    declare the model's inputs: every other parameter of ``@main`` must then be
+    a weight in ``params``, else a ``ParamError`` lists the missing ones.
+    """
+    model_path, outdir = os.fspath(model_path), os.fspath(outdir)
+    check_output_dir(outdir, force)
     specs = {s.name: s for s in inputs}
     with progress.step(f"parse {os.path.basename(model_path)}"):
-        with open(model_path, encoding="utf-8") as handle:
-            module = parse(handle.read(), source_name=model_path)
+        module = read_model(model_path)
         module = with_input_types(module, {n: (s.shape, s.dtype) for n, s in specs.items()
                                            if s.shape is not None})
+        if isinstance(params, (str, os.PathLike)):
+            params = _input_file(params, "params file")
         weights = load_params(params)
+        unbound_inputs(module, weights, list(specs))
     patterns = None
     if patterns_path:
         with progress.step(f"load pattern table {os.path.basename(patterns_path)}"):
-            patterns = load_pattern_table(patterns_path)
+            patterns = _load_user_module(load_pattern_table, patterns_path, "pattern table")
     if lowerings_path:
         with progress.step(f"load lowerings {os.path.basename(lowerings_path)}"):
-            load_lowerings(lowerings_path)
+            _load_user_module(load_lowerings, lowerings_path, "lowerings module")
+    resolved = resolve_patterns(patterns)  # a bad table entry is bad input: before any build
+    staging = _Staging(outdir)
+    try:
+        result = _convert_into(staging.path, module, weights, patterns, resolved, specs,
+                               model_path,
+                               merge=merge, check=check, target=target, rtol=rtol, atol=atol,
+                               progress=progress)
+        with progress.step(f"publish {outdir}"):
+            staging.publish(force)
+    except BaseException:
+        staging.discard()
+        raise
+    result.outdir = outdir
+    result.files = {k: os.path.join(outdir, os.path.basename(v)) for k, v in result.files.items()}
+    return result
+
+
+def _convert_into(folder: str, module, weights, patterns, resolved,
+                  specs: Mapping[str, InputSpec],
+                  model_path: str, *, merge: bool, check: bool, target: Any, rtol: float,
+                  atol: float, progress: Progress) -> ConversionResult:
     with progress.step("import to Relax"):
         imported = import_relay(module, weights)
     target = resolve_target(target)
     with progress.step("partition for bmlib"):
-        resolved = resolve_patterns(patterns)
         partitioned = partition_for_bmlib(imported, patterns=patterns, merge=merge,
                                           target=target)
     with progress.step("codegen"):
@@ -126,14 +319,11 @@ def convert(model_path: str, outdir: str, *, params: Any = None,
     report = build_report(partitioned, records)
     model = CompiledModel(executable, partitioned, report)
 
-    os.makedirs(outdir, exist_ok=True)
-    files = {}
-    with progress.step(f"write artifacts to {outdir}"):
-        files["model_relax.py"] = os.path.join(outdir, "model_relax.py")
+    files = {name: os.path.join(folder, name) for name in
+             ("model_relax.py", "weights.npz", "report.json", "report.md", "model.so",
+              "model.json")}
+    with progress.step("write TVMScript"):
         write_tvmscript(files["model_relax.py"], partitioned, weights)
-        files["model.so"] = os.path.join(outdir, "model.so")
-        model.export_library(files["model.so"])
-        files["model.json"] = write_signature(outdir, model.input_specs)
 
     pattern_names = [_pattern_name(p) for p in resolved]
     used = {c for p in report.partitions for c in p.composites}
@@ -143,17 +333,18 @@ def convert(model_path: str, outdir: str, *, params: Any = None,
     data = {
         "bmlib_relax_version": __version__,
         "model": os.path.abspath(model_path),
-        "inputs": model.input_specs,
         "outputs": [],
         "merge": merge,
         **report.to_dict(),
+        "declared_inputs": list(specs) or None,
         "patterns": pattern_names,
         "unmatched_patterns": [n for n in pattern_names if n not in used],
         "warnings": warnings,
         "check": None,
     }
-    feed = _check_inputs(model.input_specs, specs)
-    outputs = model(**feed)
+    feed, generated = _check_inputs(model.input_specs, specs)
+    data["generated_inputs"] = generated
+    outputs = model(*feed)
     # Output signature plus a checksum on the check inputs, so a shipped artifact can be
     # verified to reproduce them (``bmlib-relax run`` prints the same sums).
     data["outputs"] = [{"shape": list(o.shape), "dtype": str(o.dtype),
@@ -161,50 +352,60 @@ def convert(model_path: str, outdir: str, *, params: Any = None,
                        for o in (outputs if isinstance(outputs, tuple) else [outputs])]
     if check:
         with progress.step("check against the plain Relax build"):
-            data["check"] = _check(imported, partitioned, model, feed, outputs, target, rtol,
-                                   atol)
-    files["report.json"] = os.path.join(outdir, "report.json")
+            data["check"] = _check(imported, partitioned, model, feed, generated, outputs,
+                                   target, rtol, atol)
     write_json(files["report.json"], data)
-    files["report.md"] = os.path.join(outdir, "report.md")
     with open(files["report.md"], "w") as handle:
         handle.write(render_markdown(data, str(report)))
-    return ConversionResult(outdir, model, data, files)
+    with progress.step("export library"):
+        # Last: model.json records the SHA-256 of the library and of every file above.
+        model.export_library(files["model.so"], files=[
+            files[k] for k in ("model_relax.py", "weights.npz", "report.json", "report.md")])
+    return ConversionResult(folder, model, data, files)
 
 
 def _pattern_name(entry: Any) -> str:
     return str(entry[0]) if isinstance(entry, tuple) else str(entry.name)
 
 
-def _check_inputs(specs: Sequence[dict], given: Mapping[str, InputSpec]) -> dict[str, np.ndarray]:
-    """Supplied arrays where given, recipe-v1 inputs (by name) elsewhere."""
-    feed = {}
+def _check_inputs(specs: Sequence[dict], given: Mapping[str, InputSpec]
+                  ) -> tuple[list[np.ndarray], list[str]]:
+    """Inputs in call order: supplied arrays where given, recipe-v1 values elsewhere.
+
+    Also returns the names of the generated ones, which the report and the check
+    name: a NaN from made-up values must not be blamed on bmlib unseen.
+    """
+    feed, generated = [], []
     for spec in specs:
         supplied = given.get(spec["name"])
         if supplied is not None and supplied.data is not None:
-            feed[spec["name"]] = supplied.data
+            feed.append(supplied.data)
             continue
         if not all(isinstance(d, int) for d in spec["shape"]):
             raise ParamError(f"input {spec['name']!r} has dynamic shape {spec['shape']}; "
                              "give one with --inputs name=shape:dtype", spec["name"])
-        feed[spec["name"]] = recipe_tensor(spec["name"], spec["shape"], spec["dtype"], "input")
-    return feed
+        feed.append(recipe_tensor(spec["name"], spec["shape"], spec["dtype"], "input"))
+        generated.append(spec["name"])
+    return feed, generated
 
 
-def _check(imported, partitioned, model, feed, outputs, target, rtol, atol) -> dict[str, Any]:
+def _check(imported, partitioned, model, feed, generated, outputs, target, rtol, atol
+           ) -> dict[str, Any]:
     from .compiler import compile_plain
     from .runtime import ModelRunner
 
     plain = ModelRunner(compile_plain(imported, target), model.input_names)
-    want = plain(**feed)
+    want = plain(*feed)
     diffs = compare(outputs, want, rtol, atol)
     result: dict[str, Any] = {
         "ok": all(d.ok for d in diffs), "rtol": rtol, "atol": atol,
-        "inputs": "supplied or recipe v1",
+        "inputs": ("generated by recipe v1: " + ", ".join(generated)) if generated
+        else "supplied",
+        "generated_inputs": list(generated),
         "outputs": [d.to_dict() for d in diffs], "first_divergence": None,
     }
     if not result["ok"]:
-        arrays = [feed[n] for n in model.input_names]
-        result["first_divergence"] = first_divergence(partitioned, arrays, build_offloaded,
+        result["first_divergence"] = first_divergence(partitioned, feed, build_offloaded,
                                                       target, rtol, atol)
     return result
 
@@ -214,7 +415,11 @@ def render_markdown(data: Mapping[str, Any], table: str) -> str:
              f"- model: `{data['model']}`",
              f"- bmlib-relax {data['bmlib_relax_version']}, merge={data['merge']}",
              "- inputs: " + ", ".join(f"`{i['name']}` {tuple(i['shape'])} {i['dtype']}"
-                                       for i in data["inputs"]), ""]
+                                       for i in data["inputs"])]
+    if data.get("generated_inputs"):
+        lines.append("- inputs generated by recipe v1 (not supplied): "
+                     + ", ".join(f"`{n}`" for n in data["generated_inputs"]))
+    lines.append("")
     lines += ["## Partitions", "", "| partition | composites | ops | params | PrimFunc args |",
               "|---|---|---|---|---|"]
     for p in data["partitions"]:

@@ -81,6 +81,18 @@ class ParamError(BmlibError, ValueError):
         super().__init__(message)
 
 
+class ArtifactError(BmlibError, ValueError):
+    """A model artifact that is missing, damaged or not an artifact; names the file.
+
+    Raised before TVM opens a library whose size or SHA-256 differs from its
+    metadata (a truncated shared object would kill the process with SIGBUS).
+    """
+
+    def __init__(self, message: str, path: Optional[str] = None):
+        self.path = path
+        super().__init__(message)
+
+
 class CodegenError(BmlibError, RuntimeError):
     """The bmlib codegen could not lower a partition (names it and the op)."""
 

@@ -45,6 +45,8 @@ class OffloadReport:
     ops_host: Counter = field(default_factory=Counter)
     flops_offloaded: int = 0
     flops_host: int = 0
+    # The model's inputs (the parameters of main no weight binds): name, shape, dtype.
+    inputs: list[dict] = field(default_factory=list)
 
     @property
     def num_offloaded(self) -> int:
@@ -66,6 +68,7 @@ class OffloadReport:
             "ops_host": dict(sorted(self.ops_host.items())),
             "flops_total": self.flops_total,
             "flops_offloaded": self.flops_offloaded,
+            "inputs": [dict(i) for i in self.inputs],
         }
 
     def __str__(self) -> str:

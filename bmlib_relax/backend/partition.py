@@ -40,6 +40,9 @@ def resolve_patterns(patterns: Optional[Sequence[Any]]) -> list:
             raise BmlibError(f"pattern {name!r}: bmlib composite names start with "
                              f"'{PREFIX}.' (the prefix selects the codegen)")
         check = entry[-1] if len(entry) > 2 else None
+        if not is_legacy_pattern(entry[1]) and not isinstance(entry[1], relax.dpl.DFPattern):
+            raise BmlibError(f"pattern {name!r}: {type(entry[1]).__name__} {entry[1]!r:.60} is "
+                             "not a pattern (expected a Relax DPL or Relay DFPattern)")
         if is_legacy_pattern(entry[1]):
             if len(entry) == 4:
                 raise BmlibError(f"pattern {name!r}: a legacy Relay pattern takes no "
