@@ -54,10 +54,14 @@ def difference(name: str, got: np.ndarray, want: np.ndarray, rtol: float,
         abs_diff = np.where(same, 0.0, abs_diff)
         abs_diff = np.where(np.isnan(abs_diff), np.inf, abs_diff)
         max_abs = float(abs_diff.max()) if abs_diff.size else 0.0
-        rel = abs_diff / np.maximum(np.abs(np.where(want_nan, 0.0, want64)),
-                                    np.finfo(np.float32).tiny)
+        scale = np.abs(np.where(want_nan, 0.0, want64))
+        rel = np.where(np.isinf(abs_diff), np.inf,
+                       abs_diff / np.maximum(np.where(np.isinf(scale), 0.0, scale),
+                                             np.finfo(np.float32).tiny))
         max_rel = float(rel.max()) if rel.size else 0.0
-        ok = bool(np.all(abs_diff <= atol + rtol * np.abs(np.where(want_nan, 0.0, want64))))
+        # An infinite difference (inf against -inf or a number) is never within tolerance,
+        # even where the reference's own infinity makes ``rtol * |want|`` infinite.
+        ok = bool(np.all(same | (np.isfinite(abs_diff) & (abs_diff <= atol + rtol * scale))))
     return Difference(name, max_abs, max_rel, ok and nan_mismatches == 0, nan_mismatches)
 
 
