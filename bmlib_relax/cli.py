@@ -26,10 +26,19 @@ EXAMPLE_DIR = os.path.join(os.path.dirname(__file__), "examples", "legacy_bmlib"
 
 # --------------------------------------------------------------------------- convert
 def _cmd_convert(args: argparse.Namespace) -> int:
-    from .convert import convert, parse_input_spec
+    from .preflight import check_output_dir, input_file, parse_input_spec, read_model_text
+
+    # Bad input is found before TVM and the compiler are imported (fast exit 2).
+    specs = [parse_input_spec(s) for s in args.inputs or []]
+    check_output_dir(args.output, args.force)
+    read_model_text(args.model)
+    for path, what in ((args.params, "params file"), (args.patterns, "pattern table file"),
+                       (args.lowerings, "lowerings module file")):
+        if path:
+            input_file(path, what)
+    from .convert import convert
     from .progress import Progress
 
-    specs = [parse_input_spec(s) for s in args.inputs or []]
     result = convert(args.model, args.output, params=args.params, patterns_path=args.patterns,
                      lowerings_path=args.lowerings, inputs=specs, merge=args.merge,
                      check=args.check, target=args.target, rtol=args.rtol, atol=args.atol,
@@ -91,7 +100,8 @@ def _check_exit(report: dict) -> int:
 # --------------------------------------------------------------------------- run
 def _cmd_run(args: argparse.Namespace) -> int:
     from .errors import ParamError
-    from .runtime import load, load_input_array
+    from .preflight import load_input_array
+    from .runtime import load
 
     model = load(args.artifact)
     feed = {}

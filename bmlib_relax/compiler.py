@@ -17,7 +17,8 @@ from .backend.codegen import codegen_session, is_bmlib_partition, lower_partitio
 from .backend.partition import partition_for_bmlib
 from .backend.target import resolve_target
 from .backend.verify import verify_partition_arity
-from .errors import ParamError, ParseError
+from .errors import ParamError
+from .preflight import require_main
 from .importer import RelayLike, as_relay_module, import_relay
 from .relay import ast
 from .relay.params import ParamsLike, load_params
@@ -82,16 +83,6 @@ class CompiledModel(ModelRunner):
         (``d/a.so`` → ``d/a.json``: input signature, SHA-256 of the library and of
         ``files``), both atomically.  Returns the metadata path."""
         return export_artifact(self.executable, os.fspath(path), self.input_specs, files=files)
-
-
-def require_main(module: ast.IRModule) -> ast.IRModule:
-    """``module`` if it defines ``@main`` (the entry every build starts from), else a
-    ``ParseError`` naming the source and the functions it does define."""
-    if "main" not in module.functions:
-        defined = ", ".join(f"@{n}" for n in module.functions) or "none"
-        raise ParseError(f"no def @main in the module (functions defined: {defined})", 1, 1,
-                         module.source_name)
-    return module
 
 
 def unbound_inputs(module: ast.IRModule, weights: Mapping[str, Any],

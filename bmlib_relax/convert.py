@@ -32,66 +32,21 @@ from .backend.partition import partition_for_bmlib, resolve_patterns
 from .backend.target import resolve_target
 from .check import compare, first_divergence
 from .compiler import (CompiledModel, build_offloaded, build_verified, lower_and_verify,
-                       require_main, unbound_inputs)
-from .errors import ParamError, ParseError
+                       unbound_inputs)
+from .errors import ParamError
 from .importer import import_relay
 from .legacy import load_lowerings, load_pattern_table
 from .legacy.loader import LegacyModuleError
+from .preflight import (InputSpec, check_output_dir, input_file, parse_input_spec,  # noqa: F401
+                        read_model_text, require_main)
 from .progress import QUIET, Progress
 from .recipe import recipe_tensor
 from .relay import load_params, parse
 from .relay.rewrite import with_input_types
 from .report import build_report
-from .runtime import load_input_array
 
 # report.json is documented and validated by this JSON schema (shipped with the package).
 REPORT_SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "schemas", "report.schema.json")
-
-# ``--inputs name=shape``: the check fills such inputs with generated values, so a
-# shape is bounded (no accidental multi-GB allocation from a typo).
-MAX_INPUT_DIM = 2**31 - 1
-MAX_INPUT_ELEMENTS = 2**28
-
-
-@dataclass
-class InputSpec:
-    """A model input given on the command line: a shape/dtype or an array."""
-
-    name: str
-    shape: Optional[tuple[int, ...]] = None
-    dtype: Optional[str] = None
-    data: Optional[np.ndarray] = None
-
-
-def parse_input_spec(text: str) -> InputSpec:
-    """``name=1,3,224,224:float32`` (recipe values) or ``name=file.npy`` (given values)."""
-    name, sep, rest = text.partition("=")
-    if not sep or not name or not rest:
-        raise ParamError(f"bad --inputs spec {text!r}: expected name=shape:dtype or "
-                         "name=file.npy")
-    if rest.endswith(".npy"):
-        data = load_input_array(rest, name)
-        return InputSpec(name, tuple(data.shape), str(data.dtype), data)
-    shape_text, _, dtype = rest.partition(":")
-    try:
-        shape = tuple(int(d) for d in shape_text.replace("x", ",").split(",") if d.strip())
-    except ValueError:
-        raise ParamError(f"bad --inputs spec {text!r}: shape {shape_text!r} is not a "
-                         "comma-separated list of integers", name) from None
-    bad = [d for d in shape if d < 1 or d > MAX_INPUT_DIM]
-    if bad:
-        raise ParamError(f"bad --inputs spec {text!r}: dimension {bad[0]} is not in "
-                         f"1..{MAX_INPUT_DIM}", name)
-    if int(np.prod(shape, dtype=object)) > MAX_INPUT_ELEMENTS:
-        raise ParamError(f"bad --inputs spec {text!r}: {int(np.prod(shape, dtype=object)):,} "
-                         f"elements is more than {MAX_INPUT_ELEMENTS:,}", name)
-    if dtype:
-        try:
-            np.dtype(dtype)
-        except TypeError:
-            raise ParamError(f"bad --inputs spec {text!r}: unknown dtype {dtype!r}", name) from None
-    return InputSpec(name, shape, dtype or None)
-
 
 @dataclass
 class ConversionResult:
@@ -106,32 +61,10 @@ class ConversionResult:
         return None if check is None else bool(check["ok"])
 
 
-# --------------------------------------------------------------------------- input files
-def _input_file(path: Any, what: str) -> str:
-    path = os.fspath(path)
-    if os.path.isdir(path):
-        raise ParamError(f"{what} {path} is a directory, expected a file")
-    if not os.path.exists(path):
-        raise ParamError(f"{what} not found: {path}")
-    return path
-
-
 def read_model(model_path: str):
-    """Parse a Relay text file; every way it can be unreadable is a ``BmlibError``."""
-    path = _input_file(model_path, "model file")
-    with open(path, "rb") as handle:
-        raw = handle.read()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise ParseError(f"not UTF-8 text (byte offset {exc.start}: {exc.reason}); expected "
-                         "Relay text as mod.astext() writes it", line, column, path) from None
-    if not text.strip():
-        raise ParseError("the model file is empty; expected Relay text with a def @main",
-                         1, 1, path)
-    return require_main(parse(text, source_name=path))
+    """Parse a Relay text file (see ``preflight.read_model_text``) and require ``@main``."""
+    path = os.fspath(model_path)
+    return require_main(parse(read_model_text(path), source_name=path))
 
 
 def _load_user_module(loader: Callable[[str], Any], path: str, kind: str) -> Any:
@@ -140,7 +73,7 @@ def _load_user_module(loader: Callable[[str], Any], path: str, kind: str) -> Any
     Otherwise ``SystemExit(0)`` from the user's file would end ``convert`` with
     exit code 0 and nothing written.
     """
-    path = _input_file(path, f"{kind} file")
+    path = input_file(path, f"{kind} file")
     try:
         return loader(path)
     except SystemExit as exc:
@@ -149,25 +82,6 @@ def _load_user_module(loader: Callable[[str], Any], path: str, kind: str) -> Any
 
 
 # --------------------------------------------------------------------------- output folder
-def check_output_dir(outdir: str, force: bool) -> None:
-    """Refuse an output path that is a file, cannot be created, or is a non-empty folder
-    (unless ``force``) — before anything is compiled."""
-    if os.path.isfile(outdir) or (os.path.exists(outdir) and not os.path.isdir(outdir)):
-        raise ParamError(f"output {outdir} exists and is not a folder")
-    if os.path.isdir(outdir):
-        if os.listdir(outdir) and not force:
-            raise ParamError(f"output folder {outdir} is not empty; use --force to replace "
-                             "its contents")
-    ancestor = os.path.dirname(os.path.abspath(outdir))
-    while not os.path.exists(ancestor):
-        ancestor = os.path.dirname(ancestor)
-    if not os.path.isdir(ancestor):
-        raise ParamError(f"output folder {outdir} cannot be created: {ancestor} is a file")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise ParamError(f"output folder {outdir} cannot be created: {ancestor} is not "
-                         "writable")
-
-
 class _Staging:
     """A temporary folder beside the output folder; ``publish`` renames it into place.
 
@@ -275,7 +189,7 @@ def convert(model_path: str, outdir: str, *, params: Any = None,
         module = with_input_types(module, {n: (s.shape, s.dtype) for n, s in specs.items()
                                            if s.shape is not None})
         if isinstance(params, (str, os.PathLike)):
-            params = _input_file(params, "params file")
+            params = input_file(params, "params file")
         weights = load_params(params)
         unbound_inputs(module, weights, list(specs))
     patterns = None

@@ -93,6 +93,15 @@ class ArtifactError(BmlibError, ValueError):
         super().__init__(message)
 
 
+class UserCodeError(BmlibError):
+    """User code run by bmlib-relax (a pattern check function, ...) raised or called
+    ``sys.exit()``; the message names the user function and what it raised.
+
+    It takes a message only, so TVM's FFI can rebuild it when it crosses a callback
+    (registered with ``tvm_ffi.register_error`` where such callbacks are made).
+    """
+
+
 class CodegenError(BmlibError, RuntimeError):
     """The bmlib codegen could not lower a partition (names it and the op)."""
 

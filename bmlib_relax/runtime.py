@@ -37,7 +37,7 @@ class ModelRunner:
     Inputs are bound **positionally** (Relay identifies variables by identity,
     and two inputs may share a name when a graph was built with the builder
     API); a keyword binds by name only when that name is unique among the
-    inputs.  Inputs may be numpy arrays, ``tvm.runtime.Tensor``\\ s, Python
+    inputs.  Inputs may be numpy arrays, ``tvm.runtime.Tensor`` objects, Python
     scalars (0-d) or nested lists.  A single output comes back as an array,
     several as a tuple.
     """
@@ -106,23 +106,6 @@ def as_input_array(value: Any, name: str, spec: Optional[dict] = None) -> np.nda
         raise ParamError(f"input {name!r}: got an array of Python objects (a ragged list?); "
                          "give a numeric array", name)
     return np.require(array, requirements="C")  # unlike ascontiguousarray, keeps 0-d
-
-
-def load_input_array(path: str, name: str) -> np.ndarray:
-    """An input array from a ``.npy`` file; a missing, unreadable or non-numeric file
-    (pickled objects included) is a ``ParamError`` naming the input and the file."""
-    if os.path.isdir(path):
-        raise ParamError(f"input {name!r}: {path} is a directory, expected a .npy file", name)
-    if not os.path.exists(path):
-        raise ParamError(f"input {name!r}: file not found: {path}", name)
-    try:
-        array = np.load(path, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
-        raise ParamError(f"input {name!r}: {path} is not a readable .npy file: {exc}",
-                         name) from None
-    if not isinstance(array, np.ndarray) or array.dtype.kind not in "biuf":
-        raise ParamError(f"input {name!r}: {path} does not hold a numeric array", name)
-    return array
 
 
 def _check_input(spec: dict, array: np.ndarray) -> None:
