@@ -94,6 +94,9 @@ def _check_exit(report: dict) -> int:
     if div:
         print(f"  first diverging intermediate: {div['binding']} from {div['producer']} "
               f"(max abs {div['max_abs']:.3g})", file=sys.stderr)
+    elif check.get("localisation_error"):
+        print(f"  the diverging intermediate could not be located: "
+              f"{check['localisation_error']}", file=sys.stderr)
     return EXIT_CHECK_FAILED
 
 

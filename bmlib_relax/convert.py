@@ -319,8 +319,12 @@ def _check(imported, partitioned, model, feed, generated, outputs, target, rtol,
         "outputs": [d.to_dict() for d in diffs], "first_divergence": None,
     }
     if not result["ok"]:
-        result["first_divergence"] = first_divergence(partitioned, feed, build_offloaded,
-                                                      target, rtol, atol)
+        try:
+            result["first_divergence"] = first_divergence(partitioned, feed, build_offloaded,
+                                                          target, rtol, atol)
+        except Exception as exc:  # noqa: BLE001 - the check failed either way: say so (exit 1)
+            first = next((ln for ln in str(exc).splitlines() if ln.strip()), "")
+            result["localisation_error"] = f"{type(exc).__name__}: {first}"
     return result
 
 

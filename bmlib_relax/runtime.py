@@ -231,7 +231,8 @@ def _metadata_problems(data: Any) -> str:
     if not isinstance(data, dict):
         return f"expected a JSON object, got {type(data).__name__}"
     if data.get("format") != ARTIFACT_FORMAT:
-        return f"'format' is {data.get('format')!r}, expected {ARTIFACT_FORMAT!r}"
+        return (f"'format' is {data.get('format')!r}, expected {ARTIFACT_FORMAT!r} (written "
+                "by an older bmlib-relax or another tool? export the model again)")
     sha = data.get("sha256")
     if not (isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)):
         return "'sha256' is not a hex SHA-256 digest"

@@ -182,3 +182,23 @@ def test_nan_mismatches_are_counted():
     diff = difference("out0", np.array([np.nan, np.nan, 1.0]), np.array([np.nan, 0.0, np.nan]),
                       1e-4, 1e-4)
     assert diff.nan_mismatches == 2 and not diff.ok
+
+
+def test_check_still_fails_with_a_report_when_localisation_breaks(tmp_path, monkeypatch):
+    import bmlib_relax.convert as convert_module
+    from bmlib_relax.check import Difference
+
+    def always_differs(got, want, rtol, atol):
+        return [Difference("out0", 1.0, 1.0, False)]
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("probe build failed\nmore detail")
+
+    monkeypatch.setattr(convert_module, "compare", always_differs)
+    monkeypatch.setattr(convert_module, "first_divergence", broken)
+    result = convert_module.convert(EXAMPLE / "model.relay", tmp_path / "out",
+                                    params=EXAMPLE / "params.npz", check=True)
+    check = json.loads((tmp_path / "out" / "report.json").read_text())["check"]
+    assert check["ok"] is False and result.check_passed is False
+    assert check["first_divergence"] is None
+    assert check["localisation_error"] == "RuntimeError: probe build failed"
