@@ -29,6 +29,7 @@ SIGNATURE_FILE = "model.json"  # the metadata of ``model.so`` as written by ``co
 ARTIFACT_FORMAT = "bmlib-relax-artifact"
 ARTIFACT_FORMAT_VERSION = 1
 _HASH_CHUNK = 1 << 20
+MAX_METADATA_BYTES = 16 << 20  # a signature of thousands of inputs is a few hundred KB
 
 
 class ModelRunner:
@@ -214,11 +215,18 @@ def read_metadata(library_path: str) -> dict:
     if not os.path.isfile(meta_path):
         raise ArtifactError(f"{library_path}: not a bmlib-relax artifact: its metadata file "
                             f"{meta_path} is missing", meta_path)
+    size = os.path.getsize(meta_path)
+    if size > MAX_METADATA_BYTES:
+        raise ArtifactError(f"{meta_path}: metadata is {size:,} bytes, more than an artifact's "
+                            f"signature can need ({MAX_METADATA_BYTES:,})", meta_path)
     try:
         with open(meta_path, "rb") as handle:
             data = json.loads(handle.read().decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ArtifactError(f"{meta_path}: metadata is not valid JSON: {exc}", meta_path) from None
+    except RecursionError:
+        raise ArtifactError(f"{meta_path}: metadata is not valid JSON: nested too deeply",
+                            meta_path) from None
     except OSError as exc:
         raise ArtifactError(f"{meta_path}: cannot read metadata: {exc}", meta_path) from None
     problems = _metadata_problems(data)

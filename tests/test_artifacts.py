@@ -132,6 +132,7 @@ def test_run_refuses_a_damaged_library_with_exit_2(fresh_copy):
     (b"[1, 2]", "expected a JSON object"),
     (b'{"format": "something-else"}', "'format'"),
     (b'{"format": "bmlib-relax-artifact", "size": 1, "inputs": []}', "'sha256'"),
+    (b"[" * 100000 + b"]" * 100000, "nested too deeply|not valid JSON"),
 ])
 def test_bad_metadata_is_an_artifact_error_naming_the_file(fresh_copy, content, problem):
     meta = fresh_copy.with_suffix(".json")
