@@ -93,16 +93,23 @@ def as_input_array(value: Any, name: str, spec: Optional[dict] = None) -> np.nda
     """
     if isinstance(value, tvm.runtime.Tensor):
         value = value.numpy()
-    if not isinstance(value, np.ndarray):
-        dtype = spec.get("dtype") if spec else None
+    if isinstance(value, np.ndarray):
+        array = value
+    else:
         try:
-            array = np.array(value, dtype=dtype) if dtype else np.array(value)
+            array = np.array(value)
         except (ValueError, TypeError) as exc:
             raise ParamError(f"input {name!r}: cannot make an array of the given "
                              f"{type(value).__name__} (ragged or non-numeric): {exc}",
                              name) from None
-    else:
-        array = value
+        dtype = spec.get("dtype") if spec else None
+        if array.dtype != object and dtype and array.dtype != np.dtype(dtype):
+            # Python numbers take the input's dtype, but never lose their kind
+            # (1.5 does not silently become an integer 1).
+            if not np.can_cast(array.dtype, dtype, "same_kind"):
+                raise ParamError(f"input {name!r}: {array.dtype} values given for a {dtype} "
+                                 "input", name)
+            array = array.astype(dtype)
     if array.dtype == object:
         raise ParamError(f"input {name!r}: got an array of Python objects (a ragged list?); "
                          "give a numeric array", name)

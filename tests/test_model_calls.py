@@ -73,6 +73,14 @@ def test_nested_list_input_takes_the_declared_dtype(same_name_model):
     np.testing.assert_array_equal(same_name_model([1, 2], [10, 20]), [-9, -18])
 
 
+def test_float_list_for_an_integer_input_is_refused(tmp_path):
+    i = relay.var("i", shape=(2,), dtype="int32")
+    model = bmlib_relax.compile(relay.Function([i], relay.add(i, i)))
+    np.testing.assert_array_equal(model([1, 2]), [2, 4])
+    with pytest.raises(ParamError, match="float64 values given for a int32 input"):
+        model([1.5, 2.0])
+
+
 def test_ragged_list_is_a_param_error(same_name_model):
     with pytest.raises(ParamError, match="input 'a'.*ragged"):
         same_name_model([[1, 2], [3]], B)
