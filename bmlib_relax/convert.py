@@ -9,10 +9,15 @@ Files written to the output folder:
 
 ``model_relax.py``  the partitioned Relax module as TVMScript (weights lifted,
                     values in ``weights.npz``)
-``model.so``        the ``export_library`` artifact; ``model.json`` its signature
-``report.json``     partitions, composites, arity, ops/FLOPs, unmatched patterns,
-                    warnings and the check result (``schemas/report.schema.json``)
+``model.so``        the ``export_library`` artifact; ``model.json`` its metadata
+                    (signature, SHA-256 of the library and of every other file)
+``report.json``     partitions, composites, arity, ops/FLOPs, inputs (declared or
+                    generated), unmatched patterns, warnings and the check result
+                    (``schemas/report.schema.json``)
 ``report.md``       the same for people
+
+The folder is never half written: everything goes to a temporary folder beside
+it, renamed into place at the end (see :class:`_Staging`).
 """
 from __future__ import annotations
 
