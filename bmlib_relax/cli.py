@@ -234,8 +234,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
-        print("interrupted: nothing was written (a previous output is left as it was)",
-              file=sys.stderr)
+        note = (": nothing was written (a previous output folder is left as it was)"
+                if args.command == "convert" else "")
+        print(f"interrupted{note}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except SystemExit as exc:
         # Only user code (a pattern table, a lowering) can get here: our own commands
@@ -253,7 +254,7 @@ def _cause_line(exc: BaseException) -> str:
     """The first line of an exception's message that is not traceback noise."""
     for line in str(exc).splitlines():
         text = line.strip()
-        if text and not text.startswith(("Traceback", "File ", "File\"")) and \
+        if text and not text.startswith(("Traceback", "File ")) and \
                 not line.startswith((" ", "\t")):
             return text
     return ""

@@ -18,8 +18,8 @@ from .backend.partition import partition_for_bmlib
 from .backend.target import resolve_target
 from .backend.verify import verify_partition_arity
 from .errors import ParamError
-from .preflight import require_main
 from .importer import RelayLike, as_relay_module, import_relay
+from .preflight import require_main
 from .relay import ast
 from .relay.params import ParamsLike, load_params
 from .relay.rewrite import with_input_types
@@ -149,7 +149,8 @@ def compile(relay_mod: RelayLike, params: ParamsLike = None, *, target: TargetLi
     imported = import_relay(module, weights)
     partitioned = partition_for_bmlib(imported, patterns=patterns, merge=merge, target=target)
     executable, records = build_offloaded(partitioned, target)
-    return CompiledModel(executable, partitioned, build_report(partitioned, records))
+    report = build_report(partitioned, records)
+    return CompiledModel(executable, partitioned, report)
 
 
 def compile_plain(relax_mod: tvm.IRModule, target: TargetLike = None):
