@@ -8,12 +8,15 @@ line on stderr is the cause; details (source line and caret) follow.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import sys
 import tempfile
+import threading
 import traceback
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -228,26 +231,72 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         return bench_main(argv[1:])
     args = build_parser().parse_args(argv)
+    with _sigint_recorded(_interrupted_message(args)) as sigint:
+        try:
+            return args.func(args)
+        except BaseException as exc:  # noqa: BLE001 - every way out gets its exit code
+            return _exit_status(exc, args, interrupted=sigint.received)
+
+
+class _SigintRecord:
+    received = False
+
+
+def _interrupted_message(args: argparse.Namespace) -> str:
+    note = (": nothing was written (a previous output folder is left as it was)"
+            if args.command == "convert" else "")
+    return f"interrupted{note}"
+
+
+@contextlib.contextmanager
+def _sigint_recorded(message: str) -> Iterator[_SigintRecord]:
+    """Ctrl-C raises ``KeyboardInterrupt`` as usual, and is also recorded: raised inside
+    a Python callback that TVM's C++ code made (a pattern check, an expression
+    mutator, the codegen), it comes out of the FFI as a bare ``RuntimeError``.
+
+    ``message`` is printed at once, so it is the first line on stderr, before the
+    warnings TVM's destructors print while the interrupted work unwinds.
+    """
+    record = _SigintRecord()
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield record
+        return
+
+    def on_sigint(signum, frame):
+        if not record.received:
+            record.received = True
+            print(message, file=sys.stderr, flush=True)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_sigint)
     try:
-        return args.func(args)
-    except BmlibError as exc:
+        yield record
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _exit_status(exc: BaseException, args: argparse.Namespace, interrupted: bool) -> int:
+    """The exit code of a command that raised ``exc``; prints its cause first on stderr."""
+    if interrupted:  # the SIGINT handler printed the message
+        return EXIT_INTERRUPTED
+    if isinstance(exc, KeyboardInterrupt):
+        print(_interrupted_message(args), file=sys.stderr)
+        return EXIT_INTERRUPTED
+    if isinstance(exc, BmlibError):
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        note = (": nothing was written (a previous output folder is left as it was)"
-                if args.command == "convert" else "")
-        print(f"interrupted{note}", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except SystemExit as exc:
+    if isinstance(exc, SystemExit):
         # Only user code (a pattern table, a lowering) can get here: our own commands
         # return their status.  Exiting 0 with nothing written would look like success.
         print(f"error: user code called sys.exit({exc.code!r}) during {args.command}",
               file=sys.stderr)
         return EXIT_BAD_INPUT
-    except Exception as exc:  # noqa: BLE001 - keep exit 1 for "check failed" only
-        print(f"internal error: {type(exc).__name__}: {_cause_line(exc)}", file=sys.stderr)
-        traceback.print_exc(file=sys.stderr)
-        return EXIT_INTERNAL
+    if not isinstance(exc, Exception):
+        raise exc  # GeneratorExit and the like: not ours to translate
+    print(f"internal error: {type(exc).__name__}: {_cause_line(exc)}", file=sys.stderr)
+    traceback.print_exception(exc, file=sys.stderr)
+    return EXIT_INTERNAL
 
 
 def _cause_line(exc: BaseException) -> str:
