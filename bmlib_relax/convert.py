@@ -43,7 +43,7 @@ from .importer import import_relay
 from .legacy import load_lowerings, load_pattern_table
 from .legacy.loader import LegacyModuleError
 from .preflight import (InputSpec, check_output_dir, input_file, parse_input_spec,  # noqa: F401
-                        read_model_text, require_main)
+                        read_model_text, refuse_to_replace, require_main)
 from .progress import QUIET, Progress
 from .recipe import recipe_tensor
 from .relay import load_params, parse
@@ -141,6 +141,7 @@ class _Staging:
         if not force:
             raise ParamError(f"output folder {out} is not empty; use --force to replace "
                              "its contents")
+        refuse_to_replace(out)
         if _exchange(self.path, out):
             shutil.rmtree(self.path, ignore_errors=True)  # now holds the previous output
             return

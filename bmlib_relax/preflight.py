@@ -95,10 +95,11 @@ def check_output_dir(outdir: str, force: bool) -> None:
     (unless ``force``) — before anything is compiled."""
     if os.path.isfile(outdir) or (os.path.exists(outdir) and not os.path.isdir(outdir)):
         raise ParamError(f"output {outdir} exists and is not a folder")
-    if os.path.isdir(outdir):
-        if os.listdir(outdir) and not force:
+    if os.path.isdir(outdir) and os.listdir(outdir):
+        if not force:
             raise ParamError(f"output folder {outdir} is not empty; use --force to replace "
                              "its contents")
+        refuse_to_replace(outdir)
     ancestor = os.path.dirname(os.path.abspath(outdir))
     while not os.path.exists(ancestor):
         ancestor = os.path.dirname(ancestor)
@@ -107,6 +108,24 @@ def check_output_dir(outdir: str, force: bool) -> None:
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise ParamError(f"output folder {outdir} cannot be created: {ancestor} is not "
                          "writable")
+
+
+# A folder ``--force`` may replace holds a previous conversion: one of these files.
+CONVERSION_MARKERS = ("model.json", "report.json")
+
+
+def refuse_to_replace(outdir: str) -> None:
+    """``--force`` replaces a previous conversion's output, never an arbitrary folder
+    (``-o ~ --force`` must not wipe a home directory), nor the working directory."""
+    here = os.path.realpath(os.getcwd())
+    target = os.path.realpath(outdir)
+    if here == target or here.startswith(target.rstrip(os.sep) + os.sep):
+        raise ParamError(f"output folder {outdir} contains the working directory; --force "
+                         "will not replace it")
+    if not any(os.path.isfile(os.path.join(outdir, m)) for m in CONVERSION_MARKERS):
+        raise ParamError(f"output folder {outdir} does not hold a previous conversion (no "
+                         f"{' or '.join(CONVERSION_MARKERS)}); --force only replaces those, "
+                         "remove it yourself if it should go")
 
 
 def load_input_array(path: str, name: str) -> np.ndarray:

@@ -62,16 +62,35 @@ def test_non_empty_output_is_refused_and_left_untouched(tmp_path):
     assert snapshot(out) == {"report.json": b"mine"}
 
 
-def test_force_replaces_the_whole_folder(tmp_path):
-    out = tmp_path / "out"
-    out.mkdir()
-    (out / "stale_report.json").write_text("from an earlier run")
+def test_force_replaces_the_whole_folder(previous, tmp_path):
+    out = copy_of(previous, tmp_path)
+    (out / "model.json").write_text("{}")
+    (out / "stale_notes.txt").write_text("from an earlier run")
     proc = cli(*CONVERT, "--force", "-o", out)
     assert proc.returncode == 0, proc.stderr
     assert sorted(os.listdir(out)) == ["model.json", "model.so", "model_relax.py", "report.json",
                                        "report.md", "weights.npz"]
     assert leftovers(tmp_path) == []
     bmlib_relax.load(out / "model.so")  # hash-verified
+
+
+def test_force_refuses_a_folder_that_is_not_a_previous_conversion(tmp_path):
+    out = tmp_path / "home"
+    (out / "projects").mkdir(parents=True)
+    (out / "notes.txt").write_text("precious")
+    proc = cli(*CONVERT, "--force", "-o", out)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[0].startswith(
+        f"error: output folder {out} does not hold a previous conversion")
+    assert (out / "notes.txt").read_text() == "precious" and (out / "projects").is_dir()
+
+
+def test_force_refuses_the_working_directory(previous, tmp_path):
+    out = copy_of(previous, tmp_path)
+    proc = cli(*CONVERT, "--force", "-o", ".", cwd=out)
+    assert proc.returncode == 2
+    assert "contains the working directory" in proc.stderr.splitlines()[0]
+    assert snapshot(out) == snapshot(previous)
 
 
 def test_empty_existing_output_folder_is_used(tmp_path):
