@@ -96,6 +96,13 @@ def unbound_inputs(module: ast.IRModule, weights: Mapping[str, Any],
     is refused too.
     """
     params = module["main"].params
+    shared = sorted({v.name for v in params if v.name in weights and
+                     sum(p.name == v.name for p in params) > 1})
+    if shared:
+        # Relay identifies variables by identity; a weight keyed by a shared name
+        # would be bound to every parameter of that name (Relay refuses this too).
+        raise ParamError(f"weight {shared[0]!r} is ambiguous: several parameters of @main "
+                         f"are called {shared[0]!r}", shared[0])
     unbound = [v.name for v in params if v.name not in weights]
     if not declared:
         return unbound

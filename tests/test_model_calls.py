@@ -64,6 +64,13 @@ def test_artifact_signature_keeps_same_name_inputs_apart(same_name_model, tmp_pa
         loaded(a=A)
 
 
+def test_weight_for_a_shared_name_is_ambiguous():
+    a = relay.var("a", shape=(2,), dtype="float32")
+    b = relay.var("a", shape=(2,), dtype="float32")
+    with pytest.raises(ParamError, match="weight 'a' is ambiguous"):
+        bmlib_relax.compile(relay.Function([a, b], relay.subtract(a, b)), {"a": A})
+
+
 def test_tvm_tensor_input_is_accepted(same_name_model):
     got = same_name_model(tvm.runtime.tensor(A), tvm.runtime.tensor(B))
     np.testing.assert_array_equal(got, [-9, -18])
