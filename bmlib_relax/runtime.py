@@ -170,6 +170,8 @@ def atomic_write(path: str, write: Callable[[str], Any], suffix: str = "") -> No
         write(tmp)
         # mkstemp makes the file 0600; give it the mode a plain open() would have.
         os.chmod(tmp, (0o777 if os.access(tmp, os.X_OK) else 0o666) & ~_umask())
+        with open(tmp, "rb") as written:  # on disk before the rename makes it visible
+            os.fsync(written.fileno())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
