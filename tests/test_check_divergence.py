@@ -202,3 +202,38 @@ def test_check_still_fails_with_a_report_when_localisation_breaks(tmp_path, monk
     assert check["ok"] is False and result.check_passed is False
     assert check["first_divergence"] is None
     assert check["localisation_error"] == "RuntimeError: probe build failed"
+
+
+DEPTHWISE = """\
+#[version = "0.0.5"]
+def @main(%data: Tensor[(1, 16, 6, 6), float32], %weight: Tensor[(16, 1, 3, 3), float32], %w2: Tensor[(32, 16, 1, 1), float32]) {
+  %0 = nn.conv2d(%data, %weight, padding=[1, 1, 1, 1], groups=16);
+  %1 = nn.relu(%0);
+  nn.conv2d(%1, %w2, padding=[0, 0, 0, 0])
+}
+"""
+
+
+def test_reference_build_reads_packed_weights_through_an_unpacking_view():
+    """The plain version of a partitioned module with packed (depthwise and dense)
+    conv weights builds with TVM's own legalization and computes the model."""
+    import tvm
+    from tvm import relax
+
+    import bmlib_relax
+    from bmlib_relax.check import plain_version
+    from conftest import offloaded_partitions, run_plain
+
+    params = {"weight": recipe_tensor("weight", (16, 1, 3, 3)),
+              "w2": recipe_tensor("w2", (32, 16, 1, 1))}
+    model = bmlib_relax.compile(DEPTHWISE, params)
+    assert offloaded_partitions(model.relax_module)
+    script = model.relax_module.script()
+    assert 'kernel_layout="OIHW1i' in script and re.search(r'kernel_layout="OIHW\d+i\d+o"',
+                                                          script)
+    data = recipe_tensor("data", (1, 16, 6, 6), role="input")
+    ex = tvm.compile(plain_version(model.relax_module), target="llvm")
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(data)).numpy()
+    want = run_plain(bmlib_relax.import_relay(DEPTHWISE, params), [data])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(model(data), want, rtol=1e-4, atol=1e-4)
