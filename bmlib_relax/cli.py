@@ -24,6 +24,7 @@ from .errors import BmlibError
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report Ctrl-C
+_LISTED_INPUTS = 20  # undeclared inputs named on stderr (a model without weights has hundreds)
 EXAMPLE_DIR = os.path.join(os.path.dirname(__file__), "examples", "legacy_bmlib")
 
 
@@ -49,7 +50,9 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     _print_summary(result.report, args.quiet)
     print(f"wrote {', '.join(sorted(os.path.basename(f) for f in result.files.values()))} "
           f"to {result.outdir}")
-    status = _check_exit(result.report)
+    status = _check_exit(result.report)  # a failed check is the first line on stderr
+    for warning in result.report["warnings"]:
+        print(f"warning: {warning}", file=sys.stderr)
     _print_inputs(result.report)
     return status
 
@@ -62,8 +65,11 @@ def _print_inputs(report: dict) -> None:
     inputs = report["inputs"]
     print(f"note: no --inputs given; the model's {len(inputs)} input(s) are its parameters "
           "without a weight:", file=sys.stderr)
-    for spec in inputs:
+    for spec in inputs[:_LISTED_INPUTS]:
         print(f"  {spec['name']}: {tuple(spec['shape'])} {spec['dtype']}", file=sys.stderr)
+    if len(inputs) > _LISTED_INPUTS:
+        print(f"  ... and {len(inputs) - _LISTED_INPUTS} more (all in report.json); declare "
+              "the real inputs with --inputs to find the missing weights", file=sys.stderr)
 
 
 def _print_summary(report: dict, quiet: bool) -> None:
@@ -75,8 +81,6 @@ def _print_summary(report: dict, quiet: bool) -> None:
         for p in parts:
             print(f"  {p['name']}: {', '.join(p['composites'])} "
                   f"({p['num_params']} params -> {p['num_args']} PrimFunc args)")
-    for warning in report["warnings"]:
-        print(f"warning: {warning}", file=sys.stderr)
 
 
 def _check_exit(report: dict) -> int:
@@ -86,7 +90,9 @@ def _check_exit(report: dict) -> int:
     worst = max(check["outputs"], key=lambda o: o["max_abs"], default=None)
     detail = f"max abs diff {worst['max_abs']:.3g}" if worst else "no outputs"
     if check.get("generated_inputs"):
-        detail += f"; generated inputs (recipe v1): {', '.join(check['generated_inputs'])}"
+        names = check["generated_inputs"]
+        detail += (f"; generated inputs (recipe v1): {', '.join(names[:8])}"
+                   + (f", ... ({len(names)} in all)" if len(names) > 8 else ""))
     if check["ok"]:
         print(f"check passed: matches the plain Relax build ({detail}, "
               f"rtol {check['rtol']:g}, atol {check['atol']:g})")
@@ -150,6 +156,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                          rtol=1e-5, atol=1e-5, progress=Progress(False), force=True)
         print(result.model.report)
         status = max(status, _check_exit(result.report))
+        for warning in result.report["warnings"]:
+            print(f"warning: {warning}", file=sys.stderr)
         print(f"artifacts: {result.outdir}\n")
     print("OK: both variants offload the whole graph and match the unoffloaded build"
           if status == EXIT_OK else "MISMATCH: see above")

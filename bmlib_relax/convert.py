@@ -267,9 +267,9 @@ def _convert_into(folder: str, module, weights, patterns, resolved,
     outputs = model(*feed)
     # Output signature plus a checksum on the check inputs, so a shipped artifact can be
     # verified to reproduce them (``bmlib-relax run`` prints the same sums).
-    data["outputs"] = [{"shape": list(o.shape), "dtype": str(o.dtype),
-                        "sum": float(np.asarray(o, np.float64).sum())}
+    data["outputs"] = [{"shape": list(o.shape), "dtype": str(o.dtype), "sum": _finite_sum(o)}
                        for o in (outputs if isinstance(outputs, tuple) else [outputs])]
+    warnings.extend(_non_finite_warnings(outputs, generated))
     if check:
         with progress.step("check against the plain Relax build"):
             data["check"] = _check(imported, partitioned, model, feed, generated, outputs,
@@ -286,6 +286,35 @@ def _convert_into(folder: str, module, weights, patterns, resolved,
 
 def _pattern_name(entry: Any) -> str:
     return str(entry[0]) if isinstance(entry, tuple) else str(entry.name)
+
+
+def _finite_sum(array: Any) -> Optional[float]:
+    """float64 sum, or None when it is NaN/inf (JSON has no NaN; the warnings say why)."""
+    total = float(np.asarray(array, np.float64).sum())
+    return total if np.isfinite(total) else None
+
+
+def _non_finite_warnings(outputs: Any, generated: Sequence[str]) -> list[str]:
+    """A warning per output holding NaN/inf on the check inputs, naming the generated
+    inputs that may cause it (a NaN in both builds passes the check, but is never
+    a result to ship silently)."""
+    found = []
+    for index, out in enumerate(outputs if isinstance(outputs, tuple) else [outputs]):
+        array = np.asarray(out)
+        if array.dtype.kind != "f":
+            continue
+        bad = int(np.count_nonzero(~np.isfinite(array)))
+        if bad:
+            cause = (f"; these inputs were generated, not supplied: {_names(generated)}"
+                     if generated else "")
+            found.append(f"output out{index}: {bad} of {array.size} values are NaN or "
+                         f"infinite on the check inputs{cause}")
+    return found
+
+
+def _names(names: Sequence[str], limit: int = 8) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f", ... ({len(names)} in all)" if len(names) > limit else "")
 
 
 def _check_inputs(specs: Sequence[dict], given: Mapping[str, InputSpec]

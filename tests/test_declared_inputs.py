@@ -98,3 +98,23 @@ def test_convert_names_undeclared_inputs_and_the_generated_check_values(partial_
     assert report["generated_inputs"] == ["data", "gamma", "beta"]
     assert report["check"]["generated_inputs"] == ["data", "gamma", "beta"]
     assert "`gamma`" in (out / "report.md").read_text()
+
+
+def test_nan_from_generated_inputs_passes_the_check_with_a_warning_naming_them(tmp_path):
+    """sqrt of generated values in [-1, 1]: NaN in both builds is equal, but the NaN is
+    reported, next to the generated inputs that cause it."""
+    model = tmp_path / "sqrt.relay"
+    model.write_text('#[version = "0.0.5"]\n'
+                     "def @main(%x: Tensor[(1, 64), float32]) {\n  sqrt(%x)\n}\n")
+    out = tmp_path / "out"
+    proc = cli("convert", model, "--check", "-q", "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    assert "check passed" in proc.stdout
+    report = json.loads((out / "report.json").read_text())
+    assert report["partitions"], "nothing was offloaded"
+    (warning,) = [w for w in report["warnings"] if "NaN" in w]
+    assert warning.startswith("output out0: ") and "generated, not supplied: x" in warning
+    assert f"warning: {warning}" in proc.stderr
+    assert report["check"]["outputs"][0]["nan_mismatches"] == 0
+    assert report["outputs"][0]["sum"] is None
+    assert "NaN" not in (out / "report.json").read_text().replace(warning, "")  # strict JSON
