@@ -93,6 +93,8 @@ def read_model_text(model_path: Any) -> str:
 def check_output_dir(outdir: str, force: bool) -> None:
     """Refuse an output path that is a file, cannot be created, or is a non-empty folder
     (unless ``force``) — before anything is compiled."""
+    if not str(outdir).strip():
+        raise ParamError("the output folder name is empty")
     if os.path.isfile(outdir) or (os.path.exists(outdir) and not os.path.isdir(outdir)):
         raise ParamError(f"output {outdir} exists and is not a folder")
     if os.path.isdir(outdir) and os.listdir(outdir):
