@@ -400,6 +400,9 @@ def render_markdown(data: Mapping[str, Any], table: str) -> str:
         if div:
             lines += ["", f"First diverging intermediate: `{div['binding']}` from "
                           f"{div['producer']} (max abs {div['max_abs']:.3g})"]
+        elif check.get("localisation_error"):
+            lines += ["", "The diverging intermediate could not be located: "
+                          f"{check['localisation_error']}"]
     lines += ["", "## Report", "", "```", table, "```", ""]
     return "\n".join(lines)
 

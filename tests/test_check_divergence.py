@@ -202,6 +202,8 @@ def test_check_still_fails_with_a_report_when_localisation_breaks(tmp_path, monk
     assert check["ok"] is False and result.check_passed is False
     assert check["first_divergence"] is None
     assert check["localisation_error"] == "RuntimeError: probe build failed"
+    assert "could not be located: RuntimeError: probe build failed" in \
+        (tmp_path / "out" / "report.md").read_text()
 
 
 DEPTHWISE = """\
