@@ -25,7 +25,6 @@ from tvm import relax
 
 from .errors import ArtifactError, ParamError
 
-SIGNATURE_FILE = "model.json"  # the metadata of ``model.so`` as written by ``convert``
 ARTIFACT_FORMAT = "bmlib-relax-artifact"
 ARTIFACT_FORMAT_VERSION = 1
 _HASH_CHUNK = 1 << 20
