@@ -299,9 +299,9 @@ class LoadedModel(ModelRunner):
         try:
             module = tvm.runtime.load_module(path)
         except Exception as exc:  # noqa: BLE001 - the hash matched, so the file is what was written
-            raise ArtifactError(f"{path}: TVM cannot load the library: "
-                                f"{str(exc).strip().splitlines()[-1:] or type(exc).__name__}",
-                                path) from None
+            first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()),
+                         type(exc).__name__)
+            raise ArtifactError(f"{path}: TVM cannot load the library: {first}", path) from None
         specs = list(self.metadata["inputs"])
         super().__init__(module, [s["name"] for s in specs], specs, device)
 

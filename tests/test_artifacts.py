@@ -183,3 +183,17 @@ def test_load_imports_only_tvm_and_numpy(artifact_dir, x):
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_library_that_tvm_cannot_load_is_an_artifact_error(tmp_path):
+    """Metadata that matches a file which is not a shared library at all."""
+    from bmlib_relax.runtime import export_artifact
+
+    class TextWriter:
+        def export_library(self, path):
+            with open(path, "w") as handle:
+                handle.write("not an ELF file")
+
+    export_artifact(TextWriter(), tmp_path / "t.so", [])
+    with pytest.raises(ArtifactError, match="TVM cannot load the library"):
+        bmlib_relax.load(tmp_path / "t.so")
