@@ -30,10 +30,12 @@ EXAMPLE_DIR = os.path.join(os.path.dirname(__file__), "examples", "legacy_bmlib"
 
 # --------------------------------------------------------------------------- convert
 def _cmd_convert(args: argparse.Namespace) -> int:
-    from .preflight import check_output_dir, input_file, parse_input_spec, read_model_text
+    from .preflight import (check_output_dir, input_file, parse_input_spec, read_model_text,
+                            unique_specs)
 
     # Bad input is found before TVM and the compiler are imported (fast exit 2).
     specs = [parse_input_spec(s) for s in args.inputs or []]
+    unique_specs(specs)
     check_output_dir(args.output, args.force)
     read_model_text(args.model)
     for path, what in ((args.params, "params file"), (args.patterns, "pattern table file"),

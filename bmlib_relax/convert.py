@@ -43,7 +43,7 @@ from .importer import import_relay
 from .legacy import load_lowerings, load_pattern_table
 from .legacy.loader import LegacyModuleError
 from .preflight import (InputSpec, check_output_dir, input_file, parse_input_spec,  # noqa: F401
-                        read_model_text, refuse_to_replace, require_main)
+                        read_model_text, refuse_to_replace, require_main, unique_specs)
 from .progress import QUIET, Progress
 from .recipe import recipe_tensor
 from .relay import load_params, parse
@@ -189,7 +189,7 @@ def convert(model_path: str, outdir: str, *, params: Any = None,
     """
     model_path, outdir = os.fspath(model_path), os.fspath(outdir)
     check_output_dir(outdir, force)
-    specs = {s.name: s for s in inputs}
+    specs = unique_specs(inputs)
     with progress.step(f"parse {os.path.basename(model_path)}"):
         module = read_model(model_path)
         module = with_input_types(module, {n: (s.shape, s.dtype) for n, s in specs.items()

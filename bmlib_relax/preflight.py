@@ -61,6 +61,16 @@ def parse_input_spec(text: str) -> InputSpec:
     return InputSpec(name, shape, dtype or None)
 
 
+def unique_specs(specs: Any) -> dict:
+    """``{name: spec}`` of the ``--inputs`` specs; an input given twice is an error."""
+    named: dict = {}
+    for spec in specs:
+        if spec.name in named:
+            raise ParamError(f"--inputs gives input {spec.name!r} twice", spec.name)
+        named[spec.name] = spec
+    return named
+
+
 def input_file(path: Any, what: str) -> str:
     """``path`` if it is an existing file, else a ``ParamError`` saying what it should be."""
     path = os.fspath(path)
