@@ -37,6 +37,7 @@ _EXPORTS = {
     "ConversionError": ("errors", "ConversionError"),
     "ParamError": ("errors", "ParamError"),
     "CodegenError": ("errors", "CodegenError"),
+    "ArtifactError": ("errors", "ArtifactError"),
     "ArityMismatchError": ("errors", "ArityMismatchError"),
 }
 

@@ -8,12 +8,14 @@ partition and its composites, or a host op).
 """
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 from typing import Any, Optional, Sequence
 
 import numpy as np
 import tvm
 from tvm import relax
+from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from .backend.codegen import is_bmlib_partition
 
@@ -24,6 +26,7 @@ class Difference:
     max_abs: float
     max_rel: float
     ok: bool
+    nan_mismatches: int = 0  # elements that are NaN in exactly one of the two tensors
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -31,15 +34,35 @@ class Difference:
 
 def difference(name: str, got: np.ndarray, want: np.ndarray, rtol: float,
                atol: float) -> Difference:
+    """Max abs/rel difference of ``got`` against the reference ``want``, NaN-aware.
+
+    A NaN where the reference has a NaN is equal (both builds agree the value is
+    undefined); a NaN against a number — either way round — diverges, and is
+    counted in ``nan_mismatches`` (``max_abs`` is then infinite), so a NaN never
+    hides inside a max that ignores it.
+    """
     got64, want64 = np.asarray(got, np.float64), np.asarray(want, np.float64)
     if got64.shape != want64.shape:
         return Difference(name, float("inf"), float("inf"), False)
-    abs_diff = np.abs(got64 - want64)
-    max_abs = float(abs_diff.max()) if abs_diff.size else 0.0
-    rel = abs_diff / np.maximum(np.abs(want64), np.finfo(np.float32).tiny)
-    max_rel = float(rel.max()) if rel.size else 0.0
-    ok = bool(np.all(abs_diff <= atol + rtol * np.abs(want64)))
-    return Difference(name, max_abs, max_rel, ok)
+    got_nan, want_nan = np.isnan(got64), np.isnan(want64)
+    both_nan = got_nan & want_nan
+    nan_mismatches = int(np.count_nonzero(got_nan != want_nan))
+    with np.errstate(invalid="ignore", over="ignore"):
+        abs_diff = np.abs(got64 - want64)
+        # Equal infinities (inf - inf = nan) and NaN pairs agree; one-sided NaNs diverge.
+        same = both_nan | (got64 == want64)
+        abs_diff = np.where(same, 0.0, abs_diff)
+        abs_diff = np.where(np.isnan(abs_diff), np.inf, abs_diff)
+        max_abs = float(abs_diff.max()) if abs_diff.size else 0.0
+        scale = np.abs(np.where(want_nan, 0.0, want64))
+        rel = np.where(np.isinf(abs_diff), np.inf,
+                       abs_diff / np.maximum(np.where(np.isinf(scale), 0.0, scale),
+                                             np.finfo(np.float32).tiny))
+        max_rel = float(rel.max()) if rel.size else 0.0
+        # An infinite difference (inf against -inf or a number) is never within tolerance,
+        # even where the reference's own infinity makes ``rtol * |want|`` infinite.
+        ok = bool(np.all(same | (np.isfinite(abs_diff) & (abs_diff <= atol + rtol * scale))))
+    return Difference(name, max_abs, max_rel, ok and nan_mismatches == 0, nan_mismatches)
 
 
 def as_list(outputs: Any) -> list[np.ndarray]:
@@ -51,14 +74,56 @@ def compare(got: Any, want: Any, rtol: float, atol: float) -> list[Difference]:
             for i, (g, w) in enumerate(zip(as_list(got), as_list(want)))]
 
 
+_PACKED_KERNEL = re.compile(r"^OIHW(\d+)i(\d+)o$")
+
+
+@mutator
+class _KernelUnpacker(PyExprMutator):
+    """Turns ``conv2d(x, W_packed, kernel_layout="OIHW{ib}i{ob}o")`` back into an OIHW conv.
+
+    ``backend/rewrite.py`` packs constant conv weights into ``[O/ob, I/ib, KH, KW,
+    ib, ob]`` for the bmlib templates; TVM's legalization has no conv2d for that
+    layout, so the plain (reference) build of a partitioned module would not
+    compile.  The reference un-packs the weight with ``permute_dims`` + ``reshape``
+    (plain Relax ops every build can run) and convolves in OIHW.
+    """
+
+    def visit_call_(self, call: relax.Call) -> relax.Expr:  # noqa: D401 - visitor hook
+        call = super().visit_call_(call)
+        if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.nn.conv2d"):
+            return call
+        packed = _PACKED_KERNEL.match(str(call.attrs.kernel_layout))
+        if packed is None:
+            return call
+        data, weight = call.args
+        oo, io, kh, kw, ib, ob = [int(d) for d in weight.ty.shape.values]
+        unpacked = relax.op.reshape(relax.op.permute_dims(weight, [0, 5, 1, 4, 2, 3]),
+                                    (oo * ob, io * ib, kh, kw))
+        attrs = call.attrs
+        return relax.op.nn.conv2d(
+            data, unpacked, strides=attrs.strides, padding=attrs.padding,
+            dilation=attrs.dilation, groups=attrs.groups, data_layout=attrs.data_layout,
+            kernel_layout="OIHW", out_layout=attrs.out_layout, out_dtype=attrs.out_dtype)
+
+
+def unpack_kernels(mod: tvm.IRModule) -> tvm.IRModule:
+    """``mod`` with every packed-kernel conv2d rewritten to an OIHW conv (see above)."""
+    unpacker = _KernelUnpacker(mod)
+    for gvar, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            unpacker.builder_.update_func(gvar, unpacker.visit_expr(func))
+    return relax.transform.Normalize()(unpacker.builder_.get())
+
+
 def plain_version(partitioned: tvm.IRModule) -> tvm.IRModule:
-    """The partitioned module with its partitions compiled by TVM itself."""
+    """The partitioned module with its partitions compiled by TVM itself (packed
+    weights read through an un-packing view, so TVM's legalization applies)."""
     functions = {}
     for gvar, func in partitioned.functions.items():
         if is_bmlib_partition(func):
             func = func.without_attr("Codegen")
         functions[gvar] = func
-    return relax.transform.LambdaLift()(tvm.IRModule(functions))
+    return unpack_kernels(relax.transform.LambdaLift()(tvm.IRModule(functions)))
 
 
 def probe_version(mod: tvm.IRModule) -> tuple[tvm.IRModule, list[tuple[str, str]]]:
@@ -114,7 +179,7 @@ def first_divergence(partitioned: tvm.IRModule, inputs: Sequence[np.ndarray], bu
     """The first intermediate of ``main`` where bmlib and plain builds disagree."""
     probe, producers = probe_version(partitioned)
     offloaded_ex, _ = build_offloaded(probe, target)
-    plain_ex = tvm.compile(plain_version(probe), target=tvm.target.Target(target))
+    plain_ex = tvm.compile(plain_version(probe), target=target)
     tensors = [tvm.runtime.tensor(np.ascontiguousarray(x)) for x in inputs]
     got = relax.VirtualMachine(offloaded_ex, tvm.cpu())["main"](*tensors)
     want = relax.VirtualMachine(plain_ex, tvm.cpu())["main"](*tensors)
@@ -122,5 +187,6 @@ def first_divergence(partitioned: tvm.IRModule, inputs: Sequence[np.ndarray], bu
         diff = difference(name, got[index + 1].numpy(), want[index + 1].numpy(), rtol, atol)
         if not diff.ok:
             return {"binding": name, "index": index, "producer": producer,
-                    "max_abs": diff.max_abs, "max_rel": diff.max_rel}
+                    "max_abs": diff.max_abs, "max_rel": diff.max_rel,
+                    "nan_mismatches": diff.nan_mismatches}
     return None

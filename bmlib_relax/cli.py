@@ -8,19 +8,24 @@ line on stderr is the cause; details (source line and caret) follow.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
+import signal
 import sys
 import tempfile
+import threading
 import traceback
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 import numpy as np
 
 from .errors import BmlibError, BundleError
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report Ctrl-C
+_LISTED_INPUTS = 20  # undeclared inputs named on stderr (a model without weights has hundreds)
 EXAMPLE_DIR = os.path.join(os.path.dirname(__file__), "examples", "legacy_bmlib")
 log = logging.getLogger("bmlib_relax")
 
@@ -29,7 +34,7 @@ log = logging.getLogger("bmlib_relax")
 def _convert_inputs(args: argparse.Namespace) -> list:
     """``--inputs`` (name=shape:dtype, name=file.npy, file.npz) and tvmc's ``--input-shapes``."""
     from .cli_tvmc import parse_input_shapes, read_npz, split_model_from_inputs
-    from .convert import InputSpec, parse_input_spec
+    from .preflight import InputSpec, parse_input_spec
     from .errors import ParamError
 
     args.model, values = split_model_from_inputs(args.model, args.inputs)
@@ -53,22 +58,52 @@ def _convert_inputs(args: argparse.Namespace) -> list:
 
 def _cmd_convert(args: argparse.Namespace) -> int:
     from .cli_tvmc import native_stderr_silenced
+    from .preflight import check_output_dir, input_file, read_model_text, unique_specs
+
+    # Bad input is found before TVM and the compiler are imported (fast exit 2).
+    specs = _convert_inputs(args)
+    unique_specs(specs)
+    check_output_dir(args.output, args.force)
+    read_model_text(args.model)
+    for path, what in ((args.params, "params file"), (args.patterns, "pattern table file"),
+                       (args.lowerings, "lowerings module file")):
+        if path:
+            input_file(path, what)
+    log.info("inputs: %s", ", ".join(f"{s.name}={s.shape}:{s.dtype}" for s in specs) or "-")
     from .convert import convert
     from .progress import Progress
 
-    specs = _convert_inputs(args)
-    log.info("inputs: %s", ", ".join(f"{s.name}={s.shape}:{s.dtype}" for s in specs) or "-")
     with native_stderr_silenced(args.quiet) as stderr:
         # --progress wins over -q for the progress lines (CI logs without TVM's noise)
         progress = Progress(True if args.progress else False if args.quiet else None, stderr)
         result = convert(args.model, args.output, params=args.params,
                          patterns_path=args.patterns, lowerings_path=args.lowerings,
                          inputs=specs, merge=args.merge, check=args.check, target=args.target,
-                         rtol=args.rtol, atol=args.atol, progress=progress)
+                         rtol=args.rtol, atol=args.atol, progress=progress, force=args.force)
     _print_summary(result.report, args.quiet)
     print(f"wrote {', '.join(sorted(os.path.basename(f) for f in result.files.values()))} "
           f"to {result.outdir}")
-    return _check_exit(result.report)
+    status = _check_exit(result.report)  # a failed check is the first line on stderr
+    for warning in result.report["warnings"]:
+        print(f"warning: {warning}", file=sys.stderr)
+    if not args.quiet:
+        _print_inputs(result.report)
+    return status
+
+
+def _print_inputs(report: dict) -> None:
+    """Name the model's inputs on stderr when none were declared: a params file that
+    lacks a weight turns it into an input, and this is where a user sees it."""
+    if report.get("declared_inputs"):
+        return
+    inputs = report["inputs"]
+    print(f"note: no --inputs given; the model's {len(inputs)} input(s) are its parameters "
+          "without a weight:", file=sys.stderr)
+    for spec in inputs[:_LISTED_INPUTS]:
+        print(f"  {spec['name']}: {tuple(spec['shape'])} {spec['dtype']}", file=sys.stderr)
+    if len(inputs) > _LISTED_INPUTS:
+        print(f"  ... and {len(inputs) - _LISTED_INPUTS} more (all in report.json); declare "
+              "the real inputs with --inputs to find the missing weights", file=sys.stderr)
 
 
 def _print_summary(report: dict, quiet: bool) -> None:
@@ -80,8 +115,6 @@ def _print_summary(report: dict, quiet: bool) -> None:
         for p in parts:
             print(f"  {p['name']}: {', '.join(p['composites'])} "
                   f"({p['num_params']} params -> {p['num_args']} PrimFunc args)")
-    for warning in report["warnings"]:
-        print(f"warning: {warning}", file=sys.stderr)
 
 
 def _check_exit(report: dict) -> int:
@@ -90,6 +123,10 @@ def _check_exit(report: dict) -> int:
         return EXIT_OK
     worst = max(check["outputs"], key=lambda o: o["max_abs"], default=None)
     detail = f"max abs diff {worst['max_abs']:.3g}" if worst else "no outputs"
+    if check.get("generated_inputs"):
+        names = check["generated_inputs"]
+        detail += (f"; generated inputs (recipe v1): {', '.join(names[:8])}"
+                   + (f", ... ({len(names)} in all)" if len(names) > 8 else ""))
     if check["ok"]:
         print(f"check passed: matches the plain Relax build ({detail}, "
               f"rtol {check['rtol']:g}, atol {check['atol']:g})")
@@ -100,6 +137,9 @@ def _check_exit(report: dict) -> int:
     if div:
         print(f"  first diverging intermediate: {div['binding']} from {div['producer']} "
               f"(max abs {div['max_abs']:.3g})", file=sys.stderr)
+    elif check.get("localisation_error"):
+        print(f"  the diverging intermediate could not be located: "
+              f"{check['localisation_error']}", file=sys.stderr)
     return EXIT_CHECK_FAILED
 
 
@@ -115,6 +155,7 @@ def _run_feed(args: argparse.Namespace, model) -> dict:
     """Inputs from ``-i file.npz``, ``--input name=file.npy|file.npz``, then ``--fill-mode``."""
     from .cli_tvmc import fill_input, read_npz
     from .errors import ParamError
+    from .preflight import load_input_array
 
     feed = {}
     for path in args.inputs or []:
@@ -126,9 +167,7 @@ def _run_feed(args: argparse.Namespace, model) -> dict:
             continue
         if not sep or not name or not path:
             raise ParamError(f"bad --input {spec!r}: expected name=file.npy or file.npz")
-        if not os.path.exists(path):
-            raise ParamError(f"input {name!r}: file not found: {path}", name)
-        feed[name] = np.load(path, allow_pickle=False)
+        feed[name] = load_input_array(path, name)
     if args.fill_mode:
         if not model.input_specs:
             raise ParamError(f"--fill-mode needs the input signature ({args.artifact} has no "
@@ -232,9 +271,11 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                          os.path.join(outroot, f"variant{index}"),
                          params=os.path.join(EXAMPLE_DIR, "params.npz"),
                          patterns_path=os.path.join(EXAMPLE_DIR, table), check=True,
-                         rtol=1e-5, atol=1e-5, progress=Progress(False))
+                         rtol=1e-5, atol=1e-5, progress=Progress(False), force=True)
         print(result.model.report)
         status = max(status, _check_exit(result.report))
+        for warning in result.report["warnings"]:
+            print(f"warning: {warning}", file=sys.stderr)
         print(f"artifacts: {result.outdir}\n")
     print("OK: both variants offload the whole graph and match the unoffloaded build"
           if status == EXIT_OK else "MISMATCH: see above")
@@ -321,6 +362,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="input shapes (recipe values) or input arrays")
     conv.add_argument("--input-shapes", action="append", metavar='"NAME:[D1,D2,...] ..."',
                       help="tvmc syntax: input shapes, several separated by spaces")
+    conv.add_argument("--force", action="store_true",
+                      help="replace a non-empty output folder (atomically, at the end)")
     conv.add_argument("--merge", action="store_true", help="merge neighbouring composites")
     conv.add_argument("--check", action="store_true",
                       help="compare against the plain Relax build (exit 1 if it differs)")
@@ -396,24 +439,92 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s",
                         level=logging.WARNING - 10 * min(getattr(args, "verbose", 0), 2))
-    try:
-        if getattr(args, "target", None) is not None:
-            from .backend.target import resolve_target
+    with _sigint_recorded(_interrupted_message(args)) as sigint:
+        try:
+            if getattr(args, "target", None) is not None:
+                from .backend.target import resolve_target
 
-            args.target = resolve_target(args.target)
-            log.info("target: %s", args.target)
-        return args.func(args)
-    except BmlibError as exc:
+                args.target = resolve_target(args.target)
+                log.info("target: %s", args.target)
+            return args.func(args)
+        except BaseException as exc:  # noqa: BLE001 - every way out gets its exit code
+            return _exit_status(exc, args, interrupted=sigint.received)
+
+
+class _SigintRecord:
+    received = False
+
+
+def _interrupted_message(args: argparse.Namespace) -> str:
+    note = (": nothing was written (a previous output folder is left as it was)"
+            if args.command == "convert" else "")
+    return f"interrupted{note}"
+
+
+@contextlib.contextmanager
+def _sigint_recorded(message: str) -> Iterator[_SigintRecord]:
+    """Ctrl-C raises ``KeyboardInterrupt`` as usual, and is also recorded: raised inside
+    a Python callback that TVM's C++ code made (a pattern check, an expression
+    mutator, the codegen), it comes out of the FFI as a bare ``RuntimeError``.
+
+    ``message`` is printed at once, so it is the first line on stderr, before the
+    warnings TVM's destructors print while the interrupted work unwinds.
+    """
+    record = _SigintRecord()
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield record
+        return
+    # The real stderr, kept open: with -q file descriptor 2 points at /dev/null while
+    # TVM runs (cli_tvmc.native_stderr_silenced), and the message must still be seen.
+    sys.stderr.flush()
+    real_stderr = os.fdopen(os.dup(2), "w", buffering=1)
+
+    def on_sigint(signum, frame):
+        if not record.received:
+            record.received = True
+            print(message, file=real_stderr, flush=True)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield record
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        real_stderr.close()
+
+
+def _exit_status(exc: BaseException, args: argparse.Namespace, interrupted: bool) -> int:
+    """The exit code of a command that raised ``exc``; prints its cause first on stderr."""
+    if interrupted:  # the SIGINT handler printed the message
+        return EXIT_INTERRUPTED
+    if isinstance(exc, KeyboardInterrupt):
+        print(_interrupted_message(args), file=sys.stderr)
+        return EXIT_INTERRUPTED
+    if isinstance(exc, BmlibError):
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        return 130
-    except Exception as exc:  # noqa: BLE001 - keep exit 1 for "check failed" only
-        lines = str(exc).strip().splitlines()
-        print(f"internal error: {type(exc).__name__}: {lines[-1] if lines else ''}",
+    if isinstance(exc, SystemExit):
+        # Only user code (a pattern table, a lowering) can get here: our own commands
+        # return their status.  Exiting 0 with nothing written would look like success.
+        print(f"error: user code called sys.exit({exc.code!r}) during {args.command}",
               file=sys.stderr)
-        traceback.print_exc(file=sys.stderr)
-        return EXIT_INTERNAL
+        return EXIT_BAD_INPUT
+    if not isinstance(exc, Exception):
+        raise exc  # GeneratorExit and the like: not ours to translate
+    print(f"internal error: {type(exc).__name__}: {_cause_line(exc)}", file=sys.stderr)
+    traceback.print_exception(exc, file=sys.stderr)
+    return EXIT_INTERNAL
+
+
+def _cause_line(exc: BaseException) -> str:
+    """The first line of an exception's message that is not traceback noise."""
+    for line in str(exc).splitlines():
+        text = line.strip()
+        if text and not text.startswith(("Traceback", "File ")) and \
+                not line.startswith((" ", "\t")):
+            return text
+    return ""
 
 
 if __name__ == "__main__":

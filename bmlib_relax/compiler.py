@@ -17,12 +17,15 @@ from .backend.codegen import codegen_session, is_bmlib_partition, lower_partitio
 from .backend.partition import partition_for_bmlib
 from .backend.target import resolve_target
 from .backend.verify import verify_partition_arity
+from .errors import ParamError
 from .importer import RelayLike, as_relay_module, import_relay
 from .legacy.lowerings import lowering_scope
+from .preflight import require_main
+from .relay import ast
 from .relay.params import ParamsLike, load_params
 from .relay.rewrite import with_input_types
 from .report import OffloadReport, build_report
-from .runtime import ModelRunner, input_specs, write_signature
+from .runtime import ModelRunner, export_artifact, input_specs
 from .threads import ThreadConfig
 
 TargetLike = Union[str, dict, tvm.target.Target, None]
@@ -75,18 +78,62 @@ class CompiledModel(ModelRunner):
         super().__init__(executable, [s["name"] for s in specs], specs, device, num_threads)
         self.relax_module = relax_module
         self.report = report
+        report.inputs = [dict(s) for s in specs]
 
-    def export_library(self, path: str) -> None:
-        """Write a shared library loadable with ``bmlib_relax.load`` (plus ``model.json``)."""
-        self.executable.export_library(path)
-        write_signature(os.path.dirname(os.path.abspath(path)), self.input_specs)
+    def export_library(self, path: str, files: Sequence[str] = ()) -> str:
+        """Write a shared library loadable with ``bmlib_relax.load``, plus its own metadata
+        (``d/a.so`` → ``d/a.json``: input signature, SHA-256 of the library and of
+        ``files``), both atomically.  Returns the metadata path."""
+        return export_artifact(self.executable, os.fspath(path), self.input_specs, files=files)
+
+
+def unbound_inputs(module: ast.IRModule, weights: Mapping[str, Any],
+                   declared: Optional[Sequence[str]] = None) -> list[str]:
+    """The parameters of ``@main`` that no weight binds: the model's inputs.
+
+    A params file that lacks one weight would otherwise silently turn that weight
+    into a model input.  When the caller ``declared`` its inputs, every other
+    unbound parameter is such a missing weight: one ``ParamError`` lists them all
+    (before anything is built).  A declared name that is also given as a weight
+    is refused too.
+    """
+    params = module["main"].params
+    shared = sorted({v.name for v in params if v.name in weights and
+                     sum(p.name == v.name for p in params) > 1})
+    if shared:
+        # Relay identifies variables by identity; a weight keyed by a shared name
+        # would be bound to every parameter of that name (Relay refuses this too).
+        raise ParamError(f"weight {shared[0]!r} is ambiguous: several parameters of @main "
+                         f"are called {shared[0]!r}", shared[0])
+    unbound = [v.name for v in params if v.name not in weights]
+    if not declared:
+        return unbound
+    names = {v.name for v in params}
+    declared = list(dict.fromkeys(declared))
+    unknown = [n for n in declared if n not in names]
+    if unknown:
+        raise ParamError(f"declared input(s) {', '.join(map(repr, unknown))} are not "
+                         f"parameters of @main (parameters: {', '.join(sorted(names))})",
+                         unknown[0])
+    both = [n for n in declared if n in weights]
+    if both:
+        raise ParamError(f"declared input(s) {', '.join(map(repr, both))} are also given as "
+                         "weights", both[0])
+    missing = [n for n in dict.fromkeys(unbound) if n not in declared]
+    if missing:
+        raise ParamError(
+            f"{len(missing)} parameter(s) of @main are neither declared inputs nor given "
+            f"weights (missing weights?): {', '.join(missing)} "
+            f"(declared inputs: {', '.join(declared)})", missing[0])
+    return unbound
 
 
 def compile(relay_mod: RelayLike, params: ParamsLike = None, *, target: TargetLike = None,
             patterns: Optional[Sequence[Any]] = None, merge: bool = False,
             input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
             lowerings: Optional[Mapping[str, Callable]] = None,
-            num_threads: Optional[int] = None) -> CompiledModel:
+            num_threads: Optional[int] = None,
+            inputs: Optional[Sequence[str]] = None) -> CompiledModel:
     """Compile a Relay program (or a Relax module) with bmlib offload.
 
     ``relay_mod`` is Relay text, a parsed module or a function, or a Relax
@@ -102,18 +149,25 @@ def compile(relay_mod: RelayLike, params: ParamsLike = None, *, target: TargetLi
     the host.  ``lowerings`` (``{composite name: fn(call, inputs)}``, a legacy
     ``_LOWER_MAP``) apply to this call only.  The model runs on ``num_threads``
     threads (default ``$TVM_NUM_THREADS``, else every CPU available to the process).
+
+    ``inputs`` (names) declares the model's inputs, as do the keys of
+    ``input_shapes``: every other parameter of ``@main`` must then be bound by
+    ``params``, or a ``ParamError`` lists the missing weights.  Without a
+    declaration the unbound parameters are the inputs (``report.inputs``).
     """
     target = resolve_target(target)
     ThreadConfig(num_threads)  # a bad num_threads / $TVM_NUM_THREADS fails before compiling
+    weights = load_params(params)
     if isinstance(relay_mod, tvm.IRModule):  # a Relax module (ONNX, PyTorch, TVMScript)
         from .relax_input import prepare_relax_module
 
-        imported = prepare_relax_module(relay_mod, load_params(params), input_shapes)
+        imported = prepare_relax_module(relay_mod, weights, input_shapes)
     else:
-        module = as_relay_module(relay_mod)
+        module = require_main(as_relay_module(relay_mod))
         if input_shapes:
             module = with_input_types(module, {k: (v, None) for k, v in input_shapes.items()})
-        imported = import_relay(module, load_params(params))
+        unbound_inputs(module, weights, list(inputs or ()) + list(input_shapes or ()))
+        imported = import_relay(module, weights)
     with lowering_scope(lowerings):
         partitioned = partition_for_bmlib(imported, patterns=patterns, merge=merge,
                                           target=target)

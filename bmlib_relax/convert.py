@@ -9,17 +9,26 @@ Files written to the output folder:
 
 ``model_relax.py``  the partitioned Relax module as TVMScript (weights lifted,
                     values in ``weights.npz``)
-``model.so``        the ``export_library`` artifact; ``model.json`` its signature
-``report.json``     partitions, composites, arity, ops/FLOPs, unmatched patterns,
-                    warnings and the check result (``schemas/report.schema.json``)
+``model.so``        the ``export_library`` artifact; ``model.json`` its metadata
+                    (signature, SHA-256 of the library and of every other file)
+``report.json``     partitions, composites, arity, ops/FLOPs, inputs (declared or
+                    generated), unmatched patterns, warnings and the check result
+                    (``schemas/report.schema.json``)
 ``report.md``       the same for people
 ``report.html``     the graph as an inline SVG, coloured by partition / host
+
+The folder is never half written: everything goes to a temporary folder beside
+it, renamed into place at the end (see :class:`_Staging`).
 """
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -28,57 +37,24 @@ from .artifacts import write_json, write_tvmscript
 from .backend.partition import partition_for_bmlib, resolve_patterns
 from .backend.target import resolve_target
 from .check import compare, first_divergence
-from .compiler import CompiledModel, build_offloaded, build_verified, lower_and_verify
+from .compiler import (CompiledModel, build_offloaded, build_verified, lower_and_verify,
+                       unbound_inputs)
 from .errors import ParamError
 from .importer import import_relay
 from .legacy import load_lowerings, load_pattern_table
 from .legacy.lowerings import scoped_lowerings
+from .legacy.loader import LegacyModuleError
+from .preflight import (InputSpec, check_output_dir, input_file, parse_input_spec,  # noqa: F401
+                        read_model_text, refuse_to_replace, require_main, unique_specs)
 from .progress import QUIET, Progress
 from .recipe import recipe_tensor
 from .relay import load_params, parse
 from .relay.rewrite import with_input_types
 from .report import build_report
 from .report_html import write_report_html
-from .runtime import write_signature
 
 # report.json is documented and validated by this JSON schema (shipped with the package).
 REPORT_SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "schemas", "report.schema.json")
-
-
-@dataclass
-class InputSpec:
-    """A model input given on the command line: a shape/dtype or an array."""
-
-    name: str
-    shape: Optional[tuple[int, ...]] = None
-    dtype: Optional[str] = None
-    data: Optional[np.ndarray] = None
-
-
-def parse_input_spec(text: str) -> InputSpec:
-    """``name=1,3,224,224:float32`` (recipe values) or ``name=file.npy`` (given values)."""
-    name, sep, rest = text.partition("=")
-    if not sep or not name or not rest:
-        raise ParamError(f"bad --inputs spec {text!r}: expected name=shape:dtype or "
-                         "name=file.npy")
-    if rest.endswith(".npy"):
-        if not os.path.exists(rest):
-            raise ParamError(f"input {name!r}: file not found: {rest}", name)
-        data = np.load(rest, allow_pickle=False)
-        return InputSpec(name, tuple(data.shape), str(data.dtype), data)
-    shape_text, _, dtype = rest.partition(":")
-    try:
-        shape = tuple(int(d) for d in shape_text.replace("x", ",").split(",") if d.strip())
-    except ValueError:
-        raise ParamError(f"bad --inputs spec {text!r}: shape {shape_text!r} is not a "
-                         "comma-separated list of integers", name) from None
-    if dtype:
-        try:
-            np.dtype(dtype)
-        except TypeError:
-            raise ParamError(f"bad --inputs spec {text!r}: unknown dtype {dtype!r}", name) from None
-    return InputSpec(name, shape, dtype or None)
-
 
 @dataclass
 class ConversionResult:
@@ -93,34 +69,171 @@ class ConversionResult:
         return None if check is None else bool(check["ok"])
 
 
+def read_model(model_path: str):
+    """Parse a Relay text file (see ``preflight.read_model_text``) and require ``@main``."""
+    path = os.fspath(model_path)
+    return require_main(parse(read_model_text(path), source_name=path))
+
+
+def _load_user_module(loader: Callable[[str], Any], path: str, kind: str) -> Any:
+    """Run a user's pattern/lowering module; ``sys.exit()`` in it is a bad-input error.
+
+    Otherwise ``SystemExit(0)`` from the user's file would end ``convert`` with
+    exit code 0 and nothing written.
+    """
+    path = input_file(path, f"{kind} file")
+    try:
+        return loader(path)
+    except SystemExit as exc:
+        raise LegacyModuleError(f"{path}: {kind} called sys.exit({exc.code!r}) while "
+                                "loading") from None
+
+
+# --------------------------------------------------------------------------- output folder
+class _Staging:
+    """A temporary folder beside the output folder; ``publish`` renames it into place.
+
+    Every file is written here, so a failed or interrupted conversion leaves the
+    previous complete output (or nothing); with ``force`` a non-empty output is
+    swapped for the new one atomically (``renameat2(RENAME_EXCHANGE)``, or two
+    renames where the kernel lacks it).
+    """
+
+    def __init__(self, outdir: str):
+        self.outdir = os.path.abspath(outdir)
+        parent = os.path.dirname(self.outdir)
+        self.created: list[str] = []
+        missing = parent
+        while not os.path.exists(missing):
+            self.created.insert(0, missing)
+            missing = os.path.dirname(missing)
+        try:
+            for folder in self.created:
+                os.mkdir(folder)
+            self.path = tempfile.mkdtemp(prefix=f".{os.path.basename(self.outdir)}.tmp-",
+                                         dir=parent)
+            mask = os.umask(0o022)
+            os.umask(mask)
+            os.chmod(self.path, 0o777 & ~mask)  # mkdtemp's 0700 is for temp dirs, not outputs
+        except OSError as exc:
+            self._remove_created()
+            raise ParamError(f"output folder {outdir} cannot be created: "
+                             f"{exc.strerror or exc}") from None
+
+    def _remove_created(self) -> None:
+        for folder in reversed(self.created):
+            try:
+                os.rmdir(folder)
+            except OSError:
+                break
+
+    def discard(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+        self._remove_created()
+
+    def publish(self, force: bool) -> None:
+        out = self.outdir
+        if not os.path.exists(out):
+            os.rename(self.path, out)
+            return
+        if not os.path.isdir(out):
+            raise ParamError(f"output {out} exists and is not a folder")
+        if not os.listdir(out):
+            os.replace(self.path, out)  # POSIX rename replaces an empty folder
+            return
+        if not force:
+            raise ParamError(f"output folder {out} is not empty; use --force to replace "
+                             "its contents")
+        refuse_to_replace(out)
+        if _exchange(self.path, out):
+            shutil.rmtree(self.path, ignore_errors=True)  # now holds the previous output
+            return
+        old = tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.old-",
+                               dir=os.path.dirname(out))
+        os.rename(out, os.path.join(old, "previous"))
+        try:
+            os.rename(self.path, out)
+        except BaseException:
+            os.rename(os.path.join(old, "previous"), out)
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _exchange(a: str, b: str) -> bool:
+    """Atomically swap two paths (Linux ``renameat2(RENAME_EXCHANGE)``); False if unsupported."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                          ctypes.c_uint]
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), b)
+
+
+# --------------------------------------------------------------------------- convert
 @scoped_lowerings  # --lowerings apply to this conversion only
 def convert(model_path: str, outdir: str, *, params: Any = None,
             patterns_path: Optional[str] = None, lowerings_path: Optional[str] = None,
             inputs: Sequence[InputSpec] = (), merge: bool = False, check: bool = False,
             target: Any = None, rtol: float = 1e-4, atol: float = 1e-4,
-            progress: Progress = QUIET) -> ConversionResult:
-    """Convert a Relay model file into Relax artifacts in ``outdir`` (see module doc)."""
-    if not os.path.exists(model_path):
-        raise ParamError(f"model file not found: {model_path}")
-    specs = {s.name: s for s in inputs}
+            progress: Progress = QUIET, force: bool = False) -> ConversionResult:
+    """Convert a Relay model file into Relax artifacts in ``outdir`` (see module doc).
+
+    ``outdir`` must be absent or empty unless ``force``; it is replaced as a
+    whole at the end, so it never holds a mix of two runs.  Named ``inputs``
+    declare the model's inputs: every other parameter of ``@main`` must then be
+    a weight in ``params``, else a ``ParamError`` lists the missing ones.
+    """
+    model_path, outdir = os.fspath(model_path), os.fspath(outdir)
+    check_output_dir(outdir, force)
+    specs = unique_specs(inputs)
     with progress.step(f"parse {os.path.basename(model_path)}"):
-        with open(model_path, encoding="utf-8") as handle:
-            module = parse(handle.read(), source_name=model_path)
+        module = read_model(model_path)
         module = with_input_types(module, {n: (s.shape, s.dtype) for n, s in specs.items()
                                            if s.shape is not None})
+        if isinstance(params, (str, os.PathLike)):
+            params = input_file(params, "params file")
         weights = load_params(params)
+        unbound_inputs(module, weights, list(specs))
     patterns = None
     if patterns_path:
         with progress.step(f"load pattern table {os.path.basename(patterns_path)}"):
-            patterns = load_pattern_table(patterns_path)
+            patterns = _load_user_module(load_pattern_table, patterns_path, "pattern table")
     if lowerings_path:
         with progress.step(f"load lowerings {os.path.basename(lowerings_path)}"):
-            load_lowerings(lowerings_path)
+            _load_user_module(load_lowerings, lowerings_path, "lowerings module")
+    resolved = resolve_patterns(patterns)  # a bad table entry is bad input: before any build
+    staging = _Staging(outdir)
+    try:
+        result = _convert_into(staging.path, module, weights, patterns, resolved, specs,
+                               model_path,
+                               merge=merge, check=check, target=target, rtol=rtol, atol=atol,
+                               progress=progress)
+        with progress.step(f"publish {outdir}"):
+            staging.publish(force)
+    except BaseException:
+        staging.discard()
+        raise
+    result.outdir = outdir
+    result.files = {k: os.path.join(outdir, os.path.basename(v)) for k, v in result.files.items()}
+    return result
+
+
+def _convert_into(folder: str, module, weights, patterns, resolved,
+                  specs: Mapping[str, InputSpec],
+                  model_path: str, *, merge: bool, check: bool, target: Any, rtol: float,
+                  atol: float, progress: Progress) -> ConversionResult:
     with progress.step("import to Relax"):
         imported = import_relay(module, weights)
     target = resolve_target(target)
     with progress.step("partition for bmlib"):
-        resolved = resolve_patterns(patterns)
         partitioned = partition_for_bmlib(imported, patterns=patterns, merge=merge,
                                           target=target)
     with progress.step("codegen"):
@@ -130,14 +243,11 @@ def convert(model_path: str, outdir: str, *, params: Any = None,
     report = build_report(partitioned, records, target, resolved)
     model = CompiledModel(executable, partitioned, report)
 
-    os.makedirs(outdir, exist_ok=True)
-    files = {}
-    with progress.step(f"write artifacts to {outdir}"):
-        files["model_relax.py"] = os.path.join(outdir, "model_relax.py")
+    files = {name: os.path.join(folder, name) for name in
+             ("model_relax.py", "weights.npz", "report.json", "report.md", "model.so",
+              "model.json")}
+    with progress.step("write TVMScript"):
         write_tvmscript(files["model_relax.py"], partitioned, weights)
-        files["model.so"] = os.path.join(outdir, "model.so")
-        model.export_library(files["model.so"])
-        files["model.json"] = write_signature(outdir, model.input_specs)
 
     pattern_names = [_pattern_name(p) for p in resolved]
     used = {c for p in report.partitions for c in p.composites}
@@ -147,71 +257,116 @@ def convert(model_path: str, outdir: str, *, params: Any = None,
     data = {
         "bmlib_relax_version": __version__,
         "model": os.path.abspath(model_path),
-        "inputs": model.input_specs,
         "outputs": [],
         "merge": merge,
         **report.to_dict(),
+        "declared_inputs": list(specs) or None,
         "patterns": pattern_names,
         "unmatched_patterns": [n for n in pattern_names if n not in used],
         "warnings": warnings,
         "check": None,
     }
-    feed = _check_inputs(model.input_specs, specs)
-    outputs = model(**feed)
+    feed, generated = _check_inputs(model.input_specs, specs)
+    data["generated_inputs"] = generated
+    outputs = model(*feed)
     # Output signature plus a checksum on the check inputs, so a shipped artifact can be
     # verified to reproduce them (``bmlib-relax run`` prints the same sums).
-    data["outputs"] = [{"shape": list(o.shape), "dtype": str(o.dtype),
-                        "sum": float(np.asarray(o, np.float64).sum())}
+    data["outputs"] = [{"shape": list(o.shape), "dtype": str(o.dtype), "sum": _finite_sum(o)}
                        for o in (outputs if isinstance(outputs, tuple) else [outputs])]
+    warnings.extend(_non_finite_warnings(outputs, generated))
     if check:
         with progress.step("check against the plain Relax build"):
-            data["check"] = _check(imported, partitioned, model, feed, outputs, target, rtol,
-                                   atol)
-    files["report.json"] = os.path.join(outdir, "report.json")
+            data["check"] = _check(imported, partitioned, model, feed, generated, outputs,
+                                   target, rtol, atol)
     write_json(files["report.json"], data)
-    files["report.md"] = os.path.join(outdir, "report.md")
     with open(files["report.md"], "w") as handle:
         handle.write(render_markdown(data, str(report)))
-    files["report.html"] = write_report_html(os.path.join(outdir, "report.html"), partitioned,
-                                             data, table=resolved)
-    return ConversionResult(outdir, model, data, files)
+    files["report.html"] = write_report_html(os.path.join(folder, "report.html"),
+                                             partitioned, data, table=resolved)
+    with progress.step("export library"):
+        # Last: model.json records the SHA-256 of the library and of every file above.
+        model.export_library(files["model.so"], files=[
+            files[k] for k in ("model_relax.py", "weights.npz", "report.json", "report.md",
+                               "report.html")])
+    return ConversionResult(folder, model, data, files)
 
 
 def _pattern_name(entry: Any) -> str:
     return str(entry[0]) if isinstance(entry, tuple) else str(entry.name)
 
 
-def _check_inputs(specs: Sequence[dict], given: Mapping[str, InputSpec]) -> dict[str, np.ndarray]:
-    """Supplied arrays where given, recipe-v1 inputs (by name) elsewhere."""
-    feed = {}
+def _finite_sum(array: Any) -> Optional[float]:
+    """float64 sum, or None when it is NaN/inf (JSON has no NaN; the warnings say why)."""
+    total = float(np.asarray(array, np.float64).sum())
+    return total if np.isfinite(total) else None
+
+
+def _non_finite_warnings(outputs: Any, generated: Sequence[str]) -> list[str]:
+    """A warning per output holding NaN/inf on the check inputs, naming the generated
+    inputs that may cause it (a NaN in both builds passes the check, but is never
+    a result to ship silently)."""
+    found = []
+    for index, out in enumerate(outputs if isinstance(outputs, tuple) else [outputs]):
+        array = np.asarray(out)
+        if array.dtype.kind != "f":
+            continue
+        bad = int(np.count_nonzero(~np.isfinite(array)))
+        if bad:
+            cause = (f"; these inputs were generated, not supplied: {_names(generated)}"
+                     if generated else "")
+            found.append(f"output out{index}: {bad} of {array.size} values are NaN or "
+                         f"infinite on the check inputs{cause}")
+    return found
+
+
+def _names(names: Sequence[str], limit: int = 8) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f", ... ({len(names)} in all)" if len(names) > limit else "")
+
+
+def _check_inputs(specs: Sequence[dict], given: Mapping[str, InputSpec]
+                  ) -> tuple[list[np.ndarray], list[str]]:
+    """Inputs in call order: supplied arrays where given, recipe-v1 values elsewhere.
+
+    Also returns the names of the generated ones, which the report and the check
+    name: a NaN from made-up values must not be blamed on bmlib unseen.
+    """
+    feed, generated = [], []
     for spec in specs:
         supplied = given.get(spec["name"])
         if supplied is not None and supplied.data is not None:
-            feed[spec["name"]] = supplied.data
+            feed.append(supplied.data)
             continue
         if not all(isinstance(d, int) for d in spec["shape"]):
             raise ParamError(f"input {spec['name']!r} has dynamic shape {spec['shape']}; "
                              "give one with --inputs name=shape:dtype", spec["name"])
-        feed[spec["name"]] = recipe_tensor(spec["name"], spec["shape"], spec["dtype"], "input")
-    return feed
+        feed.append(recipe_tensor(spec["name"], spec["shape"], spec["dtype"], "input"))
+        generated.append(spec["name"])
+    return feed, generated
 
 
-def _check(imported, partitioned, model, feed, outputs, target, rtol, atol) -> dict[str, Any]:
+def _check(imported, partitioned, model, feed, generated, outputs, target, rtol, atol
+           ) -> dict[str, Any]:
     from .compiler import compile_plain
     from .runtime import ModelRunner
 
     plain = ModelRunner(compile_plain(imported, target), model.input_names)
-    want = plain(**feed)
+    want = plain(*feed)
     diffs = compare(outputs, want, rtol, atol)
     result: dict[str, Any] = {
         "ok": all(d.ok for d in diffs), "rtol": rtol, "atol": atol,
-        "inputs": "supplied or recipe v1",
+        "inputs": ("generated by recipe v1: " + ", ".join(generated)) if generated
+        else "supplied",
+        "generated_inputs": list(generated),
         "outputs": [d.to_dict() for d in diffs], "first_divergence": None,
     }
     if not result["ok"]:
-        arrays = [feed[n] for n in model.input_names]
-        result["first_divergence"] = first_divergence(partitioned, arrays, build_offloaded,
-                                                      target, rtol, atol)
+        try:
+            result["first_divergence"] = first_divergence(partitioned, feed, build_offloaded,
+                                                          target, rtol, atol)
+        except Exception as exc:  # noqa: BLE001 - the check failed either way: say so (exit 1)
+            first = next((ln for ln in str(exc).splitlines() if ln.strip()), "")
+            result["localisation_error"] = f"{type(exc).__name__}: {first}"
     return result
 
 
@@ -224,8 +379,11 @@ def render_markdown(data: Mapping[str, Any], table: str) -> str:
              "- inputs: " + ", ".join(f"`{i['name']}` {tuple(i['shape'])} {i['dtype']}"
                                        for i in data["inputs"]),
              "- outputs: " + ", ".join(f"`{o['name']}` {tuple(o['shape'] or ())} {o['dtype']}"
-                                        for o in data.get("signature", {}).get("outputs", [])),
-             ""]
+                                        for o in data.get("signature", {}).get("outputs", []))]
+    if data.get("generated_inputs"):
+        lines.append("- inputs generated by recipe v1 (not supplied): "
+                     + ", ".join(f"`{n}`" for n in data["generated_inputs"]))
+    lines.append("")
     lines += ["## Partitions", "", "| partition | composites | ops | params | PrimFunc args "
               "| unscheduled blocks |", "|---|---|---|---|---|---|"]
     for p in data["partitions"]:
@@ -259,6 +417,9 @@ def render_markdown(data: Mapping[str, Any], table: str) -> str:
         if div:
             lines += ["", f"First diverging intermediate: `{div['binding']}` from "
                           f"{div['producer']} (max abs {div['max_abs']:.3g})"]
+        elif check.get("localisation_error"):
+            lines += ["", "The diverging intermediate could not be located: "
+                          f"{check['localisation_error']}"]
     lines += ["", "## Report", "", "```", table, "```", ""]
     return "\n".join(lines)
 

@@ -81,6 +81,27 @@ class ParamError(BmlibError, ValueError):
         super().__init__(message)
 
 
+class ArtifactError(BmlibError, ValueError):
+    """A model artifact that is missing, damaged or not an artifact; names the file.
+
+    Raised before TVM opens a library whose size or SHA-256 differs from its
+    metadata (a truncated shared object would kill the process with SIGBUS).
+    """
+
+    def __init__(self, message: str, path: Optional[str] = None):
+        self.path = path
+        super().__init__(message)
+
+
+class UserCodeError(BmlibError):
+    """User code run by bmlib-relax (a pattern check function, ...) raised or called
+    ``sys.exit()``; the message names the user function and what it raised.
+
+    It takes a message only, so TVM's FFI can rebuild it when it crosses a callback
+    (registered with ``tvm_ffi.register_error`` where such callbacks are made).
+    """
+
+
 class CodegenError(BmlibError, RuntimeError):
     """The bmlib codegen could not lower a partition (names it and the op)."""
 

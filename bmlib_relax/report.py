@@ -60,6 +60,8 @@ class OffloadReport:
     target: str = ""
     versions: dict = field(default_factory=dict)
     signature: dict = field(default_factory=dict)
+    # The model's inputs (the parameters of main no weight binds): name, shape, dtype.
+    inputs: list[dict] = field(default_factory=list)
 
     @property
     def num_offloaded(self) -> int:
@@ -87,6 +89,7 @@ class OffloadReport:
             "host_ops": [reason.to_dict(count) for reason, count in
                          sorted(self.host_reasons.items(),
                                 key=lambda item: (item[0].op, item[0].reason, item[0].detail))],
+            "inputs": [dict(i) for i in self.inputs],
         }
 
     def __str__(self) -> str:

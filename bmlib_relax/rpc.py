@@ -13,16 +13,13 @@ The server needs TVM's RPC extras (``pip install "bmlib-relax[rpc]"``:
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from typing import Any, Optional
 
-import numpy as np
 import tvm
 
 from .errors import BmlibError, ParamError
-from .runtime import SIGNATURE_FILE, ModelRunner, to_numpy
+from .runtime import ModelRunner, read_metadata, verify_library
 
 
 class RemoteError(BmlibError, RuntimeError):
@@ -72,19 +69,6 @@ def _last_line(exc: BaseException) -> str:
     return lines[-1] if lines else type(exc).__name__
 
 
-def _signature(path: str) -> list[dict]:
-    """The input signature written beside the artifact (``<name>.json`` or ``model.json``)."""
-    folder = os.path.dirname(os.path.abspath(path))
-    stem = os.path.splitext(os.path.basename(path))[0]
-    for candidate in (os.path.join(folder, f"{stem}.json"), os.path.join(folder, SIGNATURE_FILE)):
-        if os.path.exists(candidate):
-            with open(candidate) as handle:
-                data = json.load(handle)
-            if isinstance(data, dict) and isinstance(data.get("inputs"), list):
-                return data["inputs"]
-    return []
-
-
 class RemoteModel(ModelRunner):
     """An artifact loaded on an RPC server; called like a local model."""
 
@@ -93,8 +77,10 @@ class RemoteModel(ModelRunner):
             raise ParamError(f"artifact not found: {path}")
         self.path = path
         self.session = session
-        with open(path, "rb") as handle:
-            digest = hashlib.sha256(handle.read()).hexdigest()[:16]
+        # The artifact is checked here, before it travels (ArtifactError names the file).
+        self.metadata = read_metadata(path)
+        verify_library(path, self.metadata)
+        digest = self.metadata["sha256"][:16]
         # a content-addressed name: two artifacts called model.so never overwrite each other
         remote_name = f"{os.path.splitext(os.path.basename(path))[0]}-{digest}.so"
         try:
@@ -102,16 +88,9 @@ class RemoteModel(ModelRunner):
             module = session.load_module(remote_name)
         except Exception as exc:  # noqa: BLE001
             raise RemoteError(f"the RPC server could not load {path}: {_last_line(exc)}") from None
-        specs = _signature(path)
+        specs = list(self.metadata["inputs"])
         super().__init__(module, [s["name"] for s in specs], specs,
                          device if device is not None else session.cpu(0))
-
-    def __call__(self, *args: Any, **kwargs: Any):
-        if not self.input_names:  # no signature file: positional only, unchecked
-            result = self._vm["main"](*[tvm.runtime.tensor(np.ascontiguousarray(a), self.device)
-                                        for a in args])
-            return to_numpy(result)
-        return super().__call__(*args, **kwargs)
 
 
 def load_remote(path: str, session: Any, device: Any = None) -> RemoteModel:

@@ -1,30 +1,46 @@
 """Running compiled models: in-process results of ``compile`` and shipped artifacts.
 
 ``load(path)`` needs nothing but TVM and numpy at run time: it reads an
-``export_library`` artifact and, when present, the ``model.json`` signature
-written beside it (input names, shapes and dtypes), so inputs can be passed by
-name and checked before they reach the VM.
+``export_library`` artifact and its metadata file written beside it
+(``d/a.so`` → ``d/a.json``: input names, shapes and dtypes, and the SHA-256 and
+size of the library).  The library is verified against that hash *before* TVM
+opens it, because a damaged shared object is never detected otherwise: cut
+short it kills the process with SIGBUS inside ``dlopen``, and a flipped bit in
+its embedded constants silently changes the results.
+
+Every file is written atomically (a temporary file in the same folder, then
+``os.replace``), so a reader sees the previous complete file or the new one.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-from typing import Any, Optional, Sequence
+import tempfile
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import tvm
 from tvm import relax
 
-from .errors import ParamError
+from .errors import ArtifactError, ParamError
 from .threads import ThreadConfig
 
-SIGNATURE_FILE = "model.json"
+ARTIFACT_FORMAT = "bmlib-relax-artifact"
+ARTIFACT_FORMAT_VERSION = 1
+_HASH_CHUNK = 1 << 20
+MAX_METADATA_BYTES = 16 << 20  # a signature of thousands of inputs is a few hundred KB
 
 
 class ModelRunner:
-    """Calls a Relax VM ``main`` with numpy arrays, by position or by input name.
+    """Calls a Relax VM ``main`` with arrays, by position or by input name.
 
-    A single output comes back as an array, several as a tuple.  It runs on
+    Inputs are bound **positionally** (Relay identifies variables by identity,
+    and two inputs may share a name when a graph was built with the builder
+    API); a keyword binds by name only when that name is unique among the
+    inputs.  Inputs may be numpy arrays, ``tvm.runtime.Tensor`` objects, Python
+    scalars (0-d) or nested lists.  A single output comes back as an array,
+    several as a tuple.  It runs on
     ``num_threads`` threads (default: every CPU available, see :mod:`.threads`).
     """
 
@@ -43,19 +59,26 @@ class ModelRunner:
         if len(args) > len(names):
             raise ParamError(f"model takes {len(names)} input(s) ({', '.join(names)}), "
                              f"got {len(args)}")
-        values = dict(zip(names, args))
+        values: dict[int, Any] = dict(enumerate(args))
         for name, value in kwargs.items():
-            if name not in names:
+            positions = [i for i, n in enumerate(names) if n == name]
+            if not positions:
                 raise ParamError(f"unknown input {name!r} (inputs: {', '.join(names)})", name)
-            if name in values:
+            if len(positions) > 1:
+                raise ParamError(
+                    f"input name {name!r} is ambiguous: inputs {positions} of the model are "
+                    f"all called {name!r}; pass the inputs positionally", name)
+            if positions[0] in values:
                 raise ParamError(f"input {name!r} given twice", name)
-            values[name] = value
-        missing = [n for n in names if n not in values]
+            values[positions[0]] = value
+        missing = [n for i, n in enumerate(names) if i not in values]
         if missing:
             raise ParamError(f"missing input {missing[0]!r}", missing[0])
-        arrays = [np.ascontiguousarray(values[n]) for n in names]
-        for spec, array in zip(self.input_specs, arrays):
-            _check_input(spec, array)
+        specs = self.input_specs if len(self.input_specs) == len(names) else [None] * len(names)
+        arrays = [as_input_array(values[i], names[i], spec) for i, spec in enumerate(specs)]
+        for spec, array in zip(specs, arrays):
+            if spec is not None:
+                _check_input(spec, array)
         return arrays
 
     def __call__(self, *args: Any, **kwargs: Any):
@@ -63,6 +86,38 @@ class ModelRunner:
         self.threads.apply()
         result = self._vm["main"](*[tvm.runtime.tensor(a, self.device) for a in arrays])
         return to_numpy(result)
+
+
+def as_input_array(value: Any, name: str, spec: Optional[dict] = None) -> np.ndarray:
+    """``value`` as a C-contiguous numpy array (0-d stays 0-d), or a ``ParamError``.
+
+    A ``tvm.runtime.Tensor`` is read back with ``.numpy()``; a Python scalar or
+    (nested) list takes the input's declared dtype; a ragged list or an object
+    array is refused instead of reaching the VM as ``dtype object``.
+    """
+    if isinstance(value, tvm.runtime.Tensor):
+        value = value.numpy()
+    if isinstance(value, np.ndarray):
+        array = value
+    else:
+        try:
+            array = np.array(value)
+        except (ValueError, TypeError) as exc:
+            raise ParamError(f"input {name!r}: cannot make an array of the given "
+                             f"{type(value).__name__} (ragged or non-numeric): {exc}",
+                             name) from None
+        dtype = spec.get("dtype") if spec else None
+        if array.dtype != object and dtype and array.dtype != np.dtype(dtype):
+            # Python numbers take the input's dtype, but never lose their kind
+            # (1.5 does not silently become an integer 1).
+            if not np.can_cast(array.dtype, dtype, "same_kind"):
+                raise ParamError(f"input {name!r}: {array.dtype} values given for a {dtype} "
+                                 "input", name)
+            array = array.astype(dtype)
+    if array.dtype == object:
+        raise ParamError(f"input {name!r}: got an array of Python objects (a ragged list?); "
+                         "give a numeric array", name)
+    return np.require(array, requirements="C")  # unlike ascontiguousarray, keeps 0-d
 
 
 def _check_input(spec: dict, array: np.ndarray) -> None:
@@ -91,42 +146,177 @@ def input_specs(func: relax.Function) -> list[dict]:
     return specs
 
 
-def write_signature(folder: str, specs: Sequence[dict], outputs: Sequence[dict] = ()) -> str:
-    path = os.path.join(folder, SIGNATURE_FILE)
-    with open(path, "w") as handle:
-        json.dump({"inputs": list(specs), "outputs": list(outputs)}, handle, indent=2)
+# --------------------------------------------------------------------------- files
+def file_sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(_HASH_CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def metadata_path(library_path: str) -> str:
+    """The metadata file of a library: ``d/a.so`` → ``d/a.json`` (one per artifact)."""
+    return os.path.splitext(os.fspath(library_path))[0] + ".json"
+
+
+def atomic_write(path: str, write: Callable[[str], Any], suffix: str = "") -> None:
+    """Call ``write(tmp)`` for a temporary path beside ``path``, then rename it over ``path``.
+
+    ``suffix`` keeps the extension a writer dispatches on (``export_library``
+    picks the container format from it).
+    """
+    folder = os.path.dirname(os.path.abspath(path))
+    handle, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=suffix or ".tmp",
+                                   dir=folder)
+    os.close(handle)
+    try:
+        write(tmp)
+        # mkstemp makes the file 0600; give it the mode a plain open() would have.
+        os.chmod(tmp, (0o777 if os.access(tmp, os.X_OK) else 0o666) & ~_umask())
+        with open(tmp, "rb") as written:  # on disk before the rename makes it visible
+            os.fsync(written.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def write_json_atomic(path: str, data: Any) -> str:
+    def write(tmp: str) -> None:
+        with open(tmp, "w") as handle:
+            json.dump(data, handle, indent=2)
+            handle.write("\n")
+
+    atomic_write(path, write)
     return path
 
 
+def export_artifact(executable: Any, path: str, specs: Sequence[dict],
+                    outputs: Sequence[dict] = (), files: Sequence[str] = ()) -> str:
+    """Write ``executable`` to the library ``path`` and its metadata beside it.
+
+    Both are written atomically, the library first: a crash in between leaves a
+    library whose hash does not match the old metadata, which ``load`` refuses.
+    ``files`` are further files of the artifact (e.g. ``model_relax.py``) whose
+    SHA-256 is recorded too.  Returns the metadata path.
+    """
+    path = os.fspath(path)
+    suffix = os.path.splitext(path)[1] or ".so"
+    atomic_write(path, executable.export_library, suffix=suffix)
+    folder = os.path.dirname(os.path.abspath(path))
+    data = {
+        "format": ARTIFACT_FORMAT, "format_version": ARTIFACT_FORMAT_VERSION,
+        "library": os.path.basename(path), "size": os.path.getsize(path),
+        "sha256": file_sha256(path),
+        "files": {os.path.relpath(f, folder): file_sha256(f) for f in files},
+        "inputs": list(specs), "outputs": list(outputs),
+    }
+    return write_json_atomic(metadata_path(path), data)
+
+
+def read_metadata(library_path: str) -> dict:
+    """The validated metadata of a library (``ArtifactError`` naming the file otherwise)."""
+    meta_path = metadata_path(library_path)
+    if not os.path.isfile(meta_path):
+        raise ArtifactError(f"{library_path}: not a bmlib-relax artifact: its metadata file "
+                            f"{meta_path} is missing", meta_path)
+    size = os.path.getsize(meta_path)
+    if size > MAX_METADATA_BYTES:
+        raise ArtifactError(f"{meta_path}: metadata is {size:,} bytes, more than an artifact's "
+                            f"signature can need ({MAX_METADATA_BYTES:,})", meta_path)
+    try:
+        with open(meta_path, "rb") as handle:
+            data = json.loads(handle.read().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ArtifactError(f"{meta_path}: metadata is not valid JSON: {exc}", meta_path) from None
+    except RecursionError:
+        raise ArtifactError(f"{meta_path}: metadata is not valid JSON: nested too deeply",
+                            meta_path) from None
+    except OSError as exc:
+        raise ArtifactError(f"{meta_path}: cannot read metadata: {exc}", meta_path) from None
+    problems = _metadata_problems(data)
+    if problems:
+        raise ArtifactError(f"{meta_path}: bad artifact metadata: {problems}", meta_path)
+    return data
+
+
+def _metadata_problems(data: Any) -> str:
+    if not isinstance(data, dict):
+        return f"expected a JSON object, got {type(data).__name__}"
+    if data.get("format") != ARTIFACT_FORMAT:
+        return (f"'format' is {data.get('format')!r}, expected {ARTIFACT_FORMAT!r} (written "
+                "by an older bmlib-relax or another tool? export the model again)")
+    sha = data.get("sha256")
+    if not (isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)):
+        return "'sha256' is not a hex SHA-256 digest"
+    if not isinstance(data.get("size"), int) or isinstance(data.get("size"), bool):
+        return "'size' is not an integer"
+    inputs = data.get("inputs")
+    if not isinstance(inputs, list):
+        return "'inputs' is not a list"
+    for index, spec in enumerate(inputs):
+        if not (isinstance(spec, dict) and isinstance(spec.get("name"), str)
+                and isinstance(spec.get("dtype"), str) and isinstance(spec.get("shape"), list)
+                and all(isinstance(d, (int, str)) and not isinstance(d, bool)
+                        for d in spec["shape"])):
+            return f"inputs[{index}] is not {{name: str, shape: [int|str], dtype: str}}"
+        try:
+            np.dtype(spec["dtype"])
+        except TypeError:
+            if spec["dtype"] != "bfloat16":
+                return f"inputs[{index}] has unknown dtype {spec['dtype']!r}"
+    return ""
+
+
+def verify_library(library_path: str, metadata: dict) -> None:
+    """Size and SHA-256 of the library against its metadata, before anything opens it."""
+    size = os.path.getsize(library_path)
+    if size != metadata["size"]:
+        raise ArtifactError(f"{library_path}: library is {size} bytes but its metadata "
+                            f"{metadata_path(library_path)} records {metadata['size']} "
+                            "(truncated or replaced)", library_path)
+    digest = file_sha256(library_path)
+    if digest != metadata["sha256"]:
+        raise ArtifactError(f"{library_path}: SHA-256 {digest[:16]}... does not match the "
+                            f"{metadata['sha256'][:16]}... recorded in "
+                            f"{metadata_path(library_path)} (damaged or replaced)", library_path)
+
+
 class LoadedModel(ModelRunner):
-    """A model loaded from an ``export_library`` artifact."""
+    """A model loaded from an ``export_library`` artifact, verified before it is opened."""
 
     def __init__(self, path: str, device: Any = None, num_threads: Optional[int] = None):
+        if os.path.isdir(path):
+            raise ArtifactError(f"{path}: is a directory, not an artifact library", path)
         if not os.path.exists(path):
-            raise ParamError(f"artifact not found: {path}")
+            raise ArtifactError(f"artifact not found: {path}", path)
         self.path = path
-        module = tvm.runtime.load_module(path)
-        signature_path = os.path.join(os.path.dirname(os.path.abspath(path)), SIGNATURE_FILE)
-        specs: list[dict] = []
-        if os.path.exists(signature_path):
-            with open(signature_path) as handle:
-                specs = json.load(handle).get("inputs", [])
-        names = [s["name"] for s in specs]
-        super().__init__(module, names, specs, device, num_threads)
-
-    def __call__(self, *args: Any, **kwargs: Any):
-        if not self.input_names:  # no signature file: positional only, unchecked
-            self.threads.apply()
-            result = self._vm["main"](*[tvm.runtime.tensor(np.ascontiguousarray(a), self.device)
-                                        for a in args])
-            return to_numpy(result)
-        return super().__call__(*args, **kwargs)
+        self.metadata = read_metadata(path)
+        verify_library(path, self.metadata)
+        try:
+            module = tvm.runtime.load_module(path)
+        except Exception as exc:  # noqa: BLE001 - the hash matched, so the file is what was written
+            first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()),
+                         type(exc).__name__)
+            raise ArtifactError(f"{path}: TVM cannot load the library: {first}", path) from None
+        specs = list(self.metadata["inputs"])
+        super().__init__(module, [s["name"] for s in specs], specs, device, num_threads)
 
 
 def load(path: str, device: Any = None, num_threads: Optional[int] = None,
          remote: Any = None) -> ModelRunner:
     """Load a model artifact written by ``export_library`` / ``bmlib-relax convert``.
 
+    Raises ``ArtifactError`` when the metadata beside it is missing or malformed,
+    or the library's size or SHA-256 differs from what the metadata records.
     ``num_threads``: default ``$TVM_NUM_THREADS``, else every CPU available.
     ``remote``: a ``tvm.rpc`` session; the artifact is uploaded and run there
     (:mod:`bmlib_relax.rpc`), ``device`` defaulting to the remote CPU.

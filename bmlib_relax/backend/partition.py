@@ -4,10 +4,11 @@ from __future__ import annotations
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 import tvm
+import tvm_ffi
 from tvm import relax
 from tvm.relax import dpl
 
-from ..errors import BmlibError, CodegenError
+from ..errors import BmlibError, CodegenError, UserCodeError
 from ..legacy.lowerings import get_legacy_lowering
 from . import conv_fold, fold, layout, rewrite
 from .legacy_patterns import is_legacy_pattern, translate_entry
@@ -40,6 +41,11 @@ def resolve_patterns(patterns: Optional[Sequence[Any]]) -> list:
             raise BmlibError(f"pattern {name!r}: bmlib composite names start with "
                              f"'{PREFIX}.' (the prefix selects the codegen)")
         check = entry[-1] if len(entry) > 2 else None
+        if check is not None:
+            check = _user_check(name, check)
+        if not is_legacy_pattern(entry[1]) and not isinstance(entry[1], relax.dpl.DFPattern):
+            raise BmlibError(f"pattern {name!r}: {type(entry[1]).__name__} {entry[1]!r:.60} is "
+                             "not a pattern (expected a Relax DPL or Relay DFPattern)")
         if is_legacy_pattern(entry[1]):
             if len(entry) == 4:
                 raise BmlibError(f"pattern {name!r}: a legacy Relay pattern takes no "
@@ -53,6 +59,28 @@ def resolve_patterns(patterns: Optional[Sequence[Any]]) -> list:
                              check_tensors if check is None else _both(check_tensors, check)))
         check_pattern_templates(name, resolved[-1][1])
     return resolved
+
+
+# A check function runs inside TVM's pattern matcher: registered, a UserCodeError
+# raised there comes back out of the FFI as itself, not as a RuntimeError.
+tvm_ffi.register_error(UserCodeError)
+
+
+def _user_check(name: str, check: Callable) -> Callable:
+    """``check`` whose failures (an exception, ``sys.exit()``) become a ``BmlibError``
+    naming the pattern: raised inside TVM's pattern matcher, they would otherwise
+    surface as an opaque ``RuntimeError`` (a ``SystemExit`` as ``RuntimeError: 0``)."""
+    def guarded(*args: Any) -> Any:
+        try:
+            return check(*args)
+        except UserCodeError:
+            raise
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - user code
+            raise UserCodeError(f"pattern {name!r}: check function "
+                             f"{getattr(check, '__name__', check)!s} raised "
+                             f"{type(exc).__name__}: {exc}") from None
+
+    return guarded
 
 
 def _both(first: Callable, second: Callable) -> Callable:

@@ -1,0 +1,167 @@
+"""Checks of a conversion's inputs and output folder that need no TVM.
+
+``bmlib-relax convert`` runs them before it imports the compiler, so bad input
+(a folder given as the model, a non-empty ``-o``, a negative ``--inputs`` dim, an
+unreadable ``.npy`` ...) fails in a fraction of a second, with exit code 2, and
+nothing has been compiled.  ``convert`` runs them again for library callers.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+
+from .errors import ParamError, ParseError
+
+# ``--inputs name=shape``: the check fills such inputs with generated values, so a
+# shape is bounded (no accidental multi-GB allocation from a typo).
+MAX_INPUT_DIM = 2**31 - 1
+MAX_INPUT_ELEMENTS = 2**28
+
+
+@dataclass
+class InputSpec:
+    """A model input given on the command line: a shape/dtype or an array."""
+
+    name: str
+    shape: Optional[tuple[int, ...]] = None
+    dtype: Optional[str] = None
+    data: Optional[np.ndarray] = None
+
+
+def parse_input_spec(text: str) -> InputSpec:
+    """``name=1,3,224,224:float32`` (recipe values) or ``name=file.npy`` (given values)."""
+    name, sep, rest = text.partition("=")
+    if not sep or not name or not rest:
+        raise ParamError(f"bad --inputs spec {text!r}: expected name=shape:dtype or "
+                         "name=file.npy")
+    if rest.endswith(".npy"):
+        data = load_input_array(rest, name)
+        return InputSpec(name, tuple(data.shape), str(data.dtype), data)
+    shape_text, _, dtype = rest.partition(":")
+    try:
+        shape = tuple(int(d) for d in shape_text.replace("x", ",").split(",") if d.strip())
+    except ValueError:
+        raise ParamError(f"bad --inputs spec {text!r}: shape {shape_text!r} is not a "
+                         "comma-separated list of integers", name) from None
+    bad = [d for d in shape if d < 1 or d > MAX_INPUT_DIM]
+    if bad:
+        raise ParamError(f"bad --inputs spec {text!r}: dimension {bad[0]} is not in "
+                         f"1..{MAX_INPUT_DIM}", name)
+    if int(np.prod(shape, dtype=object)) > MAX_INPUT_ELEMENTS:
+        raise ParamError(f"bad --inputs spec {text!r}: {int(np.prod(shape, dtype=object)):,} "
+                         f"elements is more than {MAX_INPUT_ELEMENTS:,}", name)
+    if dtype:
+        try:
+            np.dtype(dtype)
+        except TypeError:
+            raise ParamError(f"bad --inputs spec {text!r}: unknown dtype {dtype!r}", name) from None
+    return InputSpec(name, shape, dtype or None)
+
+
+def unique_specs(specs: Any) -> dict:
+    """``{name: spec}`` of the ``--inputs`` specs; an input given twice is an error."""
+    named: dict = {}
+    for spec in specs:
+        if spec.name in named:
+            raise ParamError(f"--inputs gives input {spec.name!r} twice", spec.name)
+        named[spec.name] = spec
+    return named
+
+
+def input_file(path: Any, what: str) -> str:
+    """``path`` if it is an existing file, else a ``ParamError`` saying what it should be."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise ParamError(f"{what} {path} is a directory, expected a file")
+    if not os.path.exists(path):
+        raise ParamError(f"{what} not found: {path}")
+    return path
+
+
+def read_model_text(model_path: Any) -> str:
+    """The text of a Relay model file; a directory, a missing file, bytes that are not
+    UTF-8 or an empty file are errors naming the file (and the byte offset)."""
+    path = input_file(model_path, "model file")
+    with open(path, "rb") as handle:
+        raw = handle.read()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ParseError(f"not UTF-8 text (byte offset {exc.start}: {exc.reason}); expected "
+                         "Relay text as mod.astext() writes it", line, column, path) from None
+    if not text.strip():
+        raise ParseError("the model file is empty; expected Relay text with a def @main",
+                         1, 1, path)
+    return text
+
+
+def check_output_dir(outdir: str, force: bool) -> None:
+    """Refuse an output path that is a file, cannot be created, or is a non-empty folder
+    (unless ``force``) — before anything is compiled."""
+    if not str(outdir).strip():
+        raise ParamError("the output folder name is empty")
+    if os.path.isfile(outdir) or (os.path.exists(outdir) and not os.path.isdir(outdir)):
+        raise ParamError(f"output {outdir} exists and is not a folder")
+    if os.path.isdir(outdir) and os.listdir(outdir):
+        if not force:
+            raise ParamError(f"output folder {outdir} is not empty; use --force to replace "
+                             "its contents")
+        refuse_to_replace(outdir)
+    ancestor = os.path.dirname(os.path.abspath(outdir))
+    while not os.path.exists(ancestor):
+        ancestor = os.path.dirname(ancestor)
+    if not os.path.isdir(ancestor):
+        raise ParamError(f"output folder {outdir} cannot be created: {ancestor} is a file")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ParamError(f"output folder {outdir} cannot be created: {ancestor} is not "
+                         "writable")
+
+
+# A folder ``--force`` may replace holds a previous conversion: one of these files.
+CONVERSION_MARKERS = ("model.json", "report.json")
+
+
+def refuse_to_replace(outdir: str) -> None:
+    """``--force`` replaces a previous conversion's output, never an arbitrary folder
+    (``-o ~ --force`` must not wipe a home directory), nor the working directory."""
+    here = os.path.realpath(os.getcwd())
+    target = os.path.realpath(outdir)
+    if here == target or here.startswith(target.rstrip(os.sep) + os.sep):
+        raise ParamError(f"output folder {outdir} contains the working directory; --force "
+                         "will not replace it")
+    if not any(os.path.isfile(os.path.join(outdir, m)) for m in CONVERSION_MARKERS):
+        raise ParamError(f"output folder {outdir} does not hold a previous conversion (no "
+                         f"{' or '.join(CONVERSION_MARKERS)}); --force only replaces those, "
+                         "remove it yourself if it should go")
+
+
+def load_input_array(path: str, name: str) -> np.ndarray:
+    """An input array from a ``.npy`` file; a missing, unreadable or non-numeric file
+    (pickled objects included) is a ``ParamError`` naming the input and the file."""
+    if os.path.isdir(path):
+        raise ParamError(f"input {name!r}: {path} is a directory, expected a .npy file", name)
+    if not os.path.exists(path):
+        raise ParamError(f"input {name!r}: file not found: {path}", name)
+    try:
+        array = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise ParamError(f"input {name!r}: {path} is not a readable .npy file: {exc}",
+                         name) from None
+    if not isinstance(array, np.ndarray) or array.dtype.kind not in "biuf":
+        raise ParamError(f"input {name!r}: {path} does not hold a numeric array", name)
+    return array
+
+
+def require_main(module: Any) -> Any:
+    """``module`` if it defines ``@main`` (the entry every build starts from), else a
+    ``ParseError`` naming the source and the functions it does define."""
+    if "main" not in module.functions:
+        defined = ", ".join(f"@{n}" for n in module.functions) or "none"
+        raise ParseError(f"no def @main in the module (functions defined: {defined})", 1, 1,
+                         module.source_name)
+    return module

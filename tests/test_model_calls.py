@@ -1,0 +1,118 @@
+"""Calling a compiled or loaded model: what inputs it takes and how it binds them.
+
+Relay identifies variables by identity, so two inputs may share a name (the
+builder API allows ``relay.var("a")`` twice); binding by name used to feed the
+same array to both (``a - b`` returned ``[0, 0]``).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+
+import bmlib_relax
+from bmlib_relax import relay
+from bmlib_relax.errors import ParamError
+
+from conftest import offloaded_partitions
+
+A = np.array([1, 2], "float32")
+B = np.array([10, 20], "float32")
+
+
+@pytest.fixture(scope="module")
+def same_name_model():
+    a = relay.var("a", shape=(2,), dtype="float32")
+    b = relay.var("a", shape=(2,), dtype="float32")
+    model = bmlib_relax.compile(relay.Function([a, b], relay.subtract(a, b)))
+    assert offloaded_partitions(model.relax_module), "nothing was offloaded"
+    return model
+
+
+@pytest.fixture(scope="module")
+def scalar_model():
+    s = relay.var("s", shape=(), dtype="float32")
+    t = relay.var("t", shape=(3,), dtype="float32")
+    return bmlib_relax.compile(relay.Function([s, t], relay.multiply(t, s)))
+
+
+def test_importer_keeps_two_inputs_with_the_same_name_distinct(same_name_model):
+    first, second = same_name_model.relax_module["main"].params
+    assert first.name == second.name == "a"
+    assert not first.same_as(second)
+    assert [s["name"] for s in same_name_model.input_specs] == ["a", "a"]
+
+
+def test_same_name_inputs_bind_positionally(same_name_model):
+    np.testing.assert_array_equal(same_name_model(A, B), [-9, -18])
+    np.testing.assert_array_equal(same_name_model(B, A), [9, 18])
+
+
+def test_ambiguous_keyword_raises_naming_it(same_name_model):
+    with pytest.raises(ParamError, match="'a' is ambiguous.*positionally"):
+        same_name_model(a=A)
+    with pytest.raises(ParamError, match="'a' is ambiguous"):
+        same_name_model(A, a=B)
+
+
+def test_artifact_signature_keeps_same_name_inputs_apart(same_name_model, tmp_path):
+    same_name_model.export_library(tmp_path / "m.so")
+    loaded = bmlib_relax.load(tmp_path / "m.so")
+    assert [s["name"] for s in loaded.input_specs] == ["a", "a"]
+    np.testing.assert_array_equal(loaded(A, B), [-9, -18])
+    with pytest.raises(ParamError, match="ambiguous"):
+        loaded(a=A)
+
+
+def test_weight_for_a_shared_name_is_ambiguous():
+    a = relay.var("a", shape=(2,), dtype="float32")
+    b = relay.var("a", shape=(2,), dtype="float32")
+    with pytest.raises(ParamError, match="weight 'a' is ambiguous"):
+        bmlib_relax.compile(relay.Function([a, b], relay.subtract(a, b)), {"a": A})
+
+
+def test_tvm_tensor_input_is_accepted(same_name_model):
+    got = same_name_model(tvm.runtime.tensor(A), tvm.runtime.tensor(B))
+    np.testing.assert_array_equal(got, [-9, -18])
+
+
+def test_nested_list_input_takes_the_declared_dtype(same_name_model):
+    np.testing.assert_array_equal(same_name_model([1, 2], [10, 20]), [-9, -18])
+
+
+def test_float_list_for_an_integer_input_is_refused(tmp_path):
+    i = relay.var("i", shape=(2,), dtype="int32")
+    model = bmlib_relax.compile(relay.Function([i], relay.add(i, i)))
+    np.testing.assert_array_equal(model([1, 2]), [2, 4])
+    with pytest.raises(ParamError, match="float64 values given for a int32 input"):
+        model([1.5, 2.0])
+
+
+def test_ragged_list_is_a_param_error(same_name_model):
+    with pytest.raises(ParamError, match="input 'a'.*ragged"):
+        same_name_model([[1, 2], [3]], B)
+
+
+def test_object_array_is_a_param_error(same_name_model):
+    with pytest.raises(ParamError, match="Python objects"):
+        same_name_model(np.array([1, "x"], dtype=object), B)
+
+
+def test_wrong_shape_is_a_param_error(same_name_model):
+    with pytest.raises(ParamError, match="expected shape"):
+        same_name_model(np.zeros(3, "float32"), B)
+
+
+def test_scalar_inputs_work(scalar_model):
+    assert scalar_model.input_specs[0]["shape"] == []
+    t = np.array([1, 2, 3], "float32")
+    np.testing.assert_array_equal(scalar_model(np.float32(2), t), [2, 4, 6])
+    np.testing.assert_array_equal(scalar_model(np.array(3, "float32"), t), [3, 6, 9])
+    np.testing.assert_array_equal(scalar_model(s=0.5, t=[2, 4, 6]), [1, 2, 3])
+    np.testing.assert_array_equal(scalar_model(tvm.runtime.tensor(np.array(2, "float32")), t),
+                                  [2, 4, 6])
+
+
+def test_scalar_input_of_wrong_rank_is_a_param_error(scalar_model):
+    with pytest.raises(ParamError, match="input 's'"):
+        scalar_model(np.array([2], "float32"), np.ones(3, "float32"))
