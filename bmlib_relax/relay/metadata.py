@@ -161,7 +161,9 @@ def materialize(buf: Any, record: TensorRecord) -> np.ndarray:
     count = record.nbytes // record.dtype.itemsize if record.dtype.itemsize else 0
     if record.dtype == np.bool_:  # any non-zero byte is True, as in C
         raw = np.frombuffer(buf, np.uint8, count, record.data_offset)
-        return (raw != 0).reshape(record.shape)
+        out = np.empty(record.shape, np.bool_)
+        np.not_equal(raw.reshape(record.shape), 0, out=out)
+        return out
     arr = np.frombuffer(buf, record.dtype, count, record.data_offset)
     if sys.byteorder == "big" and record.dtype.itemsize > 1:  # files are little-endian
         arr = arr.byteswap()
