@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import ParamFormatError
 
-__all__ = ["NDARRAY_MAGIC", "TensorRecord", "scan_ndarray", "decode_ndarray",
+__all__ = ["NDARRAY_MAGIC", "TensorRecord", "scan_ndarray", "decode_ndarray", "materialize",
            "encode_ndarray", "parse_metadata", "dtype_from_dl", "dl_from_dtype"]
 
 #: First 8 bytes (little-endian uint64) of every serialised TVM NDArray.
@@ -83,6 +83,20 @@ def dl_from_dtype(dtype: np.dtype) -> tuple[int, int, int]:
     return key[0], key[1], 1
 
 
+def fits_in_memory_model(shape: tuple[int, ...], itemsize: int) -> bool:
+    """True if numpy can describe an array of ``shape`` (even an empty one).
+
+    numpy refuses a shape whose non-zero dims multiply (times the itemsize) past
+    ``2**63 - 1`` -- also when another dim is 0 -- so such a header is rejected
+    here with a message rather than by numpy's ``ValueError``.
+    """
+    total = max(itemsize, 1)
+    for dim in shape:
+        if dim:
+            total *= dim
+    return total <= np.iinfo(np.intp).max
+
+
 class TensorRecord(NamedTuple):
     """Where one validated NDArray record's data is: nothing allocated yet."""
 
@@ -138,6 +152,8 @@ def scan_ndarray(buf: Any, offset: int = 0, *, name: Optional[str] = None,
         if dim < 0:
             raise fail(f"negative dimension {dim} in axis {axis} of shape {shape}",
                        pos + 8 * axis)
+    if not fits_in_memory_model(shape, dtype.itemsize):
+        raise fail(f"shape {shape} is larger than any array can be", pos)
     pos += 8 * ndim
     if size - pos < 8:
         raise fail(f"truncated tensor byte count: 8 bytes needed, {size - pos} remain", pos)

@@ -19,7 +19,9 @@ from __future__ import annotations
 import ast as python_ast
 import io
 import os
+import re
 import struct
+import warnings
 import zipfile
 from typing import Any, Callable, Mapping, Optional, Union
 
@@ -27,7 +29,7 @@ import numpy as np
 
 from ..errors import ParamError, ParamFormatError
 from . import ast
-from .metadata import TensorRecord, materialize, scan_ndarray
+from .metadata import TensorRecord, fits_in_memory_model, materialize, scan_ndarray
 from .rewrite import substitute
 
 ParamsLike = Union[Mapping[str, Any], str, os.PathLike, bytes, bytearray, memoryview, None]
@@ -190,7 +192,7 @@ def _load_npz_blob(blob: bytes, source: str) -> dict[str, np.ndarray]:
         def fail(message: str, at: Optional[int] = None) -> ParamFormatError:
             return ParamFormatError(message, member, at, source, kind="member")
 
-        if info.is_dir() or not member.endswith(_NPY_SUFFIX) or member == _NPY_SUFFIX:
+        if not member.endswith(_NPY_SUFFIX) or member == _NPY_SUFFIX:  # also directories
             raise fail("is not a '<name>.npy' array (np.savez writes one per weight)")
         name = member[:-len(_NPY_SUFFIX)]
         if name in out:
@@ -217,6 +219,10 @@ _NPY_MAGIC = b"\x93NUMPY"
 #: Header length field width per .npy format version (1.0 writes uint16).
 _NPY_HEADER_LEN = {1: struct.Struct("<H"), 2: struct.Struct("<I"), 3: struct.Struct("<I")}
 _NPY_MAX_HEADER = 10_000  # numpy's own default limit for a header
+#: The ``descr`` numpy writes for a plain numeric array ('<f4', '|b1', '>i8', ...).
+#: Matching it before ``np.dtype`` keeps odd descr strings away from numpy's
+#: dtype parser (which evaluates comma strings).
+_NPY_NUMERIC_DESCR = re.compile(r"[<>|=]?(?:b1|[iu][1248]|f[248])\Z")
 
 
 def _read_npy(data: bytes, fail: Callable[..., ParamFormatError]) -> np.ndarray:
@@ -242,7 +248,9 @@ def _read_npy(data: bytes, fail: Callable[..., ParamFormatError]) -> np.ndarray:
                    f"(at most {_NPY_MAX_HEADER} allowed)", 8)
     encoding = "utf-8" if major == 3 else "latin-1"
     try:
-        header = python_ast.literal_eval(data[start:start + header_len].decode(encoding))
+        with warnings.catch_warnings():  # e.g. "invalid escape sequence": still an error below
+            warnings.simplefilter("ignore")
+            header = python_ast.literal_eval(data[start:start + header_len].decode(encoding))
     except (ValueError, SyntaxError, MemoryError, RecursionError, UnicodeDecodeError,
             TypeError):
         raise fail(".npy header is not a Python dict literal", start) from None
@@ -253,21 +261,20 @@ def _read_npy(data: bytes, fail: Callable[..., ParamFormatError]) -> np.ndarray:
     if not isinstance(descr, str):
         raise fail(f"holds a structured or object array (descr {descr!r:.60}); weights "
                    "must be plain numeric arrays", start)
-    try:
-        dtype = np.dtype(descr)
-    except (TypeError, ValueError):
-        raise fail(f"unknown dtype {descr!r:.40}", start) from None
-    if dtype.hasobject:
+    if descr.lstrip("<>|=").startswith("O"):
         raise fail("holds a pickled object array; pickles are never loaded "
                    "(allow_pickle=False)", start)
-    if dtype.kind not in "biuf" or dtype.fields is not None or dtype.subdtype is not None:
-        raise fail(f"has dtype {dtype}; weights must be bool, int, uint or float", start)
+    if not _NPY_NUMERIC_DESCR.match(descr):
+        raise fail(f"has dtype {descr!r:.40}; weights must be bool, int, uint or float", start)
+    dtype = np.dtype(descr)
     if not isinstance(fortran, bool):
         raise fail(f"fortran_order must be True or False, got {fortran!r:.40}", start)
     if not isinstance(shape, tuple) or not all(
             isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape) \
             or len(shape) > 32:
         raise fail(f"bad shape {shape!r:.80}", start)
+    if not fits_in_memory_model(shape, np.dtype(descr).itemsize):
+        raise fail(f"shape {shape!r:.80} is larger than any array can be", start)
     count = 1
     for dim in shape:  # exact Python ints: no overflow
         count *= dim

@@ -187,12 +187,15 @@ def test_params_name_declaring_2_pow_32_bytes_fails_before_allocating():
     assert info.value.offset == 24
 
 
-def test_params_element_count_overflowing_int64_is_rejected():
+@pytest.mark.parametrize("dims", [(2**62, 2**62), (0, 2**62, 2**62)],
+                         ids=["wraps_to_zero", "empty_but_too_large"])
+def test_params_element_count_overflowing_int64_is_rejected(dims):
     # 2^62 * 2^62 elements wraps to 0 in 64-bit arithmetic; a byte count of 0 must not match.
-    blob = one_tensor_params("wrap", ndim=2, dims=(2**62, 2**62), code=0, bits=8, nbytes=0)
-    with pytest.raises(ParamFormatError, match="does not match shape") as info:
+    blob = one_tensor_params("wrap", ndim=len(dims), dims=dims, code=0, bits=8, nbytes=0)
+    with pytest.raises(ParamFormatError, match="larger than any array can be") as info:
         load_params(blob)
     assert info.value.name == "wrap"
+    assert info.value.offset == tensor_offsets(blob)[0] + 32  # the shape
 
 
 def _header_corruptions():
