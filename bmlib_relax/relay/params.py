@@ -87,6 +87,8 @@ def load_params(source: ParamsLike) -> dict[str, np.ndarray]:
         raise ParamError(f"params path is a directory, not a file: {path}")
     if not os.path.exists(path):
         raise ParamError(f"params file not found: {path}")
+    if not os.path.isfile(path):  # a FIFO or device could be read forever
+        raise ParamError(f"params path is not a regular file: {path}")
     try:
         with open(path, "rb") as handle:
             blob = handle.read()

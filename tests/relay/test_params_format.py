@@ -257,6 +257,12 @@ def test_params_path_that_is_a_directory_is_a_param_error(tmp_path):
         load_params(tmp_path)
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")
+def test_params_path_that_is_a_device_is_refused_without_reading_it():
+    with pytest.raises(ParamError, match="not a regular file"):
+        load_params("/dev/zero")
+
+
 def test_params_path_that_does_not_exist_is_a_param_error(tmp_path):
     with pytest.raises(ParamError, match="not found"):
         load_params(tmp_path / "missing.params")
