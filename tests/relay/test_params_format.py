@@ -392,7 +392,8 @@ def test_npz_member_declaring_2_pow_40_elements_fails_before_allocating():
     np.lib.format.write_array_header_1_0(
         buf, {"descr": "<f4", "fortran_order": False, "shape": (2**40,)})
     header = buf.getvalue() + bytes(16)
-    with pytest.raises(ParamFormatError, match="needs 4398046511104 data bytes, the member has 16") as info:
+    message = "needs 4398046511104 data bytes, the member has 16"
+    with pytest.raises(ParamFormatError, match=message) as info:
         load_params(zip_bytes({"w.npy": header}))
     assert info.value.name == "w.npy"
 
