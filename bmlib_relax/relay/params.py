@@ -217,6 +217,33 @@ def _load_npz_blob(blob: bytes, source: str) -> dict[str, np.ndarray]:
     return out
 
 
+def load_npy(source: Union[str, os.PathLike, bytes, bytearray, memoryview],
+             name: Optional[str] = None) -> np.ndarray:
+    """Read one ``.npy`` array (a path or its bytes) with the checks of ``.npz`` members.
+
+    For inputs given as files (``--input x=x.npy``): a plain bool/int/uint/float
+    array or a :class:`ParamFormatError` naming ``name`` (default: the file) and the
+    byte offset -- never a pickle, never an allocation larger than the file.
+    """
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        data, where = bytes(source), "<bytes>"
+    else:
+        where = os.fspath(source)
+        if not os.path.isfile(where):
+            raise ParamError(f"array file not found or not a regular file: {where}", name)
+        try:
+            with open(where, "rb") as handle:
+                data = handle.read()
+        except OSError as exc:
+            raise ParamError(f"cannot read array file {where}: {exc.strerror or exc}",
+                             name) from None
+
+    def fail(message: str, at: Optional[int] = None) -> ParamFormatError:
+        return ParamFormatError(message, name, at, where, kind="array")
+
+    return _read_npy(data, fail)
+
+
 _NPY_MAGIC = b"\x93NUMPY"
 #: Header length field width per .npy format version (1.0 writes uint16).
 _NPY_HEADER_LEN = {1: struct.Struct("<H"), 2: struct.Struct("<I"), 3: struct.Struct("<I")}
@@ -283,8 +310,8 @@ def _read_npy(data: bytes, fail: Callable[..., ParamFormatError]) -> np.ndarray:
     offset = start + header_len
     expected = count * dtype.itemsize
     if len(data) - offset != expected:
-        raise fail(f"shape {shape} of {dtype} needs {expected} data bytes, the member "
-                   f"has {len(data) - offset}", offset)
+        raise fail(f"shape {shape} of {dtype} needs {expected} data bytes, found "
+                   f"{len(data) - offset}", offset)
     if dtype.kind == "b":  # any non-zero byte is True (np.load would keep the byte)
         array = np.frombuffer(data, np.uint8, count, offset) != 0
     else:

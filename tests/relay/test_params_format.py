@@ -18,7 +18,7 @@ import tvm
 
 from bmlib_relax.errors import BmlibError, ParamError, ParamFormatError
 from bmlib_relax.relay.metadata import NDARRAY_MAGIC, encode_ndarray
-from bmlib_relax.relay.params import load_params
+from bmlib_relax.relay.params import load_npy, load_params
 
 PARAMS_MAGIC = 0xF7E58D4F05049CB7
 
@@ -382,7 +382,7 @@ def test_npz_duplicate_member_names_are_rejected():
 
 def test_npz_member_with_truncated_array_data_names_member_and_offset():
     full = npy_bytes(np.arange(8, dtype="float32"))
-    with pytest.raises(ParamFormatError, match="needs 32 data bytes, the member has 28") as info:
+    with pytest.raises(ParamFormatError, match="needs 32 data bytes, found 28") as info:
         load_params(zip_bytes({"w.npy": full[:-4]}))
     assert info.value.name == "w.npy" and info.value.offset == len(full) - 32
 
@@ -392,7 +392,7 @@ def test_npz_member_declaring_2_pow_40_elements_fails_before_allocating():
     np.lib.format.write_array_header_1_0(
         buf, {"descr": "<f4", "fortran_order": False, "shape": (2**40,)})
     header = buf.getvalue() + bytes(16)
-    message = "needs 4398046511104 data bytes, the member has 16"
+    message = "needs 4398046511104 data bytes, found 16"
     with pytest.raises(ParamFormatError, match=message) as info:
         load_params(zip_bytes({"w.npy": header}))
     assert info.value.name == "w.npy"
@@ -417,3 +417,17 @@ def test_npz_member_declaring_impossible_uncompressed_size_is_rejected():
 
 def test_param_format_error_is_a_bmlib_error():
     assert issubclass(ParamFormatError, ParamError) and issubclass(ParamFormatError, BmlibError)
+
+
+def test_single_npy_file_loads_with_the_same_checks(tmp_path):
+    array = np.arange(6, dtype="int16").reshape(3, 2)
+    np.save(tmp_path / "x.npy", array)
+    np.testing.assert_array_equal(load_npy(tmp_path / "x.npy"), array)
+    np.testing.assert_array_equal(load_npy(npy_bytes(array)), array)
+    with pytest.raises(ParamFormatError, match="pickled object array") as info:
+        load_npy(npy_bytes(np.array([None], dtype=object)), name="x")
+    assert info.value.name == "x"
+    with pytest.raises(ParamFormatError, match="needs 12 data bytes, found 11"):
+        load_npy(npy_bytes(array)[:-1])
+    with pytest.raises(ParamError, match="not a regular file"):
+        load_npy(tmp_path)
