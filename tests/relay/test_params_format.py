@@ -431,3 +431,17 @@ def test_single_npy_file_loads_with_the_same_checks(tmp_path):
         load_npy(npy_bytes(array)[:-1])
     with pytest.raises(ParamError, match="not a regular file"):
         load_npy(tmp_path)
+
+
+def test_cli_convert_with_truncated_params_exits_2_naming_param_and_offset(tmp_path):
+    from conftest import DATA, cli  # the real CLI in a subprocess
+
+    case = DATA / "seed_reshape_conv2d_add_bn_relu"
+    blob = (case / "model.params").read_bytes()
+    (tmp_path / "cut.params").write_bytes(blob[:len(blob) // 2])
+    out = cli("convert", case / "model.relay", "--params", tmp_path / "cut.params",
+              "-o", tmp_path / "out")
+    assert out.returncode == 2, out.stderr
+    first = out.stderr.strip().splitlines()[0]
+    assert "cut.params: parameter '" in first and "truncated tensor data" in first
+    assert "(at byte " in first
