@@ -15,6 +15,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 import tvm
+from conftest import DATA, cli
 
 from bmlib_relax.errors import BmlibError, ParamError, ParamFormatError
 from bmlib_relax.relay.metadata import NDARRAY_MAGIC, encode_ndarray
@@ -110,7 +111,7 @@ def test_params_with_no_tensors_load_as_empty_dict():
 def test_golden_params_files_load_like_tvm():
     root = os.environ.get("BMLIB_RELAY_GOLDEN")
     files = sorted(Path(root).glob("*/model.params")) if root else []
-    files += sorted((Path(__file__).parents[1] / "data").glob("*/model.params"))
+    files += sorted(DATA.glob("*/model.params"))
     if not files:
         pytest.skip("no golden .params files")
     for path in files:
@@ -434,8 +435,6 @@ def test_single_npy_file_loads_with_the_same_checks(tmp_path):
 
 
 def test_cli_convert_with_truncated_params_exits_2_naming_param_and_offset(tmp_path):
-    from conftest import DATA, cli  # the real CLI in a subprocess
-
     case = DATA / "seed_reshape_conv2d_add_bn_relu"
     blob = (case / "model.params").read_bytes()
     (tmp_path / "cut.params").write_bytes(blob[:len(blob) // 2])
