@@ -75,7 +75,7 @@ def load_params(source: ParamsLike) -> dict[str, np.ndarray]:
     if source is None:
         return {}
     if isinstance(source, Mapping):
-        return {str(k): to_numpy(v, str(k)) for k, v in source.items()}
+        return {str(k): _numeric(to_numpy(v, str(k)), str(k)) for k, v in source.items()}
     if isinstance(source, (bytes, bytearray, memoryview)):
         return _load_blob(bytes(source), "<bytes>")
     try:
@@ -95,6 +95,14 @@ def load_params(source: ParamsLike) -> dict[str, np.ndarray]:
     except OSError as exc:
         raise ParamError(f"cannot read params file {path}: {exc.strerror or exc}") from None
     return _load_blob(blob, path)
+
+
+def _numeric(array: np.ndarray, name: str) -> np.ndarray:
+    """Refuse object/string/date arrays in a weights dict: they are no tensor."""
+    if array.dtype.hasobject or array.dtype.kind in "USMm":
+        raise ParamError(f"parameter {name!r}: dtype {array.dtype} is not a tensor dtype "
+                         "(weights must be bool, int, uint or float)", name)
+    return array
 
 
 def _load_blob(blob: bytes, source: str) -> dict[str, np.ndarray]:

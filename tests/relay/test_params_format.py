@@ -269,6 +269,14 @@ def test_params_path_that_does_not_exist_is_a_param_error(tmp_path):
         load_params(tmp_path / "missing.params")
 
 
+@pytest.mark.parametrize("value", [np.array([{"a": 1}], dtype=object), ["a", "b"],
+                                   [[1, 2], [3]]], ids=["objects", "strings", "ragged"])
+def test_weights_dict_with_non_tensor_values_is_a_param_error_naming_it(value):
+    with pytest.raises(ParamError) as info:
+        load_params({"w": np.ones(2, "float32"), "bad": value})
+    assert info.value.name == "bad"
+
+
 def test_params_source_of_wrong_type_is_a_param_error():
     with pytest.raises(ParamError, match="dict, a path or bytes"):
         load_params(42)
