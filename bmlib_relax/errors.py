@@ -81,6 +81,10 @@ class ParamError(BmlibError, ValueError):
         super().__init__(message)
 
 
+class CodegenError(BmlibError, RuntimeError):
+    """The bmlib codegen could not lower a partition (names it and the op)."""
+
+
 class ParamFormatError(ParamError):
     """A malformed weights payload: ``.params`` bytes, ``.npz`` archive or ``#[metadata]``.
 
@@ -98,10 +102,6 @@ class ParamFormatError(ParamError):
         what = f"{kind} {name!r}: " if name is not None else ""
         at = f" (at byte {offset})" if offset is not None else ""
         super().__init__(f"{where}{what}{message}{at}", name)
-
-
-class CodegenError(BmlibError, RuntimeError):
-    """The bmlib codegen could not lower a partition (names it and the op)."""
 
 
 class ArityMismatchError(CodegenError):
