@@ -23,7 +23,7 @@ import re
 import struct
 import warnings
 import zipfile
-from typing import Any, Callable, Mapping, Optional, Union
+from typing import Any, Callable, Mapping, NamedTuple, Optional, Union
 
 import numpy as np
 
@@ -186,8 +186,8 @@ def _load_npz_blob(blob: bytes, source: str) -> dict[str, np.ndarray]:
     """Read an ``np.savez`` archive: every member must be a numeric ``.npy`` array.
 
     The archive and each member's declared sizes are checked before anything is
-    decompressed; each ``.npy`` is then validated like a ``.params`` tensor
-    (:func:`_read_npy`).  ``allow_pickle`` is never used: an object array is an error.
+    decompressed; each ``.npy`` header is then validated like a ``.params`` tensor
+    before its data is read (:func:`_read_npy_member`).  ``allow_pickle`` is never used: an object array is an error.
     """
     try:
         archive = zipfile.ZipFile(io.BytesIO(blob))
@@ -216,13 +216,37 @@ def _load_npz_blob(blob: bytes, source: str) -> dict[str, np.ndarray]:
             raise fail(f"declares {info.file_size} bytes from {info.compress_size} "
                        f"compressed bytes in a {len(blob)}-byte archive",
                        info.header_offset)
-        try:
-            data = archive.read(info)
-        except Exception as exc:  # noqa: BLE001 - CRC, truncation, zlib, encryption ...
-            raise fail(f"cannot be read from the archive: {exc}", info.header_offset) \
-                from None
-        out[name] = _read_npy(data, fail)
+        out[name] = _read_npy_member(archive, info, fail)
     return out
+
+
+def _read_npy_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo,
+                     fail: Callable[..., ParamFormatError]) -> np.ndarray:
+    """Stream one member: header first (validated against the declared size), then
+    the data straight into the array -- one copy of the weights, not two."""
+    try:
+        with archive.open(info) as stream:
+            prefix = stream.read(min(info.file_size, _NPY_PREFIX_MAX))
+            header = _npy_header(prefix, info.file_size, fail)
+            raw = np.empty(header.nbytes, np.uint8)  # <= file_size, itself bounded above
+            have = prefix[header.data_offset:header.data_offset + header.nbytes]
+            raw[:len(have)] = np.frombuffer(have, np.uint8)
+            filled = len(have)
+            while filled < header.nbytes:
+                chunk = stream.read(min(_CHUNK, header.nbytes - filled))
+                if not chunk:
+                    raise fail(f"array data ends after {filled} of {header.nbytes} bytes",
+                               header.data_offset + filled)
+                raw[filled:filled + len(chunk)] = np.frombuffer(chunk, np.uint8)
+                filled += len(chunk)
+            if len(prefix) > header.data_offset + header.nbytes or stream.read(1):
+                raise fail("has bytes after the array data",
+                           header.data_offset + header.nbytes)
+    except ParamFormatError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - CRC, truncation, zlib, encryption ...
+        raise fail(f"cannot be read from the archive: {exc}", info.header_offset) from None
+    return _npy_array(raw, header)
 
 
 def load_npy(source: Union[str, os.PathLike, bytes, bytearray, memoryview],
@@ -256,38 +280,50 @@ _NPY_MAGIC = b"\x93NUMPY"
 #: Header length field width per .npy format version (1.0 writes uint16).
 _NPY_HEADER_LEN = {1: struct.Struct("<H"), 2: struct.Struct("<I"), 3: struct.Struct("<I")}
 _NPY_MAX_HEADER = 10_000  # numpy's own default limit for a header
+_NPY_PREFIX_MAX = 12 + _NPY_MAX_HEADER  # magic, version, length field, header
+_CHUNK = 1 << 20  # bytes read from a member at a time
 #: The ``descr`` numpy writes for a plain numeric array ('<f4', '|b1', '>i8', ...).
 #: Matching it before ``np.dtype`` keeps odd descr strings away from numpy's
 #: dtype parser (which evaluates comma strings).
 _NPY_NUMERIC_DESCR = re.compile(r"[<>|=]?(?:b1|[iu][1248]|f[248])\Z")
 
 
-def _read_npy(data: bytes, fail: Callable[..., ParamFormatError]) -> np.ndarray:
-    """Validate one ``.npy`` member (offsets are within the member) and copy its array.
+class _NpyHeader(NamedTuple):
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    fortran: bool
+    data_offset: int
+    nbytes: int
+
+
+def _npy_header(prefix: bytes, total: int,
+                fail: Callable[..., ParamFormatError]) -> _NpyHeader:
+    """Validate a ``.npy`` header from the first bytes of an array of ``total`` bytes.
 
     The header is a Python dict literal; it is read with ``ast.literal_eval`` after
     a length bound (as numpy does), and must hold exactly ``descr`` (a numeric
     dtype: bool, int, uint, float), ``fortran_order`` and ``shape`` (non-negative
-    ints).  The data must be exactly ``prod(shape) * itemsize`` bytes.
+    ints).  The data must be exactly ``prod(shape) * itemsize`` bytes: ``total``
+    minus the header.  Offsets in errors are within the array file / member.
     """
-    if not data.startswith(_NPY_MAGIC) or len(data) < 8:
-        raise fail(f"is not a .npy array (starts with {data[:8]!r})", 0)
-    major = data[6]
+    if not prefix.startswith(_NPY_MAGIC) or len(prefix) < 8:
+        raise fail(f"is not a .npy array (starts with {prefix[:8]!r})", 0)
+    major = prefix[6]
     length_field = _NPY_HEADER_LEN.get(major)
     if length_field is None:
-        raise fail(f"unknown .npy format version {major}.{data[7]}", 6)
-    if len(data) < 8 + length_field.size:
+        raise fail(f"unknown .npy format version {major}.{prefix[7]}", 6)
+    if len(prefix) < 8 + length_field.size:
         raise fail("truncated .npy header", 8)
-    (header_len,) = length_field.unpack_from(data, 8)
+    (header_len,) = length_field.unpack_from(prefix, 8)
     start = 8 + length_field.size
-    if header_len > _NPY_MAX_HEADER or header_len > len(data) - start:
-        raise fail(f".npy header declares {header_len} bytes, {len(data) - start} remain "
+    if header_len > _NPY_MAX_HEADER or header_len > len(prefix) - start:
+        raise fail(f".npy header declares {header_len} bytes, {len(prefix) - start} remain "
                    f"(at most {_NPY_MAX_HEADER} allowed)", 8)
     encoding = "utf-8" if major == 3 else "latin-1"
     try:
         with warnings.catch_warnings():  # e.g. "invalid escape sequence": still an error below
             warnings.simplefilter("ignore")
-            header = python_ast.literal_eval(data[start:start + header_len].decode(encoding))
+            header = python_ast.literal_eval(prefix[start:start + header_len].decode(encoding))
     except (ValueError, SyntaxError, MemoryError, RecursionError, UnicodeDecodeError,
             TypeError):
         raise fail(".npy header is not a Python dict literal", start) from None
@@ -310,23 +346,39 @@ def _read_npy(data: bytes, fail: Callable[..., ParamFormatError]) -> np.ndarray:
             isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape) \
             or len(shape) > 32:
         raise fail(f"bad shape {shape!r:.80}", start)
-    if not fits_in_memory_model(shape, np.dtype(descr).itemsize):
+    if not fits_in_memory_model(shape, dtype.itemsize):
         raise fail(f"shape {shape!r:.80} is larger than any array can be", start)
     count = 1
     for dim in shape:  # exact Python ints: no overflow
         count *= dim
     offset = start + header_len
     expected = count * dtype.itemsize
-    if len(data) - offset != expected:
+    if total - offset != expected:
         raise fail(f"shape {shape} of {dtype} needs {expected} data bytes, found "
-                   f"{len(data) - offset}", offset)
-    if dtype.kind == "b":  # any non-zero byte is True (np.load would keep the byte)
-        array = np.frombuffer(data, np.uint8, count, offset) != 0
+                   f"{total - offset}", offset)
+    return _NpyHeader(dtype, shape, fortran, offset, expected)
+
+
+def _npy_array(raw: Any, header: _NpyHeader) -> np.ndarray:
+    """The array of validated ``.npy`` data ``raw`` (exactly ``header.nbytes``):
+    native byte order, C order, writable, not sharing memory with a ``bytes``."""
+    count = header.nbytes // header.dtype.itemsize
+    if header.dtype.kind == "b":  # any non-zero byte is True (np.load would keep the byte)
+        array = np.frombuffer(raw, np.uint8, count) != 0
     else:
-        array = np.frombuffer(data, dtype, count, offset)
+        array = np.frombuffer(raw, header.dtype, count)
     if not array.dtype.isnative:
         array = array.astype(array.dtype.newbyteorder("="))
-    return array.reshape(shape, order="F" if fortran else "C").copy(order="C")
+    array = array.reshape(header.shape, order="F" if header.fortran else "C")
+    if not (array.flags.c_contiguous and array.flags.writeable):
+        array = array.copy(order="C")
+    return array
+
+
+def _read_npy(data: bytes, fail: Callable[..., ParamFormatError]) -> np.ndarray:
+    """A whole ``.npy`` file in memory -> its validated array (a copy)."""
+    header = _npy_header(data[:_NPY_PREFIX_MAX], len(data), fail)
+    return _npy_array(memoryview(data)[header.data_offset:], header)
 
 
 def check_param(name: str, value: np.ndarray, expected: ast.Type | None) -> None:
