@@ -187,7 +187,8 @@ def _load_npz_blob(blob: bytes, source: str) -> dict[str, np.ndarray]:
 
     The archive and each member's declared sizes are checked before anything is
     decompressed; each ``.npy`` header is then validated like a ``.params`` tensor
-    before its data is read (:func:`_read_npy_member`).  ``allow_pickle`` is never used: an object array is an error.
+    before its data is read (:func:`_read_npy_member`).  Pickles are never loaded:
+    an object array is an error.
     """
     try:
         archive = zipfile.ZipFile(io.BytesIO(blob))
@@ -222,30 +223,37 @@ def _load_npz_blob(blob: bytes, source: str) -> dict[str, np.ndarray]:
 
 def _read_npy_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo,
                      fail: Callable[..., ParamFormatError]) -> np.ndarray:
-    """Stream one member: header first (validated against the declared size), then
-    the data straight into the array -- one copy of the weights, not two."""
+    """One archive member through :func:`_read_npy_stream`; zip damage (CRC,
+    truncated or undecodable data, encryption) is reported against the member."""
     try:
         with archive.open(info) as stream:
-            prefix = stream.read(min(info.file_size, _NPY_PREFIX_MAX))
-            header = _npy_header(prefix, info.file_size, fail)
-            raw = np.empty(header.nbytes, np.uint8)  # <= file_size, itself bounded above
-            have = prefix[header.data_offset:header.data_offset + header.nbytes]
-            raw[:len(have)] = np.frombuffer(have, np.uint8)
-            filled = len(have)
-            while filled < header.nbytes:
-                chunk = stream.read(min(_CHUNK, header.nbytes - filled))
-                if not chunk:
-                    raise fail(f"array data ends after {filled} of {header.nbytes} bytes",
-                               header.data_offset + filled)
-                raw[filled:filled + len(chunk)] = np.frombuffer(chunk, np.uint8)
-                filled += len(chunk)
-            if len(prefix) > header.data_offset + header.nbytes or stream.read(1):
-                raise fail("has bytes after the array data",
-                           header.data_offset + header.nbytes)
+            return _read_npy_stream(stream, info.file_size, fail)
     except ParamFormatError:
         raise
-    except Exception as exc:  # noqa: BLE001 - CRC, truncation, zlib, encryption ...
+    except Exception as exc:  # noqa: BLE001 - zipfile's errors on bad input are undocumented
         raise fail(f"cannot be read from the archive: {exc}", info.header_offset) from None
+
+
+def _read_npy_stream(stream: Any, total: int,
+                     fail: Callable[..., ParamFormatError]) -> np.ndarray:
+    """Read a ``.npy`` of ``total`` (declared) bytes: the header first, validated
+    against ``total``, then the data straight into the array -- one copy of the
+    weights, and nothing allocated beyond what ``total`` allows."""
+    prefix = stream.read(min(total, _NPY_PREFIX_MAX))
+    header = _npy_header(prefix, total, fail)
+    raw = np.empty(header.nbytes, np.uint8)
+    have = prefix[header.data_offset:header.data_offset + header.nbytes]
+    raw[:len(have)] = np.frombuffer(have, np.uint8)
+    filled = len(have)
+    while filled < header.nbytes:
+        chunk = stream.read(min(_CHUNK, header.nbytes - filled))
+        if not chunk:
+            raise fail(f"array data ends after {filled} of {header.nbytes} bytes",
+                       header.data_offset + filled)
+        raw[filled:filled + len(chunk)] = np.frombuffer(chunk, np.uint8)
+        filled += len(chunk)
+    if len(prefix) > header.data_offset + header.nbytes or stream.read(1):
+        raise fail("has bytes after the array data", header.data_offset + header.nbytes)
     return _npy_array(raw, header)
 
 
@@ -257,23 +265,23 @@ def load_npy(source: Union[str, os.PathLike, bytes, bytearray, memoryview],
     array or a :class:`ParamFormatError` naming ``name`` (default: the file) and the
     byte offset -- never a pickle, never an allocation larger than the file.
     """
-    if isinstance(source, (bytes, bytearray, memoryview)):
-        data, where = bytes(source), "<bytes>"
-    else:
-        where = os.fspath(source)
-        if not os.path.isfile(where):
-            raise ParamError(f"array file not found or not a regular file: {where}", name)
-        try:
-            with open(where, "rb") as handle:
-                data = handle.read()
-        except OSError as exc:
-            raise ParamError(f"cannot read array file {where}: {exc.strerror or exc}",
-                             name) from None
+    where = "<bytes>" if isinstance(source, (bytes, bytearray, memoryview)) \
+        else os.fspath(source)
 
     def fail(message: str, at: Optional[int] = None) -> ParamFormatError:
         return ParamFormatError(message, name, at, where, kind="array")
 
-    return _read_npy(data, fail)
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        data = bytes(source)
+        return _read_npy_stream(io.BytesIO(data), len(data), fail)
+    if not os.path.isfile(where):
+        raise ParamError(f"array file not found or not a regular file: {where}", name)
+    try:
+        with open(where, "rb") as handle:
+            return _read_npy_stream(handle, os.fstat(handle.fileno()).st_size, fail)
+    except OSError as exc:
+        raise ParamError(f"cannot read array file {where}: {exc.strerror or exc}",
+                         name) from None
 
 
 _NPY_MAGIC = b"\x93NUMPY"
@@ -373,12 +381,6 @@ def _npy_array(raw: Any, header: _NpyHeader) -> np.ndarray:
     if not (array.flags.c_contiguous and array.flags.writeable):
         array = array.copy(order="C")
     return array
-
-
-def _read_npy(data: bytes, fail: Callable[..., ParamFormatError]) -> np.ndarray:
-    """A whole ``.npy`` file in memory -> its validated array (a copy)."""
-    header = _npy_header(data[:_NPY_PREFIX_MAX], len(data), fail)
-    return _npy_array(memoryview(data)[header.data_offset:], header)
 
 
 def check_param(name: str, value: np.ndarray, expected: ast.Type | None) -> None:
