@@ -32,7 +32,7 @@ import tvm
 from bmlib_relax.errors import BmlibError
 from bmlib_relax.relay import ast as A
 from bmlib_relax.relay.metadata import parse_metadata
-from bmlib_relax.relay.params import load_params
+from bmlib_relax.relay.params import load_npy, load_params
 from bmlib_relax.relay.parser import parse, parse_expr
 from bmlib_relax.relay.printer import astext
 
@@ -140,6 +140,18 @@ _NPY_NOISE = ["(", ")", ",", "'", "{", "}", "True", "False", "'<f4'", "'|O'", "'
               "9" * 5000, "(" * 300]
 
 
+def mutate_npy(data: bytes, rng: random.Random, pool: list) -> bytes:
+    """Header-text edits (valid length field) or byte damage of a lone ``.npy``."""
+    end = data.find(b"\n") + 1 or len(data)
+    if rng.random() < 0.5 and end > 10:
+        header = data[10:end].decode("latin-1")
+        at = rng.randrange(len(header) + 1)
+        header = header[:at] + rng.choice(_NPY_NOISE) + header[at + rng.randint(0, 6):]
+        raw = header.encode("latin-1", "replace")
+        return data[:8] + struct.pack("<H", min(len(raw), 0xFFFF)) + raw + data[end:]
+    return mutate_bytes(data, rng, pool)
+
+
 def mutate_npz(blob_or_members, rng: random.Random, pool: list) -> bytes:
     """Either damage the archive bytes, or damage one member's .npy bytes and re-zip
     (valid CRC) so that the .npy validation itself is exercised."""
@@ -147,17 +159,7 @@ def mutate_npz(blob_or_members, rng: random.Random, pool: list) -> bytes:
         return mutate_bytes(blob_or_members, rng, pool)
     members = dict(blob_or_members)
     name = rng.choice(sorted(members))
-    data = members[name]
-    end = data.find(b"\n") + 1 or len(data)
-    if rng.random() < 0.5 and end > 10:  # edit the header text
-        header = data[10:end].decode("latin-1")
-        at = rng.randrange(len(header) + 1)
-        header = header[:at] + rng.choice(_NPY_NOISE) + header[at + rng.randint(0, 6):]
-        raw = header.encode("latin-1", "replace")
-        data = data[:8] + struct.pack("<H", min(len(raw), 0xFFFF)) + raw + data[end:]
-    else:
-        data = mutate_bytes(data, rng, [])
-    members[name] = data
+    data = members[name] = mutate_npy(members[name], rng, [])
     if rng.random() < 0.2:
         members[rng.choice(["x.txt", "dir/", "y.npy", ".npy"])] = rng.choice([b"", data])
     buf = io.BytesIO()
@@ -181,6 +183,18 @@ def test_fuzz_npz_bytes_end_in_weights_or_param_error():
             assert isinstance(value, np.ndarray) and value.dtype.kind in "biuf", name
 
     assert fuzz("npz", seeds, mutate_npz, run) >= MIN_CASES
+
+
+def test_fuzz_single_npy_bytes_end_in_array_or_param_error():
+    seeds = [_npy(v) for d in _arrays_for_seeds() for k, v in d.items()
+             if v.dtype != ml_dtypes.bfloat16]
+    seeds.append(_npy(np.asfortranarray(np.arange(6, dtype=">i4").reshape(2, 3))))
+
+    def run(data: bytes):
+        array = load_npy(data, name="x")
+        assert array.dtype.kind in "biuf" and array.nbytes <= len(data)
+
+    assert fuzz("npy", seeds, mutate_npy, run) >= MIN_CASES
 
 
 # ---------------------------------------------------------------------- #[metadata]
