@@ -106,6 +106,25 @@ class CodegenError(BmlibError, RuntimeError):
     """The bmlib codegen could not lower a partition (names it and the op)."""
 
 
+class ParamFormatError(ParamError):
+    """A malformed weights payload: ``.params`` bytes, ``.npz`` archive or ``#[metadata]``.
+
+    ``source`` is the file (or ``<bytes>``), ``name`` the parameter / member / metadata
+    entry concerned (``None`` when the damage precedes every name; ``kind`` says which,
+    for the message) and ``offset`` the byte offset where the problem was found
+    (``None`` when it is not about bytes).
+    """
+
+    def __init__(self, message: str, name: Optional[str] = None, offset: Optional[int] = None,
+                 source: Optional[str] = None, kind: str = "parameter"):
+        self.offset = offset
+        self.source = source
+        where = f"{source}: " if source else ""
+        what = f"{kind} {name!r}: " if name is not None else ""
+        at = f" (at byte {offset})" if offset is not None else ""
+        super().__init__(f"{where}{what}{message}{at}", name)
+
+
 class ArityMismatchError(CodegenError):
     """A bmlib PrimFunc whose parameter count differs from its call site.
 

@@ -15,119 +15,354 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 import struct
-from typing import Any, Optional
+import sys
+from typing import Any, NamedTuple, Optional
 
+import ml_dtypes
 import numpy as np
 
-__all__ = ["NDARRAY_MAGIC", "decode_ndarray", "encode_ndarray", "parse_metadata",
-           "dtype_from_dl", "dl_from_dtype"]
+from ..errors import ParamFormatError
+
+__all__ = ["NDARRAY_MAGIC", "TensorRecord", "scan_ndarray", "decode_ndarray", "materialize",
+           "encode_ndarray", "parse_metadata", "dtype_from_dl", "dl_from_dtype"]
 
 #: First 8 bytes (little-endian uint64) of every serialised TVM NDArray.
 NDARRAY_MAGIC = 0xDD5E40F096B4A13F
 
-_HEADER = struct.Struct("<QQiiiBBH")  # magic, reserved, dev type, dev id, ndim, dtype
+# magic, reserved, device type, device id, ndim, dtype code, dtype bits, dtype lanes
+# (TVM ``SaveDLTensor``; the shape (ndim x int64), the data byte count (int64) and
+# the data follow).
+_HEADER = struct.Struct("<QQiiiBBH")
 _INT64 = struct.Struct("<q")
+_KDL_CPU = 1
 
-# DLDataTypeCode values: 0 int, 1 uint, 2 float, 4 bfloat, 6 bool (newer DLPack).
-_DL_CODES = {0: "int", 1: "uint", 2: "float"}
+#: Deepest tensor a weights file may declare.  DLPack sets no limit; numpy 1.x
+#: stopped at 32 and no model weight comes near it.  Bounding it keeps the shape
+#: read (8 bytes per dim) from being a large allocation.
+MAX_NDIM = 32
+
+#: DLDataType ``(code, bits)`` -> numpy dtype, for every dtype TVM writes that numpy
+#: (with ml_dtypes, a core dependency) can hold.  Codes are DLPack's: 0 int, 1 uint,
+#: 2 float, 4 bfloat, 6 bool, 10 float8_e4m3fn, 12 float8_e5m2.  ``uint1`` is how
+#: TVM up to 0.19 saved bool (one byte per element).
+_DL_TO_NUMPY: dict[tuple[int, int], np.dtype] = {
+    (0, 8): np.dtype(np.int8), (0, 16): np.dtype(np.int16),
+    (0, 32): np.dtype(np.int32), (0, 64): np.dtype(np.int64),
+    (1, 8): np.dtype(np.uint8), (1, 16): np.dtype(np.uint16),
+    (1, 32): np.dtype(np.uint32), (1, 64): np.dtype(np.uint64),
+    (2, 16): np.dtype(np.float16), (2, 32): np.dtype(np.float32),
+    (2, 64): np.dtype(np.float64),
+    (4, 16): np.dtype(ml_dtypes.bfloat16),
+    (1, 1): np.dtype(np.bool_), (6, 8): np.dtype(np.bool_),
+    (10, 8): np.dtype(ml_dtypes.float8_e4m3fn), (12, 8): np.dtype(ml_dtypes.float8_e5m2),
+}
+#: numpy dtype -> DLDataType code/bits written by :func:`encode_ndarray`.  bool is
+#: written as ``uint1`` so that TVM 0.19 (Relay) reads our ``#[metadata]`` too.
+_NUMPY_TO_DL: dict[np.dtype, tuple[int, int]] = {
+    dtype: key for key, dtype in _DL_TO_NUMPY.items() if key not in ((6, 8),)}
 
 
 def dtype_from_dl(code: int, bits: int, lanes: int) -> np.dtype:
-    """Map a DLDataType to a numpy dtype (bool is ``uint1``/``bool8``)."""
+    """Map a DLDataType to a numpy dtype; :class:`ValueError` for any other."""
     if lanes != 1:
-        raise ValueError(f"vector dtype with {lanes} lanes is not supported")
-    if (code == 1 and bits == 1) or (code == 6 and bits == 8):
-        return np.dtype(np.bool_)
-    if code == 4 and bits == 16:
-        raise ValueError("bfloat16 arrays are not supported by numpy")
-    base = _DL_CODES.get(code)
-    if base is None or bits not in (8, 16, 32, 64) or (base == "float" and bits == 8):
-        raise ValueError(f"unsupported DLDataType(code={code}, bits={bits})")
-    return np.dtype(f"{base}{bits}").newbyteorder("<")
+        raise ValueError(f"vector dtype (code={code}, bits={bits}, lanes={lanes}) is not "
+                         "supported: weights must have lanes == 1")
+    dtype = _DL_TO_NUMPY.get((code, bits))
+    if dtype is None:
+        raise ValueError(f"unsupported DLDataType(code={code}, bits={bits}, lanes={lanes})")
+    return dtype
 
 
 def dl_from_dtype(dtype: np.dtype) -> tuple[int, int, int]:
     """Inverse of :func:`dtype_from_dl`."""
-    dtype = np.dtype(dtype)
-    if dtype == np.bool_:
-        return 1, 1, 1
-    code = {"i": 0, "u": 1, "f": 2}.get(dtype.kind)
-    if code is None:
+    key = _NUMPY_TO_DL.get(np.dtype(dtype))
+    if key is None:
         raise ValueError(f"unsupported dtype {dtype}")
-    return code, dtype.itemsize * 8, 1
+    return key[0], key[1], 1
 
 
-def decode_ndarray(buf: bytes, offset: int = 0) -> tuple[np.ndarray, int]:
-    """Decode one serialised TVM NDArray at ``buf[offset:]``.
+def fits_in_memory_model(shape: tuple[int, ...], itemsize: int) -> bool:
+    """True if numpy can describe an array of ``shape`` (even an empty one).
 
-    Returns the array (a copy, little-endian, native layout) and the offset just
-    past it.  Raises :class:`ValueError` on a bad magic, truncated data or a size
-    that does not match the shape.
+    numpy refuses a shape whose non-zero dims multiply (times the itemsize) past
+    ``2**63 - 1`` -- also when another dim is 0 -- so such a header is rejected
+    here with a message rather than by numpy's ``ValueError``.
+    """
+    total = max(itemsize, 1)
+    for dim in shape:
+        if dim:
+            total *= dim
+    return total <= np.iinfo(np.intp).max
+
+
+class TensorRecord(NamedTuple):
+    """Where one validated NDArray record's data is: nothing allocated yet."""
+
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    data_offset: int
+    nbytes: int
+    end: int
+
+
+def scan_ndarray(buf: Any, offset: int = 0, *, name: Optional[str] = None,
+                 source: Optional[str] = None, kind: str = "parameter") -> TensorRecord:
+    """Validate the NDArray record at ``buf[offset:]`` without allocating its data.
+
+    Checks, in the order TVM reads them: header present, magic, reserved word 0,
+    CPU device, ``0 <= ndim <= MAX_NDIM``, a dtype numpy can hold with one lane,
+    shape present and non-negative, the declared byte size equal to
+    ``prod(shape) * itemsize`` (exact integers: no overflow) and no larger than
+    what remains.  Raises :class:`ParamFormatError` naming ``name`` and the byte
+    offset of the bad field.
     """
     view = memoryview(buf)
-    if len(view) - offset < _HEADER.size:
-        raise ValueError("truncated NDArray header")
-    magic, _reserved, _dev_type, _dev_id, ndim, code, bits, lanes = \
+
+    def fail(message: str, at: int) -> ParamFormatError:
+        return ParamFormatError(message, name, at, source, kind)
+
+    size = len(view)
+    if size - offset < _HEADER.size:
+        raise fail(f"truncated tensor header: {_HEADER.size} bytes needed, "
+                   f"{max(size - offset, 0)} remain", offset)
+    magic, reserved, dev_type, dev_id, ndim, code, bits, lanes = \
         _HEADER.unpack_from(view, offset)
     if magic != NDARRAY_MAGIC:
-        raise ValueError(f"bad NDArray magic 0x{magic:016X}")
-    if not 0 <= ndim <= 64:
-        raise ValueError(f"bad NDArray ndim {ndim}")
+        raise fail(f"bad tensor magic 0x{magic:016X} (expected 0x{NDARRAY_MAGIC:016X})",
+                   offset)
+    if reserved != 0:
+        raise fail(f"reserved tensor header word is {reserved}, expected 0", offset + 8)
+    if dev_type != _KDL_CPU or dev_id != 0:
+        raise fail(f"tensor saved for device ({dev_type}, {dev_id}); weights files hold "
+                   f"CPU tensors ({_KDL_CPU}, 0)", offset + 16)
+    if not 0 <= ndim <= MAX_NDIM:
+        raise fail(f"bad tensor rank {ndim} (0..{MAX_NDIM} allowed)", offset + 24)
+    try:
+        dtype = dtype_from_dl(code, bits, lanes)
+    except ValueError as exc:
+        raise fail(str(exc), offset + 28) from None
     pos = offset + _HEADER.size
-    if len(view) - pos < 8 * ndim + 8:
-        raise ValueError("truncated NDArray shape")
+    if size - pos < 8 * ndim:
+        raise fail(f"truncated tensor shape: {ndim} dims need {8 * ndim} bytes, "
+                   f"{size - pos} remain", pos)
     shape = struct.unpack_from(f"<{ndim}q", view, pos)
+    for axis, dim in enumerate(shape):
+        if dim < 0:
+            raise fail(f"negative dimension {dim} in axis {axis} of shape {shape}",
+                       pos + 8 * axis)
+    if not fits_in_memory_model(shape, dtype.itemsize):
+        raise fail(f"shape {shape} is larger than any array can be", pos)
     pos += 8 * ndim
-    if any(d < 0 for d in shape):
-        raise ValueError(f"bad NDArray shape {shape}")
+    if size - pos < 8:
+        raise fail(f"truncated tensor byte count: 8 bytes needed, {size - pos} remain", pos)
     (nbytes,) = _INT64.unpack_from(view, pos)
+    count = 1
+    for dim in shape:  # Python ints: a product of 2^40 dims cannot wrap around
+        count *= dim
+    expected = count * dtype.itemsize
+    if nbytes != expected:
+        raise fail(f"tensor byte count {nbytes} does not match shape {shape} of "
+                   f"{dtype.name} ({expected} bytes)", pos)
     pos += 8
-    dtype = dtype_from_dl(code, bits, lanes)
-    count = int(np.prod(shape, dtype=np.int64)) if ndim else 1
-    if nbytes != count * dtype.itemsize:
-        raise ValueError(f"NDArray data size {nbytes} does not match shape {shape} "
-                         f"of {dtype}")
-    if len(view) - pos < nbytes:
-        raise ValueError("truncated NDArray data")
-    raw = bytes(view[pos:pos + nbytes])
-    if dtype == np.bool_:
-        arr = np.frombuffer(raw, dtype=np.uint8).astype(np.bool_)
-    else:
-        arr = np.frombuffer(raw, dtype=dtype).astype(dtype.newbyteorder("="))
-    return arr.reshape(shape), pos + nbytes
+    if size - pos < nbytes:
+        raise fail(f"truncated tensor data: {nbytes} bytes declared, {size - pos} remain",
+                   pos)
+    return TensorRecord(dtype, tuple(shape), pos, nbytes, pos + nbytes)
+
+
+def materialize(buf: Any, record: TensorRecord) -> np.ndarray:
+    """The array of a record validated by :func:`scan_ndarray` (an owned copy)."""
+    count = record.nbytes // record.dtype.itemsize if record.dtype.itemsize else 0
+    if record.dtype == np.bool_:  # any non-zero byte is True, as in C
+        raw = np.frombuffer(buf, np.uint8, count, record.data_offset)
+        out = np.empty(record.shape, np.bool_)
+        np.not_equal(raw.reshape(record.shape), 0, out=out)
+        return out
+    arr = np.frombuffer(buf, record.dtype, count, record.data_offset)
+    if sys.byteorder == "big" and record.dtype.itemsize > 1:  # files are little-endian
+        arr = arr.byteswap()
+    return arr.reshape(record.shape).copy()
+
+
+def decode_ndarray(buf: Any, offset: int = 0, *, name: Optional[str] = None,
+                   source: Optional[str] = None,
+                   kind: str = "parameter") -> tuple[np.ndarray, int]:
+    """Decode one serialised TVM NDArray at ``buf[offset:]``.
+
+    Returns the array (an owned copy in native byte order) and the offset just
+    past it.  Raises :class:`ParamFormatError` (a ``ValueError``) on any
+    malformed field; nothing is allocated before the record is validated.
+    """
+    record = scan_ndarray(buf, offset, name=name, source=source, kind=kind)
+    return materialize(buf, record), record.end
 
 
 def encode_ndarray(arr: np.ndarray) -> bytes:
     """Serialise ``arr`` in TVM's NDArray format (CPU device)."""
     arr = np.ascontiguousarray(arr)
+    if not arr.dtype.isnative:
+        arr = arr.astype(arr.dtype.newbyteorder("="))
     code, bits, lanes = dl_from_dtype(arr.dtype)
-    header = _HEADER.pack(NDARRAY_MAGIC, 0, 1, 0, arr.ndim, code, bits, lanes)
+    header = _HEADER.pack(NDARRAY_MAGIC, 0, _KDL_CPU, 0, arr.ndim, code, bits, lanes)
     shape = struct.pack(f"<{arr.ndim}q", *arr.shape)
     if arr.dtype == np.bool_:
         data = arr.astype(np.uint8).tobytes()
+    elif sys.byteorder == "big" and arr.dtype.itemsize > 1:
+        data = arr.byteswap().tobytes()
     else:
-        data = arr.astype(arr.dtype.newbyteorder("<")).tobytes()
+        data = arr.tobytes()
     return header + shape + _INT64.pack(len(data)) + data
 
 
-def _root_map(nodes: list[dict[str, Any]], root: int) -> dict[str, list[int]]:
-    """Decode the root ``Map`` into ``{type_key: [node index, ...]}``."""
-    node = nodes[root]
-    if node.get("type_key") != "Map":
-        raise ValueError("metadata root is not a Map")
-    data = [int(x) for x in node.get("data", [])]
-    if "keys" in node:
-        pairs = zip(node["keys"], data)
-    else:  # older format: data = [key node, value node, ...]
-        pairs = ((nodes[k].get("repr_str", ""), v) for k, v in zip(data[::2], data[1::2]))
-    out: dict[str, list[int]] = {}
-    for key, value_index in pairs:
-        array = nodes[value_index]
-        if array.get("type_key") != "Array":
-            raise ValueError(f"metadata entry {key!r} is not an Array")
-        out[str(key)] = [int(x) for x in array.get("data", [])]
-    return out
+#: Deepest JSON nesting accepted after ``#[metadata]``.  TVM's ``SaveJSON`` output
+#: is flat (a list of nodes, each at most two levels deep); a deeper document is not
+#: metadata, and refusing it up front keeps ``json.loads`` from recursing.
+MAX_JSON_DEPTH = 64
+#: Digits allowed in a node/array index written as a JSON string ("12"): more than
+#: any real index, few enough for ``int()``.
+_MAX_INDEX_DIGITS = 18
+_JSON_BRACKETS = re.compile(r"[\[\]{}]")
+_INDEX_TEXT = re.compile(r"-?[0-9]{1,%d}\Z" % _MAX_INDEX_DIGITS)
+_SOURCE = "#[metadata]"
+
+
+def _fail(message: str, name: Optional[str] = None, offset: Optional[int] = None,
+          kind: str = "entry") -> ParamFormatError:
+    return ParamFormatError(message, name, offset, _SOURCE, kind)
+
+
+def _check_json_depth(text: str) -> None:
+    """Refuse JSON nested deeper than :data:`MAX_JSON_DEPTH` (brackets in strings
+    do not count).
+
+    Strings are skipped with ``str.find`` so that the megabytes of base64 in
+    ``b64ndarrays`` cost a ``memchr``, not a Python or regex loop per character.
+    """
+    depth = 0
+    pos = 0  # start of the current stretch outside any string
+    while True:
+        quote = text.find('"', pos)
+        for bracket in _JSON_BRACKETS.findall(text, pos, len(text) if quote < 0 else quote):
+            if bracket in "[{":
+                depth += 1
+                if depth > MAX_JSON_DEPTH:
+                    raise _fail(f"JSON nested more than {MAX_JSON_DEPTH} levels deep; TVM "
+                                "metadata is a flat node list")
+            else:
+                depth -= 1
+        if quote < 0:
+            return
+        close = quote
+        while True:  # the closing quote is the first one not escaped by a backslash
+            close = text.find('"', close + 1)
+            if close < 0:
+                return  # unterminated string: json.loads reports it
+            before = close - 1
+            while text[before] == "\\":
+                before -= 1
+            if (close - 1 - before) % 2 == 0:
+                break
+        pos = close + 1
+
+
+class _NodeGraph:
+    """Typed, bounds-checked access to TVM's ``SaveJSON`` node list.
+
+    Every accessor names the node index and key it was reading, so a damaged
+    document is reported as "node 7: 'data' must be ..." instead of surfacing as
+    a ``KeyError``/``TypeError`` from deep inside the decoder.
+    """
+
+    def __init__(self, doc: Any):
+        if not isinstance(doc, dict):
+            raise _fail(f"metadata must be a JSON object, got {_json_kind(doc)}")
+        nodes = doc.get("nodes")
+        if not isinstance(nodes, list):
+            raise _fail(f"metadata 'nodes' must be a list, got {_json_kind(nodes)}")
+        self.doc = doc
+        self.nodes = nodes
+
+    def index(self, value: Any, where: str) -> int:
+        """A node/array index: a JSON int or a decimal string (TVM writes both)."""
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise _fail(f"{where} must be an integer, got {_json_kind(value)}")
+        if isinstance(value, str):
+            if not _INDEX_TEXT.match(value):
+                raise _fail(f"{where} must be an integer, got {_short(value)!r}")
+            value = int(value)
+        return value
+
+    def node(self, value: Any, where: str) -> tuple[int, dict[str, Any]]:
+        index = self.index(value, where)
+        if not 0 <= index < len(self.nodes):
+            raise _fail(f"{where} refers to node {index}, but there are "
+                        f"{len(self.nodes)} nodes")
+        node = self.nodes[index]
+        if not isinstance(node, dict):
+            raise _fail(f"node {index} must be a JSON object, got {_json_kind(node)}")
+        return index, node
+
+    def field(self, index: int, node: dict[str, Any], key: str, kind: type,
+              default: Any = None) -> Any:
+        value = node.get(key, default)
+        if not isinstance(value, kind):
+            raise _fail(f"node {index}: {key!r} must be a {_JSON_KINDS[kind]}, "
+                        f"got {_json_kind(value)}")
+        return value
+
+    def index_list(self, index: int, node: dict[str, Any], key: str) -> list[int]:
+        items = self.field(index, node, key, list, [])
+        return [self.index(item, f"node {index}: {key}[{i}]") for i, item in enumerate(items)]
+
+    def root_map(self) -> dict[str, list[int]]:
+        """Decode the root ``Map`` into ``{type_key: [node index, ...]}``."""
+        root, node = self.node(self.doc.get("root", 1), "'root'")
+        if node.get("type_key") != "Map":
+            raise _fail(f"root node {root} is not a Map (type_key "
+                        f"{_short(str(node.get('type_key')))!r})")
+        data = self.index_list(root, node, "data")
+        if "keys" in node:
+            keys = self.field(root, node, "keys", list)
+            if len(keys) != len(data):
+                raise _fail(f"root node {root}: {len(keys)} keys but {len(data)} values")
+            pairs = list(zip(keys, data))
+        else:  # older format: data = [key node, value node, ...]
+            if len(data) % 2:
+                raise _fail(f"root node {root}: odd number of key/value entries")
+            pairs = []
+            for key_ref, value in zip(data[::2], data[1::2]):
+                k, key_node = self.node(key_ref, f"root node {root}: key")
+                pairs.append((self.field(k, key_node, "repr_str", str, ""), value))
+        out: dict[str, list[int]] = {}
+        for key, value_ref in pairs:
+            if not isinstance(key, str):
+                raise _fail(f"root node {root}: key must be a string, got {_json_kind(key)}")
+            a, array = self.node(value_ref, f"root node {root}: entry {_short(key)!r}")
+            if array.get("type_key") != "Array":
+                raise _fail(f"metadata entry {_short(key)!r} (node {a}) is not an Array")
+            out[key] = [self.node(i, f"node {a}: data")[0]
+                        for i in self.index_list(a, array, "data")]
+        return out
+
+
+_JSON_KINDS = {dict: "JSON object", list: "JSON list", str: "string", int: "integer"}
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    for kind, label in _JSON_KINDS.items():
+        if isinstance(value, kind):
+            return f"a {label}"
+    return f"a {type(value).__name__}"
+
+
+def _short(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def parse_metadata(text: str) -> dict[str, Any]:
@@ -135,42 +370,56 @@ def parse_metadata(text: str) -> dict[str, Any]:
 
     Returns ``{"constants": [ndarray|None, ...], "counts": {kind: n},
     "objects": {kind: [node dict, ...]}, "json": text}``; ``constants[N]`` is
-    the value of ``meta[relay.Constant][N]``.  Raises :class:`ValueError` on
-    malformed JSON or arrays.
+    the value of ``meta[relay.Constant][N]``.  Raises :class:`ParamFormatError`
+    (a ``ValueError``) naming the node, key or constant on malformed JSON, node
+    graphs or arrays; array sizes are validated before anything is allocated.
     """
+    _check_json_depth(text)
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"bad JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") \
-            from None
-    if not isinstance(doc, dict) or "nodes" not in doc:
-        raise ValueError("metadata JSON has no 'nodes'")
-    nodes = doc["nodes"]
-    try:
-        entries = _root_map(nodes, int(doc.get("root", 1)))
-    except (IndexError, KeyError, TypeError) as exc:
-        raise ValueError(f"bad metadata node graph ({exc})") from None
-    blobs: list[str] = doc.get("b64ndarrays", [])
+        raise _fail(f"bad JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except (ValueError, RecursionError) as exc:  # e.g. an integer of 5000 digits
+        raise _fail(f"bad JSON: {exc}") from None
+    graph = _NodeGraph(doc)
+    entries = graph.root_map()
+    blobs = doc.get("b64ndarrays", [])
+    if not isinstance(blobs, list):
+        raise _fail(f"'b64ndarrays' must be a list, got {_json_kind(blobs)}")
     decoded: dict[int, np.ndarray] = {}
     constants: list[Optional[np.ndarray]] = []
-    for node_index in entries.get("relay.Constant", []):
-        data_ref = nodes[node_index].get("attrs", {}).get("data")
+    for n, node_index in enumerate(entries.get("relay.Constant", [])):
+        const_name = f"meta[relay.Constant][{n}]"
+        node = graph.nodes[node_index]
+        attrs = graph.field(node_index, node, "attrs", dict, {})
+        data_ref = attrs.get("data")
         if data_ref is None:
             constants.append(None)
             continue
-        k = int(data_ref)
+        k = graph.index(data_ref, f"{const_name} (node {node_index}): attrs.data")
         if k not in decoded:
             if not 0 <= k < len(blobs):
-                raise ValueError(f"relay.Constant refers to missing array {k}")
+                raise _fail(f"refers to array {k}, but 'b64ndarrays' has {len(blobs)}",
+                            const_name, kind="constant")
+            if not isinstance(blobs[k], str):
+                raise _fail(f"b64ndarrays[{k}] must be a string, got {_json_kind(blobs[k])}",
+                            const_name, kind="constant")
             try:
                 raw = base64.b64decode(blobs[k], validate=False)
             except (binascii.Error, ValueError) as exc:
-                raise ValueError(f"bad base64 in array {k}: {exc}") from None
-            decoded[k] = decode_ndarray(raw)[0]
+                raise _fail(f"bad base64 in b64ndarrays[{k}]: {exc}", const_name,
+                            kind="constant") from None
+            array, end = decode_ndarray(raw, name=const_name,
+                                        source=f"{_SOURCE} b64ndarrays[{k}]", kind="constant")
+            if end != len(raw):
+                raise ParamFormatError(f"{len(raw) - end} bytes of trailing garbage after "
+                                       "the tensor", const_name, end,
+                                       f"{_SOURCE} b64ndarrays[{k}]", "constant")
+            decoded[k] = array
         constants.append(decoded[k])
     return {
         "constants": constants,
         "counts": {kind: len(ix) for kind, ix in entries.items()},
-        "objects": {kind: [nodes[i] for i in ix] for kind, ix in entries.items()},
+        "objects": {kind: [graph.nodes[i] for i in ix] for kind, ix in entries.items()},
         "json": text,
     }

@@ -1,26 +1,41 @@
 """Weights for Relay programs: loading ``.params``/``.npz`` files and binding.
 
 Relay pipelines kept weights beside the model: a dict of arrays, an ``.npz``, or
-the byte format of ``relay.save_param_dict`` (still readable by
-``tvm.runtime.load_param_dict``).  Everything here normalises them to
-``dict[str, numpy.ndarray]`` and checks them against the function signature so
-that a wrong weight is reported by name instead of producing wrong numbers.
+the byte format of ``relay.save_param_dict`` (``tvm.runtime.save_param_dict``).
+Everything here normalises them to ``dict[str, numpy.ndarray]`` and checks them
+against the function signature so that a wrong weight is reported by name
+instead of producing wrong numbers.
+
+Both file formats are read by this module, not by TVM or ``np.load``: a weights
+file is untrusted input.  TVM's ``load_param_dict`` accepts a file cut inside
+tensor data (the rest is stale heap memory) and allocates whatever a header
+declares; ``np.load`` returns raw bytes for a member that is not ``.npy`` and
+allocates a declared shape before reading it.  Here the whole structure is
+validated first, every size against the bytes that remain, and any damage is a
+:class:`ParamFormatError` naming the parameter (or member) and the byte offset.
 """
 from __future__ import annotations
 
+import ast as python_ast
 import io
 import os
-from typing import Any, Mapping, Union
+import re
+import struct
+import warnings
+import zipfile
+from typing import Any, Callable, Mapping, NamedTuple, Optional, Union
 
 import numpy as np
 
-from ..errors import ParamError
+from ..errors import ParamError, ParamFormatError
 from . import ast
+from .metadata import TensorRecord, fits_in_memory_model, materialize, scan_ndarray
 from .rewrite import substitute
 
-ParamsLike = Union[Mapping[str, Any], str, os.PathLike, bytes, bytearray, None]
+ParamsLike = Union[Mapping[str, Any], str, os.PathLike, bytes, bytearray, memoryview, None]
 
 _PARAMS_MAGIC = 0xF7E58D4F05049CB7  # first uint64 of a save_param_dict blob
+_U64 = struct.Struct("<Q")
 
 
 def to_numpy(value: Any, name: str = "?") -> np.ndarray:
@@ -36,40 +51,336 @@ def to_numpy(value: Any, name: str = "?") -> np.ndarray:
                          name) from exc
 
 
+# ---------------------------------------------------------------------- formats
+#: Leading bytes -> reader of a whole weights blob (``blob, source`` -> arrays).
+_FORMATS: dict[bytes, Callable[[bytes, str], dict[str, np.ndarray]]] = {}
+
+
+def _weights_format(*magics: bytes):
+    """Register a reader for blobs starting with one of ``magics``."""
+    def register(reader):
+        for magic in magics:
+            _FORMATS[magic] = reader
+        return reader
+    return register
+
+
 def load_params(source: ParamsLike) -> dict[str, np.ndarray]:
-    """Load weights from a dict, an ``.npz``/``.params`` path, or ``.params`` bytes.
+    """Load weights from a dict, an ``.npz``/``.params`` path, or their bytes.
 
     ``.params`` is the format written by ``relay.save_param_dict`` /
-    ``tvm.runtime.save_param_dict``; a file is recognised by its magic number,
-    not its suffix.
+    ``tvm.runtime.save_param_dict``; ``.npz`` is ``np.savez``'s zip.  A file is
+    recognised by its magic number, not its suffix, so bytes of either load too.
     """
     if source is None:
         return {}
     if isinstance(source, Mapping):
-        return {str(k): to_numpy(v, str(k)) for k, v in source.items()}
-    if isinstance(source, (bytes, bytearray)):
-        return _load_param_bytes(bytes(source), "<bytes>")
-    path = os.fspath(source)
+        return {str(k): _numeric(to_numpy(v, str(k)), str(k)) for k, v in source.items()}
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return _load_blob(bytes(source), "<bytes>")
+    try:
+        path = os.fspath(source)
+    except TypeError:
+        raise ParamError(f"weights must be a dict, a path or bytes, not "
+                         f"{type(source).__name__}") from None
+    if os.path.isdir(path):
+        raise ParamError(f"params path is a directory, not a file: {path}")
     if not os.path.exists(path):
         raise ParamError(f"params file not found: {path}")
-    with open(path, "rb") as handle:
-        blob = handle.read()
-    if blob[:2] == b"PK":  # zip container: numpy .npz
-        with np.load(io.BytesIO(blob), allow_pickle=False) as npz:
-            return {k: npz[k] for k in npz.files}
-    return _load_param_bytes(blob, path)
-
-
-def _load_param_bytes(blob: bytes, where: str) -> dict[str, np.ndarray]:
-    if len(blob) < 8 or int.from_bytes(blob[:8], "little") != _PARAMS_MAGIC:
-        raise ParamError(f"{where}: not a .params (save_param_dict) or .npz file")
-    import tvm  # deferred: only this format needs TVM's reader
-
+    if not os.path.isfile(path):  # a FIFO or device could be read forever
+        raise ParamError(f"params path is not a regular file: {path}")
     try:
-        loaded = tvm.runtime.load_param_dict(blob)
-    except Exception as exc:  # noqa: BLE001 - TVM raises its own error types
-        raise ParamError(f"{where}: corrupt .params file ({exc})") from None
-    return {str(k): v.numpy() for k, v in loaded.items()}
+        with open(path, "rb") as handle:
+            blob = handle.read()
+    except OSError as exc:
+        raise ParamError(f"cannot read params file {path}: {exc.strerror or exc}") from None
+    return _load_blob(blob, path)
+
+
+def _numeric(array: np.ndarray, name: str) -> np.ndarray:
+    """Refuse object/string/date arrays in a weights dict: they are no tensor."""
+    if array.dtype.hasobject or array.dtype.kind in "USMm":
+        raise ParamError(f"parameter {name!r}: dtype {array.dtype} is not a tensor dtype "
+                         "(weights must be bool, int, uint or float)", name)
+    return array
+
+
+def _load_blob(blob: bytes, source: str) -> dict[str, np.ndarray]:
+    for magic, reader in _FORMATS.items():
+        if blob.startswith(magic):
+            return reader(blob, source)
+    raise ParamFormatError(
+        "not a .params (save_param_dict) or .npz file: it starts with "
+        f"{blob[:8].hex(' ') or 'nothing (empty file)'}", offset=0, source=source)
+
+
+@_weights_format(_U64.pack(_PARAMS_MAGIC))
+def _load_param_blob(blob: bytes, source: str) -> dict[str, np.ndarray]:
+    """Read a ``save_param_dict`` blob: validate all of it, then copy the arrays.
+
+    Layout (TVM ``SaveParams``): magic u64, reserved u64, name count u64, each name
+    as length u64 + bytes, tensor count u64 (equal to the name count), each tensor
+    as an NDArray record (:func:`~bmlib_relax.relay.metadata.scan_ndarray`).
+    Nothing may follow the last tensor.
+    """
+    view = memoryview(blob)
+    size = len(view)
+
+    def fail(message: str, at: int, name: Optional[str] = None) -> ParamFormatError:
+        return ParamFormatError(message, name, at, source)
+
+    def read_u64(at: int, what: str, name: Optional[str] = None) -> int:
+        if size - at < 8:
+            raise fail(f"truncated {what}: 8 bytes needed, {max(size - at, 0)} remain", at,
+                       name)
+        return _U64.unpack_from(view, at)[0]
+
+    read_u64(0, "header")  # the magic, already matched by _load_blob
+    reserved = read_u64(8, "header")
+    if reserved != 0:
+        raise fail(f"reserved header word is {reserved}, expected 0", 8)
+    count = read_u64(16, "name count")
+    pos = 24
+    if count > (size - pos) // 8:  # every name takes at least its 8-byte length
+        raise fail(f"header declares {count} names, more than the {size - pos} remaining "
+                   "bytes can hold", 16)
+    names: list[str] = []
+    seen: set[str] = set()
+    for i in range(count):
+        length = read_u64(pos, f"length of name #{i}")
+        if length > size - pos - 8:
+            raise fail(f"name #{i} declares {length} bytes, only {size - pos - 8} remain", pos)
+        raw = bytes(view[pos + 8:pos + 8 + length])
+        try:
+            name = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise fail(f"name #{i} is not UTF-8 text: {raw[:40]!r}", pos + 8) from None
+        if name in seen:
+            raise fail("appears twice in the file", pos, name)
+        seen.add(name)
+        names.append(name)
+        pos += 8 + length
+    tensors = read_u64(pos, "tensor count")
+    if tensors != count:
+        raise fail(f"file names {count} parameters but declares {tensors} tensors", pos)
+    pos += 8
+    records: list[TensorRecord] = []
+    for name in names:
+        record = scan_ndarray(view, pos, name=name, source=source)
+        records.append(record)
+        pos = record.end
+    if pos != size:
+        raise fail(f"{size - pos} bytes of trailing garbage after the last tensor", pos)
+    return {name: materialize(view, record) for name, record in zip(names, records)}
+
+
+# ---------------------------------------------------------------------- .npz
+#: The largest expansion deflate can achieve (~1032:1) plus slack: a member that
+#: declares more uncompressed bytes than this cannot be genuine.
+_MAX_DEFLATE_RATIO = 1100
+_NPY_SUFFIX = ".npy"
+
+
+@_weights_format(b"PK\x03\x04", b"PK\x05\x06")
+def _load_npz_blob(blob: bytes, source: str) -> dict[str, np.ndarray]:
+    """Read an ``np.savez`` archive: every member must be a numeric ``.npy`` array.
+
+    The archive and each member's declared sizes are checked before anything is
+    decompressed; each ``.npy`` header is then validated like a ``.params`` tensor
+    before its data is read (:func:`_read_npy_member`).  Pickles are never loaded:
+    an object array is an error.
+    """
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(blob))
+        infos = archive.infolist()
+    except Exception as exc:  # noqa: BLE001 - zipfile's errors on bad input are undocumented
+        raise ParamFormatError(f"not a valid .npz (zip) archive: {exc}", source=source) \
+            from None
+    out: dict[str, np.ndarray] = {}
+    for info in infos:
+        member = info.filename
+
+        def fail(message: str, at: Optional[int] = None) -> ParamFormatError:
+            return ParamFormatError(message, member, at, source, kind="member")
+
+        if not member.endswith(_NPY_SUFFIX) or member == _NPY_SUFFIX:  # also directories
+            raise fail("is not a '<name>.npy' array (np.savez writes one per weight)")
+        name = member[:-len(_NPY_SUFFIX)]
+        if name in out:
+            raise fail("appears twice in the archive")
+        if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+            raise fail(f"uses zip compression method {info.compress_type}; numpy writes "
+                       "only stored or deflated members")
+        if info.compress_size > len(blob) or info.file_size > (
+                info.compress_size if info.compress_type == zipfile.ZIP_STORED
+                else info.compress_size * _MAX_DEFLATE_RATIO + 1024):
+            raise fail(f"declares {info.file_size} bytes from {info.compress_size} "
+                       f"compressed bytes in a {len(blob)}-byte archive",
+                       info.header_offset)
+        out[name] = _read_npy_member(archive, info, fail)
+    return out
+
+
+def _read_npy_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo,
+                     fail: Callable[..., ParamFormatError]) -> np.ndarray:
+    """One archive member through :func:`_read_npy_stream`; zip damage (CRC,
+    truncated or undecodable data, encryption) is reported against the member."""
+    try:
+        with archive.open(info) as stream:
+            return _read_npy_stream(stream, info.file_size, fail)
+    except ParamFormatError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - zipfile's errors on bad input are undocumented
+        raise fail(f"cannot be read from the archive: {exc}", info.header_offset) from None
+
+
+def _read_npy_stream(stream: Any, total: int,
+                     fail: Callable[..., ParamFormatError]) -> np.ndarray:
+    """Read a ``.npy`` of ``total`` (declared) bytes: the header first, validated
+    against ``total``, then the data straight into the array -- one copy of the
+    weights, and nothing allocated beyond what ``total`` allows."""
+    prefix = stream.read(min(total, _NPY_PREFIX_MAX))
+    header = _npy_header(prefix, total, fail)
+    raw = np.empty(header.nbytes, np.uint8)
+    have = prefix[header.data_offset:header.data_offset + header.nbytes]
+    raw[:len(have)] = np.frombuffer(have, np.uint8)
+    filled = len(have)
+    while filled < header.nbytes:
+        chunk = stream.read(min(_CHUNK, header.nbytes - filled))
+        if not chunk:
+            raise fail(f"array data ends after {filled} of {header.nbytes} bytes",
+                       header.data_offset + filled)
+        raw[filled:filled + len(chunk)] = np.frombuffer(chunk, np.uint8)
+        filled += len(chunk)
+    if len(prefix) > header.data_offset + header.nbytes or stream.read(1):
+        raise fail("has bytes after the array data", header.data_offset + header.nbytes)
+    return _npy_array(raw, header)
+
+
+def load_npy(source: Union[str, os.PathLike, bytes, bytearray, memoryview],
+             name: Optional[str] = None) -> np.ndarray:
+    """Read one ``.npy`` array (a path or its bytes) with the checks of ``.npz`` members.
+
+    For inputs given as files (``--input x=x.npy``): a plain bool/int/uint/float
+    array or a :class:`ParamFormatError` naming ``name`` (default: the file) and the
+    byte offset -- never a pickle, never an allocation larger than the file.
+    """
+    where = "<bytes>" if isinstance(source, (bytes, bytearray, memoryview)) \
+        else os.fspath(source)
+
+    def fail(message: str, at: Optional[int] = None) -> ParamFormatError:
+        return ParamFormatError(message, name, at, where, kind="array")
+
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        data = bytes(source)
+        return _read_npy_stream(io.BytesIO(data), len(data), fail)
+    if not os.path.isfile(where):
+        raise ParamError(f"array file not found or not a regular file: {where}", name)
+    try:
+        with open(where, "rb") as handle:
+            return _read_npy_stream(handle, os.fstat(handle.fileno()).st_size, fail)
+    except OSError as exc:
+        raise ParamError(f"cannot read array file {where}: {exc.strerror or exc}",
+                         name) from None
+
+
+_NPY_MAGIC = b"\x93NUMPY"
+#: Header length field width per .npy format version (1.0 writes uint16).
+_NPY_HEADER_LEN = {1: struct.Struct("<H"), 2: struct.Struct("<I"), 3: struct.Struct("<I")}
+_NPY_MAX_HEADER = 10_000  # numpy's own default limit for a header
+_NPY_PREFIX_MAX = 12 + _NPY_MAX_HEADER  # magic, version, length field, header
+_CHUNK = 1 << 20  # bytes read from a member at a time
+#: The ``descr`` numpy writes for a plain numeric array ('<f4', '|b1', '>i8', ...).
+#: Matching it before ``np.dtype`` keeps odd descr strings away from numpy's
+#: dtype parser (which evaluates comma strings).
+_NPY_NUMERIC_DESCR = re.compile(r"[<>|=]?(?:b1|[iu][1248]|f[248])\Z")
+
+
+class _NpyHeader(NamedTuple):
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    fortran: bool
+    data_offset: int
+    nbytes: int
+
+
+def _npy_header(prefix: bytes, total: int,
+                fail: Callable[..., ParamFormatError]) -> _NpyHeader:
+    """Validate a ``.npy`` header from the first bytes of an array of ``total`` bytes.
+
+    The header is a Python dict literal; it is read with ``ast.literal_eval`` after
+    a length bound (as numpy does), and must hold exactly ``descr`` (a numeric
+    dtype: bool, int, uint, float), ``fortran_order`` and ``shape`` (non-negative
+    ints).  The data must be exactly ``prod(shape) * itemsize`` bytes: ``total``
+    minus the header.  Offsets in errors are within the array file / member.
+    """
+    if not prefix.startswith(_NPY_MAGIC) or len(prefix) < 8:
+        raise fail(f"is not a .npy array (starts with {prefix[:8]!r})", 0)
+    major = prefix[6]
+    length_field = _NPY_HEADER_LEN.get(major)
+    if length_field is None:
+        raise fail(f"unknown .npy format version {major}.{prefix[7]}", 6)
+    if len(prefix) < 8 + length_field.size:
+        raise fail("truncated .npy header", 8)
+    (header_len,) = length_field.unpack_from(prefix, 8)
+    start = 8 + length_field.size
+    if header_len > _NPY_MAX_HEADER or header_len > len(prefix) - start:
+        raise fail(f".npy header declares {header_len} bytes, {len(prefix) - start} remain "
+                   f"(at most {_NPY_MAX_HEADER} allowed)", 8)
+    encoding = "utf-8" if major == 3 else "latin-1"
+    try:
+        with warnings.catch_warnings():  # e.g. "invalid escape sequence": still an error below
+            warnings.simplefilter("ignore")
+            header = python_ast.literal_eval(prefix[start:start + header_len].decode(encoding))
+    except (ValueError, SyntaxError, MemoryError, RecursionError, UnicodeDecodeError,
+            TypeError):
+        raise fail(".npy header is not a Python dict literal", start) from None
+    if not isinstance(header, dict) or set(header) != {"descr", "fortran_order", "shape"}:
+        raise fail(f".npy header must have exactly descr, fortran_order and shape, got "
+                   f"{header!r:.80}", start)
+    descr, fortran, shape = header["descr"], header["fortran_order"], header["shape"]
+    if not isinstance(descr, str):
+        raise fail(f"holds a structured or object array (descr {descr!r:.60}); weights "
+                   "must be plain numeric arrays", start)
+    if descr.lstrip("<>|=").startswith("O"):
+        raise fail("holds a pickled object array; pickles are never loaded "
+                   "(allow_pickle=False)", start)
+    if not _NPY_NUMERIC_DESCR.match(descr):
+        raise fail(f"has dtype {descr!r:.40}; weights must be bool, int, uint or float", start)
+    dtype = np.dtype(descr)
+    if not isinstance(fortran, bool):
+        raise fail(f"fortran_order must be True or False, got {fortran!r:.40}", start)
+    if not isinstance(shape, tuple) or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape) \
+            or len(shape) > 32:
+        raise fail(f"bad shape {shape!r:.80}", start)
+    if not fits_in_memory_model(shape, dtype.itemsize):
+        raise fail(f"shape {shape!r:.80} is larger than any array can be", start)
+    count = 1
+    for dim in shape:  # exact Python ints: no overflow
+        count *= dim
+    offset = start + header_len
+    expected = count * dtype.itemsize
+    if total - offset != expected:
+        raise fail(f"shape {shape} of {dtype} needs {expected} data bytes, found "
+                   f"{total - offset}", offset)
+    return _NpyHeader(dtype, shape, fortran, offset, expected)
+
+
+def _npy_array(raw: Any, header: _NpyHeader) -> np.ndarray:
+    """The array of validated ``.npy`` data ``raw`` (exactly ``header.nbytes``):
+    native byte order, C order, writable, not sharing memory with a ``bytes``."""
+    count = header.nbytes // header.dtype.itemsize
+    if header.dtype.kind == "b":  # any non-zero byte is True (np.load would keep the byte)
+        array = np.frombuffer(raw, np.uint8, count) != 0
+    else:
+        array = np.frombuffer(raw, header.dtype, count)
+    if not array.dtype.isnative:
+        array = array.astype(array.dtype.newbyteorder("="))
+    array = array.reshape(header.shape, order="F" if header.fortran else "C")
+    if not (array.flags.c_contiguous and array.flags.writeable):
+        array = array.copy(order="C")
+    return array
 
 
 def check_param(name: str, value: np.ndarray, expected: ast.Type | None) -> None:

@@ -80,6 +80,11 @@ _MAX_NUMERIC_NAME_PARTS = 8
 
 _CLOSERS = {"(": ")", "[": "]", "{": "}"}
 
+#: Digits allowed in an index (tuple projection, ``meta[...][N]``, ``%x.N``):
+#: more than any real index, few enough that ``int()`` never meets Python's
+#: int-string limit (4300 digits) on a literal of thousands of digits.
+_MAX_INDEX_DIGITS = 18
+
 
 def _unescape_one(m: re.Match) -> str:
     code = m.group(1)
@@ -260,7 +265,11 @@ class _Parser:
                     raise self.error(f"duplicate definition of global function @{name}", tok)
                 functions[name] = func
             elif tok.text in ("type", "extern") and tok.kind == "IDENT":
-                self.pos = self.prescanned[self.pos]
+                after = self.prescanned.get(self.pos)
+                if after is None:  # not a well-placed declaration: report why
+                    self.parse_type_def()
+                    after = self.pos
+                self.pos = after
             elif not functions and self.pos_is_first_item():
                 body = self.parse_seq()
                 if self.peek().kind != EOF:
@@ -553,7 +562,8 @@ class _Parser:
             tok = self.peek()
             if tok.kind == "PROJ":
                 self.next()
-                expr = A.TupleGetItem(expr, int(tok.text[1:]), span=self.span(tok))
+                index = self.index_value(tok.text[1:], tok, "tuple index")
+                expr = A.TupleGetItem(expr, index, span=self.span(tok))
             elif tok.text == "(" and tok.kind == "OP":
                 expr = self.parse_call(expr, start)
             else:
@@ -650,7 +660,7 @@ class _Parser:
         if "." in name:
             parts = name.split(".")
             first_digit = len(parts)  # parts[first_digit:] are all numeric
-            while first_digit > 1 and parts[first_digit - 1].isdigit():
+            while first_digit > 1 and parts[first_digit - 1].isdecimal():
                 first_digit -= 1
             # Longest bound prefix first; a name never ends in more than a few
             # numeric segments, which keeps ``%x.0.0.0...`` linear.
@@ -660,7 +670,8 @@ class _Parser:
                 if base is not None:
                     span = self.span(tok)
                     for p in parts[cut:]:
-                        base = A.TupleGetItem(base, int(p), span=span)
+                        base = A.TupleGetItem(base, self.index_value(p, tok, "tuple index"),
+                                              span=span)
                     return base
         raise self.error(f"undefined variable {tok.text}", tok)
 
@@ -791,6 +802,13 @@ class _Parser:
         return pat
 
     # ------------------------------------------------------------------ literals / meta
+    def index_value(self, digits: str, tok: Token, what: str) -> int:
+        """``digits`` (already matched as decimal digits) as an int, bounded in length."""
+        if len(digits.lstrip("0")) > _MAX_INDEX_DIGITS:
+            raise self.error(f"{what} {digits[:20]}... is too large "
+                             f"({len(digits)} digits)", tok)
+        return int(digits)
+
     def number_array(self, tok: Token) -> np.ndarray:
         """Typed literal -> read-only 0-d numpy array (range-checked, no ``eval``).
 
@@ -821,6 +839,10 @@ class _Parser:
         if dtype is None or not dtype.startswith("float"):
             if is_float_syntax:
                 raise self.error(f"invalid integer literal {tok.text!r}", tok)
+            digits = m.group("int").lstrip("0")
+            if len(digits) > 20:  # beyond every integer dtype (and int()'s str limit)
+                raise self.error(f"integer literal {_describe(tok)} out of range "
+                                 f"({len(m.group('int'))} digits)", tok)
             value = sign * int(m.group("int"))
             if dtype is None:
                 dtype = "int32" if -2**31 <= value < 2**31 else "int64"
@@ -832,8 +854,10 @@ class _Parser:
             value = float(m.group("special")) * sign
         else:
             value = float(number_text)
+        if not math.isfinite(value) and not m.group("special"):
+            raise self.error(f"float literal {_describe(tok)} out of range for {dtype}", tok)
         if math.isfinite(value) and abs(value) > float(np.finfo(dtype).max):
-            raise self.error(f"float literal {tok.text} out of range for {dtype}", tok)
+            raise self.error(f"float literal {_describe(tok)} out of range for {dtype}", tok)
         return np.array(value, dtype=dtype)
 
     def attr_number(self, tok: Token) -> Union[int, float]:
@@ -858,10 +882,10 @@ class _Parser:
         self.expect_close("]", "metadata kind")
         self.expect("[", f"after meta[{kind_tok.text}]")
         idx_tok = self.next()
-        if idx_tok.kind != "NUMBER" or not idx_tok.text.isdigit():
+        if idx_tok.kind != "NUMBER" or not idx_tok.text.isdecimal():
             raise self.error_expected("a metadata index", idx_tok)
         end = self.expect_close("]", "metadata index")
-        kind, index = kind_tok.text, int(idx_tok.text)
+        kind, index = kind_tok.text, self.index_value(idx_tok.text, idx_tok, "metadata index")
         self.check_meta(kind, index, kind_tok)
         return kind, index, start, end
 

@@ -146,3 +146,57 @@ def test_if_match_refs():
     assert isinstance(expr.body.body.body, A.If)
     with pytest.raises(ParseError, match="undefined variable %x"):
         parse_expr("if (True) { let %x = (); () } else { %x }")
+
+
+# ---------------------------------------------------------------------- no raw exceptions
+@pytest.mark.parametrize("text, column", [
+    ("extern typeT[ typeA]", 8), ("extern deftype T]\n", 8), ("extern type", 12),
+    ('#[version = "0.0.5"]\nextern List[A]\ndef @main() { 1 }', 8),
+])
+def test_extern_not_followed_by_type_is_a_parse_error_with_location(text, column):
+    with pytest.raises(ParseError, match="expected 'type'|end of input") as info:
+        parse(text)
+    assert info.value.column == column
+
+
+def test_extern_type_still_declares_an_abstract_type():
+    mod = parse('#[version = "0.0.5"]\nextern type Opaque[A]\ndef @main() { 1 }')
+    assert "Opaque" in mod.type_definitions
+    assert mod.type_definitions["Opaque"].constructors == ()
+
+
+HUGE_LITERALS = {  # name -> (text, message, column of the bad token within text)
+    "integer": ("1" * 5000, "integer literal .* out of range \\(5000 digits\\)", 1),
+    "negative_int64": ("-" + "7" * 5000 + "i64", "integer literal .* out of range", 1),
+    "attribute_integer": ("nn.pad(%x, pad_value=" + "9" * 5000 + ")",
+                          "integer literal .* out of range", 22),
+    "tuple_index": ("(1, 2)." + "1" * 5000, "tuple index .* too large \\(5000 digits\\)", 7),
+    "metadata_index": ("meta[relay.Constant][" + "9" * 5000 + "]",
+                       "metadata index .* too large", 22),
+    "float_overflowing_to_inf": ("1" + "0" * 400 + "f", "float literal .* out of range for "
+                                 "float32", 1),
+    "float64_exponent": ("1e999f64", "float literal .* out of range for float64", 1),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HUGE_LITERALS))
+def test_huge_numeric_literals_are_parse_errors_with_location(case):
+    text, message, column = HUGE_LITERALS[case]
+    source = "fn (%x: (int32, int32)) { " + text + " }"
+    with pytest.raises(ParseError, match=message) as info:
+        parse_expr(source)
+    assert (info.value.line, info.value.column) == (1, 26 + column)
+    assert len(str(info.value)) < 1000  # the literal is abbreviated, not echoed
+
+
+def test_projection_with_thousands_of_digits_after_a_variable_is_a_parse_error():
+    with pytest.raises(ParseError, match="tuple index .* too large") as info:
+        parse_expr("fn (%x: (int32, int32)) { %x." + "1" * 5000 + " }")
+    assert info.value.column == 27
+
+
+def test_large_but_valid_literals_still_parse():
+    assert parse_expr("9223372036854775807i64").data == np.iinfo("int64").max
+    assert parse_expr("000000000000000000000000000000000000000000000012").data == 12
+    assert parse_expr("(1, 2).000000000000000000000000000001").index == 1
+    assert np.isinf(parse_expr("-inff").data)
