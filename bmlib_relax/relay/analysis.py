@@ -200,7 +200,8 @@ def _array_equal(a: Optional[np.ndarray], b: Optional[np.ndarray]) -> bool:
 class _Equal:
     """Worklist comparison of two graphs with a positional variable mapping."""
 
-    def __init__(self) -> None:
+    def __init__(self, map_free_vars: bool = True) -> None:
+        self.map_free_vars = map_free_vars
         self.var_map: dict[int, A.Var] = {}
         self.rev_map: dict[int, A.Var] = {}
         self.done: set[tuple[int, int]] = set()
@@ -263,6 +264,8 @@ class _Equal:
             return False
         push = self.push
         if isinstance(x, A.Var):
+            if not self.map_free_vars and id(x) not in self.var_map:
+                return x is y  # a free variable (binders are mapped before their uses)
             return self.map_var(x, y)
         if isinstance(x, A.Call):
             if len(x.args) != len(y.args) or x.type_args != y.type_args \
@@ -342,11 +345,12 @@ def _type_data_equal(a: A.TypeData, b: A.TypeData) -> bool:
 
 
 def structural_equal(a: Union[A.Expr, A.IRModule, A.Type],
-                     b: Union[A.Expr, A.IRModule, A.Type]) -> bool:
+                     b: Union[A.Expr, A.IRModule, A.Type], map_free_vars: bool = True) -> bool:
     """Graph-aware structural equality ignoring spans and variable names.
 
     Variables are matched positionally at their binders (free variables on first
-    encounter); constants compare by dtype, shape and value; modules compare
+    encounter, or only to themselves with ``map_free_vars=False`` as Relay's
+    ``StructuralEqual`` default does); constants compare by dtype, shape and value; modules compare
     their function and type definitions by name.
     """
     if isinstance(a, A.IRModule) or isinstance(b, A.IRModule):
@@ -361,7 +365,7 @@ def structural_equal(a: Union[A.Expr, A.IRModule, A.Type],
         return all(_Equal().run(a.functions[k], b.functions[k]) for k in a.functions)
     if isinstance(a, A.Type) or isinstance(b, A.Type):
         return a == b
-    return _Equal().run(a, b)
+    return _Equal(map_free_vars).run(a, b)
 
 
 def _without_gc(func):

@@ -57,10 +57,20 @@ class Attrs(Mapping[str, Any]):
     possibly nested) or :class:`MetaRef` for ``meta[...]`` attribute values.
     """
 
-    __slots__ = ("_data",)
+    __slots__ = ("_data", "_defaults")
 
     def __init__(self, data: Optional[Mapping[str, Any]] = None):
         self._data = MappingProxyType({k: _freeze(v) for k, v in (data or {}).items()})
+        # The op's Relay defaults (see OP_ATTR_DEFAULTS): only ``attrs.name`` reads them,
+        # as Relay's attrs objects had every field; iteration and ``[]`` see what was given.
+        self._defaults: Optional[Mapping[str, Any]] = None
+
+    def with_defaults(self, defaults: Mapping[str, Any]) -> "Attrs":
+        """The same attributes, with ``defaults`` behind Relay-style ``attrs.name`` access."""
+        out = Attrs.__new__(Attrs)
+        out._data = self._data
+        out._defaults = defaults
+        return out
 
     def __getitem__(self, key: str) -> Any:
         return self._data[key]
@@ -85,10 +95,17 @@ class Attrs(Mapping[str, Any]):
         try:
             return self._data[key]
         except KeyError:
+            defaults = self._defaults
+            if defaults is not None and key in defaults:
+                return defaults[key]
             raise AttributeError(f"call has no attribute {key!r}") from None
 
 
 EMPTY_ATTRS = Attrs()
+
+#: Relay op name -> its attributes' defaults (filled by the builder's op tables), so a call
+#: built or parsed without an attribute still answers ``call.attrs.data_layout`` as Relay did.
+OP_ATTR_DEFAULTS: dict[str, Mapping[str, Any]] = {}
 
 
 def _normalise(node: Any, *tuple_fields: str) -> None:
@@ -220,6 +237,19 @@ class Expr:
     def __neg__(self) -> "Call":
         return Call(Op("negative"), (self,))
 
+    # Relay's expressions compare with < > <= >= into less/greater/... calls; == stays identity.
+    def __lt__(self, other: Any) -> "Call":
+        return self._binary("less", other)
+
+    def __gt__(self, other: Any) -> "Call":
+        return self._binary("greater", other)
+
+    def __le__(self, other: Any) -> "Call":
+        return self._binary("less_equal", other)
+
+    def __ge__(self, other: Any) -> "Call":
+        return self._binary("greater_equal", other)
+
     def astext(self, show_meta_data: bool = True) -> str:
         from .printer import astext
 
@@ -302,6 +332,10 @@ class Call(Expr):
 
     def __post_init__(self) -> None:
         _normalise(self, "args", "type_args")
+        if isinstance(self.op, Op) and isinstance(self.attrs, Attrs) and self.attrs._defaults is None:
+            defaults = OP_ATTR_DEFAULTS.get(self.op.name)
+            if defaults:
+                object.__setattr__(self, "attrs", self.attrs.with_defaults(defaults))
 
 
 @dataclass(frozen=True, eq=False)
