@@ -57,19 +57,19 @@ class Attrs(Mapping[str, Any]):
     possibly nested) or :class:`MetaRef` for ``meta[...]`` attribute values.
     """
 
-    __slots__ = ("_data", "_defaults")
+    __slots__ = ("_data", "_op")
 
     def __init__(self, data: Optional[Mapping[str, Any]] = None):
         self._data = MappingProxyType({k: _freeze(v) for k, v in (data or {}).items()})
-        # The op's Relay defaults (see OP_ATTR_DEFAULTS): only ``attrs.name`` reads them,
-        # as Relay's attrs objects had every field; iteration and ``[]`` see what was given.
-        self._defaults: Optional[Mapping[str, Any]] = None
+        # The op these are the attributes of: ``attrs.name`` falls back to the op's
+        # default, as Relay's attrs objects had every field; ``[]``/iteration see what was given.
+        self._op: Optional[str] = None
 
-    def with_defaults(self, defaults: Mapping[str, Any]) -> "Attrs":
-        """The same attributes, with ``defaults`` behind Relay-style ``attrs.name`` access."""
+    def for_op(self, op_name: str) -> "Attrs":
+        """The same attributes, answering ``attrs.name`` with ``op_name``'s defaults."""
         out = Attrs.__new__(Attrs)
         out._data = self._data
-        out._defaults = defaults
+        out._op = op_name
         return out
 
     def __getitem__(self, key: str) -> Any:
@@ -95,17 +95,16 @@ class Attrs(Mapping[str, Any]):
         try:
             return self._data[key]
         except KeyError:
-            defaults = self._defaults
-            if defaults is not None and key in defaults:
-                return defaults[key]
+            if self._op is not None:
+                from .pattern_op_attrs import op_attr_defaults
+
+                defaults = op_attr_defaults(self._op)
+                if key in defaults:
+                    return defaults[key]
             raise AttributeError(f"call has no attribute {key!r}") from None
 
 
 EMPTY_ATTRS = Attrs()
-
-#: Relay op name -> its attributes' defaults (filled by the builder's op tables), so a call
-#: built or parsed without an attribute still answers ``call.attrs.data_layout`` as Relay did.
-OP_ATTR_DEFAULTS: dict[str, Mapping[str, Any]] = {}
 
 
 def _normalise(node: Any, *tuple_fields: str) -> None:
@@ -237,19 +236,6 @@ class Expr:
     def __neg__(self) -> "Call":
         return Call(Op("negative"), (self,))
 
-    # Relay's expressions compare with < > <= >= into less/greater/... calls; == stays identity.
-    def __lt__(self, other: Any) -> "Call":
-        return self._binary("less", other)
-
-    def __gt__(self, other: Any) -> "Call":
-        return self._binary("greater", other)
-
-    def __le__(self, other: Any) -> "Call":
-        return self._binary("less_equal", other)
-
-    def __ge__(self, other: Any) -> "Call":
-        return self._binary("greater_equal", other)
-
     def astext(self, show_meta_data: bool = True) -> str:
         from .printer import astext
 
@@ -332,10 +318,8 @@ class Call(Expr):
 
     def __post_init__(self) -> None:
         _normalise(self, "args", "type_args")
-        if isinstance(self.op, Op) and isinstance(self.attrs, Attrs) and self.attrs._defaults is None:
-            defaults = OP_ATTR_DEFAULTS.get(self.op.name)
-            if defaults:
-                object.__setattr__(self, "attrs", self.attrs.with_defaults(defaults))
+        if isinstance(self.op, Op) and isinstance(self.attrs, Attrs) and self.attrs._op is None:
+            object.__setattr__(self, "attrs", self.attrs.for_op(self.op.name))
 
 
 @dataclass(frozen=True, eq=False)

@@ -26,7 +26,7 @@ from . import ast as A
 from . import dataflow_pattern as P
 from .analysis import structural_equal
 from .pattern_graph import IndexedGraph, expr_graph
-from .pattern_op_attrs import MISSING, op_attr
+from .pattern_op_attrs import MISSING, op_attr, op_attr_defaults
 
 _COMMUTATIVE = ("add", "multiply")
 
@@ -88,12 +88,14 @@ def attr_value_equal(expected: Any, actual: Any) -> bool:
     return exp == act
 
 
-def _attr_lookup(attrs: Any) -> tuple[Callable[[str], bool], Callable[[str], Any]]:
-    """(has, get) over a call's attributes, Relay style (every field of the op's attrs)."""
+def _attr_lookup(call: A.Call) -> tuple[Callable[[str], bool], Callable[[str], Any]]:
+    """(has, get) over a call's attributes, Relay style: an op call's attrs have every
+    field of the op (the defaults fill what the call did not give)."""
+    attrs = call.attrs
     if attrs is None:
         return (lambda k: False), (lambda k: None)
     if isinstance(attrs, A.Attrs):
-        defaults = attrs._defaults or {}
+        defaults = op_attr_defaults(call.op.name) if isinstance(call.op, A.Op) else {}
 
         def has(key: str) -> bool:
             return key in attrs or key in defaults
@@ -284,7 +286,7 @@ class DFPatternMatcher:
                     return False
             return True
         if isinstance(e, A.Call):
-            has, get = _attr_lookup(e.attrs)
+            has, get = _attr_lookup(e)
             return all(has(k) and attr_value_equal(v, get(k)) for k, v in attrs.items())
         if isinstance(e, A.Function):
             fattrs = e.attrs

@@ -58,3 +58,44 @@ def op_attr(op_name: str, attr_name: str) -> Any:
 
 
 MISSING = _MISSING
+
+
+# --------------------------------------------------------------------------- call attributes
+_DEFAULTS: dict[str, dict[str, Any]] = {}
+
+
+def _builder_functions():
+    """(module, op-name prefix) of every builder op namespace (relay.op, relay.op.nn, ...)."""
+    import importlib
+    import pkgutil
+
+    from . import op as op_package
+
+    yield op_package, ""
+    for info in pkgutil.iter_modules(op_package.__path__):
+        if not info.name.startswith("_"):
+            yield importlib.import_module(f"{op_package.__name__}.{info.name}"), info.name + "."
+
+
+def op_attr_defaults(op_name: str) -> dict[str, Any]:
+    """Relay's default attribute values of ``op_name``'s calls (empty if unknown).
+
+    Relay's call attributes always held every field; the builder records only
+    what the caller passed, so ``has_attr`` and ``call.attrs.name`` fall back to
+    the defaults of the builder function's signature (Relay's Python API).
+    """
+    if not _DEFAULTS:
+        import inspect
+
+        keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        for module, prefix in _builder_functions():
+            for short, fn in list(vars(module).items()):
+                signature = getattr(fn, "__signature__", None)
+                if not callable(fn) or not isinstance(signature, inspect.Signature):
+                    continue
+                name = getattr(fn, "relay_op_name", None) or prefix + short
+                _DEFAULTS.setdefault(name, {
+                    p.name: p.default for p in signature.parameters.values()
+                    if p.kind in keyword and p.default is not inspect.Parameter.empty})
+        _DEFAULTS.setdefault("", {})  # marks the table as built
+    return _DEFAULTS.get(op_name, {})

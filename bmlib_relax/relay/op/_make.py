@@ -97,7 +97,6 @@ def make_op(name: str, inputs: Sequence[str], attrs: Sequence[tuple[str, Any]],
                                         default=always.get(attr, default)))
     signature = inspect.Signature(params)
     tuple_size = TUPLE_RESULTS.get(name, 0)
-    ast.OP_ATTR_DEFAULTS[name] = {attr: always.get(attr, default) for attr, default in attrs}
 
     def op_function(*args: Any, **kwargs: Any):
         bound = signature.bind(*args, **kwargs)
