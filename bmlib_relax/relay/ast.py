@@ -271,6 +271,17 @@ class Op(Expr):
     span: Optional[Span] = _span()
 
 
+class ConstantData(np.ndarray):
+    """A constant's array that also answers ``.numpy()``, as Relay's ``Constant.data``
+    (a TVM NDArray) did: ``const.data.numpy().item()`` in legacy callbacks keeps working."""
+
+    def numpy(self) -> np.ndarray:
+        return np.asarray(self)
+
+    def __repr__(self) -> str:
+        return repr(np.asarray(self))
+
+
 @dataclass(frozen=True, eq=False)
 class Constant(Expr):
     """A tensor constant.
@@ -286,6 +297,10 @@ class Constant(Expr):
     meta_index: Optional[int] = None
     type_annotation: Optional[Type] = None
     span: Optional[Span] = _span()
+
+    def __post_init__(self) -> None:
+        if isinstance(self.data, np.ndarray) and not isinstance(self.data, ConstantData):
+            object.__setattr__(self, "data", self.data.view(ConstantData))
 
     @property
     def dtype(self) -> Optional[str]:

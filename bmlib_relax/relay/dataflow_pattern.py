@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from . import ast
+from .op.op import get  # also makes ``relay.op.op.get`` available, as in Relay
 
 __all__ = [
     "DFPattern", "WildcardPattern", "ExprPattern", "VarPattern", "ConstantPattern",
@@ -137,7 +138,7 @@ class OpPattern(ExprPattern):
     """``is_op(name)``: the :class:`ExprPattern` of Relay's op ``name``."""
 
     def __init__(self, name: str):
-        super().__init__(ast.Op(name))
+        super().__init__(get(name))
         self.name = name
 
 
