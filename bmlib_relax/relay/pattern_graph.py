@@ -75,6 +75,10 @@ class IndexedGraph:
     def get(self, ref: Any) -> Optional[GraphNode]:
         return self._by_id.get(id(ref))
 
+    def get_by_id(self, key: int) -> GraphNode:
+        """The node of the expression whose ``id()`` is ``key``."""
+        return self._by_id[key]
+
     def __contains__(self, ref: Any) -> bool:
         return id(ref) in self._by_id
 

@@ -19,6 +19,7 @@ did the same); the dataflow graph still links the value to its uses.
 """
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable, Optional
 
 from ..errors import BmlibError
@@ -29,6 +30,7 @@ from .pattern_graph import IndexedGraph, expr_graph
 from .pattern_op_attrs import MISSING, op_attr, op_attr_defaults
 
 _COMMUTATIVE = ("add", "multiply")
+_RECURSION_LIMIT = 8000
 
 
 class PatternMatchError(BmlibError, ValueError):
@@ -134,12 +136,18 @@ class DFPatternMatcher:
         self.memo = {}
         self.matched = []
         self.memoize = True
+        limit = sys.getrecursionlimit()
+        # Matching recurses along the pattern, and along the expression for dominator paths
+        # and redirect_to chains: allow model-sized chains, then fail with our own error.
+        sys.setrecursionlimit(max(limit, _RECURSION_LIMIT))
         try:
             return self.visit(pattern, expr)
         except RecursionError:
-            raise PatternMatchError("pattern nests too deeply for this expression "
-                                    "(a recursive redirect_to pattern over a very long chain?)") \
-                from None
+            raise PatternMatchError(
+                f"pattern matching recursed deeper than {_RECURSION_LIMIT} levels (a dominator "
+                "path or redirect_to chain this long is not supported)") from None
+        finally:
+            sys.setrecursionlimit(limit)
 
     def clear_from(self, watermark: int) -> None:
         for p in self.matched[watermark:]:

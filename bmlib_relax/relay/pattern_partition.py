@@ -194,9 +194,10 @@ class PatternGrouper:
         body, name, memo = _extract(root, inputs)
         function = A.Function(tuple(params), body)
         root_node = self.graph.node(root)
-        for node in self.graph.nodes:
+        for key in memo:
+            node = self.graph.get_by_id(key)
             e = node.ref
-            if id(e) not in memo or isinstance(e, (A.Op, A.Function, A.Constant)):
+            if isinstance(e, (A.Op, A.Function, A.Constant)):
                 continue
             if id(e) in self.gid_of:
                 return  # overlaps an earlier match
