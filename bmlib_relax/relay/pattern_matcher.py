@@ -436,4 +436,6 @@ def match_pattern(pattern: P.DFPattern, expr: A.Expr) -> bool:
     """Whether ``expr`` matches ``pattern`` (see the module docstring for the rules)."""
     if not isinstance(pattern, P.DFPattern):
         raise PatternMatchError(f"match: expected a DFPattern, got {type(pattern).__name__}")
+    if not isinstance(expr, A.Expr):
+        raise PatternMatchError(f"match: expected a Relay expression, got {type(expr).__name__}")
     return DFPatternMatcher(expr).match(pattern, expr)

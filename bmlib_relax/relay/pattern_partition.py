@@ -212,6 +212,13 @@ class PatternGrouper:
         self.groups[self.gid] = Group(self.gid, root, node_map, args, function, name)
 
 
+def _check_expr(where: str, expr: Any) -> None:
+    if not isinstance(expr, A.Expr):
+        hint = " (use .astuple() for a tuple result)" if hasattr(expr, "astuple") else ""
+        raise PatternMatchError(f"{where}: expected a Relay expression, got "
+                                f"{type(expr).__name__}{hint}")
+
+
 def _mutate(pre: A.Expr, at_root: Callable[[A.Expr, A.Expr, dict], Optional[A.Expr]]) -> A.Expr:
     """Post-order rebuild of ``pre``; ``at_root(pre_node, post_node, memo)`` may replace."""
     memo: dict[int, Any] = {}
@@ -228,6 +235,7 @@ def partition_pattern(pattern: P.DFPattern, expr: A.Expr,
     """See :func:`bmlib_relax.relay.dataflow_pattern.partition`."""
     if not isinstance(pattern, P.DFPattern):
         raise PatternMatchError(f"partition: expected a DFPattern, got {type(pattern).__name__}")
+    _check_expr("partition", expr)
     if isinstance(pattern, P.FunctionPattern):
         warnings.warn("partitioning a function that is not called does not make sense; "
                       "the expression is returned unchanged", stacklevel=3)
@@ -267,6 +275,7 @@ def _infer_with_module(expr: A.Expr, mod: Optional[A.IRModule]) -> None:
 
 def rewrite_patterns(callbacks: list, expr: A.Expr, mod: Optional[A.IRModule] = None) -> A.Expr:
     """See :func:`bmlib_relax.relay.dataflow_pattern.rewrite`."""
+    _check_expr("rewrite", expr)
     for cb in callbacks:
         if not isinstance(getattr(cb, "pattern", None), P.DFPattern):
             raise PatternRewriteError(f"rewrite: {type(cb).__name__}.pattern is not a DFPattern "

@@ -176,3 +176,12 @@ def test_reassociated_multiply_divide():
 def test_match_rejects_non_patterns():
     with pytest.raises(PatternMatchError):
         match("add", relay.var("x"))
+
+
+def test_non_expressions_are_refused_with_our_error():
+    from bmlib_relax.errors import BmlibError
+
+    wrapper = relay.nn.batch_norm(*(relay.var(n) for n in "abcde"))
+    for call in (lambda: is_op("add").match(wrapper), lambda: is_op("add").partition(3)):
+        with pytest.raises(BmlibError, match="expected a Relay expression"):
+            call()
