@@ -351,13 +351,18 @@ class DFPatternMatcher:
         return False
 
     def _matches_path(self, p: P.DominatorPattern, e: Any) -> bool:
-        """Every input of ``e`` is the parent, or matches the path and recursively so."""
+        """Every input of ``e`` is the parent, or matches the path and recursively so.
+
+        A call's callee and its variable/constant arguments are not dataflow from the
+        parent and are skipped (Relay v0.19); a node with nothing else does not match.
+        """
         node = self.graph.get(e)
         if node is None:
             return False
         counted = 0
+        is_call = isinstance(e, A.Call)
         for inp in node.inputs:
-            if isinstance(e, A.Call) and inp.ref is e.op:
+            if is_call and (inp.ref is e.op or isinstance(inp.ref, (A.Var, A.Constant))):
                 continue
             counted += 1
             self.memoize = True

@@ -138,3 +138,13 @@ def test_partition_dominator_chain():
         func = relay.Function([i, w], build(i, w), attrs={"PartitionedFromPattern": label})
         reference = ast.Call(func, [reference, weight])
     assert structural_equal(partitioned, reference)
+
+
+def test_variable_and_constant_arguments_are_not_paths():
+    # add(relu(relu(conv)), b): the bias variable need not come from the convolution
+    inp, weight, b = relay.var("input"), relay.var("weight"), relay.var("b")
+    conv = relay.nn.conv2d(inp, weight)
+    pattern = dominates(conv_pattern(), elemwise(), is_op("add")(wildcard(), wildcard()))
+    assert pattern.match(relay.nn.relu(conv) + b)
+    assert pattern.match(relay.nn.relu(conv) + relay.const(1.0))
+    assert not pattern.match(inp + b)  # only leaves: no path to any parent
