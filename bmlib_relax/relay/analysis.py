@@ -355,6 +355,13 @@ def structural_equal(a: Union[A.Expr, A.IRModule, A.Type],
     ``StructuralEqual`` default does); constants compare by dtype, shape and value; modules compare
     their function and type definitions by name.
     """
+    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
+        # Arrays of nodes or dims (a pattern's shape, call arguments): element by element.
+        return isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and \
+            len(a) == len(b) and all(structural_equal(x, y, map_free_vars) for x, y in zip(a, b))
+    if not isinstance(a, (A.Expr, A.IRModule, A.Type)) and \
+            not isinstance(b, (A.Expr, A.IRModule, A.Type)):
+        return _attr_equal(getattr(a, "value", a), getattr(b, "value", b))  # ints, IntImm dims
     if isinstance(a, A.IRModule) or isinstance(b, A.IRModule):
         if not (isinstance(a, A.IRModule) and isinstance(b, A.IRModule)):
             return False

@@ -96,3 +96,15 @@ def test_untyped_input_reports_the_variable():
     y = relay.var("y")
     with pytest.raises(BmlibError, match="y"):
         has_dtype("float32").match(y + y)
+
+
+def test_shapes_compare_structurally_with_tvm_dims():
+    from tvm.script import tirx as T
+
+    from bmlib_relax.relay.analysis import structural_equal
+
+    shape = [T.int32(10), T.int32(10)]
+    pattern = has_shape(shape)
+    assert structural_equal(pattern.shape, shape) and structural_equal(pattern.shape, [10, 10])
+    assert not structural_equal(pattern.shape, [10, 5])
+    assert pattern.match(relay.var("x", shape=(10, 10)))
