@@ -266,6 +266,15 @@ def test_intermediate_used_only_under_the_root_is_duplicated():
         is_op("add")(is_op("nn.conv2d")(wildcard(), wildcard()), wildcard()), wildcard())
     actual = relay.IRModule.from_expr(pattern.partition(mod["main"]))
     assert structural_equal(actual, relay.parse(MATCHED_OUTSIDE_PARTITIONED))
+
+
+def test_partitioned_module_type_checks():
+    # The partitioned function's parameters carry no types (as in Relay): type inference
+    # takes them from the call's arguments, as Relay's InferType did.
+    mod = relay.parse(MATCHED_OUTSIDE)
+    pattern = is_op("multiply")(
+        is_op("add")(is_op("nn.conv2d")(wildcard(), wildcard()), wildcard()), wildcard())
+    actual = relay.IRModule.from_expr(pattern.partition(mod["main"]))
     relay.transform.InferType()(actual)
     assert actual["main"].body.checked_type == relay.TensorType((1, 2, 2, 2), "float32")
 
