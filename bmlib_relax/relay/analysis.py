@@ -352,8 +352,9 @@ def structural_equal(a: Union[A.Expr, A.IRModule, A.Type],
 
     Variables are matched positionally at their binders (free variables on first
     encounter, or only to themselves with ``map_free_vars=False`` as Relay's
-    ``StructuralEqual`` default does); constants compare by dtype, shape and value; modules compare
-    their function and type definitions by name.
+    ``StructuralEqual`` default does); constants compare by dtype, shape and value;
+    modules compare their function and type definitions by name; lists/tuples compare
+    element by element.
     """
     if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
         # Arrays of nodes or dims (a pattern's shape, call arguments): element by element.

@@ -230,7 +230,7 @@ class DFPatternMatcher:
             if isinstance(inner, P.CallPattern) and _call_op_is(inner, "multiply") and \
                     inner.args is not None and len(inner.args) == 2 and \
                     _expr_is_call_of(e, "multiply") and len(e.args) == 2 and \
-                    (_expr_is_call_of(e.args[0], "divide") or _expr_is_call_of(e.args[1], "divide")):
+                    any(_expr_is_call_of(a, "divide") for a in e.args):
                 for i in range(2):
                     div = P.CallPattern(p.op, (inner.args[i], args[1]))
                     mul = P.CallPattern(inner.op, (inner.args[1 - i], div))

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 # Relay's OpPatternKind values.
-ELEMWISE, BROADCAST, INJECTIVE, COMM_REDUCE, OUT_ELEMWISE_FUSABLE, TUPLE, OPAQUE = 0, 1, 2, 3, 4, 7, 8
+ELEMWISE, BROADCAST, INJECTIVE, COMM_REDUCE, OUT_ELEMWISE_FUSABLE = 0, 1, 2, 3, 4
+TUPLE, OPAQUE = 7, 8
 
 _ELEMWISE_OPS = (
     "log log2 log10 tan cos cosh sin sinh acos acosh asin asinh atan atanh exp fast_exp erf "

@@ -17,7 +17,8 @@ K_ELEMWISE, K_BROADCAST = 0, 1
 def test_constraint_nodes_keep_relay_fields():
     ttype = relay.TensorType((10, 10), "float32")
     assert isinstance(has_type(ttype), TypePattern) and has_type(ttype).type == ttype
-    assert isinstance(has_dtype("float16"), DataTypePattern) and has_dtype("float16").dtype == "float16"
+    assert isinstance(has_dtype("float16"), DataTypePattern)
+    assert has_dtype("float16").dtype == "float16"
     assert isinstance(has_shape([10, 10]), ShapePattern) and has_shape([10, 10]).shape == (10, 10)
     op = is_op("add").has_attr({"TOpPattern": K_ELEMWISE})
     assert isinstance(op, AttrPattern) and op.attrs["TOpPattern"] == K_ELEMWISE
@@ -41,7 +42,8 @@ def test_call_attributes_fall_back_to_relay_defaults():
     assert not conv.has_attr({"data_layout": "NHWC"}).match(relay.nn.conv2d(x, y))
     assert not conv.has_attr({"RandomAttr": "NCHW"}).match(relay.nn.conv2d(x, y))
     assert conv.has_attr({"kernel_size": [3, 3]}).match(relay.nn.conv2d(x, y, kernel_size=[3, 3]))
-    assert not conv.has_attr({"kernel_size": [3, 3]}).match(relay.nn.conv2d(x, y, kernel_size=[2, 1]))
+    assert not conv.has_attr({"kernel_size": [3, 3]}).match(
+        relay.nn.conv2d(x, y, kernel_size=[2, 1]))
     assert is_op("cast")(wildcard()).has_attr({"dtype": "float32"}).match(relay.cast(x, "float32"))
     # The defaults also answer Relay-style attribute reads in check functions.
     call = relay.nn.conv2d(x, y)

@@ -10,7 +10,7 @@ from bmlib_relax import relay
 from bmlib_relax.relay import ast
 from bmlib_relax.relay.dataflow_pattern import (
     AltPattern, CallPattern, ConstantPattern, ExprPattern, FunctionPattern, IfPattern,
-    LetPattern, TupleGetItemPattern, TuplePattern, VarPattern, WildcardPattern, is_constant,
+    LetPattern, TuplePattern, VarPattern, WildcardPattern, is_constant,
     is_expr, is_if, is_let, is_op, is_tuple, is_tuple_get_item, is_var, match, wildcard,
 )
 from bmlib_relax.relay.pattern_matcher import PatternMatchError

@@ -146,7 +146,8 @@ def test_alternative_function_patterns():
     x1, w1 = relay.var("x1"), relay.var("w1")
     func = relay.Function([x1, w1], relay.nn.relu(relay.nn.conv2d(x1, w1)))
     x2, w2 = relay.var("x2"), relay.var("w2")
-    outer = fn([x2, w2], call(func, x2, w2), PartitionedFromPattern="nn.conv2d_nn.relu_FunctionCall_")
+    outer = fn([x2, w2], call(func, x2, w2),
+               PartitionedFromPattern="nn.conv2d_nn.relu_FunctionCall_")
     assert structural_equal(pattern.partition(call(func, x, y) + b), call(outer, x, y) + b)
 
 
