@@ -64,6 +64,14 @@ MISSING = _MISSING
 # --------------------------------------------------------------------------- call attributes
 _DEFAULTS: dict[str, dict[str, Any]] = {}
 
+#: Attributes whose text-format (C++) default differs from the Python API's.  The
+#: builder always records these, so a call that lacks one was parsed from text, where
+#: the C++ default applies.
+_TEXT_DEFAULTS: dict[str, dict[str, Any]] = {
+    "nn.leaky_relu": {"alpha": 0.25},
+    "nn.batch_matmul": {"transpose_a": False, "transpose_b": False},
+}
+
 
 def _builder_functions():
     """(module, op-name prefix) of every builder op namespace (relay.op, relay.op.nn, ...)."""
@@ -82,8 +90,10 @@ def op_attr_defaults(op_name: str) -> dict[str, Any]:
     """Relay's default attribute values of ``op_name``'s calls (empty if unknown).
 
     Relay's call attributes always held every field; the builder records only
-    what the caller passed, so ``has_attr`` and ``call.attrs.name`` fall back to
-    the defaults of the builder function's signature (Relay's Python API).
+    what the caller passed (and always the attributes whose Python default differs
+    from the text format's), so ``has_attr`` and ``call.attrs.name`` fall back to
+    the defaults of the builder function's signature, or the text format's default
+    for those few attributes (a call lacking one was parsed from text).
     """
     if not _DEFAULTS:
         import inspect
@@ -98,5 +108,7 @@ def op_attr_defaults(op_name: str) -> dict[str, Any]:
                 _DEFAULTS.setdefault(name, {
                     p.name: p.default for p in signature.parameters.values()
                     if p.kind in keyword and p.default is not inspect.Parameter.empty})
+        for name, overrides in _TEXT_DEFAULTS.items():
+            _DEFAULTS.setdefault(name, {}).update(overrides)
         _DEFAULTS.setdefault("", {})  # marks the table as built
     return _DEFAULTS.get(op_name, {})

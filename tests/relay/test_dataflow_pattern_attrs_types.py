@@ -110,3 +110,15 @@ def test_shapes_compare_structurally_with_tvm_dims():
     assert structural_equal(pattern.shape, shape) and structural_equal(pattern.shape, [10, 10])
     assert not structural_equal(pattern.shape, [10, 5])
     assert pattern.match(relay.var("x", shape=(10, 10)))
+
+
+def test_parsed_calls_use_text_format_defaults():
+    # The Python API's leaky_relu alpha (0.01) is recorded by the builder; a parsed call
+    # without alpha has the text format's (C++) default 0.25, as in Relay.
+    mod = relay.parse('#[version = "0.0.5"]\ndef @main(%x: Tensor[(2), float32]) '
+                      '{ nn.leaky_relu(%x) }')
+    parsed = mod["main"].body
+    leaky = is_op("nn.leaky_relu")(wildcard())
+    assert leaky.has_attr({"alpha": 0.25}).match(parsed)
+    assert leaky.has_attr({"alpha": 0.01}).match(relay.nn.leaky_relu(relay.var("x")))
+    assert not leaky.has_attr({"alpha": 0.01}).match(parsed)
