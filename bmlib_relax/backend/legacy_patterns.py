@@ -172,6 +172,9 @@ class _Translation:
 
     def _node(self, p: rp.DFPattern) -> dpl.DFPattern:
         if isinstance(p, rp.WildcardPattern):
+            if p.pattern is not None:  # redirect_to(...): a recursive pattern
+                raise PatternTranslationError("a wildcard redirected with redirect_to(...) has "
+                                              "no Relax DPL translation")
             return dpl.wildcard()
         if isinstance(p, rp.ConstantPattern):
             return dpl.is_const()

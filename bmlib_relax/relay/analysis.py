@@ -171,6 +171,8 @@ def _attr_equal(a: Any, b: Any) -> bool:
             stack.extend(zip(x, y))
         elif isinstance(x, float) and isinstance(y, float) and x != x and y != y:
             continue  # NaN
+        elif isinstance(x, float) and isinstance(y, float) and abs(x - y) < 1e-9:
+            continue  # TVM's structural equality compares float attributes with atol 1e-9
         elif type(x) is not type(y) or x != y:
             return False
     return True
@@ -200,7 +202,8 @@ def _array_equal(a: Optional[np.ndarray], b: Optional[np.ndarray]) -> bool:
 class _Equal:
     """Worklist comparison of two graphs with a positional variable mapping."""
 
-    def __init__(self) -> None:
+    def __init__(self, map_free_vars: bool = True) -> None:
+        self.map_free_vars = map_free_vars
         self.var_map: dict[int, A.Var] = {}
         self.rev_map: dict[int, A.Var] = {}
         self.done: set[tuple[int, int]] = set()
@@ -263,6 +266,8 @@ class _Equal:
             return False
         push = self.push
         if isinstance(x, A.Var):
+            if not self.map_free_vars and id(x) not in self.var_map:
+                return x is y  # a free variable (binders are mapped before their uses)
             return self.map_var(x, y)
         if isinstance(x, A.Call):
             if len(x.args) != len(y.args) or x.type_args != y.type_args \
@@ -342,13 +347,22 @@ def _type_data_equal(a: A.TypeData, b: A.TypeData) -> bool:
 
 
 def structural_equal(a: Union[A.Expr, A.IRModule, A.Type],
-                     b: Union[A.Expr, A.IRModule, A.Type]) -> bool:
+                     b: Union[A.Expr, A.IRModule, A.Type], map_free_vars: bool = True) -> bool:
     """Graph-aware structural equality ignoring spans and variable names.
 
     Variables are matched positionally at their binders (free variables on first
-    encounter); constants compare by dtype, shape and value; modules compare
-    their function and type definitions by name.
+    encounter, or only to themselves with ``map_free_vars=False`` as Relay's
+    ``StructuralEqual`` default does); constants compare by dtype, shape and value;
+    modules compare their function and type definitions by name; lists/tuples compare
+    element by element.
     """
+    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
+        # Arrays of nodes or dims (a pattern's shape, call arguments): element by element.
+        return isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and \
+            len(a) == len(b) and all(structural_equal(x, y, map_free_vars) for x, y in zip(a, b))
+    if not isinstance(a, (A.Expr, A.IRModule, A.Type)) and \
+            not isinstance(b, (A.Expr, A.IRModule, A.Type)):
+        return _attr_equal(getattr(a, "value", a), getattr(b, "value", b))  # ints, IntImm dims
     if isinstance(a, A.IRModule) or isinstance(b, A.IRModule):
         if not (isinstance(a, A.IRModule) and isinstance(b, A.IRModule)):
             return False
@@ -361,7 +375,7 @@ def structural_equal(a: Union[A.Expr, A.IRModule, A.Type],
         return all(_Equal().run(a.functions[k], b.functions[k]) for k in a.functions)
     if isinstance(a, A.Type) or isinstance(b, A.Type):
         return a == b
-    return _Equal().run(a, b)
+    return _Equal(map_free_vars).run(a, b)
 
 
 def _without_gc(func):

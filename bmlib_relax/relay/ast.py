@@ -57,10 +57,20 @@ class Attrs(Mapping[str, Any]):
     possibly nested) or :class:`MetaRef` for ``meta[...]`` attribute values.
     """
 
-    __slots__ = ("_data",)
+    __slots__ = ("_data", "_op")
 
     def __init__(self, data: Optional[Mapping[str, Any]] = None):
         self._data = MappingProxyType({k: _freeze(v) for k, v in (data or {}).items()})
+        # The op these are the attributes of: ``attrs.name`` falls back to the op's
+        # default, as Relay's attrs objects had every field; ``[]``/iteration see what was given.
+        self._op: Optional[str] = None
+
+    def for_op(self, op_name: str) -> "Attrs":
+        """The same attributes, answering ``attrs.name`` with ``op_name``'s defaults."""
+        out = Attrs.__new__(Attrs)
+        out._data = self._data
+        out._op = op_name
+        return out
 
     def __getitem__(self, key: str) -> Any:
         return self._data[key]
@@ -85,6 +95,12 @@ class Attrs(Mapping[str, Any]):
         try:
             return self._data[key]
         except KeyError:
+            if self._op is not None:
+                from .pattern_op_attrs import op_attr_defaults
+
+                defaults = op_attr_defaults(self._op)
+                if key in defaults:
+                    return defaults[key]
             raise AttributeError(f"call has no attribute {key!r}") from None
 
 
@@ -255,6 +271,17 @@ class Op(Expr):
     span: Optional[Span] = _span()
 
 
+class ConstantData(np.ndarray):
+    """A constant's array that also answers ``.numpy()``, as Relay's ``Constant.data``
+    (a TVM NDArray) did: ``const.data.numpy().item()`` in legacy callbacks keeps working."""
+
+    def numpy(self) -> np.ndarray:
+        return np.asarray(self)
+
+    def __repr__(self) -> str:
+        return repr(np.asarray(self))
+
+
 @dataclass(frozen=True, eq=False)
 class Constant(Expr):
     """A tensor constant.
@@ -270,6 +297,10 @@ class Constant(Expr):
     meta_index: Optional[int] = None
     type_annotation: Optional[Type] = None
     span: Optional[Span] = _span()
+
+    def __post_init__(self) -> None:
+        if isinstance(self.data, np.ndarray) and not isinstance(self.data, ConstantData):
+            object.__setattr__(self, "data", self.data.view(ConstantData))
 
     @property
     def dtype(self) -> Optional[str]:
@@ -302,6 +333,8 @@ class Call(Expr):
 
     def __post_init__(self) -> None:
         _normalise(self, "args", "type_args")
+        if isinstance(self.op, Op) and isinstance(self.attrs, Attrs) and self.attrs._op is None:
+            object.__setattr__(self, "attrs", self.attrs.for_op(self.op.name))
 
 
 @dataclass(frozen=True, eq=False)
