@@ -19,9 +19,11 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Sequence
 
+from tvm import relax
 from tvm.relax import dpl
 
 from ..errors import BmlibError
+from ..importer.provenance import origin_of
 from ..registry import Registry
 from ..relay import dataflow_pattern as rp
 from .relay_view import relay_view
@@ -127,6 +129,8 @@ class _Translation:
         # annotation name -> (Relay op, {attr: value}, legacy sub-pattern)
         self.deferred_attrs: dict[str, tuple[Optional[str], dict, rp.DFPattern]] = {}
         self.annotations: dict[str, dpl.DFPattern] = {}
+        # annotation name -> the Relay op the matched Relax call must come from
+        self.relay_ops: dict[str, str] = {}
 
     def translate(self, pattern: Any) -> dpl.DFPattern:
         if isinstance(pattern, dpl.DFPattern):
@@ -147,9 +151,17 @@ class _Translation:
         args = [self.translate(a) for a in pattern.args]
         custom = CALL_TRANSLATORS.get(name)
         if custom is not None:
-            return custom(args, pattern)
+            return self._from_relay_op(name, custom(args, pattern))
         args += [dpl.wildcard() for _ in range(EXTRA_OPERANDS.get(name, 0))]
-        return dpl.is_op(relax_op_name(name))(*args)
+        return self._from_relay_op(name, dpl.is_op(relax_op_name(name))(*args))
+
+    def _from_relay_op(self, relay_op: str, translated: dpl.DFPattern) -> dpl.DFPattern:
+        """Remember that what ``translated`` matches must be imported from ``relay_op``:
+        ``is_op("add")`` must not match the ``add`` that ``nn.bias_add`` became."""
+        key = f"legacy_op{len(self.relay_ops)}"
+        self.relay_ops[key] = relay_op
+        self.annotations[key] = translated
+        return translated
 
     def _attrs(self, p: rp.AttrPattern) -> dpl.DFPattern:
         inner = self.translate(p.pattern)
@@ -273,9 +285,12 @@ def translate_entry(name: str, pattern: Any, check: Optional[Callable] = None,
     translation = _Translation()
     dpl_pattern = translation.translate(pattern)
     deferred = dict(translation.deferred_attrs)
+    relay_ops = dict(translation.relay_ops)
 
     def legacy_check(context) -> bool:
         if base_check is not None and not base_check(context):
+            return False
+        if not _from_relay_ops(context, relay_ops):
             return False
         for key, (op, attrs, sub_pattern) in deferred.items():
             expr = context.annotated_expr[key]
@@ -289,6 +304,24 @@ def translate_entry(name: str, pattern: Any, check: Optional[Callable] = None,
         return bool(check(relay_view(context.matched_expr, context, pattern)))
 
     return (name, dpl_pattern, dict(translation.annotations), legacy_check)
+
+
+def _from_relay_ops(context, relay_ops: dict[str, str]) -> bool:
+    """Every matched call that has a Relay origin is the root of a call of the op the
+    legacy pattern named (Relay matched Relay ops; the importer's helper calls and
+    other ops imported to the same Relax op are not them)."""
+    annotated = context.annotated_expr
+    bindings = context.matched_bindings
+    for key, relay_op in relay_ops.items():
+        if key not in annotated:
+            continue  # in an alternative that did not match
+        expr = annotated[key]
+        expr = bindings.get(expr, expr) if isinstance(expr, relax.Var) else expr
+        origin = origin_of(expr)
+        if origin is not None and (not origin.root or
+                                   getattr(origin.relay.op, "name", None) != relay_op):
+            return False
+    return True
 
 
 def is_legacy_pattern(pattern: Any) -> bool:
