@@ -261,6 +261,8 @@ class ViewBuilder:
         args = tuple(self.view_of(v, a) for v, a in zip(arg_values, operands))
         full = dict(relay_attr_defaults(name))
         full.update(attrs)
+        if name in _CONV_OPS and len(args) > 1:
+            _fill_conv_sizes(full, args[1])
         type_args = tuple(a.__dict__.get("_checked_type") for a in args)
         return ast.Call(op_ref(name), args, RelayCallAttrs(full),
                         type_args if all(t is not None for t in type_args) else (),
@@ -277,6 +279,22 @@ class ViewBuilder:
     def tuple_get_item(self, node: ast.TupleGetItem, tuple_value: Any, value: Any) -> None:
         inner = self.view_of(tuple_value, node.tuple_value)
         self._remember(value, _typed(ast.TupleGetItem(inner, node.index, span=node.span), value))
+
+
+_CONV_OPS = {"nn.conv1d", "nn.conv2d", "nn.conv3d"}
+
+
+def _fill_conv_sizes(attrs: dict, weight: ast.Expr) -> None:
+    """``channels``/``kernel_size`` from the weight's type where the text omitted them
+    (frontends always printed them; hand-written Relay often did not)."""
+    ty = weight.__dict__.get("_checked_type")
+    layout = str(attrs.get("kernel_layout") or "")
+    if not isinstance(ty, ast.TensorType) or len(layout) != len(ty.shape):
+        return
+    if attrs.get("kernel_size") is None:
+        attrs["kernel_size"] = tuple(ty.shape[i] for i, c in enumerate(layout) if c in "DHW")
+    if attrs.get("channels") is None and "O" in layout:
+        attrs["channels"] = ty.shape[layout.index("O")]
 
 
 def with_spans(expr: Any, root: tvm.ir.Span, part: tvm.ir.Span,

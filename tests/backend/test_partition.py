@@ -157,7 +157,7 @@ def test_legacy_patterns_match_import_forms():
     model = bmlib_relax.compile(MLP_RELAY, params, patterns=patterns)
     assert model.report.to_dict()["ops_host"] == {}
     dense = views["dense"]
-    assert (dense.op.name, dense.attrs.axis, dense.args[0].op.name) == ("nn.bias_add", -1,
+    assert (dense.op.name, dense.attrs.axis, dense.args[0].op.name) == ("nn.bias_add", 1,
                                                                         "nn.dense")
     assert dense.args[0].attrs.units == 6 and dense.args[1].checked_type.shape == (6,)
     assert views["flatten"].op.name == "nn.batch_flatten"
