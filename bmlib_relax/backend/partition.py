@@ -105,11 +105,13 @@ def _both(first: Callable, second: Callable) -> Callable:
 def pattern_ops(pattern: dpl.DFPattern) -> Iterator[str]:
     """Names of the Relax ops a DPL pattern can match."""
     stack, seen = [pattern], set()
+    alive = []  # keep the Python wrappers alive: a freed one's id() would be reused
     while stack:
         node = stack.pop()
         if node is None or id(node) in seen:
             continue
         seen.add(id(node))
+        alive.append(node)
         if isinstance(node, dpl.ExprPattern) and isinstance(node.expr, tvm.ir.Op):
             yield node.expr.name
         for field in ("op", "left", "right", "pattern", "tuple", "reject"):

@@ -49,6 +49,12 @@ class DFPattern:
     def dominates(self, parent: "DFPattern", path: Optional["DFPattern"] = None):
         return DominatorPattern(parent, path or wildcard(), self)
 
+    # ``a * b`` is ``is_op("multiply")(a, b)``, as in Relay (dnnl's qnn patterns use it).
+    def __add__(self, other): return is_op("add")(self, other)  # noqa: E704
+    def __sub__(self, other): return is_op("subtract")(self, other)  # noqa: E704
+    def __mul__(self, other): return is_op("multiply")(self, other)  # noqa: E704
+    def __truediv__(self, other): return is_op("divide")(self, other)  # noqa: E704
+
     # Relay patterns are compared by identity, like the Relay objects were.
     __hash__ = object.__hash__
 
