@@ -283,9 +283,25 @@ def translate_entry(name: str, pattern: Any, check: Optional[Callable] = None,
     legacy ``check`` on the Relay-style view of the matched root.
     """
     translation = _Translation()
-    dpl_pattern = translation.translate(pattern)
+    projected = None
+    if isinstance(pattern, rp.TupleGetItemPattern) and pattern.index is not None:
+        # FuseOpsByPattern roots matches at calls only: ``is_tuple_get_item(bn(...), 0)``
+        # (TensorRT's batch_norm entry) becomes a composite of the call, its tuple
+        # projected outside; the check still receives the TupleGetItem.
+        projected = pattern.index
+        dpl_pattern = translation.translate(pattern.tuple_value)
+        root_hint = pattern.tuple_value
+    else:
+        dpl_pattern = translation.translate(pattern)
+        root_hint = pattern
     deferred = dict(translation.deferred_attrs)
     relay_ops = dict(translation.relay_ops)
+
+    def root_view(context):
+        root = relay_view(context.matched_expr, context, root_hint)
+        if projected is None:
+            return root
+        return _project(root, projected)
 
     def legacy_check(context) -> bool:
         if base_check is not None and not base_check(context):
@@ -301,9 +317,22 @@ def translate_entry(name: str, pattern: Any, check: Optional[Callable] = None,
                 return False
         if check is None:
             return True
-        return bool(check(relay_view(context.matched_expr, context, pattern)))
+        return bool(check(root_view(context)))
 
     return (name, dpl_pattern, dict(translation.annotations), legacy_check)
+
+
+def _project(tuple_view: Any, index: int) -> Any:
+    """``TupleGetItem(tuple_view, index)`` as a Relay node (typed when the tuple is)."""
+    from ..relay import ast
+
+    if not isinstance(tuple_view, ast.Expr):
+        return tuple_view
+    item = ast.TupleGetItem(tuple_view, index)
+    ty = tuple_view.__dict__.get("_checked_type")
+    if isinstance(ty, ast.TupleType) and index < len(ty.fields):
+        item._set_checked_type(ty.fields[index])
+    return item
 
 
 def _from_relay_ops(context, relay_ops: dict[str, str]) -> bool:

@@ -450,6 +450,7 @@ def compat_modules() -> dict[str, types.ModuleType]:
         TensorType=ast.TensorType, TupleType=ast.TupleType)
 
     ffi = _module("tvm._ffi", register_func=register_func, get_global_func=get_global_func,
+                  _init_api=lambda namespace, target_module_name=None: None,
                   register_object=lambda *a, **k: (a[0] if a and callable(a[0])
                                                    else (lambda cls: cls)))
     tensor_type = _module("tvm.ir.tensor_type", TensorType=ast.TensorType)
