@@ -52,6 +52,12 @@ class RelayOp(ast.Op):
     def __str__(self) -> str:
         return self.name
 
+    def __eq__(self, other: Any) -> bool:
+        # Relay ops are singletons: any node naming the same op is this op.
+        return isinstance(other, ast.Op) and other.name == self.name
+
+    __hash__ = ast.Op.__hash__
+
     def get_attr(self, attr_name: str) -> Any:
         return OP_ATTRS.get((self.name, attr_name))
 
@@ -61,6 +67,18 @@ class RelayOp(ast.Op):
     @staticmethod
     def get(op_name: str) -> "RelayOp":
         return op_ref(op_name)
+
+
+class _AnyOpMeta(type):
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return isinstance(obj, ast.Op)
+
+
+class OpClass(metaclass=_AnyOpMeta):
+    """``tvm.ir.Op`` for legacy code: ``isinstance(call.op, Op)`` holds for every Relay op
+    node (parsed or built), ``Op.get(name)`` is the interned :class:`RelayOp`."""
+
+    get = staticmethod(lambda op_name: op_ref(op_name))
 
 
 _OPS: dict[str, RelayOp] = {}

@@ -457,11 +457,11 @@ def compat_modules() -> dict[str, types.ModuleType]:
     container = _module("tvm.ir.container", Array=tuple, Map=dict)
     tvm_transform = passes.tvm_transform_module()
     ir = _Proxy("tvm.ir", "tvm.ir", register_op_attr=provenance.register_op_attr,
-                Op=provenance.RelayOp, TensorType=ast.TensorType, TupleType=ast.TupleType,
+                Op=provenance.OpClass, TensorType=ast.TensorType, TupleType=ast.TupleType,
                 tensor_type=tensor_type, container=container, IRModule=ast.IRModule,
                 transform=tvm_transform)
     tir_expr = _Proxy("tvm.tir.expr", "tvm.tirx", Any=_AnyDim)
-    tir_op = _module("tvm.tir.op", Op=provenance.RelayOp)
+    tir_op = _module("tvm.tir.op", Op=provenance.OpClass)
     tir = _Proxy("tvm.tir", "tvm.tirx", expr=tir_expr, op=tir_op, Any=_AnyDim)
     target = _Proxy("tvm.target", "tvm.target", Target=Target)
     nd = _Proxy("tvm.nd", "tvm.runtime", NDArray=object, array=np.asarray)

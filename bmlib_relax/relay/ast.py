@@ -254,6 +254,9 @@ class Op(Expr):
     name: str
     span: Optional[Span] = _span()
 
+    def __str__(self) -> str:  # Relay printed an op as its name (legacy code compares it)
+        return self.name
+
 
 @dataclass(frozen=True, eq=False)
 class Constant(Expr):
