@@ -30,7 +30,7 @@ from .check import compare, first_divergence
 from .compiler import CompiledModel, build_offloaded, build_verified, lower_and_verify
 from .errors import ParamError
 from .importer import import_relay
-from .legacy import load_lowerings, load_pattern_table
+from .legacy import load_lowerings, load_pattern_table, partition_with_legacy_fn
 from .progress import QUIET, Progress
 from .recipe import recipe_tensor
 from .relay import load_params, parse
@@ -94,7 +94,7 @@ def convert(model_path: str, outdir: str, *, params: Any = None,
             patterns_path: Optional[str] = None, lowerings_path: Optional[str] = None,
             inputs: Sequence[InputSpec] = (), merge: bool = False, check: bool = False,
             target: Any = None, rtol: float = 1e-4, atol: float = 1e-4,
-            progress: Progress = QUIET) -> ConversionResult:
+            progress: Progress = QUIET, partition_fn: Optional[str] = None) -> ConversionResult:
     """Convert a Relay model file into Relax artifacts in ``outdir`` (see module doc)."""
     if not os.path.exists(model_path):
         raise ParamError(f"model file not found: {model_path}")
@@ -106,7 +106,19 @@ def convert(model_path: str, outdir: str, *, params: Any = None,
                                            if s.shape is not None})
         weights = load_params(params)
     patterns = None
-    if patterns_path:
+    reference = None  # with --partition-fn: the model as given, for --check
+    if partition_fn:
+        if not patterns_path:
+            raise ParamError(f"--partition-fn {partition_fn} needs --patterns FILE.py "
+                             "(the module that defines it)")
+        with progress.step(f"run {partition_fn} from {os.path.basename(patterns_path)}"):
+            original, original_weights = module, weights
+            module, patterns, merge_regions, weights = partition_with_legacy_fn(
+                patterns_path, partition_fn, module, weights)
+            merge = merge or merge_regions
+        if check:
+            reference = import_relay(original, original_weights)
+    elif patterns_path:
         with progress.step(f"load pattern table {os.path.basename(patterns_path)}"):
             patterns = load_pattern_table(patterns_path)
     if lowerings_path:
@@ -161,8 +173,8 @@ def convert(model_path: str, outdir: str, *, params: Any = None,
                        for o in (outputs if isinstance(outputs, tuple) else [outputs])]
     if check:
         with progress.step("check against the plain Relax build"):
-            data["check"] = _check(imported, partitioned, model, feed, outputs, target, rtol,
-                                   atol)
+            data["check"] = _check(imported if reference is None else reference, partitioned, model, feed, outputs,
+                                   target, rtol, atol)
     files["report.json"] = os.path.join(outdir, "report.json")
     write_json(files["report.json"], data)
     files["report.md"] = os.path.join(outdir, "report.md")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Sequence
 
+import tvm
 from tvm import relax
 from tvm.relax import dpl
 
@@ -147,7 +148,14 @@ class _Translation:
                                           f"of {type(pattern.op).__name__}")
         name = pattern.op.name
         if pattern.args is None:
-            return dpl.is_op(relax_op_name(name))(varg_default_wildcard=True)
+            # Any arguments: as many wildcards as the Relax op has inputs (FuseOpsByPattern
+            # fails on variadic call patterns).
+            relax_name = relax_op_name(name)
+            arity = int(tvm.ir.Op.get(relax_name).num_inputs)
+            if arity < 0:
+                return self._from_relay_op(name, dpl.is_op(relax_name)(varg_default_wildcard=True))
+            return self._from_relay_op(name, dpl.is_op(relax_name)(
+                *[dpl.wildcard() for _ in range(arity)]))
         args = [self.translate(a) for a in pattern.args]
         custom = CALL_TRANSLATORS.get(name)
         if custom is not None:

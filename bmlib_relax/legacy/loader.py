@@ -157,3 +157,33 @@ def load_lowerings(path: str) -> dict[str, Callable]:
         raise LegacyModuleError(f"{path}: no _LOWER_MAP dict of composite name -> function")
     register_lower_map(lower_map)
     return dict(lower_map)
+
+
+def partition_with_legacy_fn(path: str, name: str, module: Any, weights: dict
+                             ) -> tuple[Any, list, bool, dict]:
+    """Run ``name(mod, params)`` from the legacy module at ``path`` on a Relay module.
+
+    Returns the rewritten Relay module, the pattern list its ``MergeComposite`` /
+    ``AnnotateTarget`` calls asked for, whether it merged compiler regions, and the
+    weights it left unbound (see :mod:`.passes`).  Errors name the file and line.
+    """
+    from .passes import UnsupportedPassError, run_partition_fn
+
+    from ..relay.ast import IRModule
+
+    fn = load_partition_fn(path, name)
+    # The helper rewrites ``mod["main"]`` in place, as Relay helpers did: give it a copy.
+    module = IRModule(dict(module.functions), module.type_definitions, module.metadata,
+                      module.source_name)
+    try:
+        result, patterns, merge = run_partition_fn(fn, module, dict(weights),
+                                                   where=f"{path}: {name}()")
+    except UnsupportedPassError as exc:
+        raise LegacyModuleError(f"{_user_frame(exc, path)}: {name}() {exc}") from exc
+    except BmlibError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - user code: name the line
+        raise LegacyModuleError(f"{_user_frame(exc, path)}: {name}() raised "
+                                f"{type(exc).__name__}: {exc}") from exc
+    inputs = {v.name for v in result["main"].params}
+    return result, patterns, merge, {k: v for k, v in weights.items() if k in inputs}

@@ -108,6 +108,13 @@ class InferType(Pass):
         return RelayInferType()(mod)
 
 
+def _typed_module(mod: ast.IRModule) -> ast.IRModule:
+    """Relay's pass infrastructure re-ran type inference between passes; so do we."""
+    from ..relay.transform import InferType as RelayInferType
+
+    return RelayInferType()(mod)
+
+
 def _tensor_type(expr: ast.Expr, pass_name: str) -> ast.TensorType:
     ty = expr.__dict__.get("_checked_type")
     if not isinstance(ty, ast.TensorType):
@@ -170,7 +177,7 @@ class SimplifyInference(Pass):
             out = _call("multiply", data, _expand_to_axis(scale, ndim, axis))
             return _call("add", out, _expand_to_axis(shift, ndim, axis))
 
-        return _map_functions(mod, lambda f: _rewrite(f, transform))
+        return _map_functions(_typed_module(mod), lambda f: _rewrite(f, transform))
 
 
 class CanonicalizeOps(Pass):
@@ -188,7 +195,7 @@ class CanonicalizeOps(Pass):
             axis = axis + ndim if axis < 0 else axis
             return _call("add", data, _expand_to_axis(bias, ndim, axis))
 
-        return _map_functions(mod, lambda f: _rewrite(f, transform))
+        return _map_functions(_typed_module(mod), lambda f: _rewrite(f, transform))
 
 
 def _reshape(x: np.ndarray, newshape) -> np.ndarray:
