@@ -327,7 +327,8 @@ def with_spans(expr: Any, root: tvm.ir.Span, part: tvm.ir.Span,
 
     def rebuild(e: Any, span: tvm.ir.Span, nested: bool) -> Any:
         if isinstance(e, relax.Tuple):
-            fields = [rebuild(f, part, True) for f in e.fields]
+            # Fields are not emitted here: a field nobody projects must stay dead code.
+            fields = [rebuild(f, part, False) for f in e.fields]
             if all(a.same_as(b) for a, b in zip(fields, e.fields)):
                 return e
             return relax.Tuple(fields, e.span)
