@@ -400,6 +400,18 @@ def _fallback_dfpattern(name: str):
     return missing
 
 
+class _FallbackCallback:
+    """``DFPatternCallback`` where this build's dataflow_pattern has none: tables subclass
+    it at load time; running a rewrite with it names what is missing."""
+
+    def __init__(self, require_type: bool = False, rewrite_once: bool = False):
+        self.require_type = require_type
+        self.rewrite_once = rewrite_once
+
+    def rewrite(self, expr: Any) -> Any:
+        return _fallback_dfpattern("rewrite")(self, expr)
+
+
 def compat_modules() -> dict[str, types.ModuleType]:
     """Fresh compat modules: ``{"tvm": ..., "tvm.relay": ..., ...}``."""
     from .. import relay as compat_relay
@@ -409,10 +421,11 @@ def compat_modules() -> dict[str, types.ModuleType]:
 
     # tvm.relay.dataflow_pattern (rewrite/DFPatternCallback where this build has them)
     dfp = _module("tvm.relay.dataflow_pattern", **_public(dataflow_pattern))
-    for name in ("rewrite", "partition", "DFPatternCallback"):
+    for name in ("rewrite", "partition"):
         if not hasattr(dfp, name):
-            setattr(dfp, name, _fallback_dfpattern(name) if name != "DFPatternCallback"
-                    else type("DFPatternCallback", (), {}))
+            setattr(dfp, name, _fallback_dfpattern(name))
+    if not hasattr(dfp, "DFPatternCallback"):
+        dfp.DFPatternCallback = _FallbackCallback
 
     expr = _module(
         "tvm.relay.expr", Expr=ast.Expr, RelayExpr=ast.Expr, Call=ast.Call,
