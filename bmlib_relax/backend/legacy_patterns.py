@@ -34,6 +34,10 @@ class PatternTranslationError(BmlibError, ValueError):
     """A legacy pattern uses something with no Relax equivalent (names it)."""
 
 
+class PatternCheckError(BmlibError):
+    """A legacy check function raised (names the pattern, the Relay call and the line)."""
+
+
 # Relay op -> Relax op name, where it is not just "relax." + the Relay name.
 RELAX_OP_NAME = {
     "transpose": "relax.permute_dims",
@@ -325,9 +329,42 @@ def translate_entry(name: str, pattern: Any, check: Optional[Callable] = None,
                 return False
         if check is None:
             return True
-        return bool(check(root_view(context)))
+        view = root_view(context)
+        try:
+            return bool(check(view))
+        except BmlibError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - user code: name pattern, call and line
+            error = PatternCheckError(
+                f"{_raised_at(exc)}: check of pattern {name!r} raised {type(exc).__name__}: "
+                f"{exc} (on {_describe(view)})")
+            _PENDING_CHECK_ERRORS.append(error)  # TVM's FFI re-raises it as RuntimeError
+            raise error from exc
 
     return (name, dpl_pattern, dict(translation.annotations), legacy_check)
+
+
+_PENDING_CHECK_ERRORS: list = []
+
+
+def take_check_error() -> Optional[PatternCheckError]:
+    """The legacy check error raised inside the last ``FuseOpsByPattern`` run, if any."""
+    error = _PENDING_CHECK_ERRORS[-1] if _PENDING_CHECK_ERRORS else None
+    _PENDING_CHECK_ERRORS.clear()
+    return error
+
+
+def _raised_at(exc: BaseException) -> str:
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "<check>"
+
+
+def _describe(view: Any) -> str:
+    op = getattr(getattr(view, "op", None), "name", None) or type(view).__name__
+    span = getattr(view, "span", None)
+    return f"{op} at {span}" if span is not None else str(op)
 
 
 def _project(tuple_view: Any, index: int) -> Any:

@@ -11,7 +11,8 @@ from ..errors import BmlibError, CodegenError
 from ..legacy.lowerings import get_legacy_lowering
 from . import fold, rewrite
 from .codegen import CODEGEN_NAME
-from .legacy_patterns import PatternTranslationError, is_legacy_pattern, translate_entry
+from .legacy_patterns import (PatternTranslationError, is_legacy_pattern, take_check_error,
+                              translate_entry)
 from .patterns import PREFIX, check_tensors, get_bmlib_patterns
 from .templates import get_template
 
@@ -192,7 +193,15 @@ def partition_for_bmlib(mod: tvm.IRModule, patterns: Optional[Sequence[Any]] = N
         mod = rewrite.pack_weights(fold.fold_constants(mod), target)
     fuse = relax.transform.FuseOpsByPattern(resolve_patterns(patterns), bind_constants=False,
                                             annotate_codegen=not merge)
-    mod = claim_foreign_partitions(fuse(mod))
+    take_check_error()
+    try:
+        fused = fuse(mod)
+    except Exception:
+        error = take_check_error()  # a legacy check raised: report it as ours
+        if error is not None:
+            raise error from None
+        raise
+    mod = claim_foreign_partitions(fused)
     check_partition_templates(mod)
     if merge:
         mod = claim_foreign_partitions(relax.transform.MergeCompositeFunctions()(mod))

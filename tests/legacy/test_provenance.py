@@ -130,3 +130,22 @@ def test_add_pattern_does_not_match_an_imported_bias_add():
     assert offloaded_partitions(model.relax_module)
     assert [p["composites"] for p in model.report.to_dict()["partitions"]] == \
         [["bmlib.bias_add"]]
+
+
+def test_a_check_that_raises_names_the_pattern_the_call_and_the_line():
+    # dnnl.py's add_checker does dict(attrs)["channels"] on whatever args[0] is: on a call
+    # without that attribute Relay's MergeComposite raised too.  Here it is a BmlibError
+    # naming the pattern, the Relay call (with its source position) and the check's line.
+    from bmlib_relax.backend.legacy_patterns import PatternCheckError
+
+    def check(call):
+        return dict(call.attrs)["channels"] > 1
+
+    with pytest.raises(PatternCheckError, match=r"test_provenance.py:\d+: check of pattern "
+                                                r"'dnnl.relu' raised KeyError: 'channels' "
+                                                r"\(on nn.relu at <string>:\d+:\d+\)"):
+        bmlib_relax.compile(MODEL, params(), patterns=[("dnnl.relu", pattern_relu(), check)])
+
+
+def pattern_relu():
+    return is_op("nn.relu")(wildcard())
