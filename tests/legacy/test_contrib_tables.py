@@ -33,22 +33,37 @@ DNNL, TRT, ACL = (FIXTURES / f"{n}_style.py" for n in ("dnnl", "tensorrt", "acl"
 
 
 def composite_calls(mod: tvm.IRModule) -> dict[str, int]:
-    """Composite name -> number of times it is called from ``main`` (partition
-    functions with the same body are shared by several call sites)."""
-    def composites(func):
-        found = []
-        relax.analysis.post_order_visit(func, lambda e: found.append(str(e.attrs["Composite"]))
-                                        if isinstance(e, relax.Function) and e.attrs is not None
-                                        and "Composite" in e.attrs else None)
-        return found
-
+    """Composite name -> number of times it is called (partition functions with the same
+    body are shared by several call sites, and so are composites after merging)."""
     counts: collections.Counter = collections.Counter()
 
-    def visit(expr):
-        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.GlobalVar):
-            counts.update(composites(mod[expr.op]))
+    def composite_of(callee, local):
+        callee = local.get(callee, callee) if isinstance(callee, relax.Var) else callee
+        if isinstance(callee, relax.Function) and callee.attrs is not None and \
+                "Composite" in callee.attrs:
+            return str(callee.attrs["Composite"])
+        return None
 
-    relax.analysis.post_order_visit(mod["main"], visit)
+    def count_in(func, times):
+        local = {}
+        for block in getattr(func.body, "blocks", []):
+            for binding in block.bindings:
+                if isinstance(binding.value, relax.Function):
+                    local[binding.var] = binding.value
+
+        def visit(expr):
+            if isinstance(expr, relax.Call):
+                name = composite_of(expr.op, local)
+                if name is not None:
+                    counts[name] += times
+
+        relax.analysis.post_order_visit(func.body, visit)
+
+    calls: collections.Counter = collections.Counter()
+    relax.analysis.post_order_visit(mod["main"], lambda e: calls.update([e.op]) if isinstance(
+        e, relax.Call) and isinstance(e.op, tvm.ir.GlobalVar) else None)
+    for gvar, times in calls.items():
+        count_in(mod[gvar], times)
     return dict(counts)
 
 
@@ -183,3 +198,19 @@ def test_foreign_entries_without_relax_form_are_skipped_with_a_reason():
     assert "relax.nn.conv3d" in reasons["tensorrt.nn.conv3d"]
     assert "global_max_pool2d" in reasons["tensorrt.nn.global_max_pool2d"]
     assert "tensorrt.nn.conv2d" not in reasons
+
+
+def test_tensorrt_partition_helper_on_mobilenet():
+    """partition_for_tensorrt: InferType, its own @function_pass (RemoveDropout),
+    RemoveUnusedFunctions, ConvertLayout (already NCHW), FoldConstant, MergeComposite,
+    AnnotateTarget, MergeCompilerRegions, PartitionGraph under `with target:`.  The
+    composites are the table's (same counts as above), merged into one region."""
+    from bmlib_relax.legacy import partition_with_legacy_fn
+
+    golden = Golden(DATA / "mobilenet")
+    relay_mod, patterns, merge, weights = partition_with_legacy_fn(
+        str(TRT), "partition_for_tensorrt", parse(golden.text), golden.params())
+    assert merge is True and weights == {}  # the helper bound every weight
+    mod = partition_for_bmlib(import_relay(relay_mod, weights), patterns=patterns, merge=merge)
+    assert composite_calls(mod) == MOBILENET["tensorrt"]
+    assert len([g for g in mod.functions if g.name_hint != "main"]) == 1
