@@ -128,7 +128,8 @@ def convert(model_path: str, outdir: str, *, params: Any = None,
         imported = import_relay(module, weights)
     target = resolve_target(target)
     with progress.step("partition for bmlib"):
-        resolved = resolve_patterns(patterns)
+        left_out: list = []
+        resolved = resolve_patterns(patterns, left_out)
         partitioned = partition_for_bmlib(imported, patterns=patterns, merge=merge,
                                           target=target)
     with progress.step("codegen"):
@@ -150,6 +151,10 @@ def convert(model_path: str, outdir: str, *, params: Any = None,
     pattern_names = [_pattern_name(p) for p in resolved]
     used = {c for p in report.partitions for c in p.composites}
     warnings = []
+    if left_out:
+        warnings.append(f"{len(left_out)} pattern(s) of the table left out (their ops have no "
+                        f"Relax form or no bmlib template; they stay on the host): "
+                        f"{', '.join(name for name, _ in left_out)}")
     if not report.partitions:
         warnings.append("nothing was offloaded to bmlib: no pattern matched")
     data = {
