@@ -214,3 +214,23 @@ def test_tensorrt_partition_helper_on_mobilenet():
     mod = partition_for_bmlib(import_relay(relay_mod, weights), patterns=patterns, merge=merge)
     assert composite_calls(mod) == MOBILENET["tensorrt"]
     assert len([g for g in mod.functions if g.name_hint != "main"]) == 1
+
+
+def test_register_func_and_op_attr_call_forms(tmp_path):
+    path = tmp_path / "codegen_table.py"
+    path.write_text(textwrap.dedent('''
+        import tvm
+        from tvm import relay
+
+        @tvm.register_func("relay.ext.mine")
+        def codegen(mod):
+            return None
+
+        tvm.ir.register_op_attr("nn.relu", "target.mine", lambda expr: True)
+        FOUND = tvm.get_global_func("relay.ext.mine") is codegen
+        MISSING = tvm.get_global_func("relay.ext.tensorrt.is_runtime_enabled", True)
+        ATTR = tvm.ir.Op.get("nn.relu").get_attr("target.mine")
+    '''))
+    module = load_legacy_module(path)
+    assert module.FOUND and module.MISSING is None and module.ATTR(None) is True
+    assert tvm.get_global_func("relay.ext.mine", allow_missing=True) is None
