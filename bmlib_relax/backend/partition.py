@@ -73,11 +73,6 @@ def resolve_patterns(patterns: Optional[Sequence[Any]],
     return resolved
 
 
-def is_foreign_composite(name: str) -> bool:
-    """A composite named by another backend's legacy table (``dnnl.conv2d_bias``)."""
-    return not name.startswith(PREFIX + ".")
-
-
 def claim_foreign_partitions(mod: tvm.IRModule) -> tvm.IRModule:
     """Give every partition made from a foreign table's composites to the bmlib codegen.
 

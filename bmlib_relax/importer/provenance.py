@@ -341,4 +341,3 @@ def with_spans(expr: Any, root: tvm.ir.Span, part: tvm.ir.Span,
     return rebuild(expr, root, False)
 
 
-Observer = Callable[[ast.Expr, Any], None]
