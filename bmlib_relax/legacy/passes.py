@@ -530,4 +530,7 @@ def run_partition_fn(fn: Callable, module: ast.IRModule, params: dict,
     if not patterns:
         raise UnsupportedPassError(f"{where} ran no MergeComposite/AnnotateTarget: nothing "
                                    f"to offload (passes run: {', '.join(plan.passes) or 'none'})")
+    if not plan.partitioned:
+        raise UnsupportedPassError(f"{where} ran no PartitionGraph: on Relay nothing would have "
+                                   f"been offloaded (passes run: {', '.join(plan.passes)})")
     return result, patterns, plan.merge_regions

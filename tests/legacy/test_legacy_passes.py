@@ -127,6 +127,14 @@ def test_a_helper_that_offloads_nothing_says_so(transform):
         run_partition_fn(partition_for_x, parse(MODEL), {})
 
 
+def test_a_helper_that_does_not_partition_says_so(transform):
+    def partition_for_x(mod, params):
+        return transform.MergeComposite([("x.relu", object())])(mod)
+
+    with pytest.raises(UnsupportedPassError, match=r"ran no PartitionGraph"):
+        run_partition_fn(partition_for_x, parse(MODEL), {})
+
+
 def test_module_pass_decorator(transform):
     seen = []
 
