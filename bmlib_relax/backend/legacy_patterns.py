@@ -147,6 +147,15 @@ class _Translation:
         return self.memo[id(pattern)]
 
     def _call(self, pattern: rp.CallPattern) -> dpl.DFPattern:
+        if isinstance(pattern.op, rp.AltPattern):
+            # ``(is_op("add") | is_op("nn.bias_add"))(x, b)`` (cutlass.py): one call per op,
+            # the argument patterns shared.
+            ops = _alternative_ops(pattern.op)
+            calls = [self._call(rp.CallPattern(op, pattern.args)) for op in ops]
+            result = calls[0]
+            for call in calls[1:]:
+                result = result | call
+            return result
         if not isinstance(pattern.op, rp.OpPattern):
             raise PatternTranslationError("only is_op(...) calls can be translated, got a call "
                                           f"of {type(pattern.op).__name__}")
@@ -256,6 +265,16 @@ class _Translation:
         if all(isinstance(d, int) for d in ty.shape):
             inner = inner.has_shape(list(ty.shape))
         return inner.has_dtype(ty.dtype)
+
+
+def _alternative_ops(p: Any) -> list:
+    """The ``is_op`` leaves of ``is_op(a) | is_op(b) | ...``."""
+    if isinstance(p, rp.AltPattern):
+        return _alternative_ops(p.left) + _alternative_ops(p.right)
+    if isinstance(p, rp.OpPattern):
+        return [p]
+    raise PatternTranslationError("a call of an alternative can only choose between "
+                                  f"is_op(...) ops, got {type(p).__name__}")
 
 
 def _relay_op_of(p: Any) -> Optional[str]:
@@ -378,6 +397,68 @@ def _project(tuple_view: Any, index: int) -> Any:
     if isinstance(ty, ast.TupleType) and index < len(ty.fields):
         item._set_checked_type(ty.fields[index])
     return item
+
+
+def expand_alternatives(pattern: Any, limit: int = 64) -> list:
+    """A legacy pattern with alternatives as one pattern per choice, left branches first.
+
+    Relay chose between ``a | b`` while matching, by Relay op names; after import both
+    branches can have the same Relax form (``add`` and ``nn.bias_add`` both became
+    ``relax.add``), and DPL would commit to the left branch before the op names are
+    checked.  Trying each choice as its own pattern, in Relay's order, keeps Relay's
+    result.  Patterns with more than ``limit`` choices are left as they are.
+    """
+    import dataclasses
+    import itertools
+
+    alternatives: list = []
+    seen: set = set()
+    stack = [pattern]
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, rp.DFPattern) or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, rp.AltPattern):
+            alternatives.append(node)
+        for value in vars(node).values():
+            stack.extend(value if isinstance(value, tuple) else (value,))
+    if not alternatives or 2 ** len(alternatives) > limit:
+        return [pattern]
+
+    variants, keys = [], set()
+    for choice in itertools.product((0, 1), repeat=len(alternatives)):
+        chosen = {id(a): (a.left if c == 0 else a.right) for a, c in zip(alternatives, choice)}
+        consulted: list = []
+        memo: dict = {}
+
+        def rebuild(node):
+            if not isinstance(node, rp.DFPattern):
+                return node
+            if id(node) in memo:
+                return memo[id(node)]
+            if isinstance(node, rp.AltPattern):
+                consulted.append((id(node), chosen[id(node)] is node.left))
+                result = rebuild(chosen[id(node)])
+            else:
+                changes = {}
+                for f in dataclasses.fields(node):
+                    value = getattr(node, f.name)
+                    new = tuple(rebuild(v) for v in value) if isinstance(value, tuple) \
+                        else rebuild(value)
+                    if new is not value and (not isinstance(value, tuple) or
+                                             any(a is not b for a, b in zip(new, value))):
+                        changes[f.name] = new
+                result = dataclasses.replace(node, **changes) if changes else node
+            memo[id(node)] = result
+            return result
+
+        variant = rebuild(pattern)
+        key = tuple(sorted(consulted))
+        if key not in keys:  # choices in branches that were not taken change nothing
+            keys.add(key)
+            variants.append(variant)
+    return variants
 
 
 def _from_relay_ops(context, relay_ops: dict[str, str]) -> bool:

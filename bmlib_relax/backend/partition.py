@@ -11,8 +11,8 @@ from ..errors import BmlibError, CodegenError
 from ..legacy.lowerings import get_legacy_lowering
 from . import fold, rewrite
 from .codegen import CODEGEN_NAME
-from .legacy_patterns import (PatternTranslationError, is_legacy_pattern, take_check_error,
-                              translate_entry)
+from .legacy_patterns import (PatternTranslationError, expand_alternatives, is_legacy_pattern,
+                              take_check_error, translate_entry)
 from .patterns import PREFIX, check_tensors, get_bmlib_patterns
 from .templates import get_template
 
@@ -54,14 +54,16 @@ def resolve_patterns(patterns: Optional[Sequence[Any]],
                 if len(entry) == 4:
                     raise BmlibError(f"pattern {name!r}: a legacy Relay pattern takes no "
                                      "annotations, give (name, pattern[, check])")
-                item = translate_entry(name, entry[1], check, base_check=check_tensors)
+                items = [translate_entry(name, variant, check, base_check=check_tensors)
+                         for variant in expand_alternatives(entry[1])]
             else:
                 annotations = entry[2] if len(entry) == 4 else {}
                 # The backend's own predicate (dtypes, static shapes, no leaking
                 # intermediates) always applies; a user check can only narrow it.
-                item = (name, entry[1], annotations,
-                        check_tensors if check is None else _both(check_tensors, check))
-            check_pattern_templates(name, item[1])
+                items = [(name, entry[1], annotations,
+                          check_tensors if check is None else _both(check_tensors, check))]
+            for item in items:
+                check_pattern_templates(name, item[1])
         except (BmlibError, AttributeError, RuntimeError, ValueError) as exc:
             if not foreign or (isinstance(exc, BmlibError) and
                                not isinstance(exc, (CodegenError, PatternTranslationError))):
@@ -69,7 +71,7 @@ def resolve_patterns(patterns: Optional[Sequence[Any]],
             if skipped is not None:
                 skipped.append((name, str(exc).strip().splitlines()[-1]))
             continue
-        resolved.append(item)
+        resolved.extend(items)
     return resolved
 
 

@@ -511,6 +511,18 @@ def annotated_patterns(compilers: list[str]) -> list[tuple]:
     return entries
 
 
+def _positional_arity(fn: Callable) -> Optional[int]:
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return None
+    return len([p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)])
+
+
 def run_partition_fn(fn: Callable, module: ast.IRModule, params: dict,
                      where: str = "partition function") -> tuple[ast.IRModule, list, bool]:
     """Run a legacy ``partition_for_<x>(mod, params)``; returns the rewritten Relay
@@ -521,7 +533,15 @@ def run_partition_fn(fn: Callable, module: ast.IRModule, params: dict,
     PassContext._stack.clear()
     if hasattr(module, PLAN_ATTR):
         delattr(module, PLAN_ATTR)
-    result = fn(module, params)
+    if _positional_arity(fn) == 1:
+        # partition_for_cutlass(mod): its users bound the weights first.
+        if params:
+            from ..relay.params import bind_params_by_name
+
+            module["main"] = bind_params_by_name(module["main"], params)
+        result = fn(module)
+    else:
+        result = fn(module, params)
     if not isinstance(result, ast.IRModule):
         raise UnsupportedPassError(f"{where} returned {type(result).__name__}, "
                                    "expected the partitioned Relay module")

@@ -234,3 +234,17 @@ def test_register_func_and_op_attr_call_forms(tmp_path):
     module = load_legacy_module(path)
     assert module.FOUND and module.MISSING is None and module.ATTR(None) is True
     assert tvm.get_global_func("relay.ext.mine", allow_missing=True) is None
+
+
+def test_cutlass_style_helper_with_an_op_alternative():
+    """partition_for_cutlass(mod) takes no params (weights bound first, as its users did);
+    `(is_op("add") | is_op("nn.bias_add"))(dense, b)` matches either form.  ResNet-18's
+    classifier is dense + bias_add (+ softmax, no relu): one cutlass.dense_bias."""
+    from bmlib_relax.legacy import partition_with_legacy_fn
+
+    golden = Golden(DATA / "resnet18")
+    relay_mod, patterns, merge, weights = partition_with_legacy_fn(
+        str(FIXTURES / "cutlass_style.py"), "partition_for_cutlass", parse(golden.text),
+        golden.params())
+    mod = partition_for_bmlib(import_relay(relay_mod, weights), patterns=patterns, merge=merge)
+    assert composite_calls(mod) == {"cutlass.dense_bias": 1}
