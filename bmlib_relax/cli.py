@@ -79,7 +79,8 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         result = convert(args.model, args.output, params=args.params,
                          patterns_path=args.patterns, lowerings_path=args.lowerings,
                          inputs=specs, merge=args.merge, check=args.check, target=args.target,
-                         rtol=args.rtol, atol=args.atol, progress=progress, force=args.force)
+                         rtol=args.rtol, atol=args.atol, progress=progress, force=args.force,
+                         partition_fn=args.partition_fn)
     _print_summary(result.report, args.quiet)
     print(f"wrote {', '.join(sorted(os.path.basename(f) for f in result.files.values()))} "
           f"to {result.outdir}")
@@ -357,6 +358,10 @@ def build_parser() -> argparse.ArgumentParser:
     conv.add_argument("-o", "--output", required=True, help="output folder")
     conv.add_argument("--params", help=".params (save_param_dict) or .npz weights")
     conv.add_argument("--patterns", help="legacy pattern table module (tvm.relay syntax)")
+    conv.add_argument("--partition-fn", metavar="NAME",
+                      help="run the legacy partition_for_<x>(mod, params) function NAME of the "
+                           "--patterns module (its Relay passes, then its MergeComposite/"
+                           "AnnotateTarget tables)")
     conv.add_argument("--lowerings", help="module with a legacy _LOWER_MAP of TE lowerings")
     conv.add_argument("--inputs", nargs="+", metavar="NAME=SHAPE:DTYPE|NAME=FILE.npy|FILE.npz",
                       help="input shapes (recipe values) or input arrays")

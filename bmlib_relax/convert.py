@@ -41,7 +41,7 @@ from .compiler import (CompiledModel, build_offloaded, build_verified, lower_and
                        unbound_inputs)
 from .errors import ParamError
 from .importer import import_relay
-from .legacy import load_lowerings, load_pattern_table
+from .legacy import load_lowerings, load_pattern_table, partition_with_legacy_fn
 from .legacy.lowerings import scoped_lowerings
 from .legacy.loader import LegacyModuleError
 from .preflight import (InputSpec, check_output_dir, input_file, parse_input_spec,  # noqa: F401
@@ -183,13 +183,16 @@ def convert(model_path: str, outdir: str, *, params: Any = None,
             patterns_path: Optional[str] = None, lowerings_path: Optional[str] = None,
             inputs: Sequence[InputSpec] = (), merge: bool = False, check: bool = False,
             target: Any = None, rtol: float = 1e-4, atol: float = 1e-4,
-            progress: Progress = QUIET, force: bool = False) -> ConversionResult:
+            progress: Progress = QUIET, force: bool = False,
+            partition_fn: Optional[str] = None) -> ConversionResult:
     """Convert a Relay model file into Relax artifacts in ``outdir`` (see module doc).
 
     ``outdir`` must be absent or empty unless ``force``; it is replaced as a
     whole at the end, so it never holds a mix of two runs.  Named ``inputs``
     declare the model's inputs: every other parameter of ``@main`` must then be
     a weight in ``params``, else a ``ParamError`` lists the missing ones.
+    ``partition_fn`` names a legacy ``partition_for_<x>(mod, params)`` of the
+    ``patterns_path`` module to run instead of its table alone.
     """
     model_path, outdir = os.fspath(model_path), os.fspath(outdir)
     check_output_dir(outdir, force)
@@ -203,19 +206,33 @@ def convert(model_path: str, outdir: str, *, params: Any = None,
         weights = load_params(params)
         unbound_inputs(module, weights, list(specs))
     patterns = None
-    if patterns_path:
+    reference = None  # with --partition-fn: the model as given, for --check
+    if partition_fn:
+        if not patterns_path:
+            raise ParamError(f"--partition-fn {partition_fn} needs --patterns FILE.py "
+                             "(the module that defines it)")
+        with progress.step(f"run {partition_fn} from {os.path.basename(patterns_path)}"):
+            original, original_weights = module, weights
+            module, patterns, merge_regions, weights = partition_with_legacy_fn(
+                patterns_path, partition_fn, module, weights)
+            merge = merge or merge_regions
+        if check:
+            reference = import_relay(original, original_weights)
+    elif patterns_path:
         with progress.step(f"load pattern table {os.path.basename(patterns_path)}"):
             patterns = _load_user_module(load_pattern_table, patterns_path, "pattern table")
     if lowerings_path:
         with progress.step(f"load lowerings {os.path.basename(lowerings_path)}"):
             _load_user_module(load_lowerings, lowerings_path, "lowerings module")
-    resolved = resolve_patterns(patterns)  # a bad table entry is bad input: before any build
+    left_out: list = []  # entries of a foreign table whose ops bmlib cannot take
+    # a bad table entry is bad input: found before any build
+    resolved = resolve_patterns(patterns, left_out)
     staging = _Staging(outdir)
     try:
         result = _convert_into(staging.path, module, weights, patterns, resolved, specs,
                                model_path,
                                merge=merge, check=check, target=target, rtol=rtol, atol=atol,
-                               progress=progress)
+                               progress=progress, left_out=left_out, reference=reference)
         with progress.step(f"publish {outdir}"):
             staging.publish(force)
     except BaseException:
@@ -229,7 +246,10 @@ def convert(model_path: str, outdir: str, *, params: Any = None,
 def _convert_into(folder: str, module, weights, patterns, resolved,
                   specs: Mapping[str, InputSpec],
                   model_path: str, *, merge: bool, check: bool, target: Any, rtol: float,
-                  atol: float, progress: Progress) -> ConversionResult:
+                  atol: float, progress: Progress, left_out: Sequence = (),
+                  reference: Any = None) -> ConversionResult:
+    """Everything after the inputs are validated, written into ``folder``;
+    ``reference`` (with ``--partition-fn``): the model as given, for ``--check``."""
     with progress.step("import to Relax"):
         imported = import_relay(module, weights)
     target = resolve_target(target)
@@ -240,7 +260,7 @@ def _convert_into(folder: str, module, weights, patterns, resolved,
         lowered = lower_and_verify(partitioned, on_partition=progress.item, target=target)
     with progress.step("build"):
         executable, records = build_verified(partitioned, lowered, target)
-    report = build_report(partitioned, records, target, resolved)
+    report = build_report(partitioned, records, target, table=resolved)
     model = CompiledModel(executable, partitioned, report)
 
     files = {name: os.path.join(folder, name) for name in
@@ -252,6 +272,10 @@ def _convert_into(folder: str, module, weights, patterns, resolved,
     pattern_names = [_pattern_name(p) for p in resolved]
     used = {c for p in report.partitions for c in p.composites}
     warnings = []
+    if left_out:
+        warnings.append(f"{len(left_out)} pattern(s) of the table left out (their ops have no "
+                        f"Relax form or no bmlib template; they stay on the host): "
+                        f"{', '.join(name for name, _ in left_out)}")
     if not report.partitions:
         warnings.append("nothing was offloaded to bmlib: no pattern matched")
     data = {
@@ -276,8 +300,8 @@ def _convert_into(folder: str, module, weights, patterns, resolved,
     warnings.extend(_non_finite_warnings(outputs, generated))
     if check:
         with progress.step("check against the plain Relax build"):
-            data["check"] = _check(imported, partitioned, model, feed, generated, outputs,
-                                   target, rtol, atol)
+            data["check"] = _check(imported if reference is None else reference, partitioned,
+                                   model, feed, generated, outputs, target, rtol, atol)
     write_json(files["report.json"], data)
     with open(files["report.md"], "w") as handle:
         handle.write(render_markdown(data, str(report)))

@@ -204,10 +204,11 @@ def output_specs(func: relax.Function) -> list[dict]:
 
 def build_report(partitioned: tvm.IRModule,
                  records: Mapping[str, PartitionRecord], target: Any = None,
-                 patterns: Optional[Sequence[Any]] = None) -> OffloadReport:
+                 patterns: Optional[Sequence[Any]] = None,
+                 table: Optional[Sequence[Any]] = None) -> OffloadReport:
     """The report of a partitioned and built module for ``target``; ``patterns`` is the
-    table it was partitioned with (default: the built-in one), to say why host ops
-    stayed there."""
+    table it was partitioned with (default: the built-in one; or ``table``, the same
+    already resolved), to say why host ops stayed there."""
     from .backend.partition import resolve_patterns
     from .backend.target import resolve_target
     from .runtime import input_specs
@@ -237,6 +238,7 @@ def build_report(partitioned: tvm.IRModule,
     report.ops_host = host_ops(partitioned)
     report.flops_host = sum(_flops_of(func) for func in _host_functions(partitioned))
     if report.ops_host:
-        report.host_reasons = host_reasons(partitioned, _host_functions(partitioned),
-                                           resolve_patterns(patterns))
+        report.host_reasons = host_reasons(
+            partitioned, _host_functions(partitioned),
+            table if table is not None else resolve_patterns(patterns))
     return report

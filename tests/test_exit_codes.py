@@ -98,8 +98,8 @@ CASES = {
                                "error: {d}/table_exits.py: pattern table called sys.exit(0)"),
     "check-function-sys-exit": (lambda d: ["convert", MODEL, "--params", PARAMS, "--patterns",
                                            d / "check_exits.py"],
-                                "error: pattern 'bmlib.reshape_conv2d_add_bn_relu': check "
-                                "function _check_conv raised SystemExit: 0"),
+                                "error: {d}/check_exits.py:10: check of pattern "
+                                "'bmlib.reshape_conv2d_add_bn_relu' raised SystemExit: 0"),
     "lowerings-module-sys-exit": (lambda d: ["convert", MODEL, "--lowerings", d / "exits.py"],
                                   "error: {d}/exits.py: lowerings module called sys.exit(0)"),
     "run-not-an-artifact": (lambda d: ["run", d / "not_an_artifact.so"],

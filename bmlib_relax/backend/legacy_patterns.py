@@ -19,9 +19,12 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Sequence
 
+import tvm
+from tvm import relax
 from tvm.relax import dpl
 
 from ..errors import BmlibError
+from ..importer.provenance import origin_of
 from ..registry import Registry
 from ..relay import dataflow_pattern as rp
 from .relay_view import relay_view
@@ -29,6 +32,10 @@ from .relay_view import relay_view
 
 class PatternTranslationError(BmlibError, ValueError):
     """A legacy pattern uses something with no Relax equivalent (names it)."""
+
+
+class PatternCheckError(BmlibError):
+    """A legacy check function raised (names the pattern, the Relay call and the line)."""
 
 
 # Relay op -> Relax op name, where it is not just "relax." + the Relay name.
@@ -127,6 +134,8 @@ class _Translation:
         # annotation name -> (Relay op, {attr: value}, legacy sub-pattern)
         self.deferred_attrs: dict[str, tuple[Optional[str], dict, rp.DFPattern]] = {}
         self.annotations: dict[str, dpl.DFPattern] = {}
+        # annotation name -> the Relay op the matched Relax call must come from
+        self.relay_ops: dict[str, str] = {}
 
     def translate(self, pattern: Any) -> dpl.DFPattern:
         if isinstance(pattern, dpl.DFPattern):
@@ -138,18 +147,42 @@ class _Translation:
         return self.memo[id(pattern)]
 
     def _call(self, pattern: rp.CallPattern) -> dpl.DFPattern:
+        if isinstance(pattern.op, rp.AltPattern):
+            # ``(is_op("add") | is_op("nn.bias_add"))(x, b)`` (cutlass.py): one call per op,
+            # the argument patterns shared.
+            ops = _alternative_ops(pattern.op)
+            calls = [self._call(rp.CallPattern(op, pattern.args)) for op in ops]
+            result = calls[0]
+            for call in calls[1:]:
+                result = result | call
+            return result
         if not isinstance(pattern.op, rp.OpPattern):
             raise PatternTranslationError("only is_op(...) calls can be translated, got a call "
                                           f"of {type(pattern.op).__name__}")
         name = pattern.op.name
         if pattern.args is None:
-            return dpl.is_op(relax_op_name(name))(varg_default_wildcard=True)
+            # Any arguments: as many wildcards as the Relax op has inputs (FuseOpsByPattern
+            # fails on variadic call patterns).
+            relax_name = relax_op_name(name)
+            arity = int(tvm.ir.Op.get(relax_name).num_inputs)
+            if arity < 0:
+                return self._from_relay_op(name, dpl.is_op(relax_name)(varg_default_wildcard=True))
+            return self._from_relay_op(name, dpl.is_op(relax_name)(
+                *[dpl.wildcard() for _ in range(arity)]))
         args = [self.translate(a) for a in pattern.args]
         custom = CALL_TRANSLATORS.get(name)
         if custom is not None:
-            return custom(args, pattern)
+            return self._from_relay_op(name, custom(args, pattern))
         args += [dpl.wildcard() for _ in range(EXTRA_OPERANDS.get(name, 0))]
-        return dpl.is_op(relax_op_name(name))(*args)
+        return self._from_relay_op(name, dpl.is_op(relax_op_name(name))(*args))
+
+    def _from_relay_op(self, relay_op: str, translated: dpl.DFPattern) -> dpl.DFPattern:
+        """Remember that what ``translated`` matches must be imported from ``relay_op``:
+        ``is_op("add")`` must not match the ``add`` that ``nn.bias_add`` became."""
+        key = f"legacy_op{len(self.relay_ops)}"
+        self.relay_ops[key] = relay_op
+        self.annotations[key] = translated
+        return translated
 
     def _attrs(self, p: rp.AttrPattern) -> dpl.DFPattern:
         inner = self.translate(p.pattern)
@@ -237,6 +270,16 @@ class _Translation:
         return inner.has_dtype(ty.dtype)
 
 
+def _alternative_ops(p: Any) -> list:
+    """The ``is_op`` leaves of ``is_op(a) | is_op(b) | ...``."""
+    if isinstance(p, rp.AltPattern):
+        return _alternative_ops(p.left) + _alternative_ops(p.right)
+    if isinstance(p, rp.OpPattern):
+        return [p]
+    raise PatternTranslationError("a call of an alternative can only choose between "
+                                  f"is_op(...) ops, got {type(p).__name__}")
+
+
 def _relay_op_of(p: Any) -> Optional[str]:
     if isinstance(p, rp.CallPattern) and isinstance(p.op, rp.OpPattern):
         return p.op.name
@@ -274,11 +317,30 @@ def translate_entry(name: str, pattern: Any, check: Optional[Callable] = None,
     legacy ``check`` on the Relay-style view of the matched root.
     """
     translation = _Translation()
-    dpl_pattern = translation.translate(pattern)
+    projected = None
+    if isinstance(pattern, rp.TupleGetItemPattern) and pattern.index is not None:
+        # FuseOpsByPattern roots matches at calls only: ``is_tuple_get_item(bn(...), 0)``
+        # (TensorRT's batch_norm entry) becomes a composite of the call, its tuple
+        # projected outside; the check still receives the TupleGetItem.
+        projected = pattern.index
+        dpl_pattern = translation.translate(pattern.tuple_value)
+        root_hint = pattern.tuple_value
+    else:
+        dpl_pattern = translation.translate(pattern)
+        root_hint = pattern
     deferred = dict(translation.deferred_attrs)
+    relay_ops = dict(translation.relay_ops)
+
+    def root_view(context):
+        root = relay_view(context.matched_expr, context, root_hint)
+        if projected is None:
+            return root
+        return _project(root, projected)
 
     def legacy_check(context) -> bool:
         if base_check is not None and not base_check(context):
+            return False
+        if not _from_relay_ops(context, relay_ops):
             return False
         for key, (op, attrs, sub_pattern) in deferred.items():
             expr = context.annotated_expr[key]
@@ -289,9 +351,135 @@ def translate_entry(name: str, pattern: Any, check: Optional[Callable] = None,
                 return False
         if check is None:
             return True
-        return bool(check(relay_view(context.matched_expr, context, pattern)))
+        view = root_view(context)
+        try:
+            return bool(check(view))
+        except BmlibError:
+            raise
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - user code: name pattern, call and line
+            error = PatternCheckError(
+                f"{_raised_at(exc)}: check of pattern {name!r} raised {type(exc).__name__}: "
+                f"{exc} (on {_describe(view)})")
+            _PENDING_CHECK_ERRORS.append(error)  # TVM's FFI re-raises it as RuntimeError
+            raise error from exc
 
     return (name, dpl_pattern, dict(translation.annotations), legacy_check)
+
+
+_PENDING_CHECK_ERRORS: list = []
+
+
+def take_check_error() -> Optional[PatternCheckError]:
+    """The legacy check error raised inside the last ``FuseOpsByPattern`` run, if any."""
+    error = _PENDING_CHECK_ERRORS[-1] if _PENDING_CHECK_ERRORS else None
+    _PENDING_CHECK_ERRORS.clear()
+    return error
+
+
+def _raised_at(exc: BaseException) -> str:
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "<check>"
+
+
+def _describe(view: Any) -> str:
+    op = getattr(getattr(view, "op", None), "name", None) or type(view).__name__
+    span = getattr(view, "span", None)
+    return f"{op} at {span}" if span is not None else str(op)
+
+
+def _project(tuple_view: Any, index: int) -> Any:
+    """``TupleGetItem(tuple_view, index)`` as a Relay node (typed when the tuple is)."""
+    from ..relay import ast
+
+    if not isinstance(tuple_view, ast.Expr):
+        return tuple_view
+    item = ast.TupleGetItem(tuple_view, index)
+    ty = tuple_view.__dict__.get("_checked_type")
+    if isinstance(ty, ast.TupleType) and index < len(ty.fields):
+        item._set_checked_type(ty.fields[index])
+    return item
+
+
+def expand_alternatives(pattern: Any, limit: int = 64) -> list:
+    """A legacy pattern with alternatives as one pattern per choice, left branches first.
+
+    Relay chose between ``a | b`` while matching, by Relay op names; after import both
+    branches can have the same Relax form (``add`` and ``nn.bias_add`` both became
+    ``relax.add``), and DPL would commit to the left branch before the op names are
+    checked.  Trying each choice as its own pattern, in Relay's order, keeps Relay's
+    result.  Patterns with more than ``limit`` choices are left as they are.
+    """
+    import dataclasses
+    import itertools
+
+    alternatives: list = []
+    seen: set = set()
+    stack = [pattern]
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, rp.DFPattern) or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, rp.AltPattern):
+            alternatives.append(node)
+        for value in vars(node).values():
+            stack.extend(value if isinstance(value, tuple) else (value,))
+    if not alternatives or 2 ** len(alternatives) > limit:
+        return [pattern]
+
+    variants, keys = [], set()
+    for choice in itertools.product((0, 1), repeat=len(alternatives)):
+        chosen = {id(a): (a.left if c == 0 else a.right) for a, c in zip(alternatives, choice)}
+        consulted: list = []
+        memo: dict = {}
+
+        def rebuild(node):
+            if not isinstance(node, rp.DFPattern):
+                return node
+            if id(node) in memo:
+                return memo[id(node)]
+            if isinstance(node, rp.AltPattern):
+                consulted.append((id(node), chosen[id(node)] is node.left))
+                result = rebuild(chosen[id(node)])
+            else:
+                changes = {}
+                for f in dataclasses.fields(node):
+                    value = getattr(node, f.name)
+                    new = tuple(rebuild(v) for v in value) if isinstance(value, tuple) \
+                        else rebuild(value)
+                    if new is not value and (not isinstance(value, tuple) or
+                                             any(a is not b for a, b in zip(new, value))):
+                        changes[f.name] = new
+                result = dataclasses.replace(node, **changes) if changes else node
+            memo[id(node)] = result
+            return result
+
+        variant = rebuild(pattern)
+        key = tuple(sorted(consulted))
+        if key not in keys:  # choices in branches that were not taken change nothing
+            keys.add(key)
+            variants.append(variant)
+    return variants
+
+
+def _from_relay_ops(context, relay_ops: dict[str, str]) -> bool:
+    """Every matched call that has a Relay origin is the root of a call of the op the
+    legacy pattern named (Relay matched Relay ops; the importer's helper calls and
+    other ops imported to the same Relax op are not them)."""
+    annotated = context.annotated_expr
+    bindings = context.matched_bindings
+    for key, relay_op in relay_ops.items():
+        if key not in annotated:
+            continue  # in an alternative that did not match
+        expr = annotated[key]
+        expr = bindings.get(expr, expr) if isinstance(expr, relax.Var) else expr
+        origin = origin_of(expr)
+        if origin is not None and (not origin.root or
+                                   getattr(origin.relay.op, "name", None) != relay_op):
+            return False
+    return True
 
 
 def is_legacy_pattern(pattern: Any) -> bool:

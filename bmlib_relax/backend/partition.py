@@ -11,22 +11,30 @@ from tvm.relax import dpl
 from ..errors import BmlibError, CodegenError, UserCodeError
 from ..legacy.lowerings import get_legacy_lowering
 from . import conv_fold, fold, layout, rewrite
-from .legacy_patterns import is_legacy_pattern, translate_entry
+from .codegen import CODEGEN_NAME
+from .legacy_patterns import (PatternTranslationError, expand_alternatives, is_legacy_pattern,
+                              take_check_error, translate_entry)
 from .patterns import PREFIX, check_tensors, get_bmlib_patterns
 from .templates import get_template
 
 
-def resolve_patterns(patterns: Optional[Sequence[Any]]) -> list:
+def resolve_patterns(patterns: Optional[Sequence[Any]],
+                     skipped: Optional[list] = None) -> list:
     """Normalise a pattern list for ``FuseOpsByPattern`` (highest priority first).
 
     ``None`` means the registered ``bmlib.*`` table.  Entries may be
     ``(name, pattern)``, ``(name, pattern, check)`` or ``(name, pattern,
     annotations, check)``, with ``pattern`` in Relax DPL or legacy Relay syntax.
     A Relax check receives TVM's ``PatternCheckContext``; a legacy check the
-    matched root as a Relay-style view (:mod:`.relay_view`).  Either only
-    narrows :func:`~.patterns.check_tensors`, which always applies.  Every name must
-    carry the ``bmlib.`` prefix, and every op a pattern can pull in must have a
-    TIR template: both are reported here, before anything is partitioned.
+    matched root as the Relay call it was imported from (:mod:`.relay_view`).
+    Either only narrows :func:`~.patterns.check_tensors`, which always applies.
+
+    Names with the ``bmlib.`` prefix must be fully usable: every op a pattern can
+    pull in must have a TIR template (reported here, before anything is
+    partitioned).  A legacy table written for another backend (``dnnl.*``,
+    ``tensorrt.*``) is offloaded to bmlib under its own names; its entries that
+    name ops with no Relax form or no bmlib template are left out (those ops stay
+    on the host) and listed in ``skipped`` as ``(name, reason)``.
     """
     if patterns is None:
         return get_bmlib_patterns()
@@ -37,27 +45,39 @@ def resolve_patterns(patterns: Optional[Sequence[Any]]) -> list:
         if not isinstance(entry, (tuple, list)) or len(entry) not in (2, 3, 4):
             raise BmlibError(f"pattern entry {entry!r} is not (name, pattern[, check])")
         name = str(entry[0])
-        if not name.startswith(PREFIX + "."):
+        foreign = not name.startswith(PREFIX + ".")
+        if foreign and not is_legacy_pattern(entry[1]):
             raise BmlibError(f"pattern {name!r}: bmlib composite names start with "
                              f"'{PREFIX}.' (the prefix selects the codegen)")
         check = entry[-1] if len(entry) > 2 else None
-        if check is not None:
-            check = _user_check(name, check)
         if not is_legacy_pattern(entry[1]) and not isinstance(entry[1], relax.dpl.DFPattern):
             raise BmlibError(f"pattern {name!r}: {type(entry[1]).__name__} {entry[1]!r:.60} is "
                              "not a pattern (expected a Relax DPL or Relay DFPattern)")
-        if is_legacy_pattern(entry[1]):
-            if len(entry) == 4:
-                raise BmlibError(f"pattern {name!r}: a legacy Relay pattern takes no "
-                                 "annotations, give (name, pattern[, check])")
-            resolved.append(translate_entry(name, entry[1], check, base_check=check_tensors))
-        else:
-            annotations = entry[2] if len(entry) == 4 else {}
-            # The backend's own predicate (dtypes, static shapes, no leaking
-            # intermediates) always applies; a user check can only narrow it.
-            resolved.append((name, entry[1], annotations,
-                             check_tensors if check is None else _both(check_tensors, check)))
-        check_pattern_templates(name, resolved[-1][1])
+        try:
+            if is_legacy_pattern(entry[1]):
+                if len(entry) == 4:
+                    raise BmlibError(f"pattern {name!r}: a legacy Relay pattern takes no "
+                                     "annotations, give (name, pattern[, check])")
+                items = [translate_entry(name, variant, check, base_check=check_tensors)
+                         for variant in expand_alternatives(entry[1])]
+            else:
+                if check is not None:
+                    check = _user_check(name, check)
+                annotations = entry[2] if len(entry) == 4 else {}
+                # The backend's own predicate (dtypes, static shapes, no leaking
+                # intermediates) always applies; a user check can only narrow it.
+                items = [(name, entry[1], annotations,
+                          check_tensors if check is None else _both(check_tensors, check))]
+            for item in items:
+                check_pattern_templates(name, item[1])
+        except (BmlibError, AttributeError, RuntimeError, ValueError) as exc:
+            if not foreign or (isinstance(exc, BmlibError) and
+                               not isinstance(exc, (CodegenError, PatternTranslationError))):
+                raise
+            if skipped is not None:
+                skipped.append((name, str(exc).strip().splitlines()[-1]))
+            continue
+        resolved.extend(items)
     return resolved
 
 
@@ -83,6 +103,24 @@ def _user_check(name: str, check: Callable) -> Callable:
     return guarded
 
 
+def claim_foreign_partitions(mod: tvm.IRModule) -> tvm.IRModule:
+    """Give every partition made from a foreign table's composites to the bmlib codegen.
+
+    ``FuseOpsByPattern``/``MergeCompositeFunctions`` name the codegen after the
+    composite's prefix (``Codegen="dnnl"``); the bmlib templates lower any
+    composite, so the partitions are bmlib's while the composites keep the
+    table's names (and the report shows them).
+    """
+    updates = {}
+    for gvar, func in mod.functions.items():
+        if isinstance(func, relax.Function) and func.attrs is not None and \
+                "Codegen" in func.attrs and str(func.attrs["Codegen"]) != CODEGEN_NAME:
+            updates[gvar] = func.with_attr("Codegen", CODEGEN_NAME)
+    for gvar, func in updates.items():
+        mod[gvar] = func
+    return mod
+
+
 def _both(first: Callable, second: Callable) -> Callable:
     def check(context) -> bool:
         return bool(first(context)) and bool(second(context))
@@ -93,11 +131,13 @@ def _both(first: Callable, second: Callable) -> Callable:
 def pattern_ops(pattern: dpl.DFPattern) -> Iterator[str]:
     """Names of the Relax ops a DPL pattern can match."""
     stack, seen = [pattern], set()
+    alive = []  # keep the Python wrappers alive: a freed one's id() would be reused
     while stack:
         node = stack.pop()
         if node is None or id(node) in seen:
             continue
         seen.add(id(node))
+        alive.append(node)
         if isinstance(node, dpl.ExprPattern) and isinstance(node.expr, tvm.ir.Op):
             yield node.expr.name
         for field in ("op", "left", "right", "pattern", "tuple", "reject"):
@@ -139,7 +179,7 @@ def _composites(mod: tvm.IRModule) -> Iterator[relax.Function]:
 
     def visit(expr):
         if isinstance(expr, relax.Function) and expr.attrs is not None and \
-                str(expr.attrs.get("Composite", "")).startswith(PREFIX + "."):
+                "Composite" in expr.attrs:
             found.append(expr)
 
     for func in mod.functions.values():
@@ -172,9 +212,8 @@ def partition_for_bmlib(mod: tvm.IRModule, patterns: Optional[Sequence[Any]] = N
     ``pack_weights`` (default: with the built-in table only) first runs NHWC
     convolutions in NCHW (:mod:`.layout`), folds computations on constants
     (:mod:`.fold`) and per-channel scales and zero padding into convolutions
-    (:mod:`.conv_fold`),
-    and re-lays out constant
-    conv2d/dense weights for ``target``'s vectors (:mod:`.rewrite`).  A legacy
+    (:mod:`.conv_fold`), and re-lays out constant conv2d/dense weights for
+    ``target``'s vectors (:mod:`.rewrite`).  A legacy
     table sees the graph unfolded, as Relay's MergeComposite did.
     """
     if pack_weights if pack_weights is not None else patterns is None:
@@ -182,6 +221,16 @@ def partition_for_bmlib(mod: tvm.IRModule, patterns: Optional[Sequence[Any]] = N
         mod = rewrite.pack_weights(conv_fold.fold_into_convolutions(mod), target)
     fuse = relax.transform.FuseOpsByPattern(resolve_patterns(patterns), bind_constants=False,
                                             annotate_codegen=not merge)
-    mod = fuse(mod)
+    take_check_error()
+    try:
+        fused = fuse(mod)
+    except Exception:
+        error = take_check_error()  # a legacy check raised: report it as ours
+        if error is not None:
+            raise error from None
+        raise
+    mod = claim_foreign_partitions(fused)
     check_partition_templates(mod)
-    return relax.transform.MergeCompositeFunctions()(mod) if merge else mod
+    if merge:
+        mod = claim_foreign_partitions(relax.transform.MergeCompositeFunctions()(mod))
+    return mod

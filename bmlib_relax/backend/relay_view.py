@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping, Optional
 import tvm
 from tvm import relax
 
+from ..importer.provenance import relay_call_of
 from ..relay import dataflow_pattern as rp
 
 
@@ -416,10 +417,21 @@ def _matches(hint: Any, expr, resolver: _Resolver) -> bool:
 
 
 def view(expr, resolver: _Resolver, hint: Any = None) -> Any:
-    """The Relay-style view of ``expr`` (``hint``: the legacy pattern that matched it)."""
+    """The Relay-style view of ``expr`` (``hint``: the legacy pattern that matched it).
+
+    A call the importer made keeps the Relay call it came from (see
+    :mod:`bmlib_relax.importer.provenance`): that call itself is returned —
+    Relay's op name, attributes with defaults, argument order, constants and
+    ``checked_type`` throughout the graph it reaches.  Only Relax that has no
+    Relay origin is viewed by undoing the import form (:data:`RELAY_FORMS`).
+    """
+    value = resolver(expr)
+    if isinstance(value, relax.Call):
+        relay_call = relay_call_of(value)
+        if relay_call is not None:
+            return relay_call
     while isinstance(hint, rp.AltPattern):
         hint = hint.left if _matches(hint.left, expr, resolver) else hint.right
-    value = resolver(expr)
     if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
         return RelayCallView(value, resolver, hint)
     if isinstance(value, relax.TupleGetItem):

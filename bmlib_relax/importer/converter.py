@@ -48,6 +48,7 @@ from ..errors import BmlibError, ConversionError, ParamError, UnsupportedOpError
 from ..relay import ast
 from ..relay.params import check_param
 from ..relay.analysis import post_order_list
+from . import provenance
 from .registry import get_converter
 
 # Constructs that parse but have no Relax dataflow equivalent.
@@ -116,7 +117,16 @@ class ConvertContext:
         return self._importer.bb
 
     def emit(self, expr: relax.Expr) -> relax.Expr:
-        """Emit an intermediate Relax expression, naming the op on failure."""
+        """Emit an intermediate Relax expression, naming the op on failure.
+
+        Its calls are marked as *parts* of this Relay call (see :mod:`.provenance`).
+        """
+        part = getattr(self, "part_span", None)
+        if part is not None:
+            expr = provenance.with_spans(expr, part, part, self._emit_part)
+        return self._importer.emit(expr, self.call)
+
+    def _emit_part(self, expr: relax.Expr) -> relax.Expr:
         return self._importer.emit(expr, self.call)
 
     def error(self, message: str) -> ConversionError:
@@ -154,6 +164,10 @@ class RelayImporter:
         # Called with (relay node, relax value) for every converted node; type
         # inference (relay.transform.InferType) reads Relax's types through it.
         self.observer = observer
+        # The Relay view of every converted node, addressed by the spans of the
+        # Relax calls (legacy checks and lowerings receive these).
+        self.provenance = provenance.new_table()
+        self.views = provenance.ViewBuilder(self.provenance)
 
     # ------------------------------------------------------------------ entry
     def run(self, entry: str = "main") -> tvm.IRModule:
@@ -213,6 +227,7 @@ class RelayImporter:
                 value = self.params[var.name]
                 check_param(var.name, value, var.type_annotation)
                 env[var] = relax.const(value, str(value.dtype))
+                self.views.bound_param(var, env[var], value)
                 continue
             if var.type_annotation is None:
                 raise ConversionError(f"input %{var.name} has no type annotation; "
@@ -220,6 +235,7 @@ class RelayImporter:
             rvar = relax.Var(var.name, tensor_type(var.type_annotation, _where(var)))
             env[var] = rvar
             relax_params.append(rvar)
+            self.views.leaf(var, rvar)
         return relax_params, env
 
     # ------------------------------------------------------------------ emission
@@ -298,12 +314,16 @@ class RelayImporter:
         if isinstance(node, ast.Constant):
             return self._constant(node)
         if isinstance(node, ast.Tuple):
-            return relax.Tuple(inputs)
+            value = relax.Tuple(inputs)
+            self.views.tuple(node, inputs, value)
+            return value
         if isinstance(node, ast.TupleGetItem):
             value = inputs[0]
             if isinstance(value, relax.Tuple):
                 return value.fields[node.index]
-            return self.emit(relax.TupleGetItem(value, node.index), node)
+            item = self.emit(relax.TupleGetItem(value, node.index), node)
+            self.views.tuple_get_item(node, value, item)
+            return item
         if isinstance(node, ast.Call):
             return self._call(node, inputs, env)
         if isinstance(node, ast.MetaRef):
@@ -318,7 +338,9 @@ class RelayImporter:
                 "#[metadata] section; print the module with show_meta_data=True or pass the "
                 "weights as parameters", op="constant", location=_where(node))
         data = node.data
-        return relax.const(data, str(data.dtype))
+        value = relax.const(data, str(data.dtype))
+        self.views.leaf(node, value)
+        return value
 
     def _call(self, node: ast.Call, inputs: list, env: dict) -> Any:
         op = node.op
@@ -328,6 +350,10 @@ class RelayImporter:
                 raise UnsupportedOpError([(op.name, _where(node))])
             ctx = ConvertContext(self, node)
             attrs = self._call_attrs(node)
+            view = self.views.call(node, attrs, inputs, self._operands(node))
+            key = self.provenance.add(view)
+            root_span = self.provenance.span(key, True, node.span)
+            ctx.part_span = self.provenance.span(key, False, node.span)
             try:
                 result = converter(inputs, attrs, ctx)
             except BmlibError:
@@ -336,7 +362,10 @@ class RelayImporter:
                 detail = str(exc).strip().splitlines()
                 raise ConversionError(detail[-1] if detail else type(exc).__name__,
                                       op=op.name, location=_where(node)) from exc
-            return self.emit(result, node)
+            value = self.emit(provenance.with_spans(result, root_span, ctx.part_span,
+                                                    ctx._emit_part), node)
+            self.views.finish_call(view, value)
+            return value
         if isinstance(op, ast.GlobalVar):
             return self._inline_global(op, inputs, node)
         closure = inputs[0]

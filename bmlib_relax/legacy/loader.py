@@ -11,13 +11,14 @@ keeps working, and the redirection lasts exactly as long as that module's code.
 from __future__ import annotations
 
 import builtins
-import importlib
 import os
 import traceback
 import types
 from typing import Any, Callable, Optional
 
 from ..errors import BmlibError
+from .compat import (compat_modules, forget_table, register_pattern_table,
+                     registered_table)
 from .lowerings import register_lower_map
 
 
@@ -26,88 +27,36 @@ class LegacyModuleError(BmlibError):
 
 
 # ----------------------------------------------------------------- compat namespace
-_PATTERN_TABLES: dict[str, Callable[[], list]] = {}
+#: Where a legacy table file is taken to live, for its relative imports
+#: (``from .register import register_pattern_table``, ``from ... import _ffi_api``).
+LEGACY_PACKAGE = "tvm.relay.op.contrib"
 
 
-def _register_pattern_table(compiler: str, table: Optional[Callable[[], list]] = None):
-    """Stand-in for ``tvm.relay.op.contrib.register.register_pattern_table``."""
-
-    def decorator(fn: Callable[[], list]) -> Callable[[], list]:
-        _PATTERN_TABLES[compiler] = fn
-        return fn
-
-    return decorator(table) if table is not None else decorator
-
-
-def _compat_module(name: str, **attrs: Any) -> types.ModuleType:
-    module = types.ModuleType(name)
-    module.__dict__.update(attrs)
-    return module
-
-
-def _public(module: types.ModuleType) -> dict[str, Any]:
-    return {k: v for k, v in vars(module).items() if not k.startswith("__")}
-
-
-def _compat_modules() -> dict[str, Any]:
-    from .. import relay as compat_relay
-    from ..relay import analysis, build_module, dataflow_pattern, transform
-    from ..relay import op as compat_op
-
-    register = _compat_module("tvm.relay.op.contrib.register",
-                              register_pattern_table=_register_pattern_table)
-    contrib = _compat_module("tvm.relay.op.contrib", register=register,
-                             register_pattern_table=_register_pattern_table)
-    op = _compat_module("tvm.relay.op", **_public(compat_op), contrib=contrib)
-    relay = _compat_module("tvm.relay", **_public(compat_relay))
-    relay.op = op
-    return {
-        "tvm.relay": relay,
-        "tvm.relay.dataflow_pattern": dataflow_pattern,
-        "tvm.relay.op": op,
-        "tvm.relay.op.nn": compat_op.nn,
-        "tvm.relay.nn": compat_op.nn,
-        "tvm.relay.image": compat_op.image,
-        "tvm.relay.op.contrib": contrib,
-        "tvm.relay.op.contrib.register": register,
-        "tvm.relay.analysis": analysis,
-        "tvm.relay.transform": transform,
-        "tvm.relay.build_module": build_module,
-    }
-
-
-class _TvmProxy(types.ModuleType):
-    """The real ``tvm`` package seen through a module with ``relay`` redirected.
-
-    ``tvm.IRModule`` is bmlib-relax's Relay module class here, because a legacy
-    script calls ``tvm.IRModule.from_expr(relay_function)``.
-    """
-
-    def __init__(self, relay_module: types.ModuleType):
-        super().__init__("tvm")
-        from ..relay.ast import IRModule
-
-        self.__dict__["relay"] = relay_module
-        self.__dict__["IRModule"] = IRModule
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(importlib.import_module("tvm"), name)
+def _resolve_relative(name: str, globals_: Optional[dict], level: int) -> str:
+    package = (globals_ or {}).get("__package__") or LEGACY_PACKAGE
+    parts = package.split(".")
+    if level > len(parts):
+        raise ImportError(f"attempted relative import beyond {package!r}")
+    base = ".".join(parts[:len(parts) - level + 1])
+    return f"{base}.{name}" if name else base
 
 
 def _make_import(compat: dict[str, Any]) -> Callable[..., Any]:
     real_import = builtins.__import__
-    proxy = _TvmProxy(compat["tvm.relay"])
+    root = compat["tvm"]
 
     def compat_import(name, globals=None, locals=None, fromlist=(), level=0):
-        if level == 0 and (name == "tvm" or name.startswith("tvm.relay")):
-            if name in compat and fromlist:
-                return compat[name]
-            if name.startswith("tvm.relay") and name not in compat:
+        if level > 0:
+            name, level = _resolve_relative(name, globals, level), 0
+        if name == "tvm" or name.startswith("tvm."):
+            if name in compat:
+                return compat[name] if fromlist else root
+            if name.startswith("tvm.relay"):
                 raise ModuleNotFoundError(
                     f"No module named {name!r} (bmlib-relax's Relay compatibility layer "
                     f"provides: {', '.join(sorted(compat))})")
-            real_import("tvm", globals, locals, (), 0)  # keep real side effects
-            return proxy
+            module = real_import(name, globals, locals, fromlist, 0)  # e.g. tvm.contrib
+            return module if fromlist else root
         return real_import(name, globals, locals, fromlist, level)
 
     return compat_import
@@ -123,8 +72,9 @@ def load_legacy_module(path: str, kind: str = "module") -> types.ModuleType:
     name = "bmlib_legacy_" + os.path.splitext(os.path.basename(path))[0].replace("-", "_")
     module = types.ModuleType(name)
     module.__file__ = path
+    module.__package__ = LEGACY_PACKAGE
     namespace = dict(vars(builtins))
-    namespace["__import__"] = _make_import(_compat_modules())
+    namespace["__import__"] = _make_import(compat_modules())
     module.__dict__["__builtins__"] = namespace
     try:
         code = compile(source, path, "exec")
@@ -149,9 +99,17 @@ def load_pattern_table(path: str, compiler: str = "bmlib") -> list[tuple]:
     Looks for ``@register_pattern_table("<compiler>")``, then a ``pattern_table()``
     function, then a ``PATTERNS``/``pattern_table`` list.
     """
-    _PATTERN_TABLES.pop(compiler, None)
-    module = load_legacy_module(path, "pattern table")
-    table_fn = _PATTERN_TABLES.pop(compiler, None) or getattr(module, "pattern_table", None)
+    before = {c: registered_table(c) for c in (compiler,)}
+    forget_table(compiler)
+    module, registered = _load_registering(path)
+    if compiler in registered:
+        table_fn = registered[compiler]
+    elif len(registered) == 1:  # a vendor table: @register_pattern_table("dnnl")
+        table_fn = next(iter(registered.values()))
+    else:
+        table_fn = getattr(module, "pattern_table", None)
+    if before[compiler] is not None and compiler not in registered:
+        register_pattern_table(compiler, before[compiler])
     try:
         table = table_fn() if callable(table_fn) else getattr(module, "PATTERNS", table_fn)
     except Exception as exc:  # noqa: BLE001
@@ -160,12 +118,35 @@ def load_pattern_table(path: str, compiler: str = "bmlib") -> list[tuple]:
     if not isinstance(table, (list, tuple)) or not table:
         raise LegacyModuleError(f"{path}: no pattern table found (expected a pattern_table() "
                                 f"function or @register_pattern_table({compiler!r}))")
+    table = [entry for entry in table if entry not in ((), [], None)]
     for entry in table:
         if not isinstance(entry, (list, tuple)) or len(entry) not in (2, 3) \
                 or not isinstance(entry[0], str):
             raise LegacyModuleError(f"{path}: pattern table entry {entry!r} is not "
                                     "(name, pattern[, check])")
     return [tuple(e) for e in table]
+
+
+def _load_registering(path: str) -> tuple[types.ModuleType, dict[str, Callable]]:
+    """Load a table module; also return the tables it registered while loading."""
+    from . import compat
+
+    seen = dict(compat._PATTERN_TABLES)
+    module = load_legacy_module(path, "pattern table")
+    registered = {c: fn for c, fn in compat._PATTERN_TABLES.items() if seen.get(c) is not fn}
+    return module, registered
+
+
+def load_partition_fn(path: str, name: str) -> Callable:
+    """A ``partition_for_<x>(mod, params)`` function defined in a legacy module."""
+    module = load_legacy_module(path, "partition function module")
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        available = sorted(n for n, v in vars(module).items()
+                           if n.startswith("partition") and callable(v))
+        raise LegacyModuleError(f"{path}: no function {name!r} (partition functions: "
+                                f"{', '.join(available) or 'none'})")
+    return fn
 
 
 def load_lowerings(path: str) -> dict[str, Callable]:
@@ -176,3 +157,33 @@ def load_lowerings(path: str) -> dict[str, Callable]:
         raise LegacyModuleError(f"{path}: no _LOWER_MAP dict of composite name -> function")
     register_lower_map(lower_map)
     return dict(lower_map)
+
+
+def partition_with_legacy_fn(path: str, name: str, module: Any, weights: dict
+                             ) -> tuple[Any, list, bool, dict]:
+    """Run ``name(mod, params)`` from the legacy module at ``path`` on a Relay module.
+
+    Returns the rewritten Relay module, the pattern list its ``MergeComposite`` /
+    ``AnnotateTarget`` calls asked for, whether it merged compiler regions, and the
+    weights it left unbound (see :mod:`.passes`).  Errors name the file and line.
+    """
+    from .passes import UnsupportedPassError, run_partition_fn
+
+    from ..relay.ast import IRModule
+
+    fn = load_partition_fn(path, name)
+    # The helper rewrites ``mod["main"]`` in place, as Relay helpers did: give it a copy.
+    module = IRModule(dict(module.functions), module.type_definitions, module.metadata,
+                      module.source_name)
+    try:
+        result, patterns, merge = run_partition_fn(fn, module, dict(weights),
+                                                   where=f"{path}: {name}()")
+    except UnsupportedPassError as exc:
+        raise LegacyModuleError(f"{_user_frame(exc, path)}: {name}() {exc}") from exc
+    except BmlibError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - user code: name the line
+        raise LegacyModuleError(f"{_user_frame(exc, path)}: {name}() raised "
+                                f"{type(exc).__name__}: {exc}") from exc
+    inputs = {v.name for v in result["main"].params}
+    return result, patterns, merge, {k: v for k, v in weights.items() if k in inputs}

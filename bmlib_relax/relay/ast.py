@@ -67,7 +67,7 @@ class Attrs(Mapping[str, Any]):
 
     def for_op(self, op_name: str) -> "Attrs":
         """The same attributes, answering ``attrs.name`` with ``op_name``'s defaults."""
-        out = Attrs.__new__(Attrs)
+        out = type(self).__new__(type(self))  # a subclass (Relay accessors) stays itself
         out._data = self._data
         out._op = op_name
         return out
@@ -269,6 +269,9 @@ class Op(Expr):
 
     name: str
     span: Optional[Span] = _span()
+
+    def __str__(self) -> str:  # Relay printed an op as its name (legacy code compares it)
+        return self.name
 
 
 class ConstantData(np.ndarray):

@@ -158,7 +158,7 @@ def test_legacy_patterns_match_import_forms():
     model = bmlib_relax.compile(MLP_RELAY, params, patterns=patterns)
     assert model.report.to_dict()["ops_host"] == {}
     dense = views["dense"]
-    assert (dense.op.name, dense.attrs.axis, dense.args[0].op.name) == ("nn.bias_add", -1,
+    assert (dense.op.name, dense.attrs.axis, dense.args[0].op.name) == ("nn.bias_add", 1,
                                                                         "nn.dense")
     assert dense.args[0].attrs.units == 6 and dense.args[1].checked_type.shape == (6,)
     assert views["flatten"].op.name == "nn.batch_flatten"
@@ -189,10 +189,28 @@ def test_composite_with_template_less_op_is_named():
         check_partition_templates(fused)
 
 
-def test_pattern_names_need_the_bmlib_prefix():
+def test_relax_pattern_names_need_the_bmlib_prefix():
     with pytest.raises(BmlibError, match=r"'cutlass.relu'.*start with 'bmlib.'"):
         partition_for_bmlib(tvm_module_with_argmax(),
-                            patterns=[("cutlass.relu", is_op("nn.relu")(wildcard()))])
+                            patterns=[("cutlass.relu", relax_is_op("relax.nn.relu")(
+                                relax_wildcard()))])
+
+
+def test_legacy_table_of_another_backend_is_offloaded_under_its_names():
+    # A Relay-era table written for cutlass/dnnl/tensorrt: its composites go to bmlib.
+    mod = partition_for_bmlib(tvm_module_with_argmax(),
+                              patterns=[("cutlass.relu", is_op("nn.relu")(wildcard()))])
+    assert offloaded_partitions(mod)
+    composites = [str(f.attrs["Composite"]) for f in _inner_functions(mod)]
+    assert composites == ["cutlass.relu"]
+
+
+def _inner_functions(mod):
+    found = []
+    for func in mod.functions.values():
+        relax.analysis.post_order_visit(func, lambda e: found.append(e) if isinstance(
+            e, relax.Function) and e.attrs is not None and "Composite" in e.attrs else None)
+    return found
 
 
 def tvm_module_with_argmax():
