@@ -61,7 +61,7 @@ def requantize(x, in_scale, in_zp, out_scale, out_zp, out_dtype, rounding="UPWAR
         shape[axis] = -1
         return np.asarray(v).reshape(shape)
 
-    t = x - (along(in_zp) if in_zp.ndim else int(in_zp))
+    t = _wrap32(x - (along(in_zp) if in_zp.ndim else int(in_zp)))  # int32 arithmetic
     if in_scale.ndim == 0:
         if float(in_scale) != float(np.float32(out_scale)):
             t = fixed_point_multiply(t, float(np.float64(in_scale) / np.float64(
@@ -75,7 +75,7 @@ def requantize(x, in_scale, in_zp, out_scale, out_zp, out_dtype, rounding="UPWAR
                 t[tuple(idx)], float(np.float64(s) / np.float64(np.float32(out_scale))),
                 rounding, per_tensor=False)
         t = out
-    t = t + int(out_zp)
+    t = _wrap32(t + int(out_zp))
     lo, hi = QRANGE[out_dtype]
     return np.clip(t, lo, hi).astype(out_dtype)
 

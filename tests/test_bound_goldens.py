@@ -14,14 +14,15 @@ import pytest
 import bmlib_relax
 from bmlib_relax.relay import load_params
 
-from conftest import DATA, Golden, offloaded_partitions
+from conftest import DATA, Golden, golden_case, offloaded_partitions
 
 
 def _cases() -> list[str]:
     root = os.environ.get("BMLIB_RELAY_GOLDEN")
     if not root:
         return ["<BMLIB_RELAY_GOLDEN unset>"]
-    return sorted(p.parent.name for p in Path(root).glob("*/model_bound.relay"))
+    return [golden_case(p.parent.name)
+            for p in sorted(Path(root).glob("*/model_bound.relay"))]
 
 
 @pytest.mark.parametrize("case", _cases())

@@ -9,9 +9,9 @@ from bmlib_relax.relay import ast, parse
 from bmlib_relax.relay.analysis import post_order_list
 from bmlib_relax.relay.rewrite import substitute
 
-from conftest import DATA, Golden, run_plain
+from conftest import DATA, Golden, golden_case, run_plain
 
-CASES = sorted(p.name for p in DATA.iterdir() if (p / "manifest.json").exists())
+CASES = [golden_case(p.name) for p in sorted(DATA.iterdir()) if (p / "manifest.json").exists()]
 
 
 def _fill_unprinted_metadata(golden: Golden, module: ast.IRModule) -> ast.IRModule:

@@ -196,6 +196,7 @@ def requantize(data: relax.Expr, in_scale: QParam, in_zp: QParam, out_scale: QPa
         raise ctx.error("output_scale must not be 0")
     if rounding not in ("UPWARD", "TONEAREST"):
         raise ctx.unsupported_attr("rounding", rounding)
+    data = ctx.emit(data)
     ndim = ndim_of(data)
     axis = ndim - 1 if axis == -1 else normalize_axis(axis, max(ndim, 1), ctx)
     out_scale_f = float(out_scale.item())
