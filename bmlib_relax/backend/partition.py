@@ -49,8 +49,10 @@ def resolve_patterns(patterns: Optional[Sequence[Any]]) -> list:
             annotations = entry[2] if len(entry) == 4 else {}
             # The backend's own predicate (dtypes, static shapes, no leaking
             # intermediates) always applies; a user check can only narrow it.
-            resolved.append((name, entry[1], annotations,
-                             check_tensors if check is None else _both(check_tensors, check)))
+            # (A built-in QNN check validates integer tensors itself: see qnn_patterns.)
+            if check is None or not getattr(check, "validates_tensors", False):
+                check = check_tensors if check is None else _both(check_tensors, check)
+            resolved.append((name, entry[1], annotations, check))
         check_pattern_templates(name, resolved[-1][1])
     return resolved
 

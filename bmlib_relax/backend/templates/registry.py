@@ -30,7 +30,7 @@ SCHEDULE_ATTR = "bmlib_schedule"  # block annotation naming the block's schedule
 
 
 def _load_families() -> None:
-    from . import conv, elemwise, linalg, norm, pool, reduce, tensor  # noqa: F401  (each registers)
+    from . import conv, elemwise, linalg, norm, pool, qnn, reduce, tensor  # noqa: F401  (each registers)
 
 
 TEMPLATES: Registry[Template] = Registry("bmlib template for Relax op", _load_families)

@@ -205,7 +205,7 @@ def requantize(data: relax.Expr, in_scale: QParam, in_zp: QParam, out_scale: QPa
                               rounding, compute_dtype, out_dtype)
     if compute_dtype != "int64":
         raise ctx.unsupported_attr("compute_dtype", compute_dtype)
-    t = relax.op.astype(data, "int32")
+    t = data if dtype_of(data) == "int32" else relax.op.astype(data, "int32")
     if not in_zp.is_scalar_value(0):
         t = relax.op.subtract(t, _along(in_zp.value.reshape(-1) if not in_zp.is_scalar
                                         else in_zp.value, ndim, axis, "int32"))
@@ -268,7 +268,7 @@ def _requantize_or_upcast(expr, scale: QParam, zp: QParam, out_scale: QParam, ou
                           axis: int, ctx, dtype: str = "int32"):
     """``op_common.h`` RequantizeOrUpcast (config-default rounding: UPWARD, int64)."""
     if scale.equals_scalar(out_scale) and zp.equals_scalar(out_zp):
-        return relax.op.astype(expr, dtype)
+        return expr if dtype_of(expr) == dtype else relax.op.astype(expr, dtype)
     return requantize(expr, scale, zp, out_scale, out_zp, axis, "UPWARD", "int64", dtype, ctx)
 
 
@@ -317,7 +317,7 @@ def _dequantize(inputs, attrs, ctx):
 
 # --------------------------------------------------------------------------- conv / dense
 def _int32(expr: relax.Expr) -> relax.Expr:
-    return relax.op.astype(expr, "int32")
+    return expr if dtype_of(expr) == "int32" else relax.op.astype(expr, "int32")
 
 
 def _zp_shifted(expr: relax.Expr, zp: QParam, ndim: int, axis: int) -> relax.Expr:
