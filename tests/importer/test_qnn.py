@@ -256,3 +256,73 @@ def test_non_constant_scale_is_named():
             '  qnn.requantize(%x, %s, 0, 0.5f, 0, out_dtype="int8")\n}\n')
     with pytest.raises(ConversionError, match="qnn.requantize.*input_scale must be a constant"):
         import_relay(parse(text, "bad.relay"))
+
+
+# ----------------------------------------------------------------------------- other ops
+def _lut_reference(x, fn, s, zp, os_, ozp):
+    dtype = str(x.dtype)
+    with np.errstate(all="ignore"):
+        real = fn(ref.dequantize(x, s, zp))
+    return ref.quantize(np.asarray(real, "float32"), os_, ozp, dtype)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+def test_qnn_unary_ops_are_relay_lookup_tables(dtype):
+    lo, hi = ref.QRANGE[dtype]
+    x = np.arange(lo, hi + 1).astype(dtype).reshape(2, -1)  # every input value
+    zp = 0 if dtype == "int8" else 128
+    funcs = {"sigmoid": lambda a: 1 / (1 + np.exp(-a)), "tanh": np.tanh, "abs": np.abs,
+             "hardswish": lambda a: a * np.clip(a + 3.0, 0.0, 6.0) / 6.0}
+    out_zp = {"sigmoid": lo, "tanh": zp, "abs": lo, "hardswish": zp}
+    outs = _run(lambda x: [getattr(qnn, name)(x, c(0.05), c(zp), c(1 / 128), c(out_zp[name]))
+                           for name in funcs], {"x": x})
+    for got, (name, fn) in zip(outs, funcs.items()):
+        _equal(got, _lut_reference(x, fn, 0.05, zp, 1 / 128, out_zp[name]))
+
+
+def test_qnn_leaky_relu_avg_pool_and_conv2d_transpose():
+    rng = np.random.default_rng(12)
+    x = rng.integers(-128, 128, size=(1, 3, 5, 5)).astype("int8")
+    w = rng.integers(-128, 128, size=(3, 2, 3, 3)).astype("int8")  # IOHW
+    outs = _run(lambda x, w: [
+        qnn.leaky_relu(x, 0.1, c(0.05), c(-3), c(0.04), c(5)),
+        qnn.avg_pool2d(x, c(0.05), c(-3), c(0.03), c(2), pool_size=(2, 2), strides=(1, 1),
+                       padding=(0, 0), dilation=(1, 1), layout="NCHW"),
+        qnn.conv2d_transpose(x, w, c(3), c(-1), c(0.1), c(0.1), strides=(2, 2), padding=(1, 1),
+                             output_padding=(1, 1), channels=2, kernel_size=(3, 3))],
+        {"x": x, "w": w})
+    # leaky_relu: Relay's QnnLeakyReluCanonicalize.
+    x32 = x.astype(np.int64)
+    requantized = ref.requantize(x32, 0.05, -3, 0.04, 5, "int32").astype(np.int64)
+    product = ref.fixed_point_multiply(requantized, 0.1, "UPWARD")
+    scaled_zp = ref.fixed_point_multiply(np.array(5), 0.9, "UPWARD")
+    leaky = np.where(x32 < -3, product + scaled_zp, requantized)
+    _equal(outs[0], np.clip(leaky, -128, 127).astype("int8"))
+    # avg_pool2d: requantize to int32 at the output scale, average with topi's
+    # integer division (C semantics: toward zero), clip and cast.
+    q = ref.requantize(x32, 0.05, -3, 0.03, 2, "int32").astype(np.int64)
+    sums = q[:, :, :-1, :-1] + q[:, :, 1:, :-1] + q[:, :, :-1, 1:] + q[:, :, 1:, 1:]
+    _equal(outs[1], np.clip(np.fix(sums / 4), -128, 127).astype("int8"))
+    # conv2d_transpose: Relay legalized it to nn.conv2d_transpose of shifted operands.
+    xs, ws = x32 - 3, w.astype(np.int64) + 1
+    full = np.zeros((1, 2, 2 * 4 + 3 + 1, 2 * 4 + 3 + 1), np.int64)
+    for i in range(3):
+        for y in range(5):
+            for z in range(5):
+                full[0, :, 2 * y:2 * y + 3, 2 * z:2 * z + 3] += xs[0, i, y, z] * ws[i]
+    _equal(outs[2], full[:, :, 1:1 + 10, 1:1 + 10].astype("int32"))
+
+
+def test_simulated_quantize_dequantize_per_channel():
+    rng = np.random.default_rng(13)
+    x = rng.uniform(-4, 4, size=(2, 3, 4)).astype("float32")
+    scales, zps = np.array([0.1, 0.02, 0.5], "float32"), np.array([3, 0, -128], "int32")
+    outs = _run(lambda x: [qnn.simulated_quantize(x, c(scales), c(zps), axis=1),
+                           qnn.simulated_dequantize(x, c(scales), c(zps), axis=1,
+                                                    in_dtype="uint8"),
+                           qnn.simulated_quantize(x, c(0.1), c(0), out_dtype="disable")],
+                {"x": x})
+    s, z = scales.reshape(1, 3, 1), zps.reshape(1, 3, 1).astype("float32")
+    np.testing.assert_array_equal(outs[0], np.clip(np.round(x / s) + z, -128, 127))
+    np.testing.assert_array_equal(outs[1], (x - z) * s)
+    np.testing.assert_array_equal(outs[2], x)

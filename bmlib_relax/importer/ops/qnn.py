@@ -69,9 +69,23 @@ class QParam:
         return self.value.reshape(()).item()
 
 
+def _constant_value(expr: relax.Expr, ctx) -> Optional[np.ndarray]:
+    """A constant, a cast of one, or a reshape of one (``relay.qnn.op`` wraps simulated
+    ops' parameters in ``reshape(-1)``)."""
+    if isinstance(expr, relax.Tuple):
+        return None
+    if isinstance(expr, relax.Var):
+        bound = ctx.bb.lookup_binding(expr)
+        if isinstance(bound, relax.Call) and getattr(bound.op, "name", "") == "relax.reshape":
+            inner = _constant_value(bound.args[0], ctx)
+            if inner is not None:
+                return inner.reshape([int(d) for d in bound.ty.shape.values])
+    return folded_value(expr, ctx)
+
+
 def qparam(expr: relax.Expr, ctx, name: str, dtype: str) -> QParam:
     """The constant value of quantization parameter ``name`` (float32 scale / int32 zp)."""
-    value = folded_value(expr, ctx) if not isinstance(expr, relax.Tuple) else None
+    value = _constant_value(expr, ctx)
     if value is None:
         raise ctx.error(f"{name} must be a constant (Relay's QNN canonicalization "
                         "needed its value at compile time)")
@@ -533,3 +547,183 @@ def supported_qnn_ops() -> Optional[list[str]]:
     from ..registry import supported_ops
 
     return [name for name in supported_ops() if name.startswith("qnn.")]
+
+
+# --------------------------------------------------------------------------- lookup tables
+def _dequantize_np(q: np.ndarray, scale: float, zp: int) -> np.ndarray:
+    return (q.astype("int32") - np.int32(zp)).astype("float32") * np.float32(scale)
+
+
+def _quantize_np(x: np.ndarray, scale: float, zp: int, dtype: str) -> np.ndarray:
+    lo, hi = _INT_RANGE[dtype]
+    with np.errstate(all="ignore"):
+        q = np.round(x.astype("float32") / np.float32(scale)) + np.float32(zp)
+        return np.clip(q, lo, hi).astype(dtype)
+
+
+def _hardswish(x):
+    return x * np.clip(x + 3.0, 0.0, 6.0) / 6.0
+
+
+def _erf(x):
+    return np.vectorize(math.erf, otypes=["float64"])(x).astype(x.dtype)
+
+
+# Relay v0.19 legalized these to a 256-entry table: dequantize every input value,
+# apply the NumPy function, quantize (create_integer_lookup_op), then ``take``.
+_LOOKUP_FUNCS = {
+    "qnn.sqrt": np.sqrt, "qnn.rsqrt": lambda a: 1 / np.sqrt(a), "qnn.exp": np.exp,
+    "qnn.sigmoid": lambda a: 1 / (1 + np.exp(-a)), "qnn.hardswish": _hardswish,
+    "qnn.tanh": np.tanh, "qnn.log": np.log, "qnn.abs": np.abs, "qnn.erf": _erf,
+}
+
+
+def _lookup(fn):
+    def convert(inputs, attrs, ctx):
+        data = inputs[0]
+        dtype = _check_qdtype(dtype_of(data), ctx, "the input dtype", ("int8", "uint8"))
+        scale, zp, out_scale, out_zp = (
+            qparam(e, ctx, n, d) for e, n, d in zip(
+                inputs[1:5], ("scale", "zero_point", "output_scale", "output_zero_point"),
+                ("float32", "int32", "float32", "int32")))
+        if not all(p.is_scalar for p in (scale, zp, out_scale, out_zp)):
+            raise ctx.error("the quantization parameters must be scalars")
+        lo, hi = _INT_RANGE[dtype]
+        values = np.arange(lo, hi + 1).astype(dtype)  # table index = value - lo
+        with np.errstate(all="ignore"):
+            real = fn(_dequantize_np(values, scale.item(), zp.item()))
+        table = _quantize_np(np.asarray(real, "float32"), out_scale.item(), out_zp.item(), dtype)
+        index = relax.op.add(relax.op.astype(data, "int32"), _const(-lo, "int32"))
+        return relax.op.take(_const(table, dtype), ctx.emit(index), axis=0)
+
+    return convert
+
+
+for _name, _fn in _LOOKUP_FUNCS.items():
+    register_converter(_name)(_lookup(_fn))
+
+
+# --------------------------------------------------------------------------- others
+def _fixed_point_scalar(value: int, multiplier: float) -> int:
+    """TIR ``q_multiply_shift`` (UPWARD) of one int32 value, as Relay folded it."""
+    fixed, shift = fixed_point_multiplier_shift(multiplier)
+    if fixed == (1 << 30) and shift - 1 > 0:
+        return _wrap32(value << (shift - 1))
+    if fixed == (1 << 30) and 0 < 1 - shift < 32:
+        e = 1 - shift
+        return _wrap32(_wrap32(value + (1 << (e - 1))) >> e)
+    lshift, rshift = _shifts(shift)
+    total = rshift + 31
+    return _wrap32(((value << lshift) * fixed + (1 << (total - 1))) >> total)
+
+
+def _wrap32(value: int) -> int:
+    return (value + (1 << 31)) % (1 << 32) - (1 << 31)
+
+
+@register_converter("qnn.leaky_relu")
+def _qnn_leaky_relu(inputs, attrs, ctx):
+    data = inputs[0]
+    dtype = _check_qdtype(dtype_of(data), ctx, "the input dtype", ("int8", "uint8", "int16"))
+    scale, zp, out_scale, out_zp = (
+        qparam(e, ctx, n, d) for e, n, d in zip(
+            inputs[1:5], ("input_scale", "input_zero_point", "output_scale",
+                          "output_zero_point"), ("float32", "int32", "float32", "int32")))
+    if not (zp.is_scalar and out_zp.is_scalar):
+        raise ctx.error("the zero points must be scalars")
+    alpha = float(attrs.get("alpha", 0.01))
+    x32 = ctx.emit(_int32(data))
+    requantized = ctx.emit(_requantize_or_upcast(x32, scale, zp, out_scale, out_zp, -1, ctx))
+    product = _fixed_point_per_tensor(requantized, alpha, "UPWARD")
+    scaled_zp = _fixed_point_scalar(int(out_zp.item()), 1 - alpha)
+    negative = relax.op.add(ctx.emit(product), _const(scaled_zp, "int32"))
+    out = relax.op.where(relax.op.less(x32, _const(zp.item(), "int32")), ctx.emit(negative),
+                         requantized)
+    return _clip_cast(ctx.emit(out), dtype)
+
+
+@register_converter("qnn.avg_pool2d")
+def _qnn_avg_pool2d(inputs, attrs, ctx):
+    data = inputs[0]
+    dtype = _check_qdtype(dtype_of(data), ctx, "the input dtype", ("int8", "uint8", "int16"))
+    scale, zp, out_scale, out_zp = (
+        qparam(e, ctx, n, d) for e, n, d in zip(
+            inputs[1:5], ("input_scale", "input_zero_point", "output_scale",
+                          "output_zero_point"), ("float32", "int32", "float32", "int32")))
+    upcast = ctx.emit(_requantize_or_upcast(data, scale, zp, out_scale, out_zp, -1, ctx))
+    padding = ints(attrs.get("padding", 0))
+    padding = padding * 4 if len(padding) == 1 else padding + padding if len(padding) == 2 \
+        else padding
+    pooled = relax.op.nn.avg_pool2d(
+        upcast, pool_size=repeat_to(attrs.get("pool_size", 1), 2),
+        strides=repeat_to(attrs.get("strides", 1), 2), padding=padding,
+        dilation=repeat_to(attrs.get("dilation", 1), 2),
+        ceil_mode=bool(attrs.get("ceil_mode", False)),
+        count_include_pad=bool(attrs.get("count_include_pad", False)),
+        layout=attrs.get("layout") or "NCHW", out_layout=attrs.get("out_layout") or None)
+    return _clip_cast(ctx.emit(pooled), dtype)
+
+
+@register_converter("qnn.conv2d_transpose")
+def _qnn_conv2d_transpose(inputs, attrs, ctx):
+    # Relay legalized it to nn.conv2d_transpose of the zero-point-shifted operands.
+    data, weight, in_zp_e, k_zp_e = inputs[:4]
+    in_zp = qparam(in_zp_e, ctx, "input_zero_point", "int32")
+    k_zp = qparam(k_zp_e, ctx, "kernel_zero_point", "int32")
+    data_layout = attrs.get("data_layout") or "NCHW"
+    kernel_layout = attrs.get("kernel_layout") or "IOHW"
+    x = ctx.emit(_zp_shifted(data, in_zp, 4, data_layout.index("C")))
+    w = ctx.emit(_zp_shifted(weight, k_zp, 4, kernel_layout.index("O")))
+    padding = ints(attrs.get("padding", 0))
+    padding = padding * 4 if len(padding) == 1 else padding + padding if len(padding) == 2 \
+        else padding
+    return relax.op.nn.conv2d_transpose(
+        x, w, strides=repeat_to(attrs.get("strides", 1), 2), padding=padding,
+        output_padding=repeat_to(attrs.get("output_padding", 0), 2),
+        dilation=repeat_to(attrs.get("dilation", 1), 2), groups=int(attrs.get("groups", 1)),
+        data_layout=data_layout, kernel_layout=kernel_layout,
+        out_layout=attrs.get("out_layout") or None,
+        out_dtype=str(attrs.get("out_dtype") or "int32"))
+
+
+_SQNN_CODES = {0: None, 1: "int8", 2: "uint8", 3: "int32"}  # topi.nn.qnn.SQNN_DTYPE_TO_CODE
+
+
+def _sqnn_dtype(expr, ctx) -> Optional[str]:
+    value = folded_value(expr, ctx)
+    if value is None or value.size != 1 or int(value.reshape(())) not in _SQNN_CODES:
+        raise ctx.error("the dtype code must be a constant 0 (disable), 1 (int8), "
+                        "2 (uint8) or 3 (int32)")
+    return _SQNN_CODES[int(value.reshape(()))]
+
+
+def _sqnn_params(inputs, attrs, ctx, names):
+    data = inputs[0]
+    ndim = ndim_of(data)
+    axis = normalize_axis(int(attrs.get("axis", -1)), ndim, ctx)
+    scale = qparam(inputs[2], ctx, names[0], "float32").value.reshape(-1)
+    zp = qparam(inputs[3], ctx, names[1], "int32").value.reshape(-1)
+    # topi indexes the parameters by (index along axis) mod their length.
+    count = shape_of(data)[axis]
+    take = np.arange(count) % scale.size, np.arange(count) % zp.size
+    return (_along(scale[take[0]], ndim, axis, "float32"),
+            _along(zp[take[1]].astype("float32"), ndim, axis, "float32"))
+
+
+@register_converter("qnn.simulated_quantize")
+def _simulated_quantize(inputs, attrs, ctx):
+    dtype = _sqnn_dtype(inputs[1], ctx)
+    if dtype is None:
+        return inputs[0]
+    scale, zp = _sqnn_params(inputs, attrs, ctx, ("output_scale", "output_zero_point"))
+    lo, hi = _INT_RANGE[dtype]
+    rounded = relax.op.add(relax.op.round(relax.op.divide(inputs[0], scale)), zp)
+    return relax.op.clip(rounded, float(lo), float(hi))
+
+
+@register_converter("qnn.simulated_dequantize")
+def _simulated_dequantize(inputs, attrs, ctx):
+    if _sqnn_dtype(inputs[1], ctx) is None:
+        return inputs[0]
+    scale, zp = _sqnn_params(inputs, attrs, ctx, ("input_scale", "input_zero_point"))
+    return relax.op.multiply(relax.op.subtract(inputs[0], zp), scale)
