@@ -15,9 +15,9 @@ from bmlib_relax.relay import ast, parse
 from bmlib_relax.relay.analysis import post_order_list
 from bmlib_relax.relay.rewrite import substitute
 
-from conftest import DATA, Golden, golden_case, offloaded_partitions
+from conftest import DATA, Golden, offloaded_partitions, restore_printed_scalars
 
-CASES = [golden_case(p.name) for p in sorted(DATA.iterdir()) if (p / "manifest.json").exists()]
+CASES = sorted(p.name for p in DATA.iterdir() if (p / "manifest.json").exists())
 HOST_ONLY = {"op_take": "relax.take"}  # the golden's only op has no bmlib template
 MODES = {"default": False, "merge": True}
 FLOP_FLOOR = {"resnet18": 0.9, "mobilenet": 0.9, "transformer_block": 0.9}
@@ -32,7 +32,8 @@ def _module(golden: Golden) -> ast.IRModule:
     show 3 sections); ``op_take`` printed ``meta[relay.Constant][0]`` (its expected
     rows are input rows, which gives the indices back).
     """
-    module = parse(golden.text, f"{golden.name}/model.relay")
+    module = restore_printed_scalars(golden.name,
+                                     parse(golden.text, f"{golden.name}/model.relay"))
     func, mapping = module["main"], {}
     for node in post_order_list(func):
         if isinstance(node, ast.Call) and isinstance(node.attrs.get("indices_or_sections"),

@@ -30,7 +30,8 @@ SCHEDULE_ATTR = "bmlib_schedule"  # block annotation naming the block's schedule
 
 
 def _load_families() -> None:
-    from . import conv, elemwise, linalg, norm, pool, qnn, reduce, tensor  # noqa: F401  (each registers)
+    from . import (  # noqa: F401  (each registers)
+        conv, elemwise, linalg, norm, pool, qnn, reduce, tensor)
 
 
 TEMPLATES: Registry[Template] = Registry("bmlib template for Relax op", _load_families)
