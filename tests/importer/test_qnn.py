@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import qnn_reference as ref
-from bmlib_relax import ConversionError, import_relay, relay
+from bmlib_relax import ConversionError, UnsupportedOpError, import_relay, relay
 from bmlib_relax.relay import ast, parse
 from bmlib_relax.importer.ops.qnn import fixed_point_multiplier_shift
 
@@ -326,3 +326,10 @@ def test_simulated_quantize_dequantize_per_channel():
     np.testing.assert_array_equal(outs[0], np.clip(np.round(x / s) + z, -128, 127))
     np.testing.assert_array_equal(outs[1], (x - z) * s)
     np.testing.assert_array_equal(outs[2], x)
+
+
+def test_unconverted_qnn_op_is_named():
+    x = relay.var("x", shape=(2, 4), dtype="int8")
+    body = qnn.softmax(x, c(0.1), c(0), c(1 / 256), c(-128))
+    with pytest.raises(UnsupportedOpError, match="qnn.softmax"):
+        import_relay(ast.IRModule({"main": relay.Function([x], body)}))

@@ -542,13 +542,6 @@ def _qnn_concatenate(inputs, attrs, ctx):
     return relax.op.concat(parts, axis=axis)
 
 
-def supported_qnn_ops() -> Optional[list[str]]:
-    """The ``qnn.*`` ops this module converts (for docs and tests)."""
-    from ..registry import supported_ops
-
-    return [name for name in supported_ops() if name.startswith("qnn.")]
-
-
 # --------------------------------------------------------------------------- lookup tables
 def _dequantize_np(q: np.ndarray, scale: float, zp: int) -> np.ndarray:
     return (q.astype("int32") - np.int32(zp)).astype("float32") * np.float32(scale)
