@@ -38,6 +38,39 @@ def corpus_dir() -> Path:
     return path
 
 
+# Relay's text printer wrote float32 scalars with 6 significant digits, so a scale the
+# generator computed in float32 can print as a different float32.  qnn_mobilenet_tiny's last
+# accumulator scale is 0.06f * 0.02f = 0.0011999999 (float32), printed "0.0012f": with the
+# printed value the softmax is 4.6e-5 off (every int8 layer otherwise matches), with the
+# product it matches to 8e-9.  The tests put the computed value back, as they do for the
+# metadata op_split / op_take lost.
+PRINTED_SCALARS = {
+    "qnn_mobilenet_tiny": {np.float32(0.0012): np.float32(0.06) * np.float32(0.02)},
+}
+
+
+def restore_printed_scalars(case: str, module):
+    """``module`` with the float32 scalars ``PRINTED_SCALARS[case]`` maps replaced."""
+    from bmlib_relax.relay import ast
+    from bmlib_relax.relay.analysis import post_order_list
+    from bmlib_relax.relay.rewrite import substitute
+
+    fixes = PRINTED_SCALARS.get(case)
+    if not fixes:
+        return module
+    mapping = {}
+    for name, func in module.functions.items():
+        for node in post_order_list(func):
+            data = getattr(node, "data", None) if isinstance(node, ast.Constant) else None
+            if data is not None and data.ndim == 0 and data.dtype == np.float32 and \
+                    np.float32(data) in fixes:
+                mapping[node] = ast.Constant(np.array(fixes[np.float32(data)], "float32"),
+                                             span=node.span)
+    assert mapping, f"{case}: no printed scalar to restore"
+    return ast.IRModule({name: substitute(func, mapping)
+                         for name, func in module.functions.items()})
+
+
 class Golden:
     """One Relay-path golden case (text, manifest, expected outputs)."""
 

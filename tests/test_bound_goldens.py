@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 import bmlib_relax
-from bmlib_relax.relay import load_params
+from bmlib_relax.relay import load_params, parse
 
-from conftest import DATA, Golden, offloaded_partitions
+from conftest import DATA, Golden, offloaded_partitions, restore_printed_scalars
 
 
 def _cases() -> list[str]:
@@ -31,11 +31,13 @@ def test_bound_text_reproduces_expected(case):
         pytest.skip("BMLIB_RELAY_GOLDEN is not set")
     folder = Path(root) / case
     golden = Golden(DATA / case)
-    bound = bmlib_relax.compile((folder / "model_bound.relay").read_text())
+    bound = bmlib_relax.compile(restore_printed_scalars(
+        case, parse((folder / "model_bound.relay").read_text(), f"{case}/model_bound.relay")))
     assert offloaded_partitions(bound.relax_module), "nothing offloaded"
     # Only the inputs remain parameters: the weights came from #[metadata].
     assert bound.input_names == [i["name"] for i in golden.manifest["inputs"]]
-    unbound = bmlib_relax.compile(golden.text, load_params(folder / "model.params"))
+    unbound = bmlib_relax.compile(restore_printed_scalars(case, parse(golden.text)),
+                                  load_params(folder / "model.params"))
     inputs = golden.inputs()
     got, same = bound(**inputs), unbound(**inputs)
     got = got if isinstance(got, tuple) else (got,)

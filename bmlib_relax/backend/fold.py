@@ -48,6 +48,24 @@ for _name, _fn in {
     FOLDERS.register(_name)(_elementwise(_fn))
 
 
+# QNN: a quantized weight is ``astype(clip(round(w / s) + zp))``, its zero-point term a
+# ``sum``; NumPy's round is half-to-even like TVM's (llvm nearbyint), so folding is exact.
+FOLDERS.register("relax.round")(_elementwise(np.round))
+FOLDERS.register("relax.floor")(_elementwise(np.floor))
+
+
+@FOLDERS.register("relax.clip")
+def _clip(args, call):
+    return np.clip(args[0], float(call.args[1].value), float(call.args[2].value))
+
+
+@FOLDERS.register("relax.sum")
+def _sum(args, call):
+    axis = call.attrs.axis
+    return np.sum(args[0], axis=None if axis is None else tuple(int(a) for a in axis),
+                  keepdims=bool(call.attrs.keepdims), dtype=str(call.ty.dtype))
+
+
 @FOLDERS.register("relax.reshape")
 def _reshape(args, call):
     return args[0].reshape([int(v) for v in call.args[1].values])
@@ -108,7 +126,8 @@ class _ConstantFolder(PyExprMutator):
         ty = call.ty
         if folder is None or not isinstance(ty, relax.TensorType):
             return call
-        tensors = [a for a in call.args if not isinstance(a, relax.ShapeExpr)]
+        tensors = [a for a in call.args  # clip's bounds are scalar immediates, not tensors
+                   if not isinstance(a, (relax.ShapeExpr, tvm.tirx.IntImm, tvm.tirx.FloatImm))]
         values = [self._value(a) for a in tensors]
         if not values or any(v is None for v in values):
             return call

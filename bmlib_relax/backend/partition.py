@@ -61,13 +61,14 @@ def resolve_patterns(patterns: Optional[Sequence[Any]],
                 items = [translate_entry(name, variant, check, base_check=check_tensors)
                          for variant in expand_alternatives(entry[1])]
             else:
-                if check is not None:
-                    check = _user_check(name, check)
                 annotations = entry[2] if len(entry) == 4 else {}
                 # The backend's own predicate (dtypes, static shapes, no leaking
                 # intermediates) always applies; a user check can only narrow it.
-                items = [(name, entry[1], annotations,
-                          check_tensors if check is None else _both(check_tensors, check))]
+                # (A built-in QNN check validates integer tensors itself: see qnn_patterns.)
+                if check is None or not getattr(check, "validates_tensors", False):
+                    check = check_tensors if check is None else \
+                        _both(check_tensors, _user_check(name, check))
+                items = [(name, entry[1], annotations, check)]
             for item in items:
                 check_pattern_templates(name, item[1])
         except (BmlibError, AttributeError, RuntimeError, ValueError) as exc:

@@ -440,6 +440,12 @@ def bmlib_patterns() -> list[tuple]:
                 table.append(_entry(name, make_conv2d_pattern(bias, bn, act), check_conv2d))
     table.append(_entry("reshape_conv2d_add_bn_relu", make_reshape_conv2d_add_bn_relu_pattern(),
                         check_conv2d))
+    # ---- QNN (issue #18): imported integer arithmetic, int8/uint8 with int32 accumulation.
+    # Integer tensors never match the float entries above (check_tensors), so the two
+    # blocks do not compete; see qnn_patterns for the forms and their check.
+    from .qnn_patterns import qnn_patterns
+
+    table += qnn_patterns(_entry)
     return table
 
 

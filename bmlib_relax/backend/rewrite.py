@@ -26,6 +26,8 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from .target import vector_lanes
 
 PACKABLE_DTYPES = ("float32", "float16")
+# Quantized (QNN) weights: packed too, blocked by the vectors of their int32 accumulator.
+QUANTIZED_DTYPES = ("int8", "uint8")
 
 
 def conv2d_blocking(in_channels: int, out_channels: int, lanes: int) -> tuple[int, int]:
@@ -94,7 +96,8 @@ class _WeightPacker(PyExprMutator):
         attrs = call.attrs
         data, weight = call.args
         array = const_array(weight)
-        if array is None or array.ndim != 4 or str(array.dtype) not in PACKABLE_DTYPES:
+        if array is None or array.ndim != 4 or \
+                str(array.dtype) not in PACKABLE_DTYPES + QUANTIZED_DTYPES:
             return call
         if (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout)) != \
                 ("NCHW", "OIHW", "NCHW") or not _static(data.ty) or not _static(call.ty):
@@ -102,7 +105,8 @@ class _WeightPacker(PyExprMutator):
         groups = int(attrs.groups)
         in_channels = int(data.ty.shape.values[1])
         out_channels = array.shape[0]
-        lanes = vector_lanes(self.target, str(array.dtype))
+        lanes = vector_lanes(self.target, str(call.ty.dtype) if str(array.dtype) in
+                             QUANTIZED_DTYPES else str(array.dtype))
         if groups == 1:
             ib, ob = conv2d_blocking(in_channels, out_channels, lanes)
         elif groups == in_channels == out_channels and array.shape[1] == 1:
@@ -119,7 +123,8 @@ class _WeightPacker(PyExprMutator):
 
     def _transpose(self, call: relax.Call) -> relax.Expr:
         array = const_array(call.args[0])
-        if array is None or array.ndim != 2 or str(array.dtype) not in PACKABLE_DTYPES:
+        if array is None or array.ndim != 2 or \
+                str(array.dtype) not in PACKABLE_DTYPES + QUANTIZED_DTYPES:
             return call
         axes = call.attrs.axes
         if axes is not None and [int(a) for a in axes] != [1, 0]:

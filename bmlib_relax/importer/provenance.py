@@ -325,7 +325,20 @@ def with_spans(expr: Any, root: tvm.ir.Span, part: tvm.ir.Span,
     """
     from tvm import relax
 
+    # A subexpression a converter uses twice (QNN's rounding reads the product it
+    # rounds) is rebuilt and emitted once: sharing is part of the program.
+    memo: dict = {}
+
     def rebuild(e: Any, span: tvm.ir.Span, nested: bool) -> Any:
+        key = (e, nested)
+        if isinstance(e, relax.Expr) and key in memo:
+            return memo[key]
+        out = _rebuild(e, span, nested)
+        if isinstance(e, relax.Expr):
+            memo[key] = out
+        return out
+
+    def _rebuild(e: Any, span: tvm.ir.Span, nested: bool) -> Any:
         if isinstance(e, relax.Tuple):
             # Fields are not emitted here: a field nobody projects must stay dead code.
             fields = [rebuild(f, part, False) for f in e.fields]

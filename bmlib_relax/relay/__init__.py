@@ -19,6 +19,7 @@ from .ast import (
 from .builder import const, scalar_type, var
 from .op import *  # noqa: F401,F403  (relay.add, relay.reshape, ...)
 from .op import TupleWrapper, image, nn
+from .op import qnn  # noqa: F401  (relay.qnn.op.*: the QNN dialect)
 from .params import bind_params_by_name, load_params
 from .parser import fromtext, parse, parse_expr
 

@@ -15,7 +15,7 @@ from bmlib_relax.relay import ast, parse
 from bmlib_relax.relay.analysis import post_order_list
 from bmlib_relax.relay.rewrite import substitute
 
-from conftest import DATA, Golden, offloaded_partitions
+from conftest import DATA, Golden, offloaded_partitions, restore_printed_scalars
 
 CASES = sorted(p.name for p in DATA.iterdir() if (p / "manifest.json").exists())
 HOST_ONLY = {"op_take": "relax.take"}  # the golden's only op has no bmlib template
@@ -32,7 +32,8 @@ def _module(golden: Golden) -> ast.IRModule:
     show 3 sections); ``op_take`` printed ``meta[relay.Constant][0]`` (its expected
     rows are input rows, which gives the indices back).
     """
-    module = parse(golden.text, f"{golden.name}/model.relay")
+    module = restore_printed_scalars(golden.name,
+                                     parse(golden.text, f"{golden.name}/model.relay"))
     func, mapping = module["main"], {}
     for node in post_order_list(func):
         if isinstance(node, ast.Call) and isinstance(node.attrs.get("indices_or_sections"),
@@ -86,3 +87,25 @@ def test_models_put_their_flops_on_bmlib(case, mode):
     assert data["flops_offloaded"] / data["flops_total"] >= FLOP_FLOOR[case], str(report)
     # Merging changes the partitions, not the work.
     assert data["flops_total"] == compiled(case, not MODES[mode]).report.flops_total
+
+
+# QNN goldens (issue #18): the quantized convolutions / dense run inside bmlib partitions.
+QNN_COMPOSITES = {
+    "qnn_conv2d_requantize": {"bmlib.qnn_conv2d_requantize"},
+    "qnn_conv2d_depthwise": {"bmlib.qnn_conv2d_requantize"},
+    "qnn_conv2d_per_channel_int8_out": {"bmlib.qnn_conv2d_requantize"},
+    "qnn_mobilenet_tiny": {"bmlib.qnn_conv2d_requantize"},
+    "qnn_dense_requantize": {"bmlib.qnn_dense_requantize"},
+    "qnn_add_mul_concat": {"bmlib.qnn_add", "bmlib.qnn_mul", "bmlib.qnn_concatenate"},
+    "qnn_requantize_rounding": {"bmlib.qnn_requantize"},
+}
+
+
+@pytest.mark.parametrize("case", sorted(QNN_COMPOSITES))
+def test_qnn_goldens_offload_their_quantized_ops(case):
+    report = compiled(case, False).report.to_dict()
+    composites = {c for p in report["partitions"] for c in p["composites"]}
+    assert QNN_COMPOSITES[case] <= composites, composites
+    # No integer conv/matmul or requantize arithmetic is left on the host.
+    for op in ("relax.nn.conv2d", "relax.matmul", "relax.right_shift", "relax.left_shift"):
+        assert op not in report["ops_host"], report["ops_host"]

@@ -17,6 +17,7 @@ from conftest import offloaded_partitions
 from helpers import make_module, pattern_entry, run_offloaded, run_plain
 
 R = relax.op
+C = relax.const
 NCHW = (1, 8, 10, 10)
 
 
@@ -169,6 +170,25 @@ CASES = {
         _case("sum", lambda a: R.sum(a, axis=1), [(3, 4, 5)]),
         _case("max", lambda a: R.max(a), [(3, 4, 5)]),
         _case("min", lambda a: R.min(a, axis=[0, 2]), [(3, 4, 5)]),
+    ],
+    # QNN (issue #18): the imported requantize / quantize arithmetic on integers.
+    "qnn": [
+        _case("qnn_requantize", lambda a: (lambda m: R.astype(R.clip(R.add(C(3, "int32"), R.astype(
+            R.right_shift(R.add(m, R.where(R.greater_equal(m, C(0, "int64")), C(1 << 31, "int64"),
+                                           C((1 << 31) - 1, "int64"))), C(32, "int64")), "int32")),
+            -128, 127), "int8"))(R.multiply(R.astype(a, "int64"), C(1288490189, "int64"))),
+              [(2, 8, 4, 4)], dtype="int32"),
+        _case("qnn_requantize", lambda a, s: R.astype(R.clip(R.astype(R.right_shift(R.add(
+            R.multiply(R.left_shift(R.astype(a, "int64"), C(1, "int64")),
+                       C(1610612736, "int64")), C(1 << 30, "int64")),
+            C(31, "int64")), "int32"), 0, 255), "uint8"),
+              [(1, 8, 3)], [(8, 1)], dtype="int32"),
+        _case("qnn_requantize", lambda a: R.astype(R.clip(R.right_shift(
+            R.add(a, C(2, "int32")), C(2, "int32")), -128, 127), "int8"),
+              [(3, 5)], dtype="int32"),
+        _case("qnn_quantize", lambda x: R.astype(R.clip(R.add(R.round(R.divide(
+            x, C(0.01, "float32"))), C(-3.0, "float32")), -128.0, 127.0), "int8"),
+              [(2, 7)]),
     ],
 }
 

@@ -9,7 +9,7 @@ from bmlib_relax.relay import ast, parse
 from bmlib_relax.relay.analysis import post_order_list
 from bmlib_relax.relay.rewrite import substitute
 
-from conftest import DATA, Golden, run_plain
+from conftest import DATA, Golden, restore_printed_scalars, run_plain
 
 CASES = sorted(p.name for p in DATA.iterdir() if (p / "manifest.json").exists())
 
@@ -43,7 +43,7 @@ def _fill_unprinted_metadata(golden: Golden, module: ast.IRModule) -> ast.IRModu
 @pytest.mark.parametrize("case", CASES)
 def test_golden_matches_relay_build(case):
     golden = Golden(DATA / case)
-    module = parse(golden.text, f"{case}/model.relay")
+    module = restore_printed_scalars(case, parse(golden.text, f"{case}/model.relay"))
     params = golden.params()
     filled = _fill_unprinted_metadata(golden, module)
     if filled is not module:

@@ -91,7 +91,8 @@ def test_every_importable_op_has_a_builder():
     missing = []
     for name in supported_ops():
         namespace, _, short = name.rpartition(".")
-        module = {"": relay, "nn": relay.nn, "image": relay.image}.get(namespace)
+        module = {"": relay, "nn": relay.nn, "image": relay.image,
+                  "qnn": relay.qnn.op}.get(namespace)
         if module is None or not callable(getattr(module, short, None)):
             missing.append(name)
     assert missing == [], f"ops without a builder function: {missing}"

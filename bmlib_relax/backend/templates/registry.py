@@ -30,8 +30,8 @@ SCHEDULE_ATTR = "bmlib_schedule"  # block annotation naming the block's schedule
 
 
 def _load_families() -> None:
-    from . import (conv, elemwise, image, linalg, norm, pool, reduce,  # noqa: F401  (each registers)
-                   select, tensor)
+    from . import (  # noqa: F401  (each registers)
+        conv, elemwise, image, linalg, norm, pool, qnn, reduce, select, tensor)
 
 
 TEMPLATES: Registry[Template] = Registry("bmlib template for Relax op", _load_families)

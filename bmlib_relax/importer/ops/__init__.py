@@ -8,6 +8,7 @@ from . import (  # noqa: F401
     activation, conv, create, elemwise, image, layout, linear, normalization, pooling, reduce,
     tensor,
 )
+from . import qnn  # noqa: F401  (Relay's QNN dialect, issue #18)
 
 FAMILIES = ("activation", "conv", "create", "elemwise", "image", "layout", "linear",
-            "normalization", "pooling", "reduce", "tensor")
+            "normalization", "pooling", "reduce", "tensor", "qnn")

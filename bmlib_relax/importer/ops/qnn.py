@@ -1,0 +1,722 @@
+"""Relay's QNN dialect (``qnn.*``) as the integer arithmetic Relay v0.19 canonicalized it to.
+
+``relay.build`` never ran a ``qnn.*`` op: its QNN canonicalization pass rewrote
+each one into plain integer Relay ops (zero-point terms, int32 accumulation,
+fixed-point requantization) before anything was compiled.  These converters
+emit that arithmetic as high-level ``relax.op.*`` calls, so results are
+bit-exact with a Relay build:
+
+* **requantize** (``compute_dtype="int64"``, the default): subtract the input
+  zero point in int32, then multiply by ``input_scale / output_scale`` as a
+  fixed-point number.  The multiplier is ``float64(in) / float64(out)`` of the
+  float32 scale constants, split by ``frexp`` into a Q31 significand (rounded
+  half away from zero; 2^31 renormalized) and a shift, computed here at import
+  time exactly as ``GetFixedPointMultiplierShift`` did.  The product is taken
+  in int64 and shifted right by ``31 + right_shift`` after adding
+  ``2^(total-1)`` (``UPWARD``: ties toward +inf) or, for a negative product,
+  ``2^(total-1) - 1`` (``TONEAREST``: ties away from zero).  A per-tensor
+  ``UPWARD`` multiplier that is an exact power of two takes TIR's
+  ``q_multiply_shift`` shortcut (int32 shifts).  Equal per-tensor scales skip
+  the multiply.  Then the output zero point is added and the result clipped
+  to the output dtype.  ``compute_dtype="float32"/"float64"`` follow Relay's
+  floating-point lowering (rounding emulated without SSE4.1, as Relay did for
+  a plain ``llvm`` target).
+* **conv2d / dense / batch_matmul**: int8/uint8 operands with an int32
+  accumulator; with a zero kernel zero point the input zero point becomes the
+  padding value plus a per-output-channel constant term (``zp_x * sum(w)``),
+  otherwise both operands are shifted in int32 first (Relay's fallback; the
+  same integers).
+* **add / subtract / mul / concatenate**: operands requantized (or upcast)
+  to int32 at the output scale, combined, clipped back, as in ``op_common.h``.
+* **quantize / dequantize**: ``round(x / scale) + zp`` clipped and cast;
+  ``(int32(q) - zp) * scale``; per-channel along ``axis``.
+
+Scales and zero points must be constants (as Relay's canonicalization
+required); a non-constant one is a ``ConversionError`` naming the parameter.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence
+
+import numpy as np
+from tvm import relax
+
+from ..registry import register_converter
+from ._utils import dtype_of, folded_value, ints, ndim_of, normalize_axis, repeat_to, shape_of
+
+_INT_RANGE = {d: (int(np.iinfo(d).min), int(np.iinfo(d).max))
+              for d in ("int8", "uint8", "int16", "uint16", "int32")}
+
+
+# --------------------------------------------------------------------------- parameters
+class QParam:
+    """A constant scale or zero point: its value and whether Relay saw a scalar."""
+
+    def __init__(self, value: np.ndarray):
+        self.value = value
+        self.is_scalar = value.ndim == 0
+
+    def equals_scalar(self, other: "QParam") -> bool:
+        """Relay's ``IsEqualScalar``: both 0-d constants of one dtype and value."""
+        return (self.is_scalar and other.is_scalar and self.value.dtype == other.value.dtype
+                and self.value.item() == other.value.item())
+
+    def is_scalar_value(self, number: int) -> bool:
+        return self.is_scalar and self.value.item() == number
+
+    def item(self):
+        return self.value.reshape(()).item()
+
+
+def _constant_value(expr: relax.Expr, ctx) -> Optional[np.ndarray]:
+    """A constant, a cast of one, or a reshape of one (``relay.qnn.op`` wraps simulated
+    ops' parameters in ``reshape(-1)``)."""
+    if isinstance(expr, relax.Tuple):
+        return None
+    if isinstance(expr, relax.Var):
+        bound = ctx.bb.lookup_binding(expr)
+        if isinstance(bound, relax.Call) and getattr(bound.op, "name", "") == "relax.reshape":
+            inner = _constant_value(bound.args[0], ctx)
+            if inner is not None:
+                return inner.reshape([int(d) for d in bound.ty.shape.values])
+    return folded_value(expr, ctx)
+
+
+def qparam(expr: relax.Expr, ctx, name: str, dtype: str) -> QParam:
+    """The constant value of quantization parameter ``name`` (float32 scale / int32 zp)."""
+    value = _constant_value(expr, ctx)
+    if value is None:
+        raise ctx.error(f"{name} must be a constant (Relay's QNN canonicalization "
+                        "needed its value at compile time)")
+    if str(value.dtype) != dtype:
+        raise ctx.error(f"{name} must be {dtype}, got {value.dtype}")
+    if value.ndim > 1:
+        raise ctx.error(f"{name} must be a scalar or a 1-d tensor, got shape {value.shape}")
+    return QParam(value)
+
+
+def _const(value, dtype: str) -> relax.Expr:
+    return relax.const(np.asarray(value, dtype=dtype), dtype)
+
+
+def _along(value: np.ndarray, ndim: int, axis: int, dtype: str) -> relax.Expr:
+    """A 1-d per-channel vector shaped to broadcast along ``axis`` (a scalar stays 0-d)."""
+    value = np.asarray(value, dtype=dtype)
+    if value.ndim == 0:
+        return _const(value, dtype)
+    shape = [1] * ndim
+    shape[axis] = value.size
+    return _const(value.reshape(shape), dtype)
+
+
+def _clip_cast(expr: relax.Expr, dtype: str) -> relax.Expr:
+    """Relay's ``ConvertDtype``: clip to the dtype's range, then cast."""
+    lo, hi = _INT_RANGE[dtype]
+    return relax.op.astype(relax.op.clip(expr, lo, hi), dtype)
+
+
+def _check_qdtype(dtype: str, ctx, what: str, allowed: Sequence[str]) -> str:
+    if dtype not in allowed:
+        raise ctx.error(f"{what} must be one of {', '.join(allowed)}, got {dtype}")
+    return dtype
+
+
+# --------------------------------------------------------------------------- fixed point
+def fixed_point_multiplier_shift(multiplier: float) -> tuple[int, int]:
+    """Relay's ``GetFixedPointMultiplierShift``: a Q31 significand and a power-of-two shift."""
+    if multiplier == 0.0:
+        return 0, 0
+    significand, exponent = math.frexp(multiplier)
+    scaled = significand * (1 << 31)
+    # std::round: halfway cases away from zero (exact in float64 here).
+    fixed = int(math.copysign(math.floor(abs(scaled) + 0.5), scaled))
+    if fixed == (1 << 31):
+        fixed //= 2
+        exponent += 1
+    return fixed, exponent
+
+
+def _shifts(shift: int) -> tuple[int, int]:
+    return (shift, 0) if shift > 0 else (0, -shift)
+
+
+def _fixed_point_per_tensor(t32: relax.Expr, multiplier: float, rounding: str) -> relax.Expr:
+    """``t32 * multiplier`` rounded as Relay's FixedPointMultiply / ...ToNearest (int32 out)."""
+    fixed, shift = fixed_point_multiplier_shift(multiplier)
+    lshift, rshift = _shifts(shift)
+    if rounding == "UPWARD" and fixed == (1 << 30):
+        # TIR q_multiply_shift legalizes an exact power of two into int32 shifts.
+        exp = shift - 1
+        if exp > 0:
+            return relax.op.left_shift(t32, _const(exp, "int32"))
+        if 0 < -exp < 32:
+            e = -exp
+            return relax.op.right_shift(relax.op.add(t32, _const(1 << (e - 1), "int32")),
+                                        _const(e, "int32"))
+    x = relax.op.astype(t32, "int64")
+    if lshift:
+        x = relax.op.left_shift(x, _const(lshift, "int64"))
+    x = relax.op.multiply(x, _const(fixed, "int64"))
+    total = rshift + 31
+    pos = 1 << (total - 1)
+    if rounding == "UPWARD":
+        x = relax.op.add(x, _const(pos, "int64"))
+    else:
+        x = relax.op.add(x, relax.op.where(relax.op.greater_equal(x, _const(0, "int64")),
+                                           _const(pos, "int64"), _const(pos - 1, "int64")))
+    return relax.op.astype(relax.op.right_shift(x, _const(total, "int64")), "int32")
+
+
+def _fixed_point_per_channel(t32: relax.Expr, multipliers: Sequence[float], ndim: int,
+                             axis: int, rounding: str) -> relax.Expr:
+    """Relay's FixedPointMultiplyPerChannel(+ToNearest) along ``axis`` (int32 out)."""
+    pairs = [fixed_point_multiplier_shift(m) for m in multipliers]
+    fixed = np.array([p[0] for p in pairs], "int64")
+    lshift = np.array([_shifts(p[1])[0] for p in pairs], "int64")
+    total = np.array([_shifts(p[1])[1] + 31 for p in pairs], "int64")
+    pos = np.left_shift(np.int64(1), total - 1)
+    x = relax.op.astype(t32, "int64")
+    if lshift.any():
+        x = relax.op.left_shift(x, _along(lshift, ndim, axis, "int64"))
+    x = relax.op.multiply(x, _along(fixed, ndim, axis, "int64"))
+    if rounding == "UPWARD":
+        x = relax.op.add(x, _along(pos, ndim, axis, "int64"))
+    else:
+        x = relax.op.add(x, relax.op.where(relax.op.greater_equal(x, _const(0, "int64")),
+                                           _along(pos, ndim, axis, "int64"),
+                                           _along(pos - 1, ndim, axis, "int64")))
+    return relax.op.astype(relax.op.right_shift(x, _along(total, ndim, axis, "int64")), "int32")
+
+
+def _round_fp(x: relax.Expr, rounding: str, dtype: str) -> relax.Expr:
+    """Relay's Upward / Tonearest float rounding (the non-SSE4.1 emulation's values)."""
+    half = _const(0.5, dtype)
+    if rounding == "UPWARD":
+        return relax.op.floor(relax.op.add(x, half))
+    sign = relax.op.where(relax.op.less(x, _const(0.0, dtype)), _const(-1.0, dtype),
+                          _const(1.0, dtype))
+    return relax.op.multiply(relax.op.floor(relax.op.add(relax.op.abs(x), half)), sign)
+
+
+# --------------------------------------------------------------------------- requantize
+def requantize(data: relax.Expr, in_scale: QParam, in_zp: QParam, out_scale: QParam,
+               out_zp: QParam, axis: int, rounding: str, compute_dtype: str, out_dtype: str,
+               ctx) -> relax.Expr:
+    """Relay's ``RequantizeLower`` for constant parameters."""
+    if not out_scale.is_scalar:
+        raise ctx.error("output_scale must be a scalar")
+    if out_scale.item() == 0.0:
+        raise ctx.error("output_scale must not be 0")
+    if rounding not in ("UPWARD", "TONEAREST"):
+        raise ctx.unsupported_attr("rounding", rounding)
+    data = ctx.emit(data)
+    ndim = ndim_of(data)
+    axis = ndim - 1 if axis == -1 else normalize_axis(axis, max(ndim, 1), ctx)
+    out_scale_f = float(out_scale.item())
+    if compute_dtype in ("float32", "float64"):
+        return _requantize_fp(data, in_scale, in_zp, out_scale_f, out_zp, ndim, axis,
+                              rounding, compute_dtype, out_dtype)
+    if compute_dtype != "int64":
+        raise ctx.unsupported_attr("compute_dtype", compute_dtype)
+    t = data if dtype_of(data) == "int32" else relax.op.astype(data, "int32")
+    if not in_zp.is_scalar_value(0):
+        t = relax.op.subtract(t, _along(in_zp.value.reshape(-1) if not in_zp.is_scalar
+                                        else in_zp.value, ndim, axis, "int32"))
+    if in_scale.is_scalar:
+        if not in_scale.equals_scalar(out_scale):
+            multiplier = float(np.float64(in_scale.item()) / np.float64(out_scale_f))
+            t = _fixed_point_per_tensor(t, multiplier, rounding)
+    else:
+        multipliers = [float(np.float64(s) / np.float64(out_scale_f))
+                       for s in in_scale.value.astype("float32")]
+        t = _fixed_point_per_channel(t, multipliers, ndim, axis, rounding)
+    if not out_zp.is_scalar_value(0):
+        t = relax.op.add(_const(out_zp.item(), "int32"), t)
+    if out_dtype == "int32":
+        return t
+    return _clip_cast(t, out_dtype)
+
+
+def _requantize_fp(data, in_scale: QParam, in_zp: QParam, out_scale_f: float, out_zp: QParam,
+                   ndim: int, axis: int, rounding: str, fdtype: str, out_dtype: str):
+    t = relax.op.astype(data, fdtype)
+    if not in_zp.is_scalar_value(0):
+        zp = in_zp.value.reshape(-1) if not in_zp.is_scalar else in_zp.value
+        t = relax.op.subtract(t, _along(zp.astype(fdtype), ndim, axis, fdtype))
+    if in_scale.is_scalar:
+        if float(in_scale.item()) != out_scale_f:
+            m = np.float64(in_scale.item()) / np.float64(out_scale_f)
+            t = relax.op.multiply(_const(m, fdtype), t)
+    else:
+        m = in_scale.value.astype("float64") / np.float64(out_scale_f)
+        t = relax.op.multiply(t, _along(m, ndim, axis, fdtype))
+    if not out_zp.is_scalar_value(0):
+        t = relax.op.add(t, _const(out_zp.item(), fdtype))
+    t = relax.op.astype(_round_fp(t, rounding, fdtype), "int32")
+    return t if out_dtype == "int32" else _clip_cast(t, out_dtype)
+
+
+_QDTYPES = ("int8", "uint8", "int16", "int32")
+
+
+@register_converter("qnn.requantize")
+def _requantize(inputs, attrs, ctx):
+    data, in_scale, in_zp, out_scale, out_zp = inputs
+    out_dtype = _check_qdtype(str(attrs.get("out_dtype") or "int8"), ctx, "out_dtype",
+                              ("int8", "uint8", "int16", "int32"))
+    _check_qdtype(dtype_of(data), ctx, "the input dtype", _QDTYPES)
+    # "None" (the attribute's default) meant the RequantizeConfig default: UPWARD, int64.
+    rounding = str(attrs.get("rounding", "None"))
+    compute_dtype = str(attrs.get("compute_dtype", "None"))
+    return requantize(data, qparam(in_scale, ctx, "input_scale", "float32"),
+                      qparam(in_zp, ctx, "input_zero_point", "int32"),
+                      qparam(out_scale, ctx, "output_scale", "float32"),
+                      qparam(out_zp, ctx, "output_zero_point", "int32"),
+                      int(attrs.get("axis", -1)),
+                      "UPWARD" if rounding == "None" else rounding,
+                      "int64" if compute_dtype == "None" else compute_dtype, out_dtype, ctx)
+
+
+def _requantize_or_upcast(expr, scale: QParam, zp: QParam, out_scale: QParam, out_zp: QParam,
+                          axis: int, ctx, dtype: str = "int32"):
+    """``op_common.h`` RequantizeOrUpcast (config-default rounding: UPWARD, int64)."""
+    if scale.equals_scalar(out_scale) and zp.equals_scalar(out_zp):
+        return expr if dtype_of(expr) == dtype else relax.op.astype(expr, dtype)
+    return requantize(expr, scale, zp, out_scale, out_zp, axis, "UPWARD", "int64", dtype, ctx)
+
+
+# --------------------------------------------------------------------------- quantize
+def _param_axis(attrs, data, ctx) -> tuple[int, int]:
+    ndim = ndim_of(data)
+    axis = int(attrs.get("axis", -1))
+    return ndim, (normalize_axis(axis, ndim, ctx) if ndim else 0)
+
+
+@register_converter("qnn.quantize")
+def _quantize(inputs, attrs, ctx):
+    data, scale_e, zp_e = inputs
+    out_dtype = _check_qdtype(str(attrs.get("out_dtype") or "int8"), ctx, "out_dtype",
+                              ("int8", "uint8", "int16", "int32"))
+    if dtype_of(data) != "float32":
+        raise ctx.error(f"input must be float32, got {dtype_of(data)}")
+    ndim, axis = _param_axis(attrs, data, ctx)
+    scale = qparam(scale_e, ctx, "output_scale", "float32")
+    zp = qparam(zp_e, ctx, "output_zero_point", "int32")
+    scaled = relax.op.round(relax.op.divide(data, _along(scale.value, ndim, axis, "float32")))
+    shifted = relax.op.add(scaled, _along(zp.value.astype("float32"), ndim, axis, "float32"))
+    lo, hi = _INT_RANGE[out_dtype]
+    return relax.op.astype(relax.op.clip(shifted, float(lo), float(hi)), out_dtype)
+
+
+@register_converter("qnn.dequantize")
+def _dequantize(inputs, attrs, ctx):
+    data, scale_e, zp_e = inputs
+    out_dtype = str(attrs.get("out_dtype") or "float32")
+    if out_dtype not in ("float32", "float16"):
+        raise ctx.unsupported_attr("out_dtype", out_dtype)
+    _check_qdtype(dtype_of(data), ctx, "the input dtype", _QDTYPES)
+    ndim, axis = _param_axis(attrs, data, ctx)
+    scale = qparam(scale_e, ctx, "input_scale", "float32")
+    zp = qparam(zp_e, ctx, "input_zero_point", "int32")
+    shifted = relax.op.subtract(relax.op.astype(data, "int32"),
+                                _along(zp.value, ndim, axis, "int32"))
+    out = relax.op.multiply(relax.op.astype(shifted, "float32"),
+                            _along(scale.value, ndim, axis, "float32"))
+    if out_dtype == "float32":
+        return out
+    info = np.finfo(out_dtype)
+    return relax.op.astype(relax.op.clip(out, float(info.min), float(info.max)), out_dtype)
+
+
+# --------------------------------------------------------------------------- conv / dense
+def _int32(expr: relax.Expr) -> relax.Expr:
+    return expr if dtype_of(expr) == "int32" else relax.op.astype(expr, "int32")
+
+
+def _zp_shifted(expr: relax.Expr, zp: QParam, ndim: int, axis: int) -> relax.Expr:
+    t = _int32(expr)
+    if zp.is_scalar_value(0):
+        return t
+    return relax.op.subtract(t, _along(zp.value, ndim, axis, "int32"))
+
+
+@register_converter("qnn.conv2d")
+def _qnn_conv2d(inputs, attrs, ctx):
+    data, weight, in_zp_e, k_zp_e = inputs[:4]
+    in_zp = qparam(in_zp_e, ctx, "input_zero_point", "int32")
+    k_zp = qparam(k_zp_e, ctx, "kernel_zero_point", "int32")
+    if not in_zp.is_scalar:
+        raise ctx.error("input_zero_point must be a scalar")
+    for what, expr in (("data", data), ("kernel", weight)):
+        _check_qdtype(dtype_of(expr), ctx, f"the {what} dtype", ("int8", "uint8", "int16"))
+    data_layout = attrs.get("data_layout") or "NCHW"
+    kernel_layout = attrs.get("kernel_layout") or "OIHW"
+    if data_layout not in ("NCHW", "NHWC"):
+        raise ctx.unsupported_attr("data_layout", data_layout)
+    if kernel_layout not in ("OIHW", "HWIO", "HWOI", "OHWI"):
+        raise ctx.unsupported_attr("kernel_layout", kernel_layout)
+    out_dtype = str(attrs.get("out_dtype") or "int32")
+    if out_dtype not in ("int32", "int64"):
+        raise ctx.unsupported_attr("out_dtype", out_dtype)
+    padding = ints(attrs.get("padding", 0))
+    padding = padding * 4 if len(padding) == 1 else padding + padding if len(padding) == 2 \
+        else padding
+    conv = dict(strides=repeat_to(attrs.get("strides", 1), 2),
+                dilation=repeat_to(attrs.get("dilation", 1), 2),
+                groups=int(attrs.get("groups", 1)), data_layout=data_layout,
+                kernel_layout=kernel_layout, out_dtype=out_dtype)
+    o_axis = kernel_layout.index("O")
+    if not k_zp.is_scalar_value(0):
+        # Relay's Conv2DFallBack arithmetic: both operands shifted in int32.
+        zp_w = k_zp.value if k_zp.is_scalar else k_zp.value.reshape(-1)
+        return relax.op.nn.conv2d(ctx.emit(_zp_shifted(data, in_zp, 4, 0)),
+                                  ctx.emit(_zp_shifted(weight, QParam(zp_w), 4, o_axis)),
+                                  padding=padding, **conv)
+    zp_x = int(in_zp.item())
+    if zp_x == 0:
+        return relax.op.nn.conv2d(data, weight, padding=padding, **conv)
+    # Input zero point: pad with it, subtract zp_x * sum(w) per output channel.
+    if any(padding):
+        top, left, bottom, right = padding
+        spatial = {"NCHW": [0, 0, 0, 0, top, bottom, left, right],
+                   "NHWC": [0, 0, top, bottom, left, right, 0, 0]}[data_layout]
+        data = ctx.emit(relax.op.nn.pad(data, spatial, "constant", float(zp_x)))
+    term1 = ctx.emit(relax.op.nn.conv2d(data, weight, padding=[0, 0, 0, 0], **conv))
+    reduce_axes = [i for i in range(4) if i != o_axis]
+    wsum = ctx.emit(relax.op.sum(ctx.emit(relax.op.astype(weight, out_dtype)),
+                                 axis=reduce_axes))
+    c_axis = data_layout.index("C")
+    shape = [1, 1, 1, 1]
+    shape[c_axis] = -1
+    term3 = relax.op.multiply(_const(zp_x, out_dtype), relax.op.reshape(wsum, shape))
+    return relax.op.subtract(term1, term3)
+
+
+def _matmul_terms(data, weight_t, weight_sum_axis, weight, in_zp: QParam, k_zp: QParam,
+                  out_dtype: str, ctx, batch: bool):
+    """``data @ weight_t`` with zero points (weight_t is the transposed int weight)."""
+    if not k_zp.is_scalar_value(0) or not in_zp.is_scalar:
+        if not (in_zp.is_scalar and k_zp.is_scalar):
+            raise ctx.error("per-channel zero points are not supported here")
+        x = ctx.emit(_zp_shifted(data, in_zp, 0, 0))
+        w = ctx.emit(_zp_shifted(weight_t, k_zp, 0, 0))
+        return relax.op.matmul(x, w, out_dtype=out_dtype)
+    term1 = relax.op.matmul(data, weight_t, out_dtype=out_dtype)
+    zp_x = int(in_zp.item())
+    if zp_x == 0:
+        return term1
+    term1 = ctx.emit(term1)
+    wsum = relax.op.sum(ctx.emit(relax.op.astype(weight, out_dtype)), axis=[weight_sum_axis],
+                        keepdims=batch)
+    return relax.op.subtract(term1, relax.op.multiply(_const(zp_x, out_dtype), wsum))
+
+
+@register_converter("qnn.dense")
+def _qnn_dense(inputs, attrs, ctx):
+    data, weight, in_zp_e, k_zp_e = inputs[:4]
+    for what, expr in (("data", data), ("weight", weight)):
+        _check_qdtype(dtype_of(expr), ctx, f"the {what} dtype", ("int8", "uint8", "int16"))
+    units = attrs.get("units")
+    if units is not None and isinstance(shape_of(weight)[0], int) \
+            and int(units) != shape_of(weight)[0]:
+        raise ctx.error(f"units={units} does not match the weight's {shape_of(weight)[0]} rows")
+    out_dtype = str(attrs.get("out_dtype") or "int32")
+    return _matmul_terms(data, ctx.emit(relax.op.permute_dims(weight, [1, 0])), 1, weight,
+                         qparam(in_zp_e, ctx, "input_zero_point", "int32"),
+                         qparam(k_zp_e, ctx, "kernel_zero_point", "int32"), out_dtype, ctx,
+                         batch=False)
+
+
+@register_converter("qnn.batch_matmul")
+def _qnn_batch_matmul(inputs, attrs, ctx):
+    x, y, x_zp_e, y_zp_e = inputs[:4]
+    for what, expr in (("x", x), ("y", y)):
+        _check_qdtype(dtype_of(expr), ctx, f"the {what} dtype", ("int8", "uint8", "int16"))
+    if attrs.get("transpose_a", False) or not attrs.get("transpose_b", True):
+        raise ctx.error("qnn.batch_matmul supports only transpose_a=False, transpose_b=True "
+                        "(as Relay did)")
+    out_dtype = str(attrs.get("out_dtype") or "int32")
+    # y is (B, N, K): sum over K, keep (B, 1, N) to broadcast over the rows of x.
+    y_t = ctx.emit(relax.op.permute_dims(y, [0, 2, 1]))
+    in_zp = qparam(x_zp_e, ctx, "x_zero_point", "int32")
+    k_zp = qparam(y_zp_e, ctx, "y_zero_point", "int32")
+    if k_zp.is_scalar_value(0) and in_zp.is_scalar and int(in_zp.item()) != 0:
+        term1 = ctx.emit(relax.op.matmul(x, y_t, out_dtype=out_dtype))
+        ysum = ctx.emit(relax.op.sum(ctx.emit(relax.op.astype(y, out_dtype)), axis=[2]))
+        ysum = ctx.emit(relax.op.expand_dims(ysum, 1))
+        return relax.op.subtract(term1, relax.op.multiply(_const(int(in_zp.item()), out_dtype),
+                                                          ysum))
+    return _matmul_terms(x, y_t, 2, y, in_zp, k_zp, out_dtype, ctx, batch=True)
+
+
+# --------------------------------------------------------------------------- element-wise
+def _binary_params(inputs, ctx):
+    names = ("lhs_scale", "lhs_zero_point", "rhs_scale", "rhs_zero_point", "output_scale",
+             "output_zero_point")
+    dtypes = ("float32", "int32") * 3
+    return [qparam(e, ctx, n, d) for e, n, d in zip(inputs[2:8], names, dtypes)]
+
+
+def _binary_dtype(lhs, rhs, ctx) -> str:
+    dtype = _check_qdtype(dtype_of(lhs), ctx, "lhs dtype", ("int8", "uint8", "int16", "int32"))
+    if dtype_of(rhs) != dtype:
+        raise ctx.error(f"lhs and rhs dtypes differ ({dtype} vs {dtype_of(rhs)})")
+    return dtype
+
+
+def _add_sub(relax_op, zp_op):
+    def convert(inputs, attrs, ctx):
+        lhs, rhs = inputs[:2]
+        dtype = _binary_dtype(lhs, rhs, ctx)
+        ls, lz, rs, rz, os_, oz = _binary_params(inputs, ctx)
+        lhs_axis, rhs_axis = int(attrs.get("lhs_axis", -1)), int(attrs.get("rhs_axis", -1))
+        a = _requantize_or_upcast(lhs, ls, lz, os_, oz, lhs_axis, ctx)
+        b = _requantize_or_upcast(rhs, rs, rz, os_, oz, rhs_axis, ctx)
+        out = relax_op(a, b)
+        if not oz.is_scalar_value(0):
+            out = zp_op(out, _const(oz.item(), "int32"))
+        return _clip_cast(out, dtype) if dtype != "int32" else out
+
+    return convert
+
+
+register_converter("qnn.add")(_add_sub(relax.op.add, relax.op.subtract))
+register_converter("qnn.subtract")(_add_sub(relax.op.subtract, relax.op.add))
+
+
+@register_converter("qnn.mul")
+def _qnn_mul(inputs, attrs, ctx):
+    lhs, rhs = inputs[:2]
+    dtype = _binary_dtype(lhs, rhs, ctx)
+    ls, lz, rs, rz, os_, oz = _binary_params(inputs, ctx)
+    lhs_axis, rhs_axis = int(attrs.get("lhs_axis", -1)), int(attrs.get("rhs_axis", -1))
+    ndim = ndim_of(lhs)
+    zero = QParam(np.array(0, "int32"))
+    if ls.is_scalar and rs.is_scalar:
+        product = relax.op.multiply(_zp_shifted(lhs, lz, ndim, 0), _zp_shifted(rhs, rz, ndim, 0))
+        new_scale = QParam(np.array(np.float32(ls.item()) * np.float32(rs.item()), "float32"))
+        return requantize(product, new_scale, zero, os_, oz, -1, "UPWARD", "int64", dtype, ctx)
+    if lhs_axis != rhs_axis:
+        raise ctx.error("per-channel qnn.mul needs lhs_axis == rhs_axis (as Relay did)")
+    axis = normalize_axis(lhs_axis, ndim, ctx)
+    a = _zp_shifted(lhs, QParam(lz.value.reshape(-1)) if not lz.is_scalar_value(0) else lz,
+                    ndim, axis)
+    b = _zp_shifted(rhs, QParam(rz.value.reshape(-1)) if not rz.is_scalar_value(0) else rz,
+                    ndim, axis)
+    scales = (ls.value.astype("float64") * rs.value.astype("float64")).astype("float32")
+    return requantize(relax.op.multiply(a, b), QParam(scales.reshape(-1)), zero, os_, oz, axis,
+                      "UPWARD", "int64", dtype, ctx)
+
+
+def _tuple_fields(expr: relax.Expr, ctx, what: str) -> list:
+    if isinstance(expr, relax.Tuple):
+        return list(expr.fields)
+    raise ctx.error(f"{what} must be a tuple written in the call")
+
+
+@register_converter("qnn.concatenate")
+def _qnn_concatenate(inputs, attrs, ctx):
+    data, scales_e, zps_e, out_scale_e, out_zp_e = inputs
+    if isinstance(data, relax.Tuple):
+        fields = list(data.fields)
+    else:
+        fields = [ctx.emit(relax.TupleGetItem(data, i)) for i in range(len(data.ty.fields))]
+    scales = _tuple_fields(scales_e, ctx, "input_scales")
+    zps = _tuple_fields(zps_e, ctx, "input_zero_points")
+    if not len(fields) == len(scales) == len(zps):
+        raise ctx.error(f"{len(fields)} tensors but {len(scales)} scales and {len(zps)} "
+                        "zero points")
+    out_scale = qparam(out_scale_e, ctx, "output_scale", "float32")
+    out_zp = qparam(out_zp_e, ctx, "output_zero_point", "int32")
+    parts = []
+    for i, (tensor, s, z) in enumerate(zip(fields, scales, zps)):
+        scale = qparam(s, ctx, f"input_scales[{i}]", "float32")
+        zp = qparam(z, ctx, f"input_zero_points[{i}]", "int32")
+        if scale.equals_scalar(out_scale) and zp.equals_scalar(out_zp):
+            parts.append(tensor)
+        else:
+            parts.append(ctx.emit(requantize(tensor, scale, zp, out_scale, out_zp, -1, "UPWARD",
+                                             "int64", dtype_of(tensor), ctx)))
+    axis = normalize_axis(int(attrs.get("axis", 0)), ndim_of(fields[0]), ctx)
+    return relax.op.concat(parts, axis=axis)
+
+
+# --------------------------------------------------------------------------- lookup tables
+def _dequantize_np(q: np.ndarray, scale: float, zp: int) -> np.ndarray:
+    return (q.astype("int32") - np.int32(zp)).astype("float32") * np.float32(scale)
+
+
+def _quantize_np(x: np.ndarray, scale: float, zp: int, dtype: str) -> np.ndarray:
+    lo, hi = _INT_RANGE[dtype]
+    with np.errstate(all="ignore"):
+        q = np.round(x.astype("float32") / np.float32(scale)) + np.float32(zp)
+        return np.clip(q, lo, hi).astype(dtype)
+
+
+def _hardswish(x):
+    return x * np.clip(x + 3.0, 0.0, 6.0) / 6.0
+
+
+def _erf(x):
+    return np.vectorize(math.erf, otypes=["float64"])(x).astype(x.dtype)
+
+
+# Relay v0.19 legalized these to a 256-entry table: dequantize every input value,
+# apply the NumPy function, quantize (create_integer_lookup_op), then ``take``.
+_LOOKUP_FUNCS = {
+    "qnn.sqrt": np.sqrt, "qnn.rsqrt": lambda a: 1 / np.sqrt(a), "qnn.exp": np.exp,
+    "qnn.sigmoid": lambda a: 1 / (1 + np.exp(-a)), "qnn.hardswish": _hardswish,
+    "qnn.tanh": np.tanh, "qnn.log": np.log, "qnn.abs": np.abs, "qnn.erf": _erf,
+}
+
+
+def _lookup(fn):
+    def convert(inputs, attrs, ctx):
+        data = inputs[0]
+        dtype = _check_qdtype(dtype_of(data), ctx, "the input dtype", ("int8", "uint8"))
+        scale, zp, out_scale, out_zp = (
+            qparam(e, ctx, n, d) for e, n, d in zip(
+                inputs[1:5], ("scale", "zero_point", "output_scale", "output_zero_point"),
+                ("float32", "int32", "float32", "int32")))
+        if not all(p.is_scalar for p in (scale, zp, out_scale, out_zp)):
+            raise ctx.error("the quantization parameters must be scalars")
+        lo, hi = _INT_RANGE[dtype]
+        values = np.arange(lo, hi + 1).astype(dtype)  # table index = value - lo
+        with np.errstate(all="ignore"):
+            real = fn(_dequantize_np(values, scale.item(), zp.item()))
+        table = _quantize_np(np.asarray(real, "float32"), out_scale.item(), out_zp.item(), dtype)
+        index = relax.op.add(relax.op.astype(data, "int32"), _const(-lo, "int32"))
+        return relax.op.take(_const(table, dtype), ctx.emit(index), axis=0)
+
+    return convert
+
+
+for _name, _fn in _LOOKUP_FUNCS.items():
+    register_converter(_name)(_lookup(_fn))
+
+
+# --------------------------------------------------------------------------- others
+def _fixed_point_scalar(value: int, multiplier: float) -> int:
+    """TIR ``q_multiply_shift`` (UPWARD) of one int32 value, as Relay folded it."""
+    fixed, shift = fixed_point_multiplier_shift(multiplier)
+    if fixed == (1 << 30) and shift - 1 > 0:
+        return _wrap32(value << (shift - 1))
+    if fixed == (1 << 30) and 0 < 1 - shift < 32:
+        e = 1 - shift
+        return _wrap32(_wrap32(value + (1 << (e - 1))) >> e)
+    lshift, rshift = _shifts(shift)
+    total = rshift + 31
+    return _wrap32(((value << lshift) * fixed + (1 << (total - 1))) >> total)
+
+
+def _wrap32(value: int) -> int:
+    return (value + (1 << 31)) % (1 << 32) - (1 << 31)
+
+
+@register_converter("qnn.leaky_relu")
+def _qnn_leaky_relu(inputs, attrs, ctx):
+    data = inputs[0]
+    dtype = _check_qdtype(dtype_of(data), ctx, "the input dtype", ("int8", "uint8", "int16"))
+    scale, zp, out_scale, out_zp = (
+        qparam(e, ctx, n, d) for e, n, d in zip(
+            inputs[1:5], ("input_scale", "input_zero_point", "output_scale",
+                          "output_zero_point"), ("float32", "int32", "float32", "int32")))
+    if not (zp.is_scalar and out_zp.is_scalar):
+        raise ctx.error("the zero points must be scalars")
+    alpha = float(attrs.get("alpha", 0.01))
+    x32 = ctx.emit(_int32(data))
+    requantized = ctx.emit(_requantize_or_upcast(x32, scale, zp, out_scale, out_zp, -1, ctx))
+    product = _fixed_point_per_tensor(requantized, alpha, "UPWARD")
+    scaled_zp = _fixed_point_scalar(int(out_zp.item()), 1 - alpha)
+    negative = relax.op.add(ctx.emit(product), _const(scaled_zp, "int32"))
+    out = relax.op.where(relax.op.less(x32, _const(zp.item(), "int32")), ctx.emit(negative),
+                         requantized)
+    return _clip_cast(ctx.emit(out), dtype)
+
+
+@register_converter("qnn.avg_pool2d")
+def _qnn_avg_pool2d(inputs, attrs, ctx):
+    data = inputs[0]
+    dtype = _check_qdtype(dtype_of(data), ctx, "the input dtype", ("int8", "uint8", "int16"))
+    scale, zp, out_scale, out_zp = (
+        qparam(e, ctx, n, d) for e, n, d in zip(
+            inputs[1:5], ("input_scale", "input_zero_point", "output_scale",
+                          "output_zero_point"), ("float32", "int32", "float32", "int32")))
+    upcast = ctx.emit(_requantize_or_upcast(data, scale, zp, out_scale, out_zp, -1, ctx))
+    padding = ints(attrs.get("padding", 0))
+    padding = padding * 4 if len(padding) == 1 else padding + padding if len(padding) == 2 \
+        else padding
+    pooled = relax.op.nn.avg_pool2d(
+        upcast, pool_size=repeat_to(attrs.get("pool_size", 1), 2),
+        strides=repeat_to(attrs.get("strides", 1), 2), padding=padding,
+        dilation=repeat_to(attrs.get("dilation", 1), 2),
+        ceil_mode=bool(attrs.get("ceil_mode", False)),
+        count_include_pad=bool(attrs.get("count_include_pad", False)),
+        layout=attrs.get("layout") or "NCHW", out_layout=attrs.get("out_layout") or None)
+    return _clip_cast(ctx.emit(pooled), dtype)
+
+
+@register_converter("qnn.conv2d_transpose")
+def _qnn_conv2d_transpose(inputs, attrs, ctx):
+    # Relay legalized it to nn.conv2d_transpose of the zero-point-shifted operands.
+    data, weight, in_zp_e, k_zp_e = inputs[:4]
+    in_zp = qparam(in_zp_e, ctx, "input_zero_point", "int32")
+    k_zp = qparam(k_zp_e, ctx, "kernel_zero_point", "int32")
+    data_layout = attrs.get("data_layout") or "NCHW"
+    kernel_layout = attrs.get("kernel_layout") or "IOHW"
+    x = ctx.emit(_zp_shifted(data, in_zp, 4, data_layout.index("C")))
+    w = ctx.emit(_zp_shifted(weight, k_zp, 4, kernel_layout.index("O")))
+    padding = ints(attrs.get("padding", 0))
+    padding = padding * 4 if len(padding) == 1 else padding + padding if len(padding) == 2 \
+        else padding
+    return relax.op.nn.conv2d_transpose(
+        x, w, strides=repeat_to(attrs.get("strides", 1), 2), padding=padding,
+        output_padding=repeat_to(attrs.get("output_padding", 0), 2),
+        dilation=repeat_to(attrs.get("dilation", 1), 2), groups=int(attrs.get("groups", 1)),
+        data_layout=data_layout, kernel_layout=kernel_layout,
+        out_layout=attrs.get("out_layout") or None,
+        out_dtype=str(attrs.get("out_dtype") or "int32"))
+
+
+_SQNN_CODES = {0: None, 1: "int8", 2: "uint8", 3: "int32"}  # topi.nn.qnn.SQNN_DTYPE_TO_CODE
+
+
+def _sqnn_dtype(expr, ctx) -> Optional[str]:
+    value = folded_value(expr, ctx)
+    if value is None or value.size != 1 or int(value.reshape(())) not in _SQNN_CODES:
+        raise ctx.error("the dtype code must be a constant 0 (disable), 1 (int8), "
+                        "2 (uint8) or 3 (int32)")
+    return _SQNN_CODES[int(value.reshape(()))]
+
+
+def _sqnn_params(inputs, attrs, ctx, names):
+    data = inputs[0]
+    ndim = ndim_of(data)
+    axis = normalize_axis(int(attrs.get("axis", -1)), ndim, ctx)
+    scale = qparam(inputs[2], ctx, names[0], "float32").value.reshape(-1)
+    zp = qparam(inputs[3], ctx, names[1], "int32").value.reshape(-1)
+    # topi indexes the parameters by (index along axis) mod their length.
+    count = shape_of(data)[axis]
+    take = np.arange(count) % scale.size, np.arange(count) % zp.size
+    return (_along(scale[take[0]], ndim, axis, "float32"),
+            _along(zp[take[1]].astype("float32"), ndim, axis, "float32"))
+
+
+@register_converter("qnn.simulated_quantize")
+def _simulated_quantize(inputs, attrs, ctx):
+    dtype = _sqnn_dtype(inputs[1], ctx)
+    if dtype is None:
+        return inputs[0]
+    scale, zp = _sqnn_params(inputs, attrs, ctx, ("output_scale", "output_zero_point"))
+    lo, hi = _INT_RANGE[dtype]
+    rounded = relax.op.add(relax.op.round(relax.op.divide(inputs[0], scale)), zp)
+    return relax.op.clip(rounded, float(lo), float(hi))
+
+
+@register_converter("qnn.simulated_dequantize")
+def _simulated_dequantize(inputs, attrs, ctx):
+    if _sqnn_dtype(inputs[1], ctx) is None:
+        return inputs[0]
+    scale, zp = _sqnn_params(inputs, attrs, ctx, ("input_scale", "input_zero_point"))
+    return relax.op.multiply(relax.op.subtract(inputs[0], zp), scale)

@@ -1,0 +1,171 @@
+"""``relay.qnn.op.*``: Relay v0.19's QNN dialect with its Python signatures.
+
+Graph construction only (each function returns an AST call node); the
+importer (:mod:`bmlib_relax.importer.ops.qnn`) gives the ops Relay's
+canonicalized integer semantics, and ``relay.transform.InferType`` their
+output types through it.  Quantization parameters (scales, zero points) are
+Relay expressions; Python numbers become ``float32``/``int32`` constants as
+Relay's ``relay.const`` made them.
+
+Where Relay's Python default differs from the text format's C++ default
+(``out_dtype="int32"`` of ``qnn.conv2d``, ``out_dtype="int8"`` of
+``qnn.requantize``, ...), the call records the attribute explicitly, so the
+printed text reads back with the same meaning.  ``relay.qnn.op`` is this
+module itself (``from bmlib_relax.relay import qnn; qnn.op.conv2d(...)``).
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any, Sequence
+
+from .. import ast
+from ._make import Always, as_expr, define_ops, make_op
+
+_REQUIRED = object()  # placeholder replaced below by inspect's "no default"
+
+
+def _required(table: dict) -> dict:
+    import inspect
+
+    return {name: (inputs, tuple((a, inspect.Parameter.empty if d is _REQUIRED else d)
+                                 for a, d in attrs))
+            for name, (inputs, attrs) in table.items()}
+
+
+_BINARY = "lhs rhs lhs_scale lhs_zero_point rhs_scale rhs_zero_point output_scale " \
+          "output_zero_point"
+_UNARY = "x scale zero_point output_scale output_zero_point"
+_UNARY_OPS = ("tanh", "exp", "sqrt", "rsqrt", "erf", "abs", "sigmoid", "hardswish", "log")
+
+TABLE: dict = {
+    "requantize": ("data input_scale input_zero_point output_scale output_zero_point",
+                   (("axis", -1), ("rounding", "None"), ("compute_dtype", "None"),
+                    ("out_dtype", Always("int8")))),
+    "quantize": ("data output_scale output_zero_point",
+                 (("axis", -1), ("out_dtype", Always("int8")))),
+    "dequantize": ("data input_scale input_zero_point",
+                   (("axis", -1), ("out_dtype", Always("float32")))),
+    "concatenate": ("*data *input_scales *input_zero_points output_scale output_zero_point",
+                    (("axis", _REQUIRED),)),
+    "dense": ("data weight input_zero_point kernel_zero_point input_scale kernel_scale",
+              (("units", _REQUIRED), ("out_dtype", Always("int32")))),
+    "contrib_dense_pack": ("data weight input_zero_point kernel_zero_point input_scale "
+                           "kernel_scale", (("kernel_layout", "NC"), ("units", None),
+                                            ("out_dtype", Always("int32")))),
+    "batch_matmul": ("x y x_zero_point y_zero_point x_scale y_scale",
+                     (("out_dtype", Always("int32")),)),
+    "add": (_BINARY, (("lhs_axis", -1), ("rhs_axis", -1))),
+    "subtract": (_BINARY, (("lhs_axis", -1), ("rhs_axis", -1))),
+    "mul": (_BINARY, (("lhs_axis", -1), ("rhs_axis", -1))),
+    "softmax": (_UNARY, (("axis", -1),)),
+    "conv2d_transpose": ("data weight input_zero_point kernel_zero_point input_scale "
+                         "kernel_scale",
+                         (("strides", (1, 1)), ("padding", (0, 0)), ("dilation", (1, 1)),
+                          ("groups", 1), ("channels", None), ("kernel_size", None),
+                          ("data_layout", "NCHW"), ("kernel_layout", "IOHW"),
+                          ("out_layout", ""), ("output_padding", (0, 0)),
+                          ("out_dtype", Always("int32")))),
+    "avg_pool2d": ("data input_scale input_zero_point output_scale output_zero_point",
+                   (("pool_size", _REQUIRED), ("strides", _REQUIRED), ("padding", _REQUIRED),
+                    ("dilation", _REQUIRED), ("ceil_mode", False),
+                    ("count_include_pad", Always(True)), ("layout", Always("NHWC")),
+                    ("out_layout", ""))),
+}
+TABLE.update({name: (_UNARY, ()) for name in _UNARY_OPS})
+TABLE = _required(TABLE)
+
+__all__ = define_ops(globals(), "qnn.", TABLE)
+
+_conv2d_call = make_op("qnn.conv2d",
+                       "data kernel input_zero_point kernel_zero_point input_scale "
+                       "kernel_scale".split(),
+                       _required({"c": ("", (
+                           ("kernel_size", _REQUIRED), ("channels", _REQUIRED),
+                           ("strides", (1, 1)), ("padding", (0, 0)), ("dilation", (1, 1)),
+                           ("groups", 1), ("data_layout", "NCHW"), ("kernel_layout", "OIHW"),
+                           ("out_layout", ""), ("out_dtype", Always("int32"))))})["c"][1])
+
+
+def _pad_4way(padding: Any) -> Any:
+    """Relay's ``get_pad_tuple2d``: 1 or 2 values become (top, left, bottom, right)."""
+    if isinstance(padding, int):
+        return (padding,) * 4
+    pad = tuple(padding)
+    if len(pad) == 1:
+        return pad * 4
+    if len(pad) == 2:
+        return pad + pad
+    if len(pad) == 4:
+        return pad
+    raise ValueError(f"qnn.conv2d: padding {pad} must have 1, 2 or 4 values")
+
+
+def conv2d(data, kernel, input_zero_point, kernel_zero_point, input_scale, kernel_scale,
+           kernel_size, channels, strides=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1,
+           data_layout="NCHW", kernel_layout="OIHW", out_layout="", out_dtype="int32"):
+    """Relay ``qnn.conv2d`` (padding normalized to 4 values, as Relay's Python API did)."""
+    return _conv2d_call(data, kernel, input_zero_point, kernel_zero_point, input_scale,
+                        kernel_scale, kernel_size, channels, strides, _pad_4way(padding),
+                        dilation, groups, data_layout, kernel_layout, out_layout, out_dtype)
+
+
+_leaky_relu_call = make_op("qnn.leaky_relu",
+                           "x input_scale input_zero_point output_scale output_zero_point".split(),
+                           (("alpha", Always(0.01)),))
+
+
+def leaky_relu(x, alpha, input_scale, input_zero_point, output_scale, output_zero_point):
+    """Relay ``qnn.leaky_relu`` (``alpha`` is an attribute, second in the Python API)."""
+    return _leaky_relu_call(x, input_scale, input_zero_point, output_scale, output_zero_point,
+                            alpha=alpha)
+
+
+# Relay's topi.nn.qnn.SQNN_DTYPE_TO_CODE: the simulated ops take the dtype as a tensor.
+SQNN_DTYPE_TO_CODE = {"disable": 0, "int8": 1, "uint8": 2, "int32": 3}
+
+
+def _dtype_code(dtype: Any) -> ast.Expr:
+    from ..builder import const
+
+    if isinstance(dtype, str):
+        if dtype not in SQNN_DTYPE_TO_CODE:
+            raise ValueError(f"simulated QNN dtype {dtype!r}: expected one of "
+                             f"{sorted(SQNN_DTYPE_TO_CODE)}")
+        return const(SQNN_DTYPE_TO_CODE[dtype], "int32")
+    return as_expr(dtype, "simulated QNN dtype")
+
+
+def _flat(expr: Any) -> ast.Expr:
+    return ast.Call(ast.Op("reshape"), (as_expr(expr, "qnn parameter"),),
+                    ast.Attrs({"newshape": (-1,)}))
+
+
+_sim_quantize_call = make_op("qnn.simulated_quantize",
+                             "data out_dtype output_scale output_zero_point".split(),
+                             (("axis", -1),))
+_sim_dequantize_call = make_op("qnn.simulated_dequantize",
+                               "data in_dtype input_scale input_zero_point".split(),
+                               (("axis", -1),))
+
+
+def simulated_quantize(data, output_scale, output_zero_point, axis=-1, out_dtype="int8"):
+    """Relay ``qnn.simulated_quantize`` (dtype as a code tensor, parameters flattened)."""
+    return _sim_quantize_call(data, _dtype_code(out_dtype), _flat(output_scale),
+                              _flat(output_zero_point), axis=axis)
+
+
+def simulated_dequantize(data, input_scale, input_zero_point, axis=-1, in_dtype="int8"):
+    """Relay ``qnn.simulated_dequantize`` (dtype as a code tensor, parameters flattened)."""
+    return _sim_dequantize_call(data, _dtype_code(in_dtype), _flat(input_scale),
+                                _flat(input_zero_point), axis=axis)
+
+
+__all__ += ["conv2d", "leaky_relu", "simulated_quantize", "simulated_dequantize",
+            "SQNN_DTYPE_TO_CODE", "op"]
+
+# ``relay.qnn.op.conv2d``: the namespace Relay scripts use is this module.
+op = sys.modules[__name__]
+
+OP_NAMES: Sequence[str] = tuple(sorted(
+    ["qnn." + n for n in TABLE] + ["qnn.conv2d", "qnn.leaky_relu", "qnn.simulated_quantize",
+                                   "qnn.simulated_dequantize"]))
