@@ -30,3 +30,12 @@ def out_dtype(attrs, default: str) -> str:
     value = getattr(attrs, "out_dtype", None)
     text = "" if value is None else str(value)
     return default if text in ("", "void", "None") else text
+
+
+def elementwise_template(fn) -> Any:
+    """The template of an op that is one TOPI call on its tensor operands in order
+    (``topi.add(a, b)``, ``topi.erf(x)``, ``topi.less(a, b)`` ...)."""
+    def template(call, inputs, ctx):
+        return fn(*inputs)
+
+    return template

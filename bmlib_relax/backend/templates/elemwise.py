@@ -5,7 +5,7 @@ import math
 
 from tvm import te, tirx, topi
 
-from ._utils import prim_value
+from ._utils import elementwise_template, prim_value
 from .registry import register_template
 
 BINARY = {
@@ -32,24 +32,12 @@ UNARY = {
 }
 
 
-def _binary(fn):
-    def template(call, inputs, ctx):
-        return fn(inputs[0], inputs[1])
-
-    return template
-
-
-def _unary(fn):
-    def template(call, inputs, ctx):
-        return fn(inputs[0])
-
-    return template
 
 
 for _name, _fn in BINARY.items():
-    register_template(_name)(_binary(_fn))
+    register_template(_name)(elementwise_template(_fn))
 for _name, _fn in UNARY.items():
-    register_template(_name)(_unary(_fn))
+    register_template(_name)(elementwise_template(_fn))
 
 
 @register_template("relax.nn.leakyrelu")
@@ -108,7 +96,7 @@ def _hyperbolic(x, sign: float):
 
 
 for _name, _fn in MATH.items():
-    register_template(_name)(_unary(_fn))
+    register_template(_name)(elementwise_template(_fn))
 
 
 @register_template("relax.nn.prelu")

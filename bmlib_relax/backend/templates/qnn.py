@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from tvm import topi
 
+from ._utils import elementwise_template
 from .registry import register_template
 
 _ELEMENTWISE = {
@@ -20,12 +21,6 @@ _ELEMENTWISE = {
 }
 
 
-def _binary(fn):
-    def template(call, inputs, ctx):
-        return fn(inputs[0], inputs[1])
-
-    return template
-
 
 for _name, _fn in _ELEMENTWISE.items():
-    register_template(_name)(_binary(_fn))
+    register_template(_name)(elementwise_template(_fn))

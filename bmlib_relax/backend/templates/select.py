@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from tvm import topi
 
+from ._utils import elementwise_template
 from .registry import register_template
 
 COMPARISONS = {
@@ -27,25 +28,13 @@ LOGICAL = {
 }
 
 
-def _binary(fn):
-    def template(call, inputs, ctx):
-        return fn(inputs[0], inputs[1])
-
-    return template
-
 
 for _name, _fn in {**COMPARISONS, **LOGICAL}.items():
-    register_template(_name)(_binary(_fn))
+    register_template(_name)(elementwise_template(_fn))
 
 
-@register_template("relax.logical_not")
-def logical_not(call, inputs, ctx):
-    return topi.logical_not(inputs[0])
-
-
-@register_template("relax.where")
-def where(call, inputs, ctx):
-    return topi.where(inputs[0], inputs[1], inputs[2])
+register_template("relax.logical_not")(elementwise_template(topi.logical_not))
+register_template("relax.where")(elementwise_template(topi.where))  # (mask, then, else)
 
 
 @register_template("relax.take")
