@@ -87,8 +87,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     status = _check_exit(result.report)  # a failed check is the first line on stderr
     for warning in result.report["warnings"]:
         print(f"warning: {warning}", file=sys.stderr)
-    if not args.quiet:
-        _print_inputs(result.report)
+    _print_inputs(result.report)  # kept with -q: a missing weight is never silent
     return status
 
 

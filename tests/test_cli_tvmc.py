@@ -130,7 +130,9 @@ def test_quiet_silences_tvm_cpp_log_lines(tmp_path):
     assert "llvm_instance.cc" in loud.stderr and "-mcpu=bogus" in loud.stderr
     quiet = cli(*args, "-q", "-o", tmp_path / "b")
     assert quiet.returncode == 0, quiet.stderr
-    assert quiet.stderr == ""
+    # Only the note naming the undeclared inputs stays (a missing weight is never silent).
+    assert quiet.stderr.splitlines()[0].startswith("note: no --inputs given"), quiet.stderr
+    assert "llvm_instance.cc" not in quiet.stderr and "codegen ..." not in quiet.stderr
     assert "1 bmlib partition(s)" in quiet.stdout
     ci = cli(*args, "-q", "--progress", "-o", tmp_path / "c")  # progress kept, noise dropped
     assert ci.returncode == 0, ci.stderr
