@@ -163,11 +163,12 @@ def _split(attrs: Mapping[str, Any], ty: A.Type) -> dict[str, Any]:
     if not -rank <= axis < rank:
         raise NotDetermined(f"axis {axis} is out of range for rank {rank}")
     sizes = [f.shape[axis % rank] for f in fields]
+    shown = "[" + ", ".join(str(s) if isinstance(s, int) else "?" for s in sizes) + "]"
     if isinstance(value, A.MetaRef):
         known = {s for s in sizes if isinstance(s, int)}
         if len(known) > 1:
             raise NotDetermined(f"one value means equal sections, but the printed "
-                                f"parts have sizes {sizes} along axis {axis}")
+                                f"parts have sizes {shown} along axis {axis}")
         return {"indices_or_sections": len(fields)}
     if not isinstance(value, tuple):
         raise NotDetermined(f"indices_or_sections={printed_ref(value)} is neither "
@@ -176,11 +177,11 @@ def _split(attrs: Mapping[str, Any], ty: A.Type) -> dict[str, Any]:
         raise NotDetermined(f"{len(value)} indices but the printed type has "
                             f"{len(fields)} parts")
     if not all(isinstance(s, int) for s in sizes[:-1]):
-        raise NotDetermined(f"the printed part sizes {sizes} along axis {axis} are "
+        raise NotDetermined(f"the printed part sizes {shown} along axis {axis} are "
                             "not all static")
     indices = tuple(accumulate(sizes[:-1]))
     for given, derived in zip(value, indices):
         if not isinstance(given, A.MetaRef) and given != derived:
             raise NotDetermined(f"index {given} contradicts the printed part sizes "
-                                f"{sizes} (indices {list(indices)})")
+                                f"{shown} (indices {list(indices)})")
     return {"indices_or_sections": indices}
