@@ -47,7 +47,8 @@ class Recovery(NamedTuple):
     value: Any
 
     def __str__(self) -> str:
-        return f"{self.location}: {self.op} {self.attr}={_show(self.value)} (printed {self.printed})"
+        return (f"{self.location}: {self.op} {self.attr}={_show(self.value)} "
+                f"(printed {self.printed})")
 
 
 Recoverer = Callable[[Mapping[str, Any], A.Type], dict[str, Any]]
@@ -107,7 +108,7 @@ def recover_attrs(op_name: str, attrs: Mapping[str, Any], printed_type: Optional
         if recoverer is None:
             raise NotDetermined(f"no rule recovers {op_name} attributes from a printed type")
         if printed_type is None:
-            raise NotDetermined("the call has no /* ty=... */ comment")
+            raise NotDetermined("the call has no readable /* ty=... */ comment")
         found = recoverer(attrs, printed_type)
     except NotDetermined as exc:
         return dict(attrs), [], str(exc)
@@ -153,6 +154,10 @@ def _split(attrs: Mapping[str, Any], ty: A.Type) -> dict[str, Any]:
     static size along the axis, and literal entries must agree with the sizes.
     """
     value = attrs.get("indices_or_sections")
+    other = {ref.kind for ref in box_refs(value)} - {"runtime.BoxInt"}
+    if other:  # Relay boxes split's indices and sections as runtime::Int only
+        raise NotDetermined(f"indices_or_sections holds {', '.join(sorted(other))}, "
+                            "not the runtime.BoxInt Relay printed")
     fields = _tensor_fields(ty)
     if not fields:
         raise NotDetermined("the printed type has no parts")
@@ -182,6 +187,6 @@ def _split(attrs: Mapping[str, Any], ty: A.Type) -> dict[str, Any]:
     indices = tuple(accumulate(sizes[:-1]))
     for given, derived in zip(value, indices):
         if not isinstance(given, A.MetaRef) and given != derived:
-            raise NotDetermined(f"index {given} contradicts the printed part sizes "
-                                f"{shown} (indices {list(indices)})")
+            raise NotDetermined(f"index {printed_ref(given)} contradicts the printed part "
+                                f"sizes {shown} (indices {list(indices)})")
     return {"indices_or_sections": indices}

@@ -132,6 +132,8 @@ def test_parse_expr_recovers_too():
      r"part sizes \[\?, 3, 2\] along axis 1 are not all static"),
     (f"[{BOX}[0]]", [(2, 2), (2, 3), (2, 2)], r"1 indices but the printed type has 3 parts"),
     (f"[3, {BOX}[0]]", [(2, 2), (2, 3), (2, 2)], r"index 3 contradicts the printed part sizes"),
+    # split's values are boxed ints; another box kind is not what Relay printed
+    ("meta[runtime.BoxFloat][0]", [(2, 2), (2, 5)], r"holds runtime.BoxFloat"),
 ])
 def test_value_the_type_does_not_determine_stays_an_error(value, parts, why):
     module, record = _parse_recording(_split_text(value, parts))
@@ -151,7 +153,8 @@ def test_call_without_printed_type_stays_an_error():
     assert record == []
     with pytest.raises(ConversionError, match=rf"{SOURCE}:3:8: split: indices_or_sections="
                                               rf"meta\[runtime.BoxInt\]\[0\] has no value: .*"
-                                              r"the call has no /\* ty=\.\.\. \*/ comment"):
+                                              r"the call has no readable "
+                                              r"/\* ty=\.\.\. \*/ comment"):
         import_relay(module)
 
 
