@@ -14,8 +14,7 @@ import warnings
 import numpy as np
 import pytest
 
-from bmlib_relax import import_relay
-from bmlib_relax.errors import ConversionError, RecoveredMetadataWarning
+from bmlib_relax import ConversionError, RecoveredMetadataWarning, import_relay
 from bmlib_relax.relay import ast as A
 from bmlib_relax.relay import parse
 from bmlib_relax.relay.analysis import post_order_list
