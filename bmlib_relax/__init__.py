@@ -39,6 +39,7 @@ _EXPORTS = {
     "CodegenError": ("errors", "CodegenError"),
     "ArtifactError": ("errors", "ArtifactError"),
     "ArityMismatchError": ("errors", "ArityMismatchError"),
+    "RecoveredMetadataWarning": ("errors", "RecoveredMetadataWarning"),
 }
 
 __all__ = sorted(_EXPORTS)

@@ -176,5 +176,18 @@ class BundleError(BmlibError, ValueError):
         super().__init__(message)
 
 
+class RecoveredMetadataWarning(UserWarning):
+    """Attribute values that Relay text printed as ``meta[runtime.BoxInt][N]`` (the
+    ``#[metadata]`` section omitted) were recovered from the printed ``/* ty=... */``
+    types.  ``recoveries`` lists one :class:`~bmlib_relax.relay.meta_recovery.Recovery`
+    (location, op, attribute, reference, value) per recovered attribute, so a caller
+    can check what was filled in; the message names each ``file:line:column`` and op.
+    """
+
+    def __init__(self, message: str, recoveries: Sequence[object] = ()):
+        self.recoveries = list(recoveries)
+        super().__init__(message)
+
+
 def format_locations(spans: Iterable[object]) -> str:
     return ", ".join(str(s) for s in spans if s is not None)

@@ -43,7 +43,7 @@ def corpus_dir() -> Path:
 # accumulator scale is 0.06f * 0.02f = 0.0011999999 (float32), printed "0.0012f": with the
 # printed value the softmax is 4.6e-5 off (every int8 layer otherwise matches), with the
 # product it matches to 8e-9.  The tests put the computed value back, as they do for the
-# metadata op_split / op_take lost.
+# constant op_take's text lost.
 PRINTED_SCALARS = {
     "qnn_mobilenet_tiny": {np.float32(0.0012): np.float32(0.06) * np.float32(0.02)},
 }
@@ -69,6 +69,29 @@ def restore_printed_scalars(case: str, module):
     assert mapping, f"{case}: no printed scalar to restore"
     return ast.IRModule({name: substitute(func, mapping)
                          for name, func in module.functions.items()})
+
+
+#: Goldens whose text printed boxed attribute values (``meta[runtime.BoxInt][N]``)
+#: without a ``#[metadata]`` section: the parser recovers them from the printed types
+#: and says so in a RecoveredMetadataWarning.
+RECOVERED_FROM_TYPES = {"op_split": 2}
+
+
+def parse_golden(golden: "Golden"):
+    """Parse a golden's text as printed; check the recovery warning of exactly the
+    goldens listed in ``RECOVERED_FROM_TYPES`` (and no other warning of that kind)."""
+    import warnings
+
+    from bmlib_relax.errors import RecoveredMetadataWarning
+    from bmlib_relax.relay import parse
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RecoveredMetadataWarning)
+        module = parse(golden.text, f"{golden.name}/model.relay")
+    recovered = [r for w in caught if issubclass(w.category, RecoveredMetadataWarning)
+                 for r in w.message.recoveries]
+    assert len(recovered) == RECOVERED_FROM_TYPES.get(golden.name, 0), recovered
+    return module
 
 
 class Golden:

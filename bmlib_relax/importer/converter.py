@@ -14,9 +14,10 @@ never a partial import.
 Attributes printed into the ``#[metadata]`` section are resolved here, for
 every op alike: a call whose last argument is ``meta[relay.attrs.*][N]`` gets
 that node's attributes, and an attribute value ``meta[runtime.BoxInt][N]`` (or
-another boxed scalar) gets its value.  Without a metadata section a boxed
-value stays a :class:`~bmlib_relax.relay.ast.MetaRef` for the converter to
-reject by name.
+another boxed scalar, also inside a list) gets its value.  Without a metadata
+section the parser recovers the boxed values a printed type determines
+(:mod:`bmlib_relax.relay.meta_recovery`); one still missing is a
+:class:`ConversionError` naming the op, attribute, location and why.
 
 Import forms (the contract with the bmlib pattern table; each converter's
 module documents its own):
@@ -48,6 +49,7 @@ from ..errors import BmlibError, ConversionError, ParamError, UnsupportedOpError
 from ..relay import ast
 from ..relay.params import check_param
 from ..relay.analysis import post_order_list
+from ..relay.meta_recovery import box_refs, printed_ref
 from . import provenance
 from .registry import get_converter
 
@@ -90,6 +92,18 @@ def _decode_meta_attr(text: Any) -> Any:
         except ValueError:
             pass
     return text
+
+
+def _resolve_meta_values(value: Any, objects: Mapping[str, list]) -> Any:
+    """An attribute value with each ``meta[kind][N]`` scalar (``runtime.BoxInt``...)
+    the metadata section holds replaced by its value, inside lists too."""
+    if isinstance(value, tuple):
+        return tuple(_resolve_meta_values(v, objects) for v in value)
+    if isinstance(value, ast.MetaRef):
+        entries = objects.get(value.kind, [])
+        if value.index < len(entries) and "value" in entries[value.index].get("attrs", {}):
+            return _decode_meta_attr(entries[value.index]["attrs"]["value"])
+    return value
 
 
 def _where(node: object) -> Optional[str]:
@@ -377,7 +391,8 @@ class RelayImporter:
     def _call_attrs(self, node: ast.Call) -> ast.Attrs:
         """The call's attributes with ``#[metadata]`` references resolved."""
         meta_arg = _attrs_meta_arg(node)
-        has_meta_values = any(isinstance(v, ast.MetaRef) for v in node.attrs.values())
+        has_meta_values = any(isinstance(v, ast.MetaRef) or box_refs(v)
+                              for v in node.attrs.values())
         if meta_arg is None and not has_meta_values:
             return node.attrs
         objects = self.module.metadata.get("objects", {})
@@ -391,10 +406,15 @@ class RelayImporter:
             raw = entries[meta_arg.index].get("attrs", {})
             values.update({k: _decode_meta_attr(v) for k, v in raw.items()})
         for key, value in node.attrs.items():
-            if isinstance(value, ast.MetaRef):
-                entries = objects.get(value.kind, [])
-                if value.index < len(entries) and "value" in entries[value.index].get("attrs", {}):
-                    values[key] = _decode_meta_attr(entries[value.index]["attrs"]["value"])
+            resolved = _resolve_meta_values(value, objects)
+            missing = box_refs(resolved)
+            if missing:
+                why = self.module.metadata.get("unrecovered_boxes", {}).get(_where(node))
+                raise ConversionError(
+                    f"{key}={printed_ref(value)} has no value: the text has no #[metadata] "
+                    f"section" + (f" and the printed type does not give it: {why}" if why else ""),
+                    op=node.op.name, location=_where(node))
+            values[key] = resolved
         return ast.Attrs(values)
 
     def _inline(self, func: ast.Function, args: list, env: dict, node: ast.Call) -> Any:

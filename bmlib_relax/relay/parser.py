@@ -24,13 +24,15 @@ import gc
 import math
 import re
 import sys
+import warnings
 from contextlib import contextmanager
 from typing import Any, Iterator, Optional, Union
 
 import numpy as np
 
-from ..errors import ParseError
+from ..errors import ParseError, RecoveredMetadataWarning
 from . import ast as A
+from .meta_recovery import BOX_KIND_PREFIX, Recovery, box_refs, recover_attrs
 from .tokenizer import EOF, Token, TokenStream, tokenize
 
 __all__ = ["parse", "fromtext", "parse_expr", "parse_type", "MAX_NESTING"]
@@ -154,6 +156,11 @@ class _Parser:
         self.literal_cache: dict[str, np.ndarray] = {}
         self.line_offset = 0   # used when parsing text embedded in a comment
         self.col_offset = 0
+        # meta[runtime.Box*] attribute values seen, those recovered from printed
+        # types (no #[metadata]), and why the others could not be (by location).
+        self.box_refs_seen = 0
+        self.recoveries: list[Recovery] = []
+        self.unrecovered: dict[str, str] = {}
 
     # ------------------------------------------------------------------ helpers
     def peek(self, k: int = 0) -> Token:
@@ -583,6 +590,7 @@ class _Parser:
         self.next()
         args: list[A.Expr] = []
         attrs: dict[str, Any] = {}
+        boxes_before = self.box_refs_seen
         while True:
             tok = self.peek()
             if tok.text == ")" and tok.kind == "OP":
@@ -604,8 +612,28 @@ class _Parser:
                 raise self.error(f"expected ')' to close call to {self.callee_name(callee)}, "
                                  f"got {_describe(tok)}", tok)
         self.next()
+        if self.box_refs_seen != boxes_before and isinstance(callee, A.Op):
+            attrs = self.recover_boxed_attrs(callee.name, attrs, start)
         return A.Call(callee, tuple(args), A.Attrs(attrs) if attrs else A.EMPTY_ATTRS,
                       span=self.span(start))
+
+    def recover_boxed_attrs(self, op_name: str, attrs: dict[str, Any],
+                            start: Token) -> dict[str, Any]:
+        """Fill ``meta[runtime.Box*]`` attribute values the metadata section would
+        have held from the call's ``/* ty=... */`` comment (see :mod:`.meta_recovery`).
+
+        Called right after the call's ``)``, the token its type comment follows.
+        """
+        counts = self.metadata.get("counts", {}) if self.metadata is not None else {}
+        if all(ref.kind in counts for value in attrs.values() for ref in box_refs(value)):
+            return attrs  # the #[metadata] section has them; the importer reads them
+        location = str(self.span(start))
+        filled, recoveries, reason = recover_attrs(
+            op_name, attrs, self.ty_comment_type(self.pos - 1), location)
+        self.recoveries.extend(recoveries)
+        if reason is not None:
+            self.unrecovered[location] = reason
+        return filled
 
     def parse_atom(self) -> A.Expr:
         tok = self.peek()
@@ -957,6 +985,8 @@ class _Parser:
         if kind == "IDENT":
             if tok.text == "meta":
                 kind_, index, _, _ = self.parse_meta_ref()
+                if kind_.startswith(BOX_KIND_PREFIX):
+                    self.box_refs_seen += 1
                 return A.MetaRef(kind_, index, span=self.span(tok))
             self.next()
             if tok.text in ("True", "False"):
@@ -1091,6 +1121,31 @@ def _prepare(text: str, source_name: str) -> tuple[_Parser, TokenStream]:
     return _Parser(stream, source_name, metadata), stream
 
 
+#: Recovered values listed in a :class:`RecoveredMetadataWarning` message (all are
+#: in its ``recoveries``).
+_MAX_LISTED_RECOVERIES = 20
+
+
+def _warn_recovered(parser: _Parser) -> None:
+    """One warning per parse for every boxed value recovered from a printed type."""
+    found = parser.recoveries
+    if not found:
+        return
+    lines = [f"{len(found)} attribute value(s) printed as meta[runtime.Box*] without a "
+             "#[metadata] section were recovered from the printed /* ty=... */ types:"]
+    lines += [f"  {r}" for r in found[:_MAX_LISTED_RECOVERIES]]
+    if len(found) > _MAX_LISTED_RECOVERIES:
+        lines.append(f"  ... and {len(found) - _MAX_LISTED_RECOVERIES} more")
+    warnings.warn(RecoveredMetadataWarning("\n".join(lines), found), stacklevel=3)
+
+
+def _module_metadata(parser: _Parser) -> dict[str, Any]:
+    metadata = dict(parser.metadata) if parser.metadata is not None else {}
+    if parser.unrecovered:  # read by the importer to say why a value is missing
+        metadata["unrecovered_boxes"] = dict(parser.unrecovered)
+    return metadata
+
+
 def parse(text: str, source_name: str = "<string>") -> A.IRModule:
     """Parse a Relay module (``#[version = "0.0.5"]`` + ``def``/``type``
     items + optional ``#[metadata]``); a bare expression or old-style top-level
@@ -1098,8 +1153,8 @@ def parse(text: str, source_name: str = "<string>") -> A.IRModule:
     with _parsing():
         parser, _ = _prepare(text, source_name)
         functions, types = parser.parse_module()
-    metadata = dict(parser.metadata) if parser.metadata is not None else {}
-    return A.IRModule(functions, types, metadata, source_name)
+    _warn_recovered(parser)
+    return A.IRModule(functions, types, _module_metadata(parser), source_name)
 
 
 fromtext = parse
@@ -1113,6 +1168,7 @@ def parse_expr(text: str, source_name: str = "<string>") -> A.Expr:
         expr = parser.parse_seq()
         if parser.peek().kind != EOF:
             raise parser.error_expected("end of input", parser.peek())
+    _warn_recovered(parser)
     return expr
 
 
