@@ -49,13 +49,16 @@ MATH_OPS = ("relax.cos", "relax.sin", "relax.tan", "relax.cosh", "relax.sinh", "
             "relax.ceil", "relax.floor", "relax.round", "relax.trunc", "relax.sign",
             "relax.square")
 EXTRA_OPS = ("relax.tile", "relax.repeat", "relax.flip", "relax.image.resize2d",
-             "relax.nn.prelu", "relax.nn.conv3d")
+             "relax.nn.prelu", "relax.nn.conv1d", "relax.nn.conv3d", "relax.broadcast_to",
+             "relax.stack", "relax.nn.group_norm", "relax.nn.instance_norm")
 # Ops whose operands or results are masks and indices (see check_tensors).
 SELECTION_OPS = ("relax.less", "relax.less_equal", "relax.greater", "relax.greater_equal",
                  "relax.equal", "relax.not_equal", "relax.logical_and", "relax.logical_or",
                  "relax.logical_xor", "relax.logical_not", "relax.where", "relax.take",
-                 "relax.gather_elements", "relax.gather_nd")
+                 "relax.gather_elements", "relax.gather_nd", "relax.argmax", "relax.argmin")
 SELECTION_DTYPES = ("bool", "int32", "int64")
+# Ops that read or make masks and indices; astype casts them (an argmax's int64 to int32).
+INDEX_OPS = SELECTION_OPS + ("relax.astype",)
 
 
 # --------------------------------------------------------------------------- checks
@@ -87,7 +90,7 @@ def _dtypes_of(expr) -> tuple:
     """Dtypes a call may read and produce: masks (bool) and indices (int32/int64)
     are the nature of comparisons, ``where`` and indexing; everything else is float."""
     op = getattr(getattr(expr, "op", None), "name", "")
-    return SUPPORTED_DTYPES + SELECTION_DTYPES if op in SELECTION_OPS else SUPPORTED_DTYPES
+    return SUPPORTED_DTYPES + SELECTION_DTYPES if op in INDEX_OPS else SUPPORTED_DTYPES
 
 
 def check_tensors(context: PatternCheckContext) -> bool:

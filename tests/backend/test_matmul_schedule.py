@@ -71,3 +71,16 @@ def test_batch_matmul_with_packed_panels_matches_plain_build():
     script, partitioned = _lowered_script(mod)
     (got,), _ = run_offloaded(partitioned, arrays)
     np.testing.assert_allclose(got, run_plain(mod, arrays)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_outer_product_matmul_keeps_its_schedule():
+    # K = 1 (a dense over one feature): no reduction loop, the rule still applies.
+    import warnings
+
+    mod, arrays = make_module(_dense_bias_relu, [(64, 1)], [(4, 1), (4,)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        script, partitioned = _lowered_script(mod)
+    assert "T.parallel(" in script
+    (got,), _ = run_offloaded(partitioned, arrays)
+    np.testing.assert_allclose(got, run_plain(mod, arrays)[0], rtol=1e-5, atol=1e-5)

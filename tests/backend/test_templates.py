@@ -143,6 +143,16 @@ CASES = {
         _case("prelu", lambda a, s: R.nn.prelu(a, s), [(2, 4, 3, 3)], [(4,)]),
         _case("conv3d", lambda x, w: R.nn.conv3d(x, w, padding=1), [(1, 2, 3, 4, 4)],
               [(3, 2, 3, 3, 3)]),
+        _case("conv1d", lambda x, w: R.nn.conv1d(x, w, padding=1, strides=2), [(1, 4, 9)],
+              [(6, 4, 3)]),
+        _case("group_norm", lambda x, g, b: R.nn.group_norm(x, g, b, num_groups=2,
+                                                             channel_axis=1, axes=[2, 3]),
+              [(2, 4, 3, 3)], [(4,), (4,)]),
+        _case("instance_norm", lambda x, g, b: R.nn.instance_norm(x, g, b, channel_axis=1,
+                                                                   axes=[2, 3]),
+              [(2, 4, 3, 3)], [(4,), (4,)]),
+        _case("broadcast_to", lambda a: R.broadcast_to(a, (2, 3, 4)), [(3, 1)]),
+        _case("stack", lambda a, b: R.stack([a, b], axis=1), [(3, 4), (3, 4)]),
     ],
     "selection": [
         *[_case(name, lambda a, b, f=fn: R.where(f(a, b), a, b), [(3, 4), (3, 4)],
@@ -162,6 +172,9 @@ CASES = {
                                        mode="clip"), [(3, 4)]),
         _case("gather_elements", lambda a: R.gather_elements(
             a, relax.const(np.array([[0, 2], [1, 0], [2, 2]], "int64"), "int64"), axis=1), [(3, 4)]),
+        _case("argmax", lambda a: R.argmax(a, axis=1), [(3, 4)]),
+        _case("argmin", lambda a: R.argmin(a, axis=0, keepdims=True), [(3, 4)]),
+        _case("astype", lambda a: R.astype(R.argmax(a, axis=1), "int32"), [(3, 4)]),
         _case("gather_nd", lambda a: R.gather_nd(
             a, relax.const(np.array([[0, 1], [2, 3]], "int64"), "int64")), [(3, 4)]),
     ],

@@ -86,6 +86,18 @@ def conv2d_transpose(call, inputs, ctx):
         out_dtype(attrs, data.dtype), attr_ints(attrs.output_padding), int(attrs.groups))
 
 
+@register_template("relax.nn.conv1d")
+def conv1d(call, inputs, ctx):
+    attrs = call.attrs
+    data, weight = inputs
+    if (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout)) != \
+            ("NCW", "OIW", "NCW"):
+        raise ctx.error(f"layout {attrs.data_layout}/{attrs.kernel_layout} has no template")
+    return topi.nn.conv1d(data, weight, attr_ints(attrs.strides), attr_ints(attrs.padding),
+                          attr_ints(attrs.dilation), int(attrs.groups), "NCW", "OIW",
+                          out_dtype(attrs, data.dtype))
+
+
 @register_template("relax.nn.conv3d")
 def conv3d(call, inputs, ctx):
     attrs = call.attrs

@@ -113,12 +113,18 @@ def schedule_matmul(sch, block, ctx):
     sch.reorder(*batch, jo, io, *rest, ii, ji)
     outer = sch.fuse(*batch, jo)
     sch.parallel(outer)
+    reduction = 1
+    for iv in sch.get(block).iter_vars:
+        if int(iv.iter_type) != 0:
+            reduction *= int(iv.dom.extent)
     if epilogue is not None:
         sch.compute_at(block, io)
         ctx.done.add(str(sch.get(epilogue).name_hint))
         # Accumulators stay a "global" tile: see the note on register
         # tiles in ..schedule.
         _register_tile(sch, ii, ji, rows_tile, cols_tile, lanes)
+        if reduction == 1:  # an outer product (K = 1): no reduction loop to move
+            return
         kinds = [kind for kind, ext in (("rows", rows_tile), ("cols", cols_tile)) if ext > 1]
         inner = sch.get_loops(block)[-1 - len(kinds):]
         k, tile_loops = inner[-1], inner[:-1]

@@ -73,3 +73,20 @@ def softmax(call, inputs, ctx):
 @register_template("relax.nn.log_softmax")
 def log_softmax(call, inputs, ctx):
     return topi.nn.log_softmax(inputs[0], axis=int(call.attrs.axis))
+
+
+@register_template("relax.nn.group_norm")
+def group_norm(call, inputs, ctx):
+    attrs = call.attrs
+    data, gamma, beta = inputs
+    return topi.nn.group_norm(data, gamma, beta, int(attrs.num_groups),
+                              int(attrs.channel_axis), attr_ints(attrs.axes),
+                              float(attrs.epsilon))
+
+
+@register_template("relax.nn.instance_norm")
+def instance_norm(call, inputs, ctx):
+    attrs = call.attrs
+    data, gamma, beta = inputs
+    return topi.nn.instance_norm(data, gamma, beta, int(attrs.channel_axis),
+                                 attr_ints(attrs.axes), float(attrs.epsilon))

@@ -1,4 +1,5 @@
-"""Selection templates: comparisons, ``where`` and indexing (``take``, gathers).
+"""Selection templates: comparisons, ``where``, indexing (``take``, gathers) and
+``argmax``/``argmin``.
 
 Their outputs or operands are masks (bool) and indices (int32/int64), which the
 pattern check admits for these ops only (``patterns.check_tensors``).  Out
@@ -56,3 +57,17 @@ def gather_nd(call, inputs, ctx):
     # Relax keeps the index tuple last, topi first.
     indices = topi.transpose(indices, [ndim - 1] + list(range(ndim - 1)))
     return topi.gather_nd(inputs[0], indices, int(call.attrs.batch_dims))
+
+
+def _arg_reduce(fn):
+    def template(call, inputs, ctx):
+        axis = call.attrs.axis
+        index = fn(inputs[0], None if axis is None else int(axis), bool(call.attrs.keepdims))
+        # topi returns int32 indices; Relax declares int64 (the signature check holds us to it)
+        return topi.cast(index, str(call.ty.dtype))
+
+    return template
+
+
+register_template("relax.argmax")(_arg_reduce(topi.argmax))
+register_template("relax.argmin")(_arg_reduce(topi.argmin))

@@ -83,3 +83,14 @@ def _elements(shape) -> int:
     for dim in shape:
         count *= int(dim)
     return count
+
+
+@register_template("relax.broadcast_to")
+def broadcast_to(call, inputs, ctx):
+    return topi.broadcast_to(inputs[0], _static_shape(call))
+
+
+@register_template("relax.stack")
+def stack(call, inputs, ctx):
+    axis = call.attrs.axis
+    return topi.stack(list(inputs[0]), 0 if axis is None else int(axis))
