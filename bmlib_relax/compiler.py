@@ -15,6 +15,7 @@ from tvm import relax
 
 from .backend.codegen import codegen_session, is_bmlib_partition, lower_partition
 from .backend.partition import partition_for_bmlib
+from .backend.run_codegen import run_codegen
 from .backend.target import resolve_target
 from .backend.verify import verify_partition_arity
 from .errors import ParamError
@@ -53,7 +54,7 @@ def lower_and_verify(partitioned: tvm.IRModule,
 def build_verified(partitioned: tvm.IRModule, lowered: dict, target: TargetLike = None):
     """``RunCodegen`` with already verified partitions, then ``tvm.compile``."""
     with codegen_session(target, lowered) as records:
-        with_ext = relax.transform.RunCodegen()(partitioned)
+        with_ext = run_codegen(partitioned)
         executable = tvm.compile(with_ext, target=resolve_target(target))
     return executable, dict(records)
 
@@ -167,7 +168,8 @@ def compile(relay_mod: RelayLike, params: ParamsLike = None, *, target: TargetLi
         if input_shapes:
             module = with_input_types(module, {k: (v, None) for k, v in input_shapes.items()})
         unbound_inputs(module, weights, list(inputs or ()) + list(input_shapes or ()))
-        imported = import_relay(module, weights)
+        # Tuple-typed inputs become one tensor input per field (``t.0``, ...).
+        imported = import_relay(module, weights, flatten_tuple_inputs=True)
     with lowering_scope(lowerings):
         partitioned = partition_for_bmlib(imported, patterns=patterns, merge=merge,
                                           target=target)

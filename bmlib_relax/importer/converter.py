@@ -246,8 +246,12 @@ class RelayImporter:
     """Converts one Relay module's entry function into a Relax ``IRModule``."""
 
     def __init__(self, module: ast.IRModule, params: Optional[Mapping[str, np.ndarray]] = None,
-                 observer: Optional[Callable[[ast.Expr, Any], None]] = None):
+                 observer: Optional[Callable[[ast.Expr, Any], None]] = None,
+                 flatten_tuple_inputs: bool = False):
         self.module = module
+        # A tuple-typed input of @main becomes one tensor parameter per field
+        # (``%t`` -> ``t.0``, ``t.1.0``, ...), for runtimes that pass tensors only.
+        self.flatten_tuple_inputs = flatten_tuple_inputs
         self.params = dict(params or {})
         self.bb = relax.BlockBuilder()
         self._active_globals: list[str] = []
@@ -344,11 +348,25 @@ class RelayImporter:
             if var.type_annotation is None:
                 raise ConversionError(f"input %{var.name} has no type annotation; "
                                       "give its type in the text", location=_where(var))
+            if self.flatten_tuple_inputs and isinstance(var.type_annotation, ast.TupleType):
+                env[var] = self._flat_tuple_input(var.name, var.type_annotation, relax_params,
+                                                  _where(var), named_dims)
+                continue
             rvar = relax.Var(var.name, tensor_type(var.type_annotation, _where(var), named_dims))
             env[var] = rvar
             relax_params.append(rvar)
             self.views.leaf(var, rvar)
         return relax_params, env
+
+    def _flat_tuple_input(self, name: str, ty: ast.Type, relax_params: list,
+                          where: Optional[str], named_dims: dict) -> relax.Expr:
+        if isinstance(ty, ast.TupleType):
+            return relax.Tuple([self._flat_tuple_input(f"{name}.{i}", f, relax_params, where,
+                                                       named_dims)
+                                for i, f in enumerate(ty.fields)])
+        rvar = relax.Var(name, tensor_type(ty, where, named_dims))
+        relax_params.append(rvar)
+        return rvar
 
     # ------------------------------------------------------------------ emission
     def emit(self, expr: relax.Expr, node: object) -> relax.Expr:

@@ -1,0 +1,253 @@
+"""Relay control flow and modules on Relax: ``if``/``else``, calls between global
+functions, recursion (recursive globals and Relay's let-bound loops), closures,
+tuple parameters and ``shape_of`` -- each compiled with ``bmlib_relax.compile``,
+run on the VM and checked against numpy (or Relay's semantics written out here).
+
+The second half runs the TVM-test corpus programs with these constructs and
+states, per program, whether it must run (with its expected output) or end in
+a clear, located error.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+import bmlib_relax
+from bmlib_relax import ConversionError, UnsupportedOpError, import_relay
+from bmlib_relax.relay import ast, parse
+
+from conftest import corpus_dir, offloaded_partitions
+
+HEADER = '#[version = "0.0.5"]\n'
+RNG = np.random.default_rng(13)
+
+
+def _compile(text: str, params=None):
+    return bmlib_relax.compile(parse(HEADER + text, "cf.relay"), params)
+
+
+def _run(model, *args):
+    out = model._vm["main"](*[_tensor(a) for a in args])
+    return _numpy(out)
+
+
+def _tensor(value):
+    if isinstance(value, tuple):
+        return [_tensor(v) for v in value]
+    return tvm.runtime.tensor(np.asarray(value))
+
+
+def _numpy(out):
+    if hasattr(out, "numpy"):
+        return out.numpy()
+    return tuple(_numpy(o) for o in out)
+
+
+def _relu(x):
+    return np.maximum(x, 0)
+
+
+# ---------------------------------------------------------------------- if / else
+IF_ELSE = """
+def @main(%c: bool, %x: Tensor[(2, 8), float32], %w: Tensor[(4, 8), float32]) {
+  if (%c) {
+    nn.relu(nn.dense(%x, %w, units=4))
+  } else {
+    %0 = nn.dense(%x, %w, units=4);
+    multiply(%0, 2f)
+  }
+}
+"""
+
+
+def test_if_else_takes_both_branches_and_offloads_inside():
+    x = RNG.standard_normal((2, 8)).astype("float32")
+    w = RNG.standard_normal((4, 8)).astype("float32")
+    model = _compile(IF_ELSE, {"w": w})
+    # One partition per branch: patterns match inside the If's SeqExprs.
+    assert len(offloaded_partitions(model.relax_module)) >= 2, "branches not offloaded"
+    assert "if c:" in model.relax_module["main"].script()
+    dense = x @ w.T
+    np.testing.assert_allclose(_run(model, True, x), _relu(dense), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(_run(model, False, x), dense * 2, rtol=1e-5, atol=1e-5)
+
+
+def test_if_inside_a_branch_of_an_if():
+    text = """
+def @main(%a: bool, %b: bool, %x: Tensor[(3), float32]) {
+  if (%a) {
+    if (%b) { add(%x, 1f) } else { subtract(%x, 1f) }
+  } else {
+    negative(%x)
+  }
+}
+"""
+    model = _compile(text)
+    x = np.array([1, 2, 3], "float32")
+    for a, b, expected in [(True, True, x + 1), (True, False, x - 1), (False, True, -x)]:
+        np.testing.assert_allclose(_run(model, a, b, x), expected)
+
+
+# ---------------------------------------------------------------------- global calls
+GLOBAL_CALLS = """
+def @layer(%x: Tensor[(2, 8), float32], %w: Tensor[(8, 8), float32]) -> Tensor[(2, 8), float32] {
+  nn.relu(nn.dense(%x, %w, units=8))
+}
+def @twice(%x: Tensor[(2, 8), float32], %w: Tensor[(8, 8), float32]) -> Tensor[(2, 8), float32] {
+  @layer(@layer(%x, %w), %w)
+}
+def @main(%x: Tensor[(2, 8), float32], %w: Tensor[(8, 8), float32]) {
+  add(@twice(%x, %w), @layer(%x, %w))
+}
+"""
+
+
+def test_main_calls_helpers_that_call_helpers():
+    x = RNG.standard_normal((2, 8)).astype("float32")
+    w = RNG.standard_normal((8, 8)).astype("float32")
+    model = _compile(GLOBAL_CALLS, {"w": w})
+    assert offloaded_partitions(model.relax_module), "nothing offloaded"
+
+    def layer(v):
+        return _relu(v @ w.T)
+
+    np.testing.assert_allclose(_run(model, x), layer(layer(x)) + layer(x), rtol=1e-4,
+                               atol=1e-4)
+
+
+# ---------------------------------------------------------------------- recursion
+RECURSIVE_GLOBAL = """
+def @sum_to(%i: int32, %acc: int32) -> int32 {
+  if (equal(%i, 0)) {
+    %acc
+  } else {
+    @sum_to(subtract(%i, 1), add(%acc, %i))
+  }
+}
+def @main(%n: int32) {
+  @sum_to(%n, 0)
+}
+"""
+
+
+def test_recursive_global_sums_to_n():
+    model = _compile(RECURSIVE_GLOBAL)
+    lifted = [gv.name_hint for gv in model.relax_module.functions if gv.name_hint.startswith("sum_to")]
+    assert lifted, "the recursive global is not a Relax function"
+    for n in (0, 1, 10, 100):
+        assert int(_run(model, np.array(n, "int32"))) == n * (n + 1) // 2
+
+
+LET_LOOP = """
+def @main(%n: int32, %x: Tensor[(2, 4), float32], %w: Tensor[(4, 4), float32]) {
+  let %loop = fn (%i: int32, %acc: Tensor[(2, 4), float32]) -> Tensor[(2, 4), float32] {
+    if (less(%i, %n)) {
+      %loop(add(%i, 1), add(nn.dense(%acc, %w, units=4), %x))
+    } else {
+      %acc
+    }
+  };
+  %loop(0, %x)
+}
+"""
+
+
+def test_let_bound_recursive_loop_with_free_variables():
+    """Relay's loop: ``%n``, ``%x`` and the weight are free in the loop body."""
+    x = RNG.standard_normal((2, 4)).astype("float32")
+    w = (RNG.standard_normal((4, 4)) * 0.3).astype("float32")
+    model = _compile(LET_LOOP, {"w": w})
+    assert offloaded_partitions(model.relax_module), "nothing offloaded"
+    for n in (0, 1, 3):
+        expected = x
+        for _ in range(n):
+            expected = expected @ w.T + x
+        np.testing.assert_allclose(_run(model, np.array(n, "int32"), x), expected,
+                                   rtol=1e-4, atol=1e-4)
+
+
+# ---------------------------------------------------------------------- closures
+CLOSURES = """
+def @scale(%v: Tensor[(3), float32]) -> Tensor[(3), float32] {
+  multiply(%v, 3f)
+}
+def @main(%c: bool, %x: Tensor[(3), float32], %y: Tensor[(3), float32]) {
+  let %add_y = fn (%a: Tensor[(3), float32]) { add(%a, %y) };
+  let %pick = if (%c) { %add_y } else { @scale };
+  let %pair = (%add_y, @scale);
+  let %f = %pair.1;
+  add(%pick(%x), %f(%x))
+}
+"""
+
+
+def test_closures_globals_as_values_and_functions_chosen_by_if():
+    model = _compile(CLOSURES)
+    x = np.array([1, 2, 3], "float32")
+    y = np.array([10, 20, 30], "float32")
+    np.testing.assert_allclose(_run(model, True, x, y), (x + y) + 3 * x)
+    np.testing.assert_allclose(_run(model, False, x, y), 3 * x + 3 * x)
+
+
+def test_entry_returning_a_function_is_a_clear_error():
+    text = """
+def @aux(%x: Tensor[(), int32]) -> Tensor[(), int32] { %x }
+def @main() -> fn(Tensor[(), int32]) -> Tensor[(), int32] { @aux }
+"""
+    with pytest.raises(ConversionError, match=r"cf.relay:4:1: .*returns a function value"):
+        import_relay(parse(HEADER + text, "cf.relay"))
+
+
+# ---------------------------------------------------------------------- tuple parameters
+TUPLE_PARAM = """
+def @main(%t: (Tensor[(2, 3), float32], (Tensor[(3), float32], Tensor[(), float32]))) {
+  %0 = %t.1;
+  multiply(add(%t.0, %0.0), %0.1)
+}
+"""
+
+
+def test_tuple_typed_parameter():
+    a = RNG.standard_normal((2, 3)).astype("float32")
+    b = RNG.standard_normal((3,)).astype("float32")
+    s = np.array(0.5, "float32")
+    expected = (a + b) * s
+    # bmlib_relax.compile: one tensor input per field, named by its path.
+    model = _compile(TUPLE_PARAM)
+    assert model.input_names == ["t.0", "t.1.0", "t.1.1"]
+    np.testing.assert_allclose(model(a, b, s), expected, rtol=1e-6)
+    np.testing.assert_allclose(model(**{"t.0": a, "t.1.0": b, "t.1.1": s}), expected, rtol=1e-6)
+    # import_relay: a Relax tuple parameter.
+    mod = import_relay(parse(HEADER + TUPLE_PARAM))
+    assert isinstance(mod["main"].params[0].ty, relax.TupleType)
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    out = vm["main"]([_tensor(a), [_tensor(b), _tensor(s)]]).numpy()
+    np.testing.assert_allclose(out, expected, rtol=1e-6)
+
+
+# ---------------------------------------------------------------------- shape_of
+def test_shape_of_static_and_dynamic():
+    text = """
+def @main(%x: Tensor[(?, 3), float32], %y: Tensor[(2, 5), float32]) {
+  (shape_of(%x), shape_of(%y, dtype="int64"))
+}
+"""
+    model = _compile(text)
+    dynamic, static = _run(model, np.zeros((4, 3), "float32"), np.zeros((2, 5), "float32"))
+    assert dynamic.dtype == np.int32 and dynamic.tolist() == [4, 3]
+    assert static.dtype == np.int64 and static.tolist() == [2, 5]
+
+
+def test_independent_dynamic_dims_are_a_clear_error_before_building():
+    text = "def @main(%a: Tensor[(?, ?), float32], %b: Tensor[(?, ?), float32]) {\n  add(%a, %b)\n}\n"
+    with pytest.raises(ConversionError, match=r"cf.relay:3:3: add: Relax cannot infer"):
+        import_relay(parse(HEADER + text, "cf.relay"))
+    # Named dims say that the shapes agree: then it builds and runs.
+    named = text.replace("(?, ?)", "(n, m)")
+    model = _compile(named)
+    a = np.ones((2, 3), "float32")
+    np.testing.assert_allclose(_run(model, a, a), a + a)
