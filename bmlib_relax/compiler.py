@@ -18,7 +18,7 @@ from .backend.partition import partition_for_bmlib
 from .backend.run_codegen import run_codegen
 from .backend.target import resolve_target
 from .backend.verify import verify_partition_arity
-from .errors import ParamError
+from .errors import ParamError, UnsupportedOpError
 from .importer import RelayLike, as_relay_module, import_relay
 from .legacy.lowerings import lowering_scope
 from .preflight import require_main
@@ -170,6 +170,12 @@ def compile(relay_mod: RelayLike, params: ParamsLike = None, *, target: TargetLi
         unbound_inputs(module, weights, list(inputs or ()) + list(input_shapes or ()))
         # Tuple-typed inputs become one tensor input per field (``t.0``, ...).
         imported = import_relay(module, weights, flatten_tuple_inputs=True)
+        if isinstance(module["main"].ret_type, ast.FuncType):
+            span = getattr(module["main"], "span", None)
+            raise UnsupportedOpError([(
+                "@main returns a function (a model returns tensors; import_relay + "
+                "tvm.compile gives the VM closure)", str(span) if span else None)],
+                what="construct")
     with lowering_scope(lowerings):
         partitioned = partition_for_bmlib(imported, patterns=patterns, merge=merge,
                                           target=target)

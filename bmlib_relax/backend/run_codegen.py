@@ -10,8 +10,8 @@ For such modules :func:`run_codegen` does the same job function by function:
 hand every ``Codegen``-annotated function to its ``relax.ext.<name>`` codegen,
 replace each call of one (in every Relax function) by ``call_dps_packed`` of
 its symbol, drop the partition functions and attach the built modules as
-``external_mods``.  Modules without calls between Relax functions take TVM's
-own pass unchanged.
+``external_mods``.  Modules with a single Relax function besides the partitions
+take TVM's own pass unchanged.
 """
 from __future__ import annotations
 
@@ -26,23 +26,13 @@ def _codegen_name(func) -> str | None:
     return None
 
 
-def calls_between_relax_functions(mod: tvm.IRModule) -> bool:
-    """Whether some Relax function calls another one that is not a partition."""
-    plain = {gv for gv, f in mod.functions.items()
-             if isinstance(f, relax.Function) and _codegen_name(f) is None}
-    found = False
-
-    def visit(expr):
-        nonlocal found
-        if isinstance(expr, relax.Call) and isinstance(expr.op, relax.GlobalVar) \
-                and expr.op in plain:
-            found = True
-
-    for gv in plain:
-        relax.analysis.post_order_visit(mod[gv].body, visit)
-        if found:
-            return True
-    return False
+def has_several_relax_functions(mod: tvm.IRModule) -> bool:
+    """Whether the module has Relax functions besides its entry and its partitions
+    (lifted recursive functions, helpers, closures), which TVM's pass mishandles."""
+    plain = [gv for gv, f in mod.functions.items()
+             if isinstance(f, relax.Function) and _codegen_name(f) is None
+             and (f.attrs is None or "Composite" not in f.attrs)]
+    return len(plain) > 1
 
 
 @mutator
@@ -66,7 +56,7 @@ class _PartitionCalls(PyExprMutator):
 
 def run_codegen(mod: tvm.IRModule) -> tvm.IRModule:
     """``RunCodegen`` that also handles recursive and mutually calling functions."""
-    if not calls_between_relax_functions(mod):
+    if not has_several_relax_functions(mod):
         return relax.transform.RunCodegen()(mod)
     by_target: dict[str, list] = {}
     symbols = {}

@@ -275,10 +275,13 @@ class RelayImporter:
         func = self.module[entry]
         self.check_supported(func)
         relax_params, env = self._bind_params(func)
+        if isinstance(func.ret_type, ast.FuncType):
+            self._structured = True  # a local Relax function is not built in a dataflow block
         with self.bb.function(entry, relax_params):
             if self._structured:
                 result = self._convert(func.body, env)
-                self._check_not_function(result, func)
+                if isinstance(result, _FUNCTION_VALUES):
+                    result = self._function_value(result, func)
                 self.bb.emit_func_output(result)
             else:
                 with self.bb.dataflow():
@@ -287,6 +290,9 @@ class RelayImporter:
                     output = self.bb.emit_output(result)
                 self.bb.emit_func_output(output)
         mod = self.bb.get()
+        if isinstance(func.ret_type, ast.FuncType):
+            # TVM's build expects local functions lifted (closures: make_closure).
+            mod = relax.transform.LambdaLift()(mod)
         if self._structured or self._lifted:
             mod = relax.transform.ConvertToDataflow(min_size=1)(mod)
         return mod
@@ -553,6 +559,47 @@ class RelayImporter:
         return self._convert(func.body, env)
 
     # ------------------------------------------------------------------ functions
+    def _function_value(self, fn: Any, where: ast.Expr) -> relax.Expr:
+        """A Relay function value returned by the entry function, as a Relax value the
+        VM returns as a closure: a global function's GlobalVar (eta-expanded ``@f``),
+        or a local Relax function capturing its free variables (lifted by TVM)."""
+        if isinstance(fn, _GlobalRef):
+            return self._global_function(fn.gvar.name, where)
+        if isinstance(fn, _Closure) and fn.self_var is None:
+            func = fn.func
+            params = [relax.Var(p.name, self._annotated(p)) for p in func.params]
+            env = dict(fn.env)
+            env.update(zip(func.params, params))
+            seq, result = self._scoped(lambda: self._convert(func.body, env), params)
+            if seq is None:
+                raise ConversionError("a function returning a function value is not supported",
+                                      location=_where(func))
+            ret = signature_type(func.ret_type, _where(func)) if func.ret_type is not None \
+                else None
+            return self.emit(relax.Function(params, seq, ret, is_pure=True), func)
+        raise ConversionError("the entry function returns a function value that has no Relax "
+                              "counterpart (a recursive or conditionally chosen function)",
+                              location=_where(where))
+
+    @staticmethod
+    def _annotated(var: ast.Var) -> relax.Type:
+        if var.type_annotation is None:
+            raise ConversionError(f"parameter %{var.name} of a returned function has no type "
+                                  "annotation; give its type", location=_where(var))
+        return tensor_type(var.type_annotation, _where(var))
+
+    def _global_function(self, name: str, where: ast.Expr) -> relax.GlobalVar:
+        """``@name`` as a Relax global function (built once)."""
+        func = self.module[name]
+        key = id(func)
+        if key not in self._lifted:
+            params = [relax.Var(p.name, self._annotated(p)) for p in func.params]
+            gv = self._declare(name, params, func, where)
+            self._lifted[key] = (gv, [])
+            env = dict(zip(func.params, params))
+            self._define(gv, params, lambda: self._convert(func.body, env), func)
+        return self._lifted[key][0]
+
     def _apply(self, fn: Any, args: list, node: ast.Call) -> Any:
         """Call a function value: inline it, or call its lifted Relax function."""
         if isinstance(fn, _GlobalRef):
