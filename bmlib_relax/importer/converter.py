@@ -234,6 +234,9 @@ def _check_result_shape(value: Any, inputs: list, node: ast.Call) -> None:
     known = [_known_shape(v) for v in inputs]
     if not any(k is not None for k in known) or False in known:
         return
+    if not any(not isinstance(d, tvm.tirx.IntImm) for v, k in zip(inputs, known) if k
+               for d in v.ty.shape.values):
+        return  # static inputs: a data-dependent result shape is the op's own business
     shapes = ", ".join(str(list(v.ty.shape.values)) for v, k in zip(inputs, known) if k)
     raise ConversionError(
         f"Relax cannot infer the result shape from the input shapes {shapes} (each `?` "
