@@ -368,3 +368,39 @@ def test_returned_function_is_a_vm_closure(name, text):
     if text is not None:
         with pytest.raises(UnsupportedOpError, match=r"cf.relay:3:1: @main returns a function"):
             bmlib_relax.compile(module)
+
+
+def test_convert_with_a_loop_and_tuple_inputs(tmp_path):
+    """``bmlib-relax convert --check`` on a Relay loop in a branch with a tuple input:
+    the artifact takes ``t.0``/``t.1`` and agrees with the plain build."""
+    from bmlib_relax.convert import convert
+
+    text = HEADER + """
+def @main(%n: int32, %t: (Tensor[(2, 4), float32], Tensor[(2, 4), float32]),
+          %w: Tensor[(4, 4), float32]) {
+  let %loop = fn (%i: int32, %acc: Tensor[(2, 4), float32]) -> Tensor[(2, 4), float32] {
+    if (less(%i, %n)) {
+      %loop(add(%i, 1), add(nn.dense(%acc, %w, units=4), %t.1))
+    } else {
+      %acc
+    }
+  };
+  %loop(0, %t.0)
+}
+"""
+    model_path = tmp_path / "loop.relay"
+    model_path.write_text(text)
+    w = (RNG.standard_normal((4, 4)) * 0.3).astype("float32")
+    result = convert(str(model_path), str(tmp_path / "out"), params={"w": w}, check=True)
+    model = bmlib_relax.load(str(tmp_path / "out" / "model.so"))
+    assert model.input_names == ["n", "t.0", "t.1"]
+    a, b = (RNG.standard_normal((2, 4)).astype("float32") for _ in range(2))
+    expected = a
+    for _ in range(3):
+        expected = expected @ w.T + b
+    np.testing.assert_allclose(model(np.array(3, "int32"), a, b), expected, rtol=1e-4,
+                               atol=1e-4)
+    assert result.check_passed
+    # The dense inside the lifted loop function is a bmlib partition.
+    assert result.report["partitions"], "nothing offloaded"
+    assert offloaded_partitions(result.model.relax_module)
