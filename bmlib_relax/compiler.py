@@ -11,13 +11,13 @@ import os
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import tvm
-from tvm import relax
 
 from .backend.codegen import codegen_session, is_bmlib_partition, lower_partition
 from .backend.partition import partition_for_bmlib
+from .backend.run_codegen import run_codegen
 from .backend.target import resolve_target
 from .backend.verify import verify_partition_arity
-from .errors import ParamError
+from .errors import ParamError, UnsupportedOpError
 from .importer import RelayLike, as_relay_module, import_relay
 from .legacy.lowerings import lowering_scope
 from .preflight import require_main
@@ -53,7 +53,7 @@ def lower_and_verify(partitioned: tvm.IRModule,
 def build_verified(partitioned: tvm.IRModule, lowered: dict, target: TargetLike = None):
     """``RunCodegen`` with already verified partitions, then ``tvm.compile``."""
     with codegen_session(target, lowered) as records:
-        with_ext = relax.transform.RunCodegen()(partitioned)
+        with_ext = run_codegen(partitioned)
         executable = tvm.compile(with_ext, target=resolve_target(target))
     return executable, dict(records)
 
@@ -167,7 +167,14 @@ def compile(relay_mod: RelayLike, params: ParamsLike = None, *, target: TargetLi
         if input_shapes:
             module = with_input_types(module, {k: (v, None) for k, v in input_shapes.items()})
         unbound_inputs(module, weights, list(inputs or ()) + list(input_shapes or ()))
-        imported = import_relay(module, weights)
+        # Tuple-typed inputs become one tensor input per field (``t.0``, ...).
+        imported = import_relay(module, weights, flatten_tuple_inputs=True)
+        if isinstance(module["main"].ret_type, ast.FuncType):
+            span = getattr(module["main"], "span", None)
+            raise UnsupportedOpError([(
+                "@main returns a function (a model returns tensors; import_relay + "
+                "tvm.compile gives the VM closure)", str(span) if span else None)],
+                what="construct")
     with lowering_scope(lowerings):
         partitioned = partition_for_bmlib(imported, patterns=patterns, merge=merge,
                                           target=target)

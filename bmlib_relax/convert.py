@@ -217,7 +217,7 @@ def convert(model_path: str, outdir: str, *, params: Any = None,
                 patterns_path, partition_fn, module, weights)
             merge = merge or merge_regions
         if check:
-            reference = import_relay(original, original_weights)
+            reference = import_relay(original, original_weights, flatten_tuple_inputs=True)
     elif patterns_path:
         with progress.step(f"load pattern table {os.path.basename(patterns_path)}"):
             patterns = _load_user_module(load_pattern_table, patterns_path, "pattern table")
@@ -251,7 +251,7 @@ def _convert_into(folder: str, module, weights, patterns, resolved,
     """Everything after the inputs are validated, written into ``folder``;
     ``reference`` (with ``--partition-fn``): the model as given, for ``--check``."""
     with progress.step("import to Relax"):
-        imported = import_relay(module, weights)
+        imported = import_relay(module, weights, flatten_tuple_inputs=True)
     target = resolve_target(target)
     with progress.step("partition for bmlib"):
         partitioned = partition_for_bmlib(imported, patterns=patterns, merge=merge,

@@ -141,7 +141,8 @@ class _ConstantFolder(PyExprMutator):
         if result.shape != want:  # broadcasting differs from what Relax inferred: keep it
             return call
         self.folded += 1
-        const = relax.const(np.ascontiguousarray(result.astype(dtype, copy=False)), dtype)
+        # (np.ascontiguousarray would turn a 0-d result into shape (1,).)
+        const = relax.const(np.require(result.astype(dtype, copy=False), requirements="C"), dtype)
         keeps_exact = call.op.name not in _SHAPE_OPS or \
             any(self._is_exact(a) for a in tensors)
         if wide and keeps_exact and result.dtype == np.float64:

@@ -28,13 +28,16 @@ def as_relay_module(relay_mod: RelayLike) -> ast.IRModule:
 
 
 def import_relay(relay_mod: RelayLike, params: ParamsLike = None, *,
-                 entry: str = "main") -> tvm.IRModule:
+                 entry: str = "main", flatten_tuple_inputs: bool = False) -> tvm.IRModule:
     """Import a Relay program into a Relax ``IRModule`` (weights bound as constants).
 
     This is the plain path, usable without bmlib: ``tvm.compile`` the result.
+    A tuple-typed input is a Relax tuple parameter, or with ``flatten_tuple_inputs``
+    one tensor parameter per field (``t.0``, ``t.1.0``, ...).
     """
     module = as_relay_module(relay_mod)
-    return RelayImporter(module, load_params(params)).run(entry)
+    return RelayImporter(module, load_params(params),
+                         flatten_tuple_inputs=flatten_tuple_inputs).run(entry)
 
 
 __all__ = ["import_relay", "as_relay_module", "register_converter", "supported_ops",

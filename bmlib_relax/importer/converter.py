@@ -48,7 +48,7 @@ from tvm import relax
 from ..errors import BmlibError, ConversionError, ParamError, UnsupportedOpError
 from ..relay import ast
 from ..relay.params import check_param
-from ..relay.analysis import post_order_list
+from ..relay.analysis import free_vars, post_order_list
 from ..relay.meta_recovery import box_refs, printed_ref
 from . import provenance
 from .registry import get_converter
@@ -60,16 +60,47 @@ _UNSUPPORTED_CONSTRUCTS = {
     ast.RefRead: "ref_read",
     ast.RefWrite: "ref_write",
     ast.Constructor: "ADT constructor",
-    ast.If: "if/else control flow",
 }
 
 
 @dataclass(frozen=True)
 class _Closure:
-    """A Relay function value that will be inlined where it is called."""
+    """A Relay function value: inlined where it is called, unless it is recursive.
+
+    ``self_var`` is the ``let`` variable a recursive local function calls itself
+    through (Relay's loops); such a function is lifted to a private Relax global
+    function whose extra parameters are its free variables.
+    """
 
     func: ast.Function
     env: Mapping[ast.Var, Any]
+    self_var: Optional[ast.Var] = None
+
+
+@dataclass(frozen=True)
+class _GlobalRef:
+    """A global function used as a value (``@f`` not in call position, eta-expanded)."""
+
+    gvar: ast.GlobalVar
+
+
+@dataclass(frozen=True)
+class _CondClosure:
+    """``if (c) { %f } else { %g }``: calling it emits ``if (c) { f(x) } else { g(x) }``."""
+
+    cond: relax.Expr
+    then_fn: Any
+    else_fn: Any
+
+
+@dataclass(frozen=True)
+class _FunctionTuple:
+    """A tuple holding function values: kept static, projected at import time."""
+
+    fields: tuple
+
+
+_FUNCTION_VALUES = (_Closure, _GlobalRef, _CondClosure, _FunctionTuple)
 
 
 def _attrs_meta_arg(call: ast.Call) -> Optional[ast.MetaRef]:
@@ -150,31 +181,104 @@ class ConvertContext:
         return self.error(f'"{name}={value}" is not supported')
 
 
-def tensor_type(ty: ast.Type, where: Optional[str] = None) -> relax.Type:
-    """Relax type of a Relay type; ``?`` dims become fresh symbolic int64 vars."""
+# Bare scalar type names Relay's parser read as dtypes (TVM's ``String2DLDataType``
+# gives them 32 bits): ``fn (%n: int) -> int``.
+_BARE_SCALAR_TYPES = {"int": "int32", "uint": "uint32", "float": "float32"}
+
+# Annotations that pass a function value through unchanged (``on_device(%f, ...)``).
+_FUNCTION_PASSTHROUGH_OPS = {"on_device"}
+
+
+def tensor_type(ty: ast.Type, where: Optional[str] = None,
+                named_dims: Optional[dict] = None) -> relax.Type:
+    """Relax type of a Relay type; ``?`` dims become fresh symbolic int64 vars.
+
+    A named dim (``Tensor[(n, 3)]``) is one var per name in ``named_dims`` (shared
+    by the parameters of one function), so that equal names are equal dims."""
+    if isinstance(ty, ast.TypeCall) and not ty.args and ty.name in _BARE_SCALAR_TYPES:
+        ty = ast.TensorType((), _BARE_SCALAR_TYPES[ty.name])
     if isinstance(ty, ast.TensorType):
         dims = []
         for i, dim in enumerate(ty.shape):
-            if dim is None or isinstance(dim, str):
+            if isinstance(dim, str) and named_dims is not None:
+                dims.append(named_dims.setdefault(dim, tvm.tirx.Var(dim, "int64")))
+            elif dim is None or isinstance(dim, str):
                 dims.append(tvm.tirx.Var(dim if isinstance(dim, str) else f"d{i}", "int64"))
             else:
                 dims.append(int(dim))
         return relax.TensorType(dims, ty.dtype)
     if isinstance(ty, ast.TupleType):
-        return relax.TupleType([tensor_type(f, where) for f in ty.fields])
+        return relax.TupleType([tensor_type(f, where, named_dims) for f in ty.fields])
     raise ConversionError(f"parameter type {type(ty).__name__} has no Relax equivalent",
                           location=where)
+
+
+def signature_type(ty: ast.Type, where: Optional[str] = None) -> relax.Type:
+    """Relax type of a Relay return type in a function signature: ``?`` dims are
+    not bound by anything there, so a tensor with one keeps only its rank."""
+    if isinstance(ty, ast.TypeCall) and not ty.args and ty.name in _BARE_SCALAR_TYPES:
+        ty = ast.TensorType((), _BARE_SCALAR_TYPES[ty.name])
+    if isinstance(ty, ast.TensorType):
+        if any(d is None or isinstance(d, str) for d in ty.shape):
+            return relax.TensorType(ndim=len(ty.shape), dtype=ty.dtype)
+        return tensor_type(ty, where)
+    if isinstance(ty, ast.TupleType):
+        return relax.TupleType([signature_type(f, where) for f in ty.fields])
+    return tensor_type(ty, where)
+
+
+def _known_shape(expr: Any) -> Optional[bool]:
+    """True/False for a tensor whose shape is (not) known; None for anything else."""
+    ty = getattr(expr, "ty", None)
+    if isinstance(ty, relax.TensorType):
+        return ty.shape is not None
+    return None
+
+
+def _check_result_shape(value: Any, inputs: list, node: ast.Call) -> None:
+    """Refuse an op whose result shape Relax cannot derive from known input shapes.
+
+    ``add(%a: Tensor[(?, ?)], %b: Tensor[(?, ?)])``: Relay broadcast ``?`` dims at run
+    time, but Relax cannot prove the two sets of dims compatible, keeps the result
+    shape unknown and cannot legalize the op -- the build would die inside TVM
+    (``CodeGenVM cannot emit R.add``).  Say so here, with the place.
+    """
+    if _known_shape(value) is not False:
+        return
+    known = [_known_shape(v) for v in inputs]
+    if not any(k is not None for k in known) or False in known:
+        return
+    if not any(not isinstance(d, tvm.tirx.IntImm) for v, k in zip(inputs, known) if k
+               for d in v.ty.shape.values):
+        return  # static inputs: a data-dependent result shape is the op's own business
+    shapes = ", ".join(str(list(v.ty.shape.values)) for v, k in zip(inputs, known) if k)
+    raise ConversionError(
+        f"Relax cannot infer the result shape from the input shapes {shapes} (each `?` "
+        "is an independent dim); give the inputs static shapes (e.g. convert --inputs "
+        "name=2,3:float32) or named dims (Tensor[(n, m), float32])",
+        op=node.op.name, location=_where(node))
 
 
 class RelayImporter:
     """Converts one Relay module's entry function into a Relax ``IRModule``."""
 
     def __init__(self, module: ast.IRModule, params: Optional[Mapping[str, np.ndarray]] = None,
-                 observer: Optional[Callable[[ast.Expr, Any], None]] = None):
+                 observer: Optional[Callable[[ast.Expr, Any], None]] = None,
+                 flatten_tuple_inputs: bool = False):
         self.module = module
+        # A tuple-typed input of @main becomes one tensor parameter per field
+        # (``%t`` -> ``t.0``, ``t.1.0``, ...), for runtimes that pass tensors only.
+        self.flatten_tuple_inputs = flatten_tuple_inputs
         self.params = dict(params or {})
         self.bb = relax.BlockBuilder()
         self._active_globals: list[str] = []
+        # Functions with control flow are built from plain binding blocks (a Relax
+        # ``If`` may not sit in a dataflow block); ConvertToDataflow restores
+        # dataflow blocks around the straight-line parts afterwards.
+        self._structured = False
+        self._recursive_globals: dict[str, bool] = {}
+        # Relay function (by id) -> (GlobalVar, free Relay vars) of its lifted Relax function.
+        self._lifted: dict[int, tuple[relax.GlobalVar, list[ast.Var]]] = {}
         # Called with (relay node, relax value) for every converted node; type
         # inference (relay.transform.InferType) reads Relax's types through it.
         self.observer = observer
@@ -188,15 +292,33 @@ class RelayImporter:
         func = self.module[entry]
         self.check_supported(func)
         relax_params, env = self._bind_params(func)
+        if isinstance(func.ret_type, ast.FuncType):
+            self._structured = True  # a local Relax function is not built in a dataflow block
         with self.bb.function(entry, relax_params):
-            with self.bb.dataflow():
+            if self._structured:
                 result = self._convert(func.body, env)
-                if isinstance(result, _Closure):
-                    raise ConversionError("the entry function returns a function value",
-                                          location=_where(func))
-                output = self.bb.emit_output(result)
-            self.bb.emit_func_output(output)
-        return self.bb.get()
+                if isinstance(result, _FUNCTION_VALUES):
+                    result = self._function_value(result, func)
+                self.bb.emit_func_output(result)
+            else:
+                with self.bb.dataflow():
+                    result = self._convert(func.body, env)
+                    self._check_not_function(result, func)
+                    output = self.bb.emit_output(result)
+                self.bb.emit_func_output(output)
+        mod = self.bb.get()
+        if isinstance(func.ret_type, ast.FuncType):
+            # TVM's build expects local functions lifted (closures: make_closure).
+            mod = relax.transform.LambdaLift()(mod)
+        if self._structured or self._lifted:
+            mod = relax.transform.ConvertToDataflow(min_size=1)(mod)
+        return mod
+
+    @staticmethod
+    def _check_not_function(result: Any, func: ast.Function) -> None:
+        if isinstance(result, _FUNCTION_VALUES):
+            raise ConversionError("the entry function returns a function value",
+                                  location=_where(func))
 
     # ------------------------------------------------------------------ checks
     def check_supported(self, func: ast.Function) -> None:
@@ -208,6 +330,8 @@ class RelayImporter:
         while pending:
             for node in post_order_list(pending.pop()):
                 kind = _UNSUPPORTED_CONSTRUCTS.get(type(node))
+                if isinstance(node, ast.If):
+                    self._structured = True
                 if kind is not None:
                     constructs.append((kind, _where(node)))
                 elif isinstance(node, ast.Call) and isinstance(node.op, ast.Op):
@@ -230,6 +354,7 @@ class RelayImporter:
     def _bind_params(self, func: ast.Function):
         env: dict[ast.Var, Any] = {}
         relax_params = []
+        named_dims: dict[str, Any] = {}
         names = {v.name for v in func.params}
         extra = sorted(set(self.params) - names)
         if extra:
@@ -246,11 +371,25 @@ class RelayImporter:
             if var.type_annotation is None:
                 raise ConversionError(f"input %{var.name} has no type annotation; "
                                       "give its type in the text", location=_where(var))
-            rvar = relax.Var(var.name, tensor_type(var.type_annotation, _where(var)))
+            if self.flatten_tuple_inputs and isinstance(var.type_annotation, ast.TupleType):
+                env[var] = self._flat_tuple_input(var.name, var.type_annotation, relax_params,
+                                                  _where(var), named_dims)
+                continue
+            rvar = relax.Var(var.name, tensor_type(var.type_annotation, _where(var), named_dims))
             env[var] = rvar
             relax_params.append(rvar)
             self.views.leaf(var, rvar)
         return relax_params, env
+
+    def _flat_tuple_input(self, name: str, ty: ast.Type, relax_params: list,
+                          where: Optional[str], named_dims: dict) -> relax.Expr:
+        if isinstance(ty, ast.TupleType):
+            return relax.Tuple([self._flat_tuple_input(f"{name}.{i}", f, relax_params, where,
+                                                       named_dims)
+                                for i, f in enumerate(ty.fields)])
+        rvar = relax.Var(name, tensor_type(ty, where, named_dims))
+        relax_params.append(rvar)
+        return rvar
 
     # ------------------------------------------------------------------ emission
     def emit(self, expr: relax.Expr, node: object) -> relax.Expr:
@@ -302,12 +441,26 @@ class RelayImporter:
                 if stage == 0:
                     stack += [(node, 1), (node.value, 0)]
                 elif stage == 1:
-                    env[node.var] = memo[id(node.value)]
+                    value = memo[id(node.value)]
+                    if isinstance(value, _Closure) and value.func is node.value and \
+                            any(v is node.var for v in free_vars(node.value)):
+                        value = _Closure(value.func, value.env, node.var)
+                    env[node.var] = value
                     stack += [(node, 2), (node.body, 0)]
                 else:
                     done(node, memo[id(node.body)])
             elif isinstance(node, ast.Function):
                 done(node, _Closure(node, env))
+            elif isinstance(node, ast.If):
+                if stage == 0:
+                    stack += [(node, 1), (node.cond, 0)]
+                else:
+                    done(node, self._if(node, memo[id(node.cond)], env))
+            elif isinstance(node, ast.GlobalVar):
+                if node.name not in self.module.functions:
+                    raise UnsupportedOpError([(f"reference to undefined global @{node.name}",
+                                               _where(node))], what="construct")
+                done(node, _GlobalRef(node))
             elif stage == 0:
                 stack.append((node, 1))
                 stack.extend((c, 0) for c in reversed(self._operands(node))
@@ -328,12 +481,14 @@ class RelayImporter:
         if isinstance(node, ast.Constant):
             return self._constant(node)
         if isinstance(node, ast.Tuple):
+            if any(isinstance(v, _FUNCTION_VALUES) for v in inputs):
+                return _FunctionTuple(tuple(inputs))
             value = relax.Tuple(inputs)
             self.views.tuple(node, inputs, value)
             return value
         if isinstance(node, ast.TupleGetItem):
             value = inputs[0]
-            if isinstance(value, relax.Tuple):
+            if isinstance(value, (relax.Tuple, _FunctionTuple)):
                 return value.fields[node.index]
             item = self.emit(relax.TupleGetItem(value, node.index), node)
             self.views.tuple_get_item(node, value, item)
@@ -362,6 +517,11 @@ class RelayImporter:
             converter = get_converter(op.name)
             if converter is None:  # check_supported normally catches this first
                 raise UnsupportedOpError([(op.name, _where(node))])
+            if any(isinstance(v, _FUNCTION_VALUES) for v in inputs):
+                if op.name in _FUNCTION_PASSTHROUGH_OPS:
+                    return inputs[0]
+                raise ConversionError("a function value is passed to an op",
+                                      op=op.name, location=_where(node))
             ctx = ConvertContext(self, node)
             attrs = self._call_attrs(node)
             view = self.views.call(node, attrs, inputs, self._operands(node))
@@ -379,14 +539,11 @@ class RelayImporter:
             value = self.emit(provenance.with_spans(result, root_span, ctx.part_span,
                                                     ctx._emit_part), node)
             self.views.finish_call(view, value)
+            _check_result_shape(value, inputs, node)
             return value
         if isinstance(op, ast.GlobalVar):
-            return self._inline_global(op, inputs, node)
-        closure = inputs[0]
-        if not isinstance(closure, _Closure):
-            raise ConversionError("call of a value that is not a function",
-                                  location=_where(node))
-        return self._inline(closure.func, inputs[1:], dict(closure.env), node)
+            return self._call_global(op, inputs, node)
+        return self._apply(inputs[0], inputs[1:], node)
 
     def _call_attrs(self, node: ast.Call) -> ast.Attrs:
         """The call's attributes with ``#[metadata]`` references resolved."""
@@ -423,6 +580,207 @@ class RelayImporter:
                                   f"got {len(args)}", location=_where(node))
         env.update(zip(func.params, args))
         return self._convert(func.body, env)
+
+    # ------------------------------------------------------------------ functions
+    def _function_value(self, fn: Any, where: ast.Expr) -> relax.Expr:
+        """A Relay function value returned by the entry function, as a Relax value the
+        VM returns as a closure: a global function's GlobalVar (eta-expanded ``@f``),
+        or a local Relax function capturing its free variables (lifted by TVM)."""
+        if isinstance(fn, _GlobalRef):
+            return self._global_function(fn.gvar.name, where)
+        if isinstance(fn, _Closure) and fn.self_var is None:
+            func = fn.func
+            params = [relax.Var(p.name, self._annotated(p)) for p in func.params]
+            env = dict(fn.env)
+            env.update(zip(func.params, params))
+            seq, result = self._scoped(lambda: self._convert(func.body, env), params)
+            if seq is None:
+                raise ConversionError("a function returning a function value is not supported",
+                                      location=_where(func))
+            ret = signature_type(func.ret_type, _where(func)) if func.ret_type is not None \
+                else None
+            return self.emit(relax.Function(params, seq, ret, is_pure=True), func)
+        raise ConversionError("the entry function returns a function value that has no Relax "
+                              "counterpart (a recursive or conditionally chosen function)",
+                              location=_where(where))
+
+    @staticmethod
+    def _annotated(var: ast.Var) -> relax.Type:
+        if var.type_annotation is None:
+            raise ConversionError(f"parameter %{var.name} of a returned function has no type "
+                                  "annotation; give its type", location=_where(var))
+        return tensor_type(var.type_annotation, _where(var))
+
+    def _global_function(self, name: str, where: ast.Expr) -> relax.GlobalVar:
+        """``@name`` as a Relax global function (built once)."""
+        func = self.module[name]
+        key = id(func)
+        if key not in self._lifted:
+            params = [relax.Var(p.name, self._annotated(p)) for p in func.params]
+            gv = self._declare(name, params, func, where)
+            self._lifted[key] = (gv, [])
+            env = dict(zip(func.params, params))
+            self._define(gv, params, lambda: self._convert(func.body, env), func)
+        return self._lifted[key][0]
+
+    def _apply(self, fn: Any, args: list, node: ast.Call) -> Any:
+        """Call a function value: inline it, or call its lifted Relax function."""
+        if isinstance(fn, _GlobalRef):
+            return self._call_global(fn.gvar, args, node)
+        if isinstance(fn, _CondClosure):
+            then_seq, _ = self._scoped(lambda: self._apply(fn.then_fn, args, node))
+            else_seq, _ = self._scoped(lambda: self._apply(fn.else_fn, args, node))
+            return self.emit(relax.If(fn.cond, then_seq, else_seq), node)
+        if not isinstance(fn, _Closure):
+            raise ConversionError("call of a value that is not a function",
+                                  location=_where(node))
+        if fn.self_var is not None:
+            return self._call_lifted(fn, args, node)
+        return self._inline(fn.func, args, dict(fn.env), node)
+
+    def _call_global(self, gvar: ast.GlobalVar, args: list, node: ast.Call) -> Any:
+        """Inline a call of a global function; a recursive one becomes a Relax global."""
+        if not self._is_recursive_global(gvar.name):
+            return self._inline_global(gvar, args, node)
+        func = self.module[gvar.name]
+        key = id(func)
+        if key not in self._lifted:
+            params = self._signature_params(func, args, node)
+            gv = self._declare(gvar.name, params, func, node)
+            self._lifted[key] = (gv, [])
+            env = dict(zip(func.params, params))
+            self._define(gv, params, lambda: self._convert(func.body, env), func)
+        return self._emit_call(self._lifted[key][0], args, node)
+
+    def _is_recursive_global(self, name: str) -> bool:
+        """Whether ``@name`` can reach a call of itself through other globals."""
+        known = self._recursive_globals.get(name)
+        if known is not None:
+            return known
+        seen: set[str] = set()
+        pending = [name]
+        found = False
+        while pending and not found:
+            current = pending.pop()
+            for n in post_order_list(self.module[current]):
+                if isinstance(n, ast.GlobalVar) and n.name in self.module.functions:
+                    if n.name == name:
+                        found = True
+                        break
+                    if n.name not in seen:
+                        seen.add(n.name)
+                        pending.append(n.name)
+        self._recursive_globals[name] = found
+        return found
+
+    def _call_lifted(self, closure: _Closure, args: list, node: ast.Call) -> Any:
+        """Call a let-bound recursive function, lifted to a private Relax global whose
+        trailing parameters are its free variables (the same at every call)."""
+        func = closure.func
+        key = id(func)
+        if key not in self._lifted:
+            free = [v for v in free_vars(func) if v is not closure.self_var]
+            free_values = [self._lookup(v, closure.env) for v in free]
+            for var, value in zip(free, free_values):
+                if isinstance(value, _FUNCTION_VALUES):
+                    raise UnsupportedOpError(
+                        [(f"recursive function capturing the function %{var.name}",
+                          _where(func))], what="construct")
+            params = self._signature_params(func, args, node)
+            params += [relax.Var(v.name, self._type_of(value, v)) for v, value
+                       in zip(free, free_values)]
+            name = closure.self_var.name if closure.self_var is not None else "lifted"
+            gv = self._declare(name, params, func, node)
+            self._lifted[key] = (gv, free)
+            env = dict(closure.env)
+            env.update(zip(list(func.params) + free, params))
+            env[closure.self_var] = _Closure(func, env, closure.self_var)
+            self._define(gv, params, lambda: self._convert(func.body, env), func)
+        gv, free = self._lifted[key]
+        return self._emit_call(gv, list(args) + [self._lookup(v, closure.env) for v in free],
+                               node)
+
+    def _signature_params(self, func: ast.Function, args: list, node: ast.Call) -> list:
+        if len(args) != len(func.params):
+            raise ConversionError(f"function expects {len(func.params)} arguments, "
+                                  f"got {len(args)}", location=_where(node))
+        params = []
+        for var, arg in zip(func.params, args):
+            if var.type_annotation is not None:
+                ty = tensor_type(var.type_annotation, _where(var))
+            else:
+                ty = self._type_of(arg, var)
+            params.append(relax.Var(var.name, ty))
+        return params
+
+    @staticmethod
+    def _type_of(value: Any, var: ast.Var) -> relax.Type:
+        if isinstance(value, _FUNCTION_VALUES) or getattr(value, "ty", None) is None:
+            raise ConversionError(f"%{var.name} has no Relax type here; annotate its type",
+                                  location=_where(var))
+        return value.ty
+
+    def _declare(self, name: str, params: list, func: ast.Function,
+                 node: ast.Expr) -> relax.GlobalVar:
+        """Add an empty private function with the signature, so that calls (also the
+        recursive ones inside its own body) can be emitted before its body exists."""
+        if func.ret_type is None:
+            raise ConversionError(
+                f"recursive function %{name} has no return type; annotate it "
+                "(fn (...) -> T { ... })", location=_where(func))
+        ret = signature_type(func.ret_type, _where(func))
+        empty = relax.Function.create_empty(params, ret)
+        return self.bb.add_func(empty, self.bb.get_unique_name(name))
+
+    def _define(self, gv: relax.GlobalVar, params: list, build: Callable[[], Any],
+                func: ast.Function) -> None:
+        seq, result = self._scoped(build, params)
+        if isinstance(result, _FUNCTION_VALUES):
+            raise ConversionError("a recursive function returning a function value is not "
+                                  "supported", location=_where(func))
+        ret = signature_type(func.ret_type, _where(func))
+        self.bb.update_func(gv, relax.Function(params, seq, ret, is_pure=True))
+
+    def _emit_call(self, gv: relax.GlobalVar, args: list, node: ast.Call) -> Any:
+        for arg in args:
+            if isinstance(arg, _FUNCTION_VALUES):
+                raise ConversionError("a function value passed to a recursive function "
+                                      "is not supported", location=_where(node))
+        return self.emit(relax.Call(gv, args), node)
+
+    def _scoped(self, build: Callable[[], Any], params: Optional[list] = None):
+        """Run ``build`` in a fresh binding block; its bindings and result as a SeqExpr."""
+        self.bb.begin_scope(params)
+        self.bb._begin_binding_block()
+        ended = False
+        try:
+            result = build()
+            block = self.bb._end_block()
+            ended = True
+            if isinstance(result, _FUNCTION_VALUES):
+                if block.bindings:
+                    raise ConversionError("a branch that computes values and returns a "
+                                          "function is not supported")
+                return None, result
+            seq = self.bb.normalize(relax.SeqExpr([block], result))
+            return seq, result
+        finally:
+            if not ended:
+                self.bb._end_block()
+            self.bb.end_scope()
+
+    def _if(self, node: ast.If, cond: Any, env: dict) -> Any:
+        """``if (c) {..} else {..}`` -> ``relax.If`` with SeqExpr branches."""
+        if isinstance(cond, _FUNCTION_VALUES):
+            raise ConversionError("if condition is a function", location=_where(node))
+        then_seq, then_value = self._scoped(lambda: self._convert(node.true_branch, dict(env)))
+        else_seq, else_value = self._scoped(lambda: self._convert(node.false_branch, dict(env)))
+        if then_seq is None or else_seq is None:
+            if then_seq is None and else_seq is None:
+                return _CondClosure(cond, then_value, else_value)
+            raise ConversionError("if/else: one branch is a function, the other a value",
+                                  location=_where(node))
+        return self.emit(relax.If(cond, then_seq, else_seq), node)
 
     def _inline_global(self, gvar: ast.GlobalVar, args: list, node: ast.Call) -> Any:
         if gvar.name in self._active_globals:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from functools import reduce
 from operator import mul
 
+import numpy as np
 from tvm import relax
 
 from ..registry import register_converter
@@ -235,3 +236,16 @@ def _scatter_nd(inputs, attrs, ctx):
 def _annotation(inputs, attrs, ctx):
     # Placement annotations have no meaning for a single-target CPU build.
     return inputs[0]
+
+
+@register_converter("shape_of")
+def _shape_of(inputs, attrs, ctx):
+    """``shape_of(x, dtype)``: a constant when the shape is static, else the run-time
+    shape (``shape_to_tensor(shape_of(x))``, int64) cast to ``dtype``."""
+    dtype = str(attrs.get("dtype") or "int32")
+    dims = shape_of(inputs[0])
+    if all(isinstance(d, int) for d in dims):
+        return relax.const(np.array(dims, dtype=dtype), dtype)
+    shape = ctx.emit(relax.op.shape_of(inputs[0]))
+    tensor = ctx.emit(relax.op.shape_to_tensor(shape))
+    return tensor if dtype == "int64" else relax.op.astype(tensor, dtype)

@@ -60,6 +60,7 @@ TABLE.update({
     "on_device": ("data", (("virtual_device", None), ("constrain_result", True),
                            ("constrain_body", True))),
     "device_copy": ("data", (("src_device", None), ("dst_device", None))),
+    "shape_of": ("data", (("dtype", "int32"),)),
 })
 
 __all__ = ["nn", "image", "TupleWrapper", "get"] + define_ops(globals(), "", TABLE)
