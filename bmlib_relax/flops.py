@@ -102,9 +102,12 @@ def _conv(call):
     return _conv_flops(call, data, kernel, transposed=False)
 
 
-@register_flops("relax.nn.conv2d_transpose", "relax.nn.conv1d_transpose")
+@register_flops("relax.nn.conv2d_transpose", "relax.nn.conv1d_transpose",
+                "relax.nn.conv3d_transpose")
 def _conv_transpose(call):
-    data, kernel = ("NCW", "IOW") if call.op.name.endswith("1d_transpose") else ("NCHW", "IOHW")
+    data, kernel = {"relax.nn.conv1d_transpose": ("NCW", "IOW"),
+                    "relax.nn.conv3d_transpose": ("NCDHW", "IODHW")}.get(call.op.name,
+                                                                      ("NCHW", "IOHW"))
     return _conv_flops(call, data, kernel, transposed=True)
 
 

@@ -49,7 +49,8 @@ MATH_OPS = ("relax.cos", "relax.sin", "relax.tan", "relax.cosh", "relax.sinh", "
             "relax.ceil", "relax.floor", "relax.round", "relax.trunc", "relax.sign",
             "relax.square")
 EXTRA_OPS = ("relax.tile", "relax.repeat", "relax.flip", "relax.image.resize2d",
-             "relax.nn.prelu", "relax.nn.conv1d", "relax.nn.conv3d", "relax.broadcast_to",
+             "relax.nn.prelu", "relax.nn.conv1d", "relax.nn.conv3d", "relax.nn.conv1d_transpose",
+             "relax.nn.conv3d_transpose", "relax.broadcast_to",
              "relax.stack", "relax.nn.group_norm", "relax.nn.instance_norm")
 # Ops whose operands or results are masks and indices (see check_tensors).
 SELECTION_OPS = ("relax.less", "relax.less_equal", "relax.greater", "relax.greater_equal",

@@ -145,6 +145,10 @@ CASES = {
               [(3, 2, 3, 3, 3)]),
         _case("conv1d", lambda x, w: R.nn.conv1d(x, w, padding=1, strides=2), [(1, 4, 9)],
               [(6, 4, 3)]),
+        _case("conv1d_transpose", lambda x, w: R.nn.conv1d_transpose(x, w, strides=2, padding=1),
+              [(1, 4, 5)], [(4, 3, 3)]),
+        _case("conv3d_transpose", lambda x, w: R.nn.conv3d_transpose(
+            x, w, strides=2, padding=1, output_padding=1), [(1, 4, 3, 3, 3)], [(4, 2, 3, 3, 3)]),
         _case("group_norm", lambda x, g, b: R.nn.group_norm(x, g, b, num_groups=2,
                                                              channel_axis=1, axes=[2, 3]),
               [(2, 4, 3, 3)], [(4,), (4,)]),

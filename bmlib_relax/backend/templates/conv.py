@@ -98,6 +98,29 @@ def conv1d(call, inputs, ctx):
                           out_dtype(attrs, data.dtype))
 
 
+def _transposed_conv(topi_fn, layouts: tuple):
+    """conv1d/conv3d_transpose as TVM's legalization computes them (a dilation is a
+    kernel dilated with zeros)."""
+    def template(call, inputs, ctx):
+        attrs = call.attrs
+        data, weight = inputs
+        if (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout)) != layouts:
+            raise ctx.error(f"layout {attrs.data_layout}/{attrs.kernel_layout} has no template")
+        dilation = attr_ints(attrs.dilation)
+        if any(d != 1 for d in dilation):
+            weight = topi.nn.dilate(weight, [1, 1, *dilation], name="kernel_dilate")
+        return topi_fn(data, weight, attr_ints(attrs.strides), attr_ints(attrs.padding),
+                       str(call.ty.dtype), attr_ints(attrs.output_padding), int(attrs.groups))
+
+    return template
+
+
+register_template("relax.nn.conv1d_transpose")(_transposed_conv(
+    topi.nn.group_conv1d_transpose_ncw, ("NCW", "IOW", "NCW")))
+register_template("relax.nn.conv3d_transpose")(_transposed_conv(
+    topi.nn.group_conv3d_transpose_ncdhw, ("NCDHW", "IODHW", "NCDHW")))
+
+
 @register_template("relax.nn.conv3d")
 def conv3d(call, inputs, ctx):
     attrs = call.attrs
