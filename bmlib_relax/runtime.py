@@ -219,7 +219,17 @@ def export_artifact(executable: Any, path: str, specs: Sequence[dict],
         "files": {os.path.relpath(f, folder): file_sha256(f) for f in files},
         "inputs": list(specs), "outputs": list(outputs),
     }
+    data["metadata_sha256"] = metadata_digest(data)
     return write_json_atomic(metadata_path(path), data)
+
+
+def metadata_digest(data: dict) -> str:
+    """SHA-256 of the metadata's own fields (canonical JSON, this key left out): the
+    input signature is checked like the library, so a damaged ``model.json`` cannot
+    give a model a wrong signature."""
+    body = {k: v for k, v in data.items() if k != "metadata_sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"))
+                          .encode("utf-8")).hexdigest()
 
 
 def read_metadata(library_path: str) -> dict:
@@ -245,6 +255,10 @@ def read_metadata(library_path: str) -> dict:
     problems = _metadata_problems(data)
     if problems:
         raise ArtifactError(f"{meta_path}: bad artifact metadata: {problems}", meta_path)
+    if data.get("metadata_sha256") != metadata_digest(data):
+        raise ArtifactError(f"{meta_path}: metadata was changed or damaged after it was "
+                            "written (its SHA-256 does not match); export the model again",
+                            meta_path)
     return data
 
 
@@ -265,8 +279,8 @@ def _metadata_problems(data: Any) -> str:
     for index, spec in enumerate(inputs):
         if not (isinstance(spec, dict) and isinstance(spec.get("name"), str)
                 and isinstance(spec.get("dtype"), str) and isinstance(spec.get("shape"), list)
-                and all(isinstance(d, (int, str)) and not isinstance(d, bool)
-                        for d in spec["shape"])):
+                and all((isinstance(d, int) and d >= 0 or isinstance(d, str))
+                        and not isinstance(d, bool) for d in spec["shape"])):
             return f"inputs[{index}] is not {{name: str, shape: [int|str], dtype: str}}"
         try:
             np.dtype(spec["dtype"])
