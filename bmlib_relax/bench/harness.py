@@ -96,8 +96,12 @@ def _golden(folder: Path):
 
 
 def _first(out: Any) -> np.ndarray:
-    out = out[0] if isinstance(out, (tuple, list)) else out
-    return out.numpy() if hasattr(out, "numpy") else np.asarray(out)
+    """The first output as numpy (a model's tuple, a runner's list or a VM's Array)."""
+    if hasattr(out, "numpy"):
+        return out.numpy()
+    if isinstance(out, np.ndarray):
+        return out
+    return _first(out[0])
 
 
 def bench_model(name: str, goldens: Path, corpus: Optional[Path], target: Any,
