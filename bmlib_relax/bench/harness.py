@@ -154,7 +154,7 @@ def bench_model(name: str, goldens: Path, corpus: Optional[Path], target: Any,
         from .onnx_export import relay_to_onnx
         from .runtimes import make_runner
 
-        model_bytes = relay_to_onnx(parse(bench.text), bench.params, name).SerializeToString()
+        model_bytes = relay_to_onnx(_relay_module(bench), bench.params, name).SerializeToString()
         for runtime in runtimes:
             runner = make_runner(runtime, model_bytes, list(bench.inputs), threads)
             out = _first(runner(*feed))
@@ -164,16 +164,22 @@ def bench_model(name: str, goldens: Path, corpus: Optional[Path], target: Any,
     return result
 
 
-def _plain_module(bench):
-    """The unpartitioned import (dynamic inputs pinned as for bmlib), for the plain build."""
-    import bmlib_relax
+def _relay_module(bench):
+    """The model's Relay module, dynamic inputs pinned as for bmlib."""
     from ..relay import parse
     from ..relay.rewrite import with_input_types
 
     module = parse(bench.text, source_name=bench.source)
     if bench.input_shapes:
         module = with_input_types(module, {k: (v, None) for k, v in bench.input_shapes.items()})
-    return bmlib_relax.import_relay(module, bench.params)
+    return module
+
+
+def _plain_module(bench):
+    """The unpartitioned import, for the plain build."""
+    import bmlib_relax
+
+    return bmlib_relax.import_relay(_relay_module(bench), bench.params)
 
 
 @dataclass
