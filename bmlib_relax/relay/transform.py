@@ -1,10 +1,7 @@
 """``relay.transform``: the passes legacy scripts call on a module.
 
-``InferType`` fills every expression's ``checked_type``.  Rather than keeping
-a second copy of Relay's type relations, it imports the function into Relax,
-whose operators infer shapes and dtypes, and maps each Relax type back onto
-the Relay node it came from.  (Where Relax cannot express a construct, the
-import error says so.)
+``InferType`` fills every expression's ``checked_type`` (Relax's inference per
+call, see :mod:`.type_infer`).
 """
 from __future__ import annotations
 
@@ -13,37 +10,13 @@ from typing import Any, Callable
 from . import ast
 
 
-def _relay_type(ty: Any) -> ast.Type:
-    from tvm import relax
-
-    if isinstance(ty, relax.TupleType):
-        return ast.TupleType(tuple(_relay_type(f) for f in ty.fields))
-    if isinstance(ty, relax.TensorType):
-        shape = ty.shape
-        dims = tuple(int(d.value) if hasattr(d, "value") else None for d in shape.values) \
-            if shape is not None and hasattr(shape, "values") else ()
-        return ast.TensorType(dims, str(ty.dtype))
-    return ast.IncompleteType()
-
-
 class InferType:
-    """Annotate every expression of each convertible function with its type."""
+    """Annotate every expression of each function with its type (see :mod:`.type_infer`)."""
 
     def __call__(self, mod: ast.IRModule) -> ast.IRModule:
-        from ..importer.converter import RelayImporter, _Closure
+        from .type_infer import infer_module
 
-        def record(node: ast.Expr, value: Any) -> None:
-            if isinstance(value, _Closure):
-                return
-            ty = getattr(value, "ty", None)
-            if ty is not None:
-                node._set_checked_type(_relay_type(ty))
-
-        for name, func in mod.functions.items():
-            RelayImporter(mod, observer=record).run(name)
-            func._set_checked_type(ast.FuncType(tuple(p.checked_type for p in func.params),
-                                                func.body.checked_type))
-        return mod
+        return infer_module(mod)
 
 
 class Sequential:

@@ -5,9 +5,9 @@ place that decides which families exist (tests check the registry against the
 ops the goldens and the corpus use, so a family missing here fails loudly).
 """
 from . import (  # noqa: F401
-    activation, conv, create, elemwise, image, layout, linear, normalization, pooling, reduce,
-    tensor,
+    activation, conv, create, elemwise, image, indexing, layout, linear, normalization, pooling,
+    reduce, spatial, te_ops, tensor, vision,
 )
 
-FAMILIES = ("activation", "conv", "create", "elemwise", "image", "layout", "linear",
-            "normalization", "pooling", "reduce", "tensor")
+FAMILIES = ("activation", "conv", "create", "elemwise", "image", "indexing", "layout", "linear",
+            "normalization", "pooling", "reduce", "spatial", "te_ops", "tensor", "vision")

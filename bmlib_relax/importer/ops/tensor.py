@@ -93,7 +93,13 @@ def _transpose(inputs, attrs, ctx):
 
 @register_converter("squeeze")
 def _squeeze(inputs, attrs, ctx):
-    return relax.op.squeeze(inputs[0], optional_ints(attrs.get("axis")))
+    axes = optional_ints(attrs.get("axis"))
+    dims = shape_of(inputs[0])
+    for axis in axes or ():
+        axis = normalize_axis(axis, len(dims), ctx)
+        if isinstance(dims[axis], int) and dims[axis] != 1:  # Relay rejects it, Relax not
+            raise ctx.error(f"axis {axis} has size {dims[axis]}, not 1: it cannot be squeezed")
+    return relax.op.squeeze(inputs[0], axes)
 
 
 @register_converter("expand_dims")
