@@ -126,20 +126,43 @@ class ConvertContext:
         return self.error(f'"{name}={value}" is not supported')
 
 
-def tensor_type(ty: ast.Type, where: Optional[str] = None) -> relax.Type:
-    """Relax type of a Relay type; ``?`` dims become fresh symbolic int64 vars."""
+def tensor_type(ty: ast.Type, where: Optional[str] = None,
+                dim_vars: Optional[dict] = None) -> relax.Type:
+    """Relax type of a Relay type; ``?`` dims become fresh symbolic int64 vars, named or
+    symbolic dims (``te.var("n")``) one int64 var per name (shared through ``dim_vars``)."""
     if isinstance(ty, ast.TensorType):
         dims = []
         for i, dim in enumerate(ty.shape):
-            if dim is None or isinstance(dim, str):
-                dims.append(tvm.tirx.Var(dim if isinstance(dim, str) else f"d{i}", "int64"))
-            else:
+            if isinstance(dim, int):
                 dims.append(int(dim))
+            elif dim is None:
+                dims.append(tvm.tirx.Var(f"d{i}", "int64"))
+            else:
+                name = dim if isinstance(dim, str) else getattr(dim, "name", None) or f"d{i}"
+                cache = dim_vars if dim_vars is not None else {}
+                dims.append(cache.setdefault(name, tvm.tirx.Var(str(name), "int64")))
         return relax.TensorType(dims, ty.dtype)
     if isinstance(ty, ast.TupleType):
-        return relax.TupleType([tensor_type(f, where) for f in ty.fields])
+        return relax.TupleType([tensor_type(f, where, dim_vars) for f in ty.fields])
     raise ConversionError(f"parameter type {type(ty).__name__} has no Relax equivalent",
                           location=where)
+
+
+def _inferred_param_type(module: ast.IRModule, func: ast.Function, var: ast.Var) -> ast.Type:
+    """The type Relay's inference gives an un-annotated input (from its uses), else an error."""
+    from ..relay.type_infer import TypeInferencer
+
+    ty = var.__dict__.get("_checked_type")
+    if ty is None or isinstance(ty, ast.IncompleteType):
+        try:
+            TypeInferencer(module).infer(func)
+        except BmlibError:
+            pass
+        ty = var.__dict__.get("_checked_type")
+    if ty is None or isinstance(ty, ast.IncompleteType):
+        raise ConversionError(f"input %{var.name} has no type annotation; "
+                              "give its type in the text", location=_where(var))
+    return ty
 
 
 class RelayImporter:
@@ -203,6 +226,7 @@ class RelayImporter:
         env: dict[ast.Var, Any] = {}
         relax_params = []
         names = {v.name for v in func.params}
+        dim_vars: dict = {}
         extra = sorted(set(self.params) - names)
         if extra:
             raise ParamError(
@@ -214,10 +238,10 @@ class RelayImporter:
                 check_param(var.name, value, var.type_annotation)
                 env[var] = relax.const(value, str(value.dtype))
                 continue
-            if var.type_annotation is None:
-                raise ConversionError(f"input %{var.name} has no type annotation; "
-                                      "give its type in the text", location=_where(var))
-            rvar = relax.Var(var.name, tensor_type(var.type_annotation, _where(var)))
+            var_type = var.type_annotation
+            if var_type is None or isinstance(var_type, ast.IncompleteType):
+                var_type = _inferred_param_type(self.module, func, var)
+            rvar = relax.Var(var.name, tensor_type(var_type, _where(var), dim_vars))
             env[var] = rvar
             relax_params.append(rvar)
         return relax_params, env

@@ -207,6 +207,9 @@ class TypeInferencer:
         if isinstance(op, A.Op):
             arg_types = [self._known(a, call) if not isinstance(a, A.MetaRef) else None
                          for a in call.args]
+            if not call.type_args and all(t is not None for t in arg_types):
+                # Relay's inference records the argument types on an op call.
+                object.__setattr__(call, "type_args", tuple(arg_types))
             relation = TYPE_RELATIONS.get(op.name)
             if relation is not None:
                 try:
