@@ -18,7 +18,9 @@ import numpy as np
 from tvm import relax
 
 from ..registry import register_converter
-from ._utils import dtype_of, ints, optional_ints, out_dtype, shape_of, static_shape
+from ._utils import (
+    dtype_of, ints, optional_ints, out_dtype, shape_of, size_dims, static_shape,
+)
 
 
 def _prod(values) -> int:
@@ -217,7 +219,7 @@ def _resize1d(inputs, attrs, ctx):
     x = relax.op.expand_dims(data, [height_axis])
     roi = args.pop("roi")
     roi2 = (0.0, roi[0], 1.0, roi[1]) if roi else None
-    size = ints(attrs["size"])
+    size = size_dims(attrs["size"])
     y = relax.op.image.resize2d(x, [1, size[0]], roi=roi2,
                                 layout="NCHW" if layout == "NCW" else "NHWC", **args)
     return relax.op.squeeze(y, [height_axis])
@@ -226,7 +228,7 @@ def _resize1d(inputs, attrs, ctx):
 @register_converter("image.resize3d")
 def _resize3d(inputs, attrs, ctx):
     args = _resize_args(attrs, "NCDHW")
-    return relax.op.image.resize3d(inputs[0], ints(attrs["size"]), **args)
+    return relax.op.image.resize3d(inputs[0], size_dims(attrs["size"]), **args)
 
 
 @register_converter("nn.upsampling3d")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from .. import ast
 from ..builder import const
+from ..type_infer import register_type_relation
 from ._make import TupleWrapper, as_expr, define_ops, registered
 
 TABLE = {
@@ -82,3 +83,17 @@ def regular_non_max_suppression(boxes, scores, max_detections_per_class, max_det
 
 __all__ += ["get_valid_counts", "non_max_suppression", "all_class_non_max_suppression",
             "regular_non_max_suppression"]
+
+
+@register_type_relation("vision.yolo_reorg")
+def _yolo_reorg_type(arg_types, attrs, call):
+    """(N, C, H, W) -> (N, C*s*s, H/s, W/s), symbolic dims included (Relay's YoloReorgRel)."""
+    data = arg_types[0]
+    n, c, h, w = data.shape
+    s = int(attrs["stride"])
+
+    def div(d):
+        return None if d is None else (d // s if isinstance(d, int) else d // s)
+
+    chans = None if c is None else c * s * s
+    return ast.TensorType((n, chans, div(h), div(w)), data.dtype)
