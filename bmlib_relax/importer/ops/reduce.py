@@ -35,8 +35,14 @@ def reduce_axes(data, attrs, ctx) -> Optional[list[int]]:
 
 def _reduce(relax_op):
     def convert(inputs, attrs, ctx):
-        return relax_op(inputs[0], reduce_axes(inputs[0], attrs, ctx),
-                        keepdims=bool(attrs.get("keepdims", False)))
+        data = inputs[0]
+        axes = reduce_axes(data, attrs, ctx)
+        keepdims = bool(attrs.get("keepdims", False))
+        if relax_op is relax.op.mean and dtype_of(data) == "float16":
+            # A float16 running sum stalls at 2048 + 0.5: average in float32, round back.
+            mean = relax_op(relax.op.astype(data, "float32"), axes, keepdims=keepdims)
+            return relax.op.astype(mean, "float16")
+        return relax_op(data, axes, keepdims=keepdims)
 
     return convert
 
@@ -112,7 +118,12 @@ def _variance(inputs, attrs, ctx):
     if not isinstance(count, int):
         raise ctx.error("variance over symbolic dims is not supported")
     count -= int(bool(attrs.get("unbiased", False)))
+    dtype = dtype_of(data)
+    if dtype == "float16":  # a long float16 sum of squares overflows: accumulate in float32
+        data, mean = relax.op.astype(data, "float32"), relax.op.astype(mean, "float32")
     diff = relax.op.subtract(data, mean)
     total = relax.op.sum(relax.op.multiply(diff, diff), axes,
                          keepdims=bool(attrs.get("keepdims", False)))
-    return relax.op.divide(total, relax.const(float(count), dtype_of(data)))
+    result = relax.op.divide(total, relax.const(float(count), "float32" if dtype == "float16"
+                                                else dtype))
+    return relax.op.astype(result, dtype) if dtype == "float16" else result
