@@ -35,6 +35,8 @@ def _gather_nd(inputs, attrs, ctx):
         raise ctx.unsupported_attr("index_rank", attrs["index_rank"])
     ndim = ndim_of(indices)
     last = relax.op.permute_dims(indices, list(range(1, ndim)) + [0])
+    if dtype_of(indices) != "int64":  # Relax takes int64 indices only
+        last = relax.op.astype(last, "int64")
     return relax.op.gather_nd(data, last, int(attrs.get("batch_dims", 0)))
 
 
@@ -126,16 +128,26 @@ def _trilu(inputs, attrs, ctx):
 def _unravel_index(inputs, attrs, ctx):
     # out[i] = indices // stride_i % shape_i, stacked on a new first axis.
     indices, shape = inputs
-    dims = folded_value(shape, ctx)
-    if dims is None:
-        raise ctx.error("unravel_index needs a constant shape")
-    dims = [int(d) for d in dims.reshape(-1)]
     dtype = dtype_of(indices)
-    strides = [int(np.prod(dims[i + 1:], dtype=np.int64)) for i in range(len(dims))]
+    dims = folded_value(shape, ctx)
+    if dims is not None:
+        values = [int(d) for d in dims.reshape(-1)]
+        dim_exprs = [relax.const(d, dtype) for d in values]
+        stride_exprs = [relax.const(int(np.prod(values[i + 1:], dtype=np.int64)), dtype)
+                        for i in range(len(values))]
+    else:  # a shape tensor known only at run time: its (static) length is enough
+        rank = shape_of(shape)[0]
+        if not isinstance(rank, int):
+            raise ctx.error("unravel_index needs a shape operand of static length")
+        shape = relax.op.astype(shape, dtype)
+        dim_exprs = [relax.op.take(shape, relax.const(i, "int64"), axis=0) for i in range(rank)]
+        stride_exprs = [relax.const(1, dtype)] * rank
+        for i in range(rank - 2, -1, -1):
+            stride_exprs[i] = relax.op.multiply(stride_exprs[i + 1], dim_exprs[i + 1])
     parts = []
-    for dim, stride in zip(dims, strides):
-        q = relax.op.floor_divide(indices, relax.const(stride, dtype))
-        parts.append(relax.op.floor_mod(q, relax.const(dim, dtype)))
+    for dim, stride in zip(dim_exprs, stride_exprs):
+        q = relax.op.floor_divide(indices, stride)
+        parts.append(relax.op.floor_mod(q, dim))
     return relax.op.stack(relax.Tuple(parts), axis=0)
 
 
