@@ -3,11 +3,12 @@
 Forms: ``vision.multibox_prior`` -> a constant (its anchors depend only on the
 input's static shape and the attributes); ``vision.get_valid_counts``,
 ``vision.non_max_suppression``, ``vision.all_class_non_max_suppression``,
-``vision.roi_align``, ``vision.roi_pool``, ``vision.multibox_transform_loc``
--> the ``relax.op.vision`` op of the same name, with Relay's defaults spelled
-out where Relax's differ (``multibox_transform_loc`` takes probabilities in
-Relay: no softmax; ``roi_align`` is not "aligned").  Scalar thresholds, which
-Relay passes as constant operands, must be constants.
+``vision.roi_align``, ``vision.roi_pool`` -> the ``relax.op.vision`` op of the
+same name, with Relay's defaults spelled out where Relax's differ (``roi_align``
+is not "aligned").  Scalar thresholds, which Relay passes as constant operands,
+must be constants.  Not converted: ``vision.multibox_transform_loc`` (Relax's op
+of that name is TFLite's, with other outputs: (boxes, scores) instead of Relay's
+(1, N, 6) detections and count) and ``vision.proposal``.
 """
 from __future__ import annotations
 
@@ -101,13 +102,3 @@ def _roi_pool(inputs, attrs, ctx):
     return relax.op.vision.roi_pool(inputs[0], inputs[1], ints(attrs["pooled_size"]),
                                     float(attrs["spatial_scale"]),
                                     layout=attrs.get("layout", "NCHW"))
-
-
-@register_converter("vision.multibox_transform_loc")
-def _multibox_transform_loc(inputs, attrs, ctx):
-    cls_prob, loc_pred, anchor = inputs
-    return relax.op.vision.multibox_transform_loc(
-        cls_prob, loc_pred, anchor, clip=bool(attrs.get("clip", True)),
-        threshold=float(attrs.get("threshold", 0.01)),
-        variances=tuple(float(v) for v in attrs.get("variances", (0.1, 0.1, 0.2, 0.2))),
-        keep_background=bool(attrs.get("keep_background", False)), apply_softmax=False)
