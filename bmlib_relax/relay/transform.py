@@ -19,6 +19,67 @@ class InferType:
         return infer_module(mod)
 
 
+class FoldConstant:
+    """Replace every op call whose operands are all constants by its value (Relay's
+    ``FoldConstant``): the call is imported alone and run once on the CPU."""
+
+    def __call__(self, mod: ast.IRModule) -> ast.IRModule:
+        for name, func in list(mod.functions.items()):
+            mod.functions[name] = fold_constants(func)
+        return mod
+
+
+def fold_constants(expr: ast.Expr) -> ast.Expr:
+    """``expr`` with its constant sub-computations evaluated."""
+    from .analysis import post_order_list
+    from .rewrite import rebuild
+
+    new: dict[int, ast.Expr] = {}
+    for node in post_order_list(expr):
+        value = rebuild(node, lambda child: new.get(id(child), child))
+        if isinstance(value, ast.TupleGetItem) and isinstance(value.tuple_value, ast.Tuple) \
+                and all(_is_constant(f) for f in value.tuple_value.fields):
+            value = value.tuple_value.fields[value.index]
+        elif _foldable(value):
+            value = _evaluate(value)
+        new[id(node)] = value
+    return new[id(expr)]
+
+
+def _is_constant(node: ast.Expr) -> bool:
+    return isinstance(node, ast.Constant) and node.data is not None
+
+
+def _foldable(node: ast.Expr) -> bool:
+    if not (isinstance(node, ast.Call) and isinstance(node.op, ast.Op)):
+        return False
+    from ..importer.registry import get_converter
+
+    if get_converter(node.op.name) is None or node.op.name.startswith("nn.dropout"):
+        return False
+    return all(_is_constant(a) or (isinstance(a, ast.Tuple) and all(_is_constant(f)
+                                                                   for f in a.fields))
+               for a in node.args)
+
+
+def _evaluate(call: ast.Call) -> ast.Expr:
+    import tvm
+    from tvm import relax
+
+    from ..importer.converter import RelayImporter
+
+    relax_mod = RelayImporter(ast.IRModule({"main": ast.Function((), call)})).run("main")
+    vm = relax.VirtualMachine(tvm.compile(relax_mod, target="llvm"), tvm.cpu())
+    result = vm["main"]()
+
+    def to_expr(value: Any) -> ast.Expr:
+        if hasattr(value, "numpy"):
+            return ast.Constant(value.numpy())
+        return ast.Tuple(tuple(to_expr(v) for v in value))
+
+    return to_expr(result)
+
+
 class Sequential:
     """``relay.transform.Sequential([...])`` of the passes above."""
 

@@ -138,3 +138,14 @@ def test_let_bound_tuple_function_calls_and_fp16_erf_compile():
     np.testing.assert_array_equal(dbl, b_np * 2)
     assert erf.dtype == np.float16
     np.testing.assert_allclose(erf, scipy.special.erf(h_np.astype("float32")), rtol=1e-2)
+
+
+def test_fold_constant_evaluates_constant_subgraphs():
+    x = relay.var("x", shape=(2,))
+    c = relay.add(relay.const(np.array([1.0, 2.0], "float32")), relay.const(3.0))
+    mod = relay.transform.FoldConstant()(relay.IRModule.from_expr(
+        relay.Function([x], relay.multiply(x, relay.exp(c)))))
+    body = mod["main"].body
+    assert body.op.name == "multiply" and isinstance(body.args[1], relay.Constant)
+    np.testing.assert_allclose(body.args[1].data, np.exp([4.0, 5.0]), rtol=1e-6)
+    assert body.args[0] is x  # the non-constant part is untouched
