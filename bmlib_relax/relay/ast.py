@@ -156,6 +156,10 @@ def _dims_equal(a: tuple, b: tuple) -> bool:
     return True
 
 
+#: Relay's dtype spellings without a width (``"int"`` is ``int32``, as TVM's DataType read it).
+_DTYPE_ALIASES = {"int": "int32", "uint": "uint32", "float": "float32"}
+
+
 @dataclass(frozen=True, eq=False)
 class TensorType(Type):
     """``Tensor[(d0, d1, ...), dtype]``; a dynamic ``?`` dim is ``None``.
@@ -170,7 +174,8 @@ class TensorType(Type):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", tuple(_dim(d) for d in self.shape))
-        object.__setattr__(self, "dtype", str(self.dtype))
+        dtype = str(self.dtype)
+        object.__setattr__(self, "dtype", _DTYPE_ALIASES.get(dtype, dtype))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, TensorType):

@@ -97,3 +97,21 @@ def _yolo_reorg_type(arg_types, attrs, call):
 
     chans = None if c is None else c * s * s
     return ast.TensorType((n, chans, div(h), div(w)), data.dtype)
+
+
+@register_type_relation("vision.multibox_transform_loc")
+def _multibox_transform_loc_type(arg_types, attrs, call):
+    """(detections (N, anchors, 6), valid count (N,) int32), as Relay's MultiBoxTransformLocRel."""
+    cls_prob = arg_types[0]
+    batch, _, anchors = cls_prob.shape
+    return ast.TupleType((ast.TensorType((batch, anchors, 6), cls_prob.dtype),
+                          ast.TensorType((batch,), "int32")))
+
+
+@register_type_relation("vision.proposal")
+def _proposal_type(arg_types, attrs, call):
+    """(N * rpn_post_nms_top_n, 5) boxes, as Relay's ProposalRel."""
+    cls_prob = arg_types[0]
+    batch = cls_prob.shape[0]
+    rows = batch * int(attrs["rpn_post_nms_top_n"]) if isinstance(batch, int) else None
+    return ast.TensorType((rows, 5), cls_prob.dtype)
