@@ -111,6 +111,8 @@ def test_spatial_rearrangements_and_norms():
     s = relay.var("s", shape=(2, 4, 6, 3))
     w = relay.var("w", shape=(1, 2, 6))
     v = relay.var("v", shape=(1, 2, 2, 2, 2))
+    pv_np = np.array([-3.5], "float32")
+    pv = relay.var("pv", shape=(1,))
     s2b = relay.nn.space_to_batch_nd(s, [2, 2], [[0, 0], [1, 1]])
     outs = _run([
         relay.nn.depth_to_space(x, 2),
@@ -127,7 +129,8 @@ def test_spatial_rearrangements_and_norms():
         relay.image.resize3d(v, (3, 4, 4), method="nearest_neighbor",
                              coordinate_transformation_mode="asymmetric"),
         relay.nn.upsampling3d(v, 2, 2, 2),
-    ], [(x, x_np), (s, s_np), (w, w_np), (v, v_np)])
+        relay.nn.pad(w, ((0, 0), (0, 0), (1, 2)), relay.sum(pv)),  # a run-time pad value
+    ], [(x, x_np), (s, s_np), (w, w_np), (v, v_np), (pv, pv_np)])
     testing = tvm.topi.testing
     padded = np.pad(s_np, [(0, 0), (0, 0), (1, 1), (0, 0)])  # numpy-only reference
     s2b_np = padded.reshape(2, 2, 2, 4, 2, 3).transpose(2, 4, 0, 1, 3, 5).reshape(8, 2, 4, 3)
@@ -145,6 +148,7 @@ def test_spatial_rearrangements_and_norms():
         testing.resize1d_python(w_np, (9 / 6,), "NCW", "linear", "half_pixel"),
         testing.resize3d_python(v_np, (1.5, 2, 2), "NCDHW", "nearest_neighbor", "asymmetric"),
         testing.resize3d_python(v_np, (2, 2, 2), "NCDHW", "nearest_neighbor", "half_pixel"),
+        np.pad(w_np, ((0, 0), (0, 0), (1, 2)), constant_values=-3.5),
     ]
     for got, want in zip(outs, expected):
         assert got.shape == want.shape

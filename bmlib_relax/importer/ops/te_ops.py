@@ -36,7 +36,13 @@ def _correlation(inputs, attrs, ctx):
     return ctx.bb.call_te(topi_nn.correlation_nchw, inputs[0], inputs[1],
                           int(attrs["kernel_size"]), int(attrs["max_displacement"]),
                           int(attrs["stride1"]), int(attrs["stride2"]),
-                          tuple(ints(attrs["padding"])), bool(attrs["is_multiply"]))
+                          _correlation_padding(attrs["padding"]), bool(attrs["is_multiply"]))
+
+
+def _correlation_padding(value):
+    """TOPI takes an int or 2 or 4 values (Relay's attribute may hold 1)."""
+    pad = ints(value)
+    return pad[0] if len(pad) == 1 else tuple(pad)
 
 
 @register_converter("nn.deformable_conv2d")

@@ -14,7 +14,8 @@ from tvm import relax
 
 from ..registry import register_converter
 from ._utils import (
-    ints, ndim_of, normalize_axis, optional_ints, scalar_operand, shape_of,
+    dtype_of, folded_value, ints, ndim_of, normalize_axis, optional_ints, scalar_operand,
+    shape_of,
 )
 from ...relay import ast
 
@@ -199,8 +200,17 @@ def _pad(inputs, attrs, ctx):
     mode = attrs.get("pad_mode", "constant")
     if mode not in modes:
         raise ctx.unsupported_attr("pad_mode", mode)
+    width = ints(attrs["pad_width"])
+    if len(inputs) > 1 and folded_value(inputs[1], ctx) is None and mode == "constant":
+        # A pad value known only at run time: pad with zeros, then select it where a
+        # padded mask of ones is zero.
+        data, value = inputs
+        padded = relax.op.nn.pad(data, width, "constant", 0.0)
+        inside = relax.op.nn.pad(relax.op.ones_like(data), width, "constant", 0.0)
+        return relax.op.where(relax.op.astype(inside, "bool"), padded,
+                              relax.op.astype(value, dtype_of(data)))
     pad_value = scalar_operand(inputs[1], ctx, "the pad value") if len(inputs) > 1 else 0.0
-    return relax.op.nn.pad(inputs[0], ints(attrs["pad_width"]), modes[mode], float(pad_value))
+    return relax.op.nn.pad(inputs[0], width, modes[mode], float(pad_value))
 
 
 @register_converter("broadcast_to")
