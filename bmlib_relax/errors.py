@@ -73,6 +73,11 @@ class ConversionError(BmlibError, ValueError):
         super().__init__(f"{prefix}{where}{message}")
 
 
+class RelayTypeError(ConversionError):
+    """Relay type checking failed (``relay.transform.InferType``): names the call (op and
+    ``file:line:column`` when the program was parsed), as Relay's type errors did."""
+
+
 class ParamError(BmlibError, ValueError):
     """A missing, unexpected, mis-shaped or mis-typed parameter; names the parameter."""
 

@@ -190,25 +190,26 @@ _FUNCTION_PASSTHROUGH_OPS = {"on_device"}
 
 
 def tensor_type(ty: ast.Type, where: Optional[str] = None,
-                named_dims: Optional[dict] = None) -> relax.Type:
-    """Relax type of a Relay type; ``?`` dims become fresh symbolic int64 vars.
-
-    A named dim (``Tensor[(n, 3)]``) is one var per name in ``named_dims`` (shared
-    by the parameters of one function), so that equal names are equal dims."""
+                dim_vars: Optional[dict] = None) -> relax.Type:
+    """Relax type of a Relay type; ``?`` dims become fresh symbolic int64 vars, named or
+    symbolic dims (``te.var("n")``) one int64 var per name (shared through ``dim_vars``,
+    e.g. by the parameters of one function, so that equal names are equal dims)."""
     if isinstance(ty, ast.TypeCall) and not ty.args and ty.name in _BARE_SCALAR_TYPES:
         ty = ast.TensorType((), _BARE_SCALAR_TYPES[ty.name])
     if isinstance(ty, ast.TensorType):
         dims = []
         for i, dim in enumerate(ty.shape):
-            if isinstance(dim, str) and named_dims is not None:
-                dims.append(named_dims.setdefault(dim, tvm.tirx.Var(dim, "int64")))
-            elif dim is None or isinstance(dim, str):
-                dims.append(tvm.tirx.Var(dim if isinstance(dim, str) else f"d{i}", "int64"))
-            else:
+            if isinstance(dim, int):
                 dims.append(int(dim))
+            elif dim is None:
+                dims.append(tvm.tirx.Var(f"d{i}", "int64"))
+            else:
+                name = dim if isinstance(dim, str) else getattr(dim, "name", None) or f"d{i}"
+                cache = dim_vars if dim_vars is not None else {}
+                dims.append(cache.setdefault(name, tvm.tirx.Var(str(name), "int64")))
         return relax.TensorType(dims, ty.dtype)
     if isinstance(ty, ast.TupleType):
-        return relax.TupleType([tensor_type(f, where, named_dims) for f in ty.fields])
+        return relax.TupleType([tensor_type(f, where, dim_vars) for f in ty.fields])
     raise ConversionError(f"parameter type {type(ty).__name__} has no Relax equivalent",
                           location=where)
 
@@ -257,6 +258,23 @@ def _check_result_shape(value: Any, inputs: list, node: ast.Call) -> None:
         "is an independent dim); give the inputs static shapes (e.g. convert --inputs "
         "name=2,3:float32) or named dims (Tensor[(n, m), float32])",
         op=node.op.name, location=_where(node))
+
+
+def _inferred_param_type(module: ast.IRModule, func: ast.Function, var: ast.Var) -> ast.Type:
+    """The type Relay's inference gives an un-annotated input (from its uses), else an error."""
+    from ..relay.type_infer import TypeInferencer
+
+    ty = var.__dict__.get("_checked_type")
+    if ty is None or isinstance(ty, ast.IncompleteType):
+        try:
+            TypeInferencer(module).infer(func)
+        except BmlibError:
+            pass
+        ty = var.__dict__.get("_checked_type")
+    if ty is None or isinstance(ty, ast.IncompleteType):
+        raise ConversionError(f"input %{var.name} has no type annotation; "
+                              "give its type in the text", location=_where(var))
+    return ty
 
 
 class RelayImporter:
@@ -354,7 +372,7 @@ class RelayImporter:
     def _bind_params(self, func: ast.Function):
         env: dict[ast.Var, Any] = {}
         relax_params = []
-        named_dims: dict[str, Any] = {}
+        dim_vars: dict[str, Any] = {}  # one symbolic var per named dim, shared by the inputs
         names = {v.name for v in func.params}
         extra = sorted(set(self.params) - names)
         if extra:
@@ -368,26 +386,26 @@ class RelayImporter:
                 env[var] = relax.const(value, str(value.dtype))
                 self.views.bound_param(var, env[var], value)
                 continue
-            if var.type_annotation is None:
-                raise ConversionError(f"input %{var.name} has no type annotation; "
-                                      "give its type in the text", location=_where(var))
-            if self.flatten_tuple_inputs and isinstance(var.type_annotation, ast.TupleType):
-                env[var] = self._flat_tuple_input(var.name, var.type_annotation, relax_params,
-                                                  _where(var), named_dims)
+            var_type = var.type_annotation
+            if var_type is None or isinstance(var_type, ast.IncompleteType):
+                var_type = _inferred_param_type(self.module, func, var)
+            if self.flatten_tuple_inputs and isinstance(var_type, ast.TupleType):
+                env[var] = self._flat_tuple_input(var.name, var_type, relax_params,
+                                                  _where(var), dim_vars)
                 continue
-            rvar = relax.Var(var.name, tensor_type(var.type_annotation, _where(var), named_dims))
+            rvar = relax.Var(var.name, tensor_type(var_type, _where(var), dim_vars))
             env[var] = rvar
             relax_params.append(rvar)
             self.views.leaf(var, rvar)
         return relax_params, env
 
     def _flat_tuple_input(self, name: str, ty: ast.Type, relax_params: list,
-                          where: Optional[str], named_dims: dict) -> relax.Expr:
+                          where: Optional[str], dim_vars: dict) -> relax.Expr:
         if isinstance(ty, ast.TupleType):
             return relax.Tuple([self._flat_tuple_input(f"{name}.{i}", f, relax_params, where,
-                                                       named_dims)
+                                                       dim_vars)
                                 for i, f in enumerate(ty.fields)])
-        rvar = relax.Var(name, tensor_type(ty, where, named_dims))
+        rvar = relax.Var(name, tensor_type(ty, where, dim_vars))
         relax_params.append(rvar)
         return rvar
 

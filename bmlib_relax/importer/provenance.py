@@ -125,36 +125,12 @@ class RelayCallAttrs(ast.Attrs):
         return str(self[key])
 
 
-def _defaults_table() -> dict[str, tuple[str, tuple]]:
-    from ..relay import op as relay_op
-
-    table: dict[str, tuple[str, tuple]] = {}
-    for prefix, module in (("", relay_op), ("nn.", getattr(relay_op, "nn", None)),
-                           ("image.", getattr(relay_op, "image", None))):
-        for short, entry in (getattr(module, "TABLE", None) or {}).items():
-            table[prefix + short] = entry
-    return table
-
-
-_DEFAULTS: Optional[dict[str, dict[str, Any]]] = None
-
-
 def relay_attr_defaults(op_name: str) -> dict[str, Any]:
-    """Relay's default attribute values of ``op_name`` (from the builder's signatures)."""
-    global _DEFAULTS
-    if _DEFAULTS is None:
-        from ..relay.op._make import Always
+    """Relay's default attribute values of ``op_name`` (from the builder's signatures,
+    with the text format's defaults where those differ)."""
+    from ..relay.pattern_op_attrs import op_attr_defaults
 
-        defaults: dict[str, dict[str, Any]] = {}
-        for name, entry in _defaults_table().items():
-            try:
-                _inputs, attrs = entry
-                # An ``Always`` default is the Python API's, not the text format's: skip it.
-                defaults[name] = {k: v for k, v in attrs if not isinstance(v, Always)}
-            except (TypeError, ValueError):
-                continue
-        _DEFAULTS = defaults
-    return _DEFAULTS.get(op_name, {})
+    return op_attr_defaults(op_name)
 
 
 # --------------------------------------------------------------------------- table
@@ -230,9 +206,21 @@ def relay_type_of(value: Any) -> Optional[ast.Type]:
     ty = getattr(value, "ty", None)
     if ty is None:
         return None
-    from ..relay.transform import _relay_type
-
     return _relay_type(ty)
+
+
+def _relay_type(ty: Any) -> ast.Type:
+    """The Relay type of a Relax type (symbolic dims become ``?``)."""
+    from tvm import relax
+
+    if isinstance(ty, relax.TupleType):
+        return ast.TupleType(tuple(_relay_type(f) for f in ty.fields))
+    if isinstance(ty, relax.TensorType):
+        shape = ty.shape
+        dims = tuple(int(d.value) if hasattr(d, "value") else None for d in shape.values) \
+            if shape is not None and hasattr(shape, "values") else ()
+        return ast.TensorType(dims, str(ty.dtype))
+    return ast.IncompleteType()
 
 
 def _typed(node: ast.Expr, value: Any) -> ast.Expr:

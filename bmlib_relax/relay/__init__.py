@@ -12,14 +12,15 @@ from __future__ import annotations
 from ..errors import ParseError
 from . import analysis, ast, build_module, dataflow_pattern, op, transform
 from .ast import (
-    Attrs, Call, Clause, Constant, Constructor, FuncType, Function, GlobalVar, If,
+    Any, Attrs, Call, Clause, Constant, Constructor, FuncType, Function, GlobalVar, If,
     IncompleteType, IRModule, Let, Match, Op, RefCreate, RefRead, RefWrite, Span, TensorType,
     Tuple, TupleGetItem, TupleType, TypeVar, Var,
 )
 from .builder import const, scalar_type, var
 from .op import *  # noqa: F401,F403  (relay.add, relay.reshape, ...)
-from .op import TupleWrapper, image, nn
+from .op import TupleWrapper, image, nn, vision
 from .op import qnn  # noqa: F401  (relay.qnn.op.*: the QNN dialect)
+from . import expr, testing, ty
 from .params import bind_params_by_name, load_params
 from .parser import fromtext, parse, parse_expr
 
@@ -29,5 +30,5 @@ __all__ = [
     "var", "const", "scalar_type", "TupleWrapper", "IRModule", "Function", "Call", "Var",
     "Constant", "Op", "Tuple", "TupleGetItem", "Let", "If", "Match", "Clause", "GlobalVar",
     "Constructor", "RefCreate", "RefRead", "RefWrite", "TensorType", "TupleType", "FuncType",
-    "TypeVar", "IncompleteType", "Attrs", "Span",
+    "TypeVar", "IncompleteType", "Attrs", "Span", "Any", "vision", "ty", "expr", "testing",
 ]

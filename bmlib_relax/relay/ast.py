@@ -123,24 +123,99 @@ class Type:
     """Base class of Relay types."""
 
 
-@dataclass(frozen=True)
+class Any:
+    """Relay's ``relay.Any()``: a dimension unknown until run time (printed ``?``).
+
+    Inside a :class:`TensorType` it is stored as ``None``; every ``Any`` equals
+    every other, as in Relay's structural equality.
+    """
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Any) or other is None
+
+    def __hash__(self) -> int:
+        return hash(None)
+
+    def __repr__(self) -> str:
+        return "?"
+
+
+def _dim(value: Any) -> Any:
+    """A shape dim as stored: int, ``None`` (``?``), a name, or a symbolic TIR expression."""
+    if value is None or isinstance(value, (Any, str)):
+        return None if not isinstance(value, str) else value
+    if isinstance(value, (bool, np.bool_)):
+        return int(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if type(value).__name__ == "IntImm":
+        return int(value.value)
+    if type(value).__name__ == "Any":  # a foreign Any node
+        return None
+    return value  # symbolic: te.var("n"), n + 2, ...
+
+
+def _dims_equal(a: tuple, b: tuple) -> bool:
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if x is y:
+            continue
+        if isinstance(x, (int, str)) or x is None or isinstance(y, (int, str)) or y is None:
+            if type(x) is not type(y) or x != y:
+                return False
+            continue
+        from .symbolic import dims_equal  # symbolic TIR dims: proved equal, lazily
+
+        if not dims_equal(x, y):
+            return False
+    return True
+
+
+#: Relay's dtype spellings without a width (``"int"`` is ``int32``, as TVM's DataType read it).
+_DTYPE_ALIASES = {"int": "int32", "uint": "uint32", "float": "float32"}
+
+
+@dataclass(frozen=True, eq=False)
 class TensorType(Type):
     """``Tensor[(d0, d1, ...), dtype]``; a dynamic ``?`` dim is ``None``.
 
-    A scalar type such as ``float32`` is ``TensorType((), "float32")``.
+    A scalar type such as ``float32`` is ``TensorType((), "float32")``.  A dim
+    may also be symbolic (``te.var("n")``, ``n + 2``): two types are equal when
+    their symbolic dims are provably equal, as Relay's structural equality.
     """
 
     shape: tuple[Union[int, str, None], ...]
     dtype: str = "float32"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.shape, tuple):
-            object.__setattr__(self, "shape", tuple(self.shape))
+        object.__setattr__(self, "shape", tuple(_dim(d) for d in self.shape))
+        dtype = str(self.dtype)
+        object.__setattr__(self, "dtype", _DTYPE_ALIASES.get(dtype, dtype))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TensorType):
+            return NotImplemented
+        return self.dtype == other.dtype and _dims_equal(self.shape, other.shape)
+
+    def __hash__(self) -> int:
+        return hash((self.dtype, len(self.shape),
+                     tuple(d if isinstance(d, (int, str)) or d is None else "sym"
+                           for d in self.shape)))
+
+    @property
+    def concrete_shape(self) -> tuple:
+        """The shape as ints (Relay's ``TensorType.concrete_shape``)."""
+        return tuple(int(d) for d in self.shape)
 
 
 @dataclass(frozen=True)
 class TupleType(Type):
     fields: tuple[Type, ...]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.fields, tuple):
+            object.__setattr__(self, "fields", tuple(self.fields))
 
 
 @dataclass(frozen=True)
@@ -165,6 +240,19 @@ class FuncType(Type):
     params: tuple[Type, ...]
     ret: Optional[Type]
     type_params: tuple[TypeVar, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("params", "type_params"):
+            if not isinstance(getattr(self, name), tuple):
+                object.__setattr__(self, name, tuple(getattr(self, name) or ()))
+
+    @property
+    def arg_types(self) -> tuple[Type, ...]:
+        return self.params
+
+    @property
+    def ret_type(self) -> Optional[Type]:
+        return self.ret
 
 
 @dataclass(frozen=True)
@@ -236,6 +324,28 @@ class Expr:
     def __neg__(self) -> "Call":
         return Call(Op("negative"), (self,))
 
+    def __lt__(self, other: Any) -> "Call":
+        return self._binary("less", other)
+
+    def __gt__(self, other: Any) -> "Call":
+        return self._binary("greater", other)
+
+    def __ge__(self, other: Any) -> "Call":
+        return self._binary("greater_equal", other)
+
+    def __le__(self, other: Any) -> "Call":
+        return self._binary("less_equal", other)
+
+    def astype(self, dtype: str) -> "Call":
+        """``cast(self, dtype)`` (Relay's ``Expr.astype``)."""
+        return Call(Op("cast"), (self,), Attrs({"dtype": str(dtype)}))
+
+    def __call__(self, *args: Any) -> "Call":
+        """Call this expression (a function value) with ``args``, as Relay's ``f(x)``."""
+        from .op._make import as_expr
+
+        return Call(self, tuple(as_expr(a, "call argument") for a in args))
+
     def astext(self, show_meta_data: bool = True) -> str:
         from .printer import astext
 
@@ -253,6 +363,10 @@ class Var(Expr):
     type_annotation: Optional[Type] = None
     attrs: Attrs = EMPTY_ATTRS
     span: Optional[Span] = _span()
+
+    @property
+    def name_hint(self) -> str:
+        return self.name
 
 
 @dataclass(frozen=True, eq=False)
@@ -350,6 +464,15 @@ class Tuple(Expr):
     def __post_init__(self) -> None:
         _normalise(self, "fields")
 
+    def __getitem__(self, index: int) -> Expr:
+        return self.fields[index]
+
+    def __len__(self) -> int:
+        return len(self.fields)
+
+    def __bool__(self) -> bool:
+        return True  # a node, even the empty tuple, is never falsy
+
 
 @dataclass(frozen=True, eq=False)
 class TupleGetItem(Expr):
@@ -375,6 +498,17 @@ class Function(Expr):
 
     def __post_init__(self) -> None:
         _normalise(self, "params", "type_params")
+
+    def with_attr(self, key: str, value: Any = None) -> "Function":
+        """A copy with attribute ``key`` set (Relay's ``Function.with_attr``)."""
+        from dataclasses import replace
+
+        attrs = dict(self.attrs)
+        if isinstance(value, Constant) and value.data is not None and value.data.ndim == 0:
+            value = value.data.item()
+        attrs[key] = getattr(value, "value", value) if type(value).__name__ in (
+            "IntImm", "FloatImm", "StringImm") else value
+        return replace(self, attrs=Attrs(attrs))
 
 
 @dataclass(frozen=True, eq=False)

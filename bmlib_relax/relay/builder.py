@@ -20,10 +20,12 @@ def var(name_hint: str, type_annotation: Any = None, shape: Optional[Sequence[in
         dtype: str = "float32") -> ast.Var:
     """A variable; ``type_annotation`` may be a type, or a dtype string with ``shape``."""
     if isinstance(type_annotation, str):
-        dtype, type_annotation = type_annotation, None
+        # Relay: a dtype string alone is a scalar type.
+        dtype, type_annotation = type_annotation, (None if shape is not None
+                                                   else ast.TensorType((), type_annotation))
     if type_annotation is None and shape is not None:
-        type_annotation = ast.TensorType(tuple(int(d) if d is not None else None for d in shape),
-                                         dtype)
+        # Dims may be ints, relay.Any() or symbolic (te.var("n")); TensorType normalises them.
+        type_annotation = ast.TensorType(tuple(shape), dtype)
     return ast.Var(name_hint, type_annotation)
 
 

@@ -1,10 +1,7 @@
 """``relay.transform``: the passes legacy scripts call on a module.
 
-``InferType`` fills every expression's ``checked_type``.  Rather than keeping
-a second copy of Relay's type relations, it imports the function into Relax,
-whose operators infer shapes and dtypes, and maps each Relax type back onto
-the Relay node it came from.  (Where Relax cannot express a construct, the
-import error says so.)
+``InferType`` fills every expression's ``checked_type`` (Relax's inference per
+call, see :mod:`.type_infer`).
 """
 from __future__ import annotations
 
@@ -13,40 +10,74 @@ from typing import Any, Callable
 from . import ast
 
 
-def _relay_type(ty: Any) -> ast.Type:
-    from tvm import relax
-
-    if isinstance(ty, relax.TupleType):
-        return ast.TupleType(tuple(_relay_type(f) for f in ty.fields))
-    if isinstance(ty, relax.TensorType):
-        shape = ty.shape
-        dims = tuple(int(d.value) if hasattr(d, "value") else None for d in shape.values) \
-            if shape is not None and hasattr(shape, "values") else ()
-        return ast.TensorType(dims, str(ty.dtype))
-    return ast.IncompleteType()
-
-
 class InferType:
-    """Annotate every expression of each convertible function with its type."""
+    """Annotate every expression of each function with its type (see :mod:`.type_infer`)."""
 
     def __call__(self, mod: ast.IRModule) -> ast.IRModule:
-        from ..importer.converter import RelayImporter, _Closure
+        from .type_infer import infer_module
 
-        def record(node: ast.Expr, value: Any) -> None:
-            if isinstance(value, _Closure):
-                return
-            ty = getattr(value, "ty", None)
-            if ty is not None:
-                node._set_checked_type(_relay_type(ty))
+        return infer_module(mod)
 
-        for name, func in mod.functions.items():
-            RelayImporter(mod, observer=record).run(name)
-            for param in func.params:  # a parameter the body never uses keeps its annotation
-                if "_checked_type" not in param.__dict__ and param.type_annotation is not None:
-                    param._set_checked_type(param.type_annotation)
-            func._set_checked_type(ast.FuncType(tuple(p.checked_type for p in func.params),
-                                                func.body.checked_type))
+
+class FoldConstant:
+    """Replace every op call whose operands are all constants by its value (Relay's
+    ``FoldConstant``): the call is imported alone and run once on the CPU."""
+
+    def __call__(self, mod: ast.IRModule) -> ast.IRModule:
+        for name, func in list(mod.functions.items()):
+            mod.functions[name] = fold_constants(func)
         return mod
+
+
+def fold_constants(expr: ast.Expr) -> ast.Expr:
+    """``expr`` with its constant sub-computations evaluated."""
+    from .analysis import post_order_list
+    from .rewrite import rebuild
+
+    new: dict[int, ast.Expr] = {}
+    for node in post_order_list(expr):
+        value = rebuild(node, lambda child: new.get(id(child), child))
+        if isinstance(value, ast.TupleGetItem) and isinstance(value.tuple_value, ast.Tuple) \
+                and all(_is_constant(f) for f in value.tuple_value.fields):
+            value = value.tuple_value.fields[value.index]
+        elif _foldable(value):
+            value = _evaluate(value)
+        new[id(node)] = value
+    return new[id(expr)]
+
+
+def _is_constant(node: ast.Expr) -> bool:
+    return isinstance(node, ast.Constant) and node.data is not None
+
+
+def _foldable(node: ast.Expr) -> bool:
+    if not (isinstance(node, ast.Call) and isinstance(node.op, ast.Op)):
+        return False
+    from ..importer.registry import get_converter
+
+    if get_converter(node.op.name) is None or node.op.name.startswith("nn.dropout"):
+        return False
+    return all(_is_constant(a) or (isinstance(a, ast.Tuple) and all(_is_constant(f)
+                                                                   for f in a.fields))
+               for a in node.args)
+
+
+def _evaluate(call: ast.Call) -> ast.Expr:
+    import tvm
+    from tvm import relax
+
+    from ..importer.converter import RelayImporter
+
+    relax_mod = RelayImporter(ast.IRModule({"main": ast.Function((), call)})).run("main")
+    vm = relax.VirtualMachine(tvm.compile(relax_mod, target="llvm"), tvm.cpu())
+    result = vm["main"]()
+
+    def to_expr(value: Any) -> ast.Expr:
+        if hasattr(value, "numpy"):
+            return ast.Constant(value.numpy())
+        return ast.Tuple(tuple(to_expr(v) for v in value))
+
+    return to_expr(result)
 
 
 class Sequential:

@@ -101,3 +101,18 @@ def repeat_to(value: Any, n: int) -> list[int]:
     """An attribute given as one value or ``n`` values, as ``n`` ints."""
     vals = ints(value)
     return vals * n if len(vals) == 1 else vals
+
+
+def size_dims(value: Any) -> list:
+    """A size attribute (``image.resize2d``'s ``size``) as Relax dims: ints stay ints, a
+    symbolic dim (``te.var("th")``) becomes an int64 expression."""
+    values = value if isinstance(value, (list, tuple)) else [value]
+    out = []
+    for v in values:
+        if isinstance(v, (int, np.integer)):
+            out.append(int(v))
+        elif str(getattr(v, "ty", "")) == "int64":
+            out.append(v)
+        else:
+            out.append(tvm.tirx.Cast("int64", v))
+    return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 from tvm import relax
 
 from ..registry import register_converter
-from ._utils import ints, out_dtype, shape_of
+from ._utils import ints, out_dtype, shape_of, size_dims
 
 
 @register_converter("image.resize2d")
@@ -12,7 +12,7 @@ def _resize2d(inputs, attrs, ctx):
     # Relay's Resize2DAttrs defaults, spelled out (Relax's cubic_alpha differs).
     roi = attrs.get("roi")
     return relax.op.image.resize2d(
-        inputs[0], ints(attrs["size"]),
+        inputs[0], size_dims(attrs["size"]),
         roi=tuple(float(v) for v in roi) if roi else None,
         layout=attrs.get("layout") or "NCHW",
         method=attrs.get("method", "linear"),

@@ -11,7 +11,7 @@ from typing import Optional
 from tvm import relax
 
 from ..registry import register_converter
-from ._utils import ndim_of, normalize_axis, optional_ints
+from ._utils import dtype_of, ndim_of, normalize_axis, optional_ints, shape_of
 
 REDUCE_OPS = {
     "mean": relax.op.mean,
@@ -20,7 +20,6 @@ REDUCE_OPS = {
     "min": relax.op.min,
     "prod": relax.op.prod,
 }
-# Relay's variance/std take the mean as an operand (Relax recomputes it): not mapped.
 
 
 def reduce_axes(data, attrs, ctx) -> Optional[list[int]]:
@@ -36,8 +35,14 @@ def reduce_axes(data, attrs, ctx) -> Optional[list[int]]:
 
 def _reduce(relax_op):
     def convert(inputs, attrs, ctx):
-        return relax_op(inputs[0], reduce_axes(inputs[0], attrs, ctx),
-                        keepdims=bool(attrs.get("keepdims", False)))
+        data = inputs[0]
+        axes = reduce_axes(data, attrs, ctx)
+        keepdims = bool(attrs.get("keepdims", False))
+        if relax_op is relax.op.mean and dtype_of(data) == "float16":
+            # A float16 running sum stalls at 2048 + 0.5: average in float32, round back.
+            mean = relax_op(relax.op.astype(data, "float32"), axes, keepdims=keepdims)
+            return relax.op.astype(mean, "float16")
+        return relax_op(data, axes, keepdims=keepdims)
 
     return convert
 
@@ -47,18 +52,78 @@ for _name, _op in REDUCE_OPS.items():
 
 
 def _arg_reduce(relax_op):
+    """Relay's arg-reductions: several axes are reduced as one flattened axis (index into
+    it), ``select_last_index`` takes the last extremum (argmax of the flipped axis)."""
     def convert(inputs, attrs, ctx):
-        if attrs.get("select_last_index", False):
-            raise ctx.unsupported_attr("select_last_index", attrs["select_last_index"])
-        axes = reduce_axes(inputs[0], attrs, ctx)
-        if axes is not None and len(axes) != 1:
-            raise ctx.unsupported_attr("axis", attrs.get("axis"))
-        result = relax_op(inputs[0], None if axes is None else axes[0],
-                          keepdims=bool(attrs.get("keepdims", False)))
-        return relax.op.astype(result, "int32")
+        data = inputs[0]
+        dims = shape_of(data)
+        ndim = len(dims)
+        axes = reduce_axes(data, attrs, ctx)
+        axes = list(range(ndim)) if axes is None else axes
+        kept = [i for i in range(ndim) if i not in axes]
+        if len(axes) == 1:
+            x, axis = data, axes[0]
+        else:
+            x = relax.op.permute_dims(data, kept + axes) if kept + axes != list(range(ndim)) \
+                else data
+            x = relax.op.reshape(x, [dims[i] for i in kept] + [-1])
+            axis = len(kept)
+        last = bool(attrs.get("select_last_index", False))
+        if last:
+            x = relax.op.flip(x, axis=axis)
+        result = relax_op(x, axis, keepdims=False)
+        if last:
+            count = 1
+            for a in axes:
+                count = count * dims[a]
+            result = relax.op.subtract(relax.const(count - 1, "int64"), result)
+        result = relax.op.astype(result, "int32")
+        if attrs.get("keepdims", False):
+            result = relax.op.expand_dims(result, axes)
+        return result
 
     return convert
 
 
 register_converter("argmax")(_arg_reduce(relax.op.argmax))
 register_converter("argmin")(_arg_reduce(relax.op.argmin))
+
+
+def _logical_reduce(relax_op):
+    """``all``/``any`` of a bool tensor: ``min``/``max`` over 0/1 values, back to bool."""
+    def convert(inputs, attrs, ctx):
+        data = relax.op.astype(inputs[0], "int8")
+        result = relax_op(data, reduce_axes(inputs[0], attrs, ctx),
+                          keepdims=bool(attrs.get("keepdims", False)))
+        return relax.op.astype(result, "bool")
+
+    return convert
+
+
+register_converter("all")(_logical_reduce(relax.op.min))
+register_converter("any")(_logical_reduce(relax.op.max))
+
+
+@register_converter("variance")
+def _variance(inputs, attrs, ctx):
+    # Relay's variance takes the mean as an operand (keepdims=True shape):
+    # sum((x - mean)^2) / (N - unbiased) over the reduced axes.
+    data, mean = inputs
+    axes = reduce_axes(data, attrs, ctx)
+    dims = shape_of(data)
+    reduced = range(len(dims)) if axes is None else axes
+    count = 1
+    for axis in reduced:
+        count = count * dims[axis]
+    if not isinstance(count, int):
+        raise ctx.error("variance over symbolic dims is not supported")
+    count -= int(bool(attrs.get("unbiased", False)))
+    dtype = dtype_of(data)
+    if dtype == "float16":  # a long float16 sum of squares overflows: accumulate in float32
+        data, mean = relax.op.astype(data, "float32"), relax.op.astype(mean, "float32")
+    diff = relax.op.subtract(data, mean)
+    total = relax.op.sum(relax.op.multiply(diff, diff), axes,
+                         keepdims=bool(attrs.get("keepdims", False)))
+    result = relax.op.divide(total, relax.const(float(count), "float32" if dtype == "float16"
+                                                else dtype))
+    return relax.op.astype(result, dtype) if dtype == "float16" else result

@@ -15,7 +15,8 @@ from tvm import relax
 
 from ..registry import register_converter
 from ._utils import (
-    ints, ndim_of, normalize_axis, optional_ints, scalar_operand, shape_of,
+    dtype_of, folded_value, ints, ndim_of, normalize_axis, optional_ints, scalar_operand,
+    shape_of,
 )
 from ...relay import ast
 
@@ -94,7 +95,13 @@ def _transpose(inputs, attrs, ctx):
 
 @register_converter("squeeze")
 def _squeeze(inputs, attrs, ctx):
-    return relax.op.squeeze(inputs[0], optional_ints(attrs.get("axis")))
+    axes = optional_ints(attrs.get("axis"))
+    dims = shape_of(inputs[0])
+    for axis in axes or ():
+        axis = normalize_axis(axis, len(dims), ctx)
+        if isinstance(dims[axis], int) and dims[axis] != 1:  # Relay rejects it, Relax not
+            raise ctx.error(f"axis {axis} has size {dims[axis]}, not 1: it cannot be squeezed")
+    return relax.op.squeeze(inputs[0], axes)
 
 
 @register_converter("expand_dims")
@@ -194,8 +201,17 @@ def _pad(inputs, attrs, ctx):
     mode = attrs.get("pad_mode", "constant")
     if mode not in modes:
         raise ctx.unsupported_attr("pad_mode", mode)
+    width = ints(attrs["pad_width"])
+    if len(inputs) > 1 and folded_value(inputs[1], ctx) is None and mode == "constant":
+        # A pad value known only at run time: pad with zeros, then select it where a
+        # padded mask of ones is zero.
+        data, value = inputs
+        padded = relax.op.nn.pad(data, width, "constant", 0.0)
+        inside = relax.op.nn.pad(relax.op.ones_like(data), width, "constant", 0.0)
+        return relax.op.where(relax.op.astype(inside, "bool"), padded,
+                              relax.op.astype(value, dtype_of(data)))
     pad_value = scalar_operand(inputs[1], ctx, "the pad value") if len(inputs) > 1 else 0.0
-    return relax.op.nn.pad(inputs[0], ints(attrs["pad_width"]), modes[mode], float(pad_value))
+    return relax.op.nn.pad(inputs[0], width, modes[mode], float(pad_value))
 
 
 @register_converter("broadcast_to")

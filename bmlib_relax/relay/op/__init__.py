@@ -1,66 +1,327 @@
-"""Relay's op namespaces for building graphs: ``relay.add``, ``relay.nn.*``, ``relay.image.*``.
+"""Relay's op namespaces for building graphs: ``relay.add``, ``relay.nn.*``, ``relay.image.*``,
+``relay.vision.*``.
 
-Only graph construction: each function returns an AST call node.  The table
-below covers every op the importer converts, with Relay's Python signatures,
-so a script that built a model with ``tvm.relay`` ports by changing its imports.
+Only graph construction: each function returns an AST call node.  The tables
+give every function Relay v0.19's Python signature (``python/tvm/relay/op/
+tensor.py``, ``transform.py``, ``reduce.py``, ``algorithm.py``), so a script
+that built a model with ``tvm.relay`` ports by changing its imports.  Functions
+that Relay's Python API composes from several ops (``std``, ``logsumexp``,
+``mean_variance``) are composed here the same way.
 """
 from __future__ import annotations
 
-from . import image, nn
-from ..builder import get
-from ._make import TupleWrapper, define_ops
+from typing import Any, Optional
 
-_REDUCE = (("axis", None), ("keepdims", False), ("exclude", False))
+from . import image, nn, vision
+from .. import ast
+from ..builder import const, get
+from ._make import (
+    REGISTERED, TupleWrapper, as_expr, define_ops, make_op, registered, tuple_operand,
+)
 
-_UNARY = ("negative abs sqrt rsqrt exp log erf sigmoid tanh floor ceil round trunc sign sin cos "
-          "tan sinh cosh asin acos atan asinh acosh atanh logical_not bitwise_not isnan isinf "
-          "isfinite zeros_like ones_like copy stop_gradient fast_exp fast_tanh fast_erf")
-_BINARY = ("add subtract multiply divide power maximum minimum floor_divide floor_mod equal "
-           "not_equal less less_equal greater greater_equal logical_and logical_or logical_xor "
-           "bitwise_and bitwise_or bitwise_xor left_shift right_shift")
+_UNARY = ("log log2 log10 tan cos cosh sin sinh acos acosh asin asinh atan atanh exp erf sqrt "
+          "rsqrt sigmoid floor ceil trunc round abs sign tanh negative logical_not bitwise_not "
+          "zeros_like ones_like copy isnan isfinite isinf stop_gradient fast_exp fast_tanh "
+          "fast_erf")
+_BINARY = ("add subtract multiply divide floor_divide trunc_divide power mod floor_mod trunc_mod "
+           "logical_and logical_or logical_xor bitwise_and bitwise_or bitwise_xor equal "
+           "not_equal less less_equal greater greater_equal maximum minimum right_shift "
+           "left_shift")
+_REDUCE = "data, axis=None, keepdims=False, exclude=False"
 
-TABLE: dict = {name: ("data", ()) for name in _UNARY.split()}
-TABLE.update({name: ("lhs rhs", ()) for name in _BINARY.split()})
+TABLE: dict = {name: ("data", "data") for name in _UNARY.split()}
+TABLE.update({name: ("lhs, rhs", "lhs rhs") for name in _BINARY.split()})
 TABLE.update({
-    "clip": ("a", (("a_min", None), ("a_max", None))),
-    "cast": ("data", (("dtype", "float32"),)),
-    "cast_like": ("data dtype_like", ()),
-    "where": ("condition x y", ()),
-    "reshape": ("data", (("newshape", None), ("allowzero", False))),
-    "reshape_like": ("data shape_like", ()),
-    "transpose": ("data", (("axes", None),)),
-    "squeeze": ("data", (("axis", None),)),
-    "expand_dims": ("data", (("axis", 0), ("num_newaxis", 1))),
-    "concatenate": ("*data", (("axis", 0),)),
-    "stack": ("*data", (("axis", 0),)),
-    "split": ("data", (("indices_or_sections", 1), ("axis", 0))),
-    "strided_slice": ("data", (("begin", None), ("end", None), ("strides", None),
-                               ("axes", None), ("slice_mode", "end"))),
-    "take": ("data indices", (("axis", None), ("batch_dims", 0), ("mode", "clip"))),
-    "tile": ("data", (("reps", None),)),
-    "repeat": ("data", (("repeats", 1), ("axis", 0))),
-    "reverse": ("data", (("axis", 0),)),
-    "sum": ("data", _REDUCE), "mean": ("data", _REDUCE), "max": ("data", _REDUCE),
-    "min": ("data", _REDUCE), "prod": ("data", _REDUCE),
-    "variance": ("data mean", _REDUCE + (("unbiased", False),)),
-    "std": ("data mean", _REDUCE + (("unbiased", False),)),
-    "argmax": ("data", _REDUCE + (("select_last_index", False),)),
-    "argmin": ("data", _REDUCE + (("select_last_index", False),)),
-    "full": ("fill_value", (("shape", None), ("dtype", ""))),
-    "full_like": ("data fill_value", ()),
-    "zeros": ("", (("shape", None), ("dtype", "float32"))),
-    "ones": ("", (("shape", None), ("dtype", "float32"))),
-    "arange": ("start ?stop ?step", (("dtype", "float32"),)),
-    "broadcast_to": ("data", (("shape", None),)),
-    "broadcast_to_like": ("data broadcast_type", ()),
-    "collapse_sum_like": ("data collapse_type", ()),
-    "collapse_sum_to": ("data", (("shape", None),)),
-    "layout_transform": ("data", (("src_layout", "NCHW"), ("dst_layout", "NCHW"))),
-    "scatter_nd": ("data indices updates", (("mode", "update"),)),
-    "on_device": ("data", (("virtual_device", None), ("constrain_result", True),
-                           ("constrain_body", True))),
-    "device_copy": ("data", (("src_device", None), ("dst_device", None))),
-    "shape_of": ("data", (("dtype", "int32"),)),
+    # tensor.py
+    "clip": ("a, a_min, a_max", "a"),
+    "fixed_point_multiply": ("data, multiplier, shift", "data"),
+    "einsum": ("data, equation", "*data"),
+    "device_copy": ("data, src_device, dst_device", "data"),
+    "shape_of": ("data, dtype='int32'", "data", {"always": ("dtype",)}),
+    "ndarray_size": ("data, dtype='int32'", "data", {"always": ("dtype",)}),
+    # transform.py
+    "sliding_window": ("data, axis, window_shape, strides", "data"),
+    "cast": ("data, dtype", "data"),
+    "cast_like": ("data, dtype_like", "data dtype_like"),
+    "reinterpret": ("data, dtype", "data"),
+    "expand_dims": ("data, axis, num_newaxis=1", "data"),
+    "transpose": ("data, axes=None", "data"),
+    "squeeze": ("data, axis=None", "data"),
+    "reshape": ("data, newshape, allowzero=False", "data"),
+    "argwhere": ("condition", "condition"),
+    "scatter_elements": ("data, indices, updates, axis=0, reduction='update'",
+                         "data indices updates"),
+    "scatter_nd": ("data, indices, updates, mode='update'", "data indices updates"),
+    "reshape_like": ("data, shape_like, lhs_begin=0, lhs_end=None, rhs_begin=0, rhs_end=None",
+                     "data shape_like"),
+    "take": ("data, indices, axis=None, batch_dims=0, mode='clip'", "data indices"),
+    "full_like": ("data, fill_value", "data fill_value"),
+    "repeat": ("data, repeats, axis", "data"),
+    "tile": ("data, reps", "data"),
+    "reverse": ("data, axis", "data"),
+    "reverse_sequence": ("data, seq_lengths, seq_axis=1, batch_axis=0", "data seq_lengths"),
+    "where": ("condition, x, y", "condition x y"),
+    "broadcast_to": ("data, shape", "data"),
+    "broadcast_to_like": ("data, broadcast_type", "data broadcast_type"),
+    "collapse_sum_like": ("data, collapse_type", "data collapse_type"),
+    "collapse_sum_to": ("data, shape", "data"),
+    "split": ("data, indices_or_sections, axis=0", "data",
+              {"tuple_size": lambda attrs, _: (attrs["indices_or_sections"]
+                                               if isinstance(attrs["indices_or_sections"], int)
+                                               else len(attrs["indices_or_sections"]) + 1)}),
+    "slice_like": ("data, shape_like, axes=None", "data shape_like"),
+    "layout_transform": ("data, src_layout, dst_layout", "data"),
+    "reverse_reshape": ("data, newshape", "data", {"op_name": "contrib_reverse_reshape"}),
+    "gather": ("data, axis, indices", "data indices"),
+    "gather_nd": ("data, indices, batch_dims=0, index_rank=None", "data indices"),
+    "sequence_mask": ("data, valid_length, mask_value=0, axis=0", "data valid_length"),
+    "one_hot": ("indices, on_value, off_value, depth, axis, dtype",
+                "indices on_value off_value"),
+    "unravel_index": ("indices, shape", "indices shape"),
+    "matrix_set_diag": ("data, diagonal, k=0, align='RIGHT_LEFT'", "data diagonal"),
+    "adv_index": ("inputs", "*inputs"),
+    "sparse_fill_empty_rows": ("sparse_indices, sparse_values, dense_shape, default_value",
+                               "sparse_indices sparse_values dense_shape default_value",
+                               {"tuple_size": 3}),
+    "sparse_reshape": ("sparse_indices, prev_shape, new_shape",
+                       "sparse_indices prev_shape new_shape", {"tuple_size": 2}),
+    "cumsum": ("data, axis=None, dtype=None, exclusive=None", "data"),
+    "cumprod": ("data, axis=None, dtype=None, exclusive=None", "data"),
+    "invert_permutation": ("data", "data"),
+    "stft": ("data, n_fft, hop_length=None, win_length=None, window=None, normalized=False, "
+             "onesided=True", "data ?window"),
+    "dft": ("re_data, im_data, inverse=False", "re_data im_data", {"tuple_size": 2}),
+    # reduce.py
+    "sum": (_REDUCE, "data"), "all": (_REDUCE, "data"), "any": (_REDUCE, "data"),
+    "max": (_REDUCE, "data"), "min": (_REDUCE, "data"), "mean": (_REDUCE, "data"),
+    "prod": (_REDUCE, "data"),
+    "argmax": (_REDUCE + ", select_last_index=False", "data"),
+    "argmin": (_REDUCE + ", select_last_index=False", "data"),
+    # algorithm.py
+    "sort": ("data, axis=-1, is_ascend=1", "data"),
+    "argsort": ("data, axis=-1, is_ascend=1, dtype='int32'", "data"),
+    "searchsorted": ("sorted_sequence, values, right=False, dtype='int32'",
+                     "sorted_sequence values"),
+    # annotation.py
+    "on_device": ("body, device=None, constrain_result=False, constrain_body=True", "body"),
+    "stop_fusion": ("data", "data", {"op_name": "annotation.stop_fusion"}),
 })
 
-__all__ = ["nn", "image", "TupleWrapper", "get"] + define_ops(globals(), "", TABLE)
+__all__ = ["nn", "image", "vision", "TupleWrapper", "get", "registered_ops"] + \
+    define_ops(globals(), "", TABLE)
+
+@registered("unique")
+def unique(data, is_sorted=True, return_counts=False):
+    """Relay ``unique``: (output, indices, inverse_indices, num_unique[, counts])."""
+    call = ast.Call(ast.Op("unique"), (as_expr(data, "unique data"),),
+                    ast.Attrs({"sorted": bool(is_sorted), "return_counts": bool(return_counts)}))
+    return TupleWrapper(call, 5 if return_counts else 4)
+
+
+# ------------------------------------------------------------------ Python-side logic
+def _shape_list(shape: Any) -> Any:
+    if isinstance(shape, ast.Constant) and shape.data is not None:
+        return tuple(int(v) for v in shape.data.reshape(-1))
+    if isinstance(shape, int):
+        return (shape,)
+    if isinstance(shape, (list, tuple)):
+        return tuple(int(d) if not hasattr(d, "ty") else d for d in shape)
+    return shape
+
+
+@registered("zeros")
+def zeros(shape, dtype):
+    """Relay ``zeros``: a tensor of zeros (``shape`` int, list or constant)."""
+    return ast.Call(ast.Op("zeros"), (), ast.Attrs({"shape": _shape_list(shape),
+                                                     "dtype": str(dtype)}))
+
+
+@registered("ones")
+def ones(shape, dtype):
+    """Relay ``ones``: a tensor of ones."""
+    return ast.Call(ast.Op("ones"), (), ast.Attrs({"shape": _shape_list(shape),
+                                                    "dtype": str(dtype)}))
+
+
+@registered("full")
+def full(fill_value, shape=(), dtype=""):
+    """Relay ``full``: ``fill_value`` (a scalar operand) broadcast to ``shape``."""
+    attrs = {"shape": _shape_list(shape)}
+    if dtype:
+        attrs["dtype"] = str(dtype)
+    return ast.Call(ast.Op("full"), (as_expr(fill_value, "full fill_value"),), ast.Attrs(attrs))
+
+
+@registered("arange")
+def arange(start, stop=None, step=None, dtype="float32"):
+    """Relay ``arange``: one argument is ``stop`` (start 0), step defaults to 1."""
+    if step is None:
+        step = const(1, dtype=dtype)
+    if stop is None:
+        stop, start = start, const(0, dtype=dtype)
+    operands = tuple(as_expr(v, "arange", dtype) for v in (start, stop, step))
+    return ast.Call(ast.Op("arange"), operands, ast.Attrs({"dtype": str(dtype)}))
+
+
+@registered("concatenate")
+def concatenate(data, axis):
+    """Relay ``concatenate`` of a list of tensors (or a tuple-typed expression)."""
+    if isinstance(data, (list, tuple)) and not data:
+        raise ValueError("relay.concatenate requires data to be non-empty.")
+    if not isinstance(axis, int):
+        raise ValueError("For now, we only support integer axis")
+    return ast.Call(ast.Op("concatenate"), (tuple_operand(data, "concatenate data"),),
+                    ast.Attrs({"axis": axis}))
+
+
+@registered("stack")
+def stack(data, axis):
+    """Relay ``stack`` of a list of tensors or of any tuple-typed expression (a let-bound
+    tuple, a call returning a tuple)."""
+    if isinstance(data, (list, tuple)) and not data:
+        raise ValueError("relay.stack requires data to be non-empty.")
+    if not isinstance(axis, int):
+        raise ValueError("For now, we only support integer axis")
+    return ast.Call(ast.Op("stack"), (tuple_operand(data, "stack data"),),
+                    ast.Attrs({"axis": axis}))
+
+
+@registered("meshgrid")
+def meshgrid(data, indexing="ij"):
+    """Relay ``meshgrid``: one grid per input vector (a TupleWrapper)."""
+    operand = tuple_operand(data, "meshgrid data")
+    size = len(operand.fields) if isinstance(operand, ast.Tuple) else None
+    call = ast.Call(ast.Op("meshgrid"), (operand,), ast.Attrs({"indexing": indexing}))
+    return TupleWrapper(call, size)
+
+
+@registered("strided_slice")
+def strided_slice(data, begin, end, strides=None, axes=None, slice_mode="end"):
+    """Relay ``strided_slice`` (static ``begin``/``end``/``strides``)."""
+    attrs = {"begin": _shape_list(begin), "end": _shape_list(end)}
+    if strides is not None:
+        attrs["strides"] = _shape_list(strides)
+    if axes is not None:
+        attrs["axes"] = _shape_list(axes)
+    if slice_mode != "end":
+        attrs["slice_mode"] = slice_mode
+    return ast.Call(ast.Op("strided_slice"), (as_expr(data, "strided_slice data"),),
+                    ast.Attrs(attrs))
+
+
+@registered("strided_set")
+def strided_set(data, v, begin, end, strides=None):
+    """Relay ``strided_set``: ``begin``/``end``/``strides`` are tensor operands."""
+    strides = strides if strides is not None else const([1], dtype="int32")
+    operands = [as_expr(data, "strided_set data"), as_expr(v, "strided_set v")]
+    operands += [as_expr(list(x) if isinstance(x, tuple) else x, "strided_set", "int64"
+                         if not isinstance(x, ast.Expr) else None)
+                 for x in (begin, end, strides)]
+    return ast.Call(ast.Op("strided_set"), tuple(operands))
+
+
+@registered("trilu")
+def trilu(data, k, upper=True):
+    """Relay ``trilu``: ``k`` is an int32 scalar operand."""
+    k = k if isinstance(k, ast.Expr) else const(k, dtype="int32")
+    return ast.Call(ast.Op("trilu"), (as_expr(data, "trilu data"), k),
+                    ast.Attrs({"upper": bool(upper)}))
+
+
+@registered("sparse_to_dense")
+def sparse_to_dense(sparse_indices, output_shape, sparse_values, default_value=0):
+    """Relay ``sparse_to_dense``: ``default_value`` is a scalar operand."""
+    if default_value == 0 and not isinstance(default_value, ast.Expr):
+        default_value = const(0)
+    operands = (as_expr(sparse_indices, "sparse_to_dense"), as_expr(sparse_values,
+                "sparse_to_dense"), as_expr(default_value, "sparse_to_dense"))
+    return ast.Call(ast.Op("sparse_to_dense"), operands,
+                    ast.Attrs({"output_shape": _shape_list(output_shape)}))
+
+
+# ------------------------------------------------------------------ reductions composed in Python
+def _axis_list(axis: Any) -> Any:
+    return [axis] if isinstance(axis, int) else axis
+
+
+def _variance_call(data, mean_value, axis, keepdims, exclude, unbiased) -> ast.Call:
+    attrs = {"axis": None if axis is None else tuple(axis), "keepdims": bool(keepdims),
+             "exclude": bool(exclude), "unbiased": bool(unbiased)}
+    return ast.Call(ast.Op("variance"), (data, mean_value), ast.Attrs(attrs))
+
+
+@registered("variance")
+def variance(data, axis=None, keepdims=False, exclude=False, unbiased=False, with_mean=None):
+    """Relay ``variance``: the mean is computed here (or given as ``with_mean``)."""
+    data = as_expr(data, "variance data")
+    axis = _axis_list(axis)
+    m = globals()["mean"](data, axis, True, exclude) if with_mean is None else with_mean
+    return _variance_call(data, m, axis, keepdims, exclude, unbiased)
+
+
+@registered("std", "variance")
+def std(data, axis=None, keepdims=False, exclude=False, unbiased=False):
+    """Relay ``std``: ``sqrt`` of the variance about the mean."""
+    data = as_expr(data, "std data")
+    axis = _axis_list(axis)
+    m = globals()["mean"](data, axis, True, exclude)
+    return globals()["sqrt"](_variance_call(data, m, axis, keepdims, exclude, unbiased))
+
+
+@registered("mean_variance", "variance")
+def mean_variance(data, axis=None, keepdims=False, exclude=False, unbiased=False):
+    """Relay ``mean_variance``: the tuple (mean, variance)."""
+    data = as_expr(data, "mean_variance data")
+    axis = _axis_list(axis)
+    m = globals()["mean"](data, axis, True, exclude)
+    var = _variance_call(data, m, axis, keepdims, exclude, unbiased)
+    if not keepdims:
+        m = globals()["squeeze"](m, axis=axis)
+    return TupleWrapper(ast.Tuple((m, var)), 2)
+
+
+@registered("mean_std", "variance")
+def mean_std(data, axis=None, keepdims=False, exclude=False):
+    """Relay ``mean_std``: the tuple (mean, standard deviation)."""
+    data = as_expr(data, "mean_std data")
+    axis = _axis_list(axis)
+    m = globals()["mean"](data, axis, True, exclude)
+    s = globals()["sqrt"](_variance_call(data, m, axis, keepdims, exclude, False))
+    if not keepdims:
+        m = globals()["squeeze"](m)
+    return TupleWrapper(ast.Tuple((m, s)), 2)
+
+
+@registered("logsumexp", "max")
+def logsumexp(data, axis=None, keepdims=False):
+    """Relay ``logsumexp``: ``log(sum(exp(x - max))) + max``, composed as Relay's Python API."""
+    data = as_expr(data, "logsumexp data")
+    axis = _axis_list(axis)
+    max_x = globals()["max"](data, axis, True)
+    sum_x = globals()["sum"](globals()["exp"](data - max_x), axis, True)
+    out = globals()["log"](sum_x) + max_x
+    if not keepdims:
+        out = globals()["squeeze"](out, axis)
+    return out
+
+
+@registered("topk")
+def topk(data, k=1, axis=-1, ret_type="both", is_ascend=False, dtype="int32"):
+    """Relay ``topk``: a (values, indices) TupleWrapper for ``ret_type="both"``."""
+    if isinstance(k, ast.Constant) and k.data is not None:
+        k = int(k.data)
+    attrs = {"k": k, "axis": axis, "ret_type": ret_type, "is_ascend": bool(is_ascend),
+             "dtype": dtype}
+    call = ast.Call(ast.Op("topk"), (as_expr(data, "topk data"),), ast.Attrs(attrs))
+    return TupleWrapper(call, 2) if ret_type == "both" else call
+
+
+def registered_ops() -> dict[str, str]:
+    """Every builder function (``"nn.conv2d"``, ``"vision.roi_align"``, ...) and the Relay op
+    its call node uses, for ``bmlib-relax list-ops``."""
+    return dict(sorted(REGISTERED.items()))
+
+
+__all__ += ["unique", "zeros", "ones", "full", "arange", "concatenate", "stack", "meshgrid",
+            "strided_slice", "strided_set", "trilu", "sparse_to_dense",
+            "variance", "std", "mean_variance", "mean_std", "logsumexp", "topk"]

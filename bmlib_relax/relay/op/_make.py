@@ -1,38 +1,33 @@
 """Builds Relay-API op functions (``relay.nn.conv2d(...)``) from signature tables.
 
-Each op is declared once as ``name: (inputs, attributes)``: the tensor inputs
-in Relay's positional order (a ``*`` prefix marks a list input that becomes a
-Tuple, e.g. ``concatenate``'s ``*data``), then the attributes with Relay's
-Python defaults.  The generated function has a real ``inspect.Signature``, so
-legacy scripts call it positionally or by keyword exactly as with
-``tvm.relay``, and records only the attributes the caller passed (the printer
-and the importer supply Relay's defaults).
+Each op is declared once as ``name: (signature, inputs)``: ``signature`` is
+Relay v0.19's Python parameter list, verbatim (``"data, pad_width,
+pad_value=0, pad_mode='constant'"``), and ``inputs`` names the parameters that
+are tensor operands of the call, in the call's argument order; every other
+parameter is an attribute.  An input name may carry a prefix: ``*`` for a list
+of tensors that becomes one Tuple operand (``concatenate``'s ``data``; an
+expression of tuple type is passed through as is), ``?`` for an optional
+operand left out when ``None``.
+
+The generated function has that exact ``inspect.Signature``, so legacy
+scripts call it positionally or by keyword as with ``tvm.relay``.  It records
+only the attributes the caller passed (plus those listed as ``always``: Python
+defaults that differ from the C++ attribute default the printer and importer
+assume).  A non-expression operand (``pad_value=0``) becomes a constant with
+Relay's dtype rules; a constant given for an attribute (``newshape=const([2, 3])``)
+becomes its value, as Relay's Python API did.
 """
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional
 
 import numpy as np
 
 from .. import ast
 
-_MISSING = inspect.Parameter.empty
-
-
-class Always:
-    """A Python-API default that differs from the text format's (C++) default.
-
-    The printer and the importer assume the C++ default for an attribute that is
-    absent, so an op built with such a default must record it explicitly
-    (``nn.batch_matmul``'s ``transpose_b=True``, ``nn.leaky_relu``'s ``alpha=0.01``).
-    """
-
-    def __init__(self, value: Any):
-        self.value = value
-
-# Ops whose result is a tuple in Relay: the Python API returns a TupleWrapper.
-TUPLE_RESULTS = {"nn.batch_norm": 3, "split": None, "nn.dropout": 2}
+#: Every builder op defined through this module: Python path -> Relay op name.
+REGISTERED: dict[str, str] = {}
 
 
 class TupleWrapper:
@@ -44,6 +39,9 @@ class TupleWrapper:
 
     def astuple(self) -> ast.Expr:
         return self.tuple_value
+
+    def astext(self) -> str:
+        return self.tuple_value.astext()
 
     def __getitem__(self, index: int) -> ast.TupleGetItem:
         if self.size is not None and not -self.size <= index < self.size:
@@ -60,81 +58,131 @@ class TupleWrapper:
     def __iter__(self):
         return (self[i] for i in range(len(self)))
 
+    def __repr__(self) -> str:
+        return f"TupleWrapper({self.tuple_value!r}, {self.size})"
 
-def as_expr(value: Any, what: str) -> ast.Expr:
+    def astype(self, _dtype: str):
+        raise TypeError("astype cannot be used on a TupleWrapper")
+
+
+def as_expr(value: Any, what: str, dtype: Optional[str] = None) -> ast.Expr:
     """An Expr from an Expr, a TupleWrapper, a Python scalar or an array."""
     if isinstance(value, ast.Expr):
         return value
     if isinstance(value, TupleWrapper):
         return value.astuple()
-    if isinstance(value, (bool, int, float, np.ndarray, np.generic, list)):
+    if isinstance(value, (bool, int, float, np.ndarray, np.generic, list, tuple)):
         from ..builder import const
 
-        return const(value)
+        return const(value, dtype)
     raise TypeError(f"{what}: expected a Relay expression, got {type(value).__name__}")
 
 
-def _attr_value(value: Any) -> Any:
+def attr_value(value: Any) -> Any:
+    """An attribute as the AST stores it (constants and numpy values as Python values)."""
+    if isinstance(value, ast.Constant) and value.data is not None:
+        value = value.data.tolist()
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
     if isinstance(value, (list, tuple)):
-        return tuple(_attr_value(v) for v in value)
+        return tuple(attr_value(v) for v in value)
     if isinstance(value, np.generic):
         return value.item()
-    if isinstance(value, ast.Constant) and value.data is not None and value.data.ndim == 0:
-        return value.data.item()
+    if type(value).__name__ in ("IntImm", "FloatImm"):
+        return value.value
+    if type(value).__name__ == "StringImm":
+        return value.value
     return value
 
 
-def make_op(name: str, inputs: Sequence[str], attrs: Sequence[tuple[str, Any]],
-            doc: str = "") -> Callable[..., Any]:
-    """A Relay-API function for op ``name`` (see module docstring)."""
-    params = []
-    for inp in inputs:
-        params.append(inspect.Parameter(inp.lstrip("*?"), inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                        default=None if inp.startswith("?") else _MISSING))
-    always = {attr: d.value for attr, d in attrs if isinstance(d, Always)}
-    for attr, default in attrs:
-        params.append(inspect.Parameter(attr, inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                        default=always.get(attr, default)))
-    signature = inspect.Signature(params)
-    tuple_size = TUPLE_RESULTS.get(name, 0)
+def tuple_operand(value: Any, what: str) -> ast.Expr:
+    """A list of tensors as one Tuple operand; an expression of tuple type passes as is."""
+    if isinstance(value, TupleWrapper):
+        return value.astuple()
+    if isinstance(value, ast.Expr):
+        return value
+    return ast.Tuple(tuple(as_expr(v, what) for v in value))
+
+
+def parse_signature(text: str) -> inspect.Signature:
+    """``inspect.Signature`` of a Python parameter list written as text."""
+    namespace: dict = {}
+    exec(f"def _f({text}):\n    pass", {}, namespace)  # noqa: S102 - our own constant tables
+    return inspect.signature(namespace["_f"])
+
+
+def make_op(name: str, signature: str, inputs: str, doc: str = "",
+            always: Iterable[str] = (), tuple_size: Any = 0,
+            py_name: Optional[str] = None) -> Callable[..., Any]:
+    """A Relay-API function for op ``name`` (see module docstring).
+
+    ``tuple_size``: 0 for a tensor result, else the number of fields of the
+    result tuple (the function returns a :class:`TupleWrapper`), or a callable
+    computing it from the recorded attributes.
+    """
+    sig = parse_signature(signature)
+    operand_specs = inputs.split()
+    operand_names = {spec.lstrip("*?") for spec in operand_specs}
+    unknown = operand_names - set(sig.parameters)
+    if unknown:
+        raise ValueError(f"{name}: inputs {sorted(unknown)} are not parameters")
+    attr_names = [p for p in sig.parameters if p not in operand_names]
+    always = set(always)
 
     def op_function(*args: Any, **kwargs: Any):
-        bound = signature.bind(*args, **kwargs)
+        bound = sig.bind(*args, **kwargs)
+        given = dict(bound.arguments)
+        bound.apply_defaults()
         values = bound.arguments
         call_args = []
-        for inp in inputs:
-            key = inp.lstrip("*?")
-            value = values.get(key)
-            if inp.startswith("?") and value is None:
+        for spec in operand_specs:
+            key = spec.lstrip("*?")
+            value = values[key]
+            if spec.startswith("?") and value is None:
                 continue
-            if inp.startswith("*"):
-                fields = value.fields if isinstance(value, ast.Tuple) else \
-                    tuple(as_expr(v, f"{name} {key}") for v in value)
-                call_args.append(ast.Tuple(tuple(fields)))
+            if spec.startswith("*"):
+                call_args.append(tuple_operand(value, f"{name} {key}"))
             else:
                 call_args.append(as_expr(value, f"{name} {key}"))
-        given = {a: _attr_value(values[a] if a in values else always[a])
-                 for a, _ in attrs if a in values or a in always}
-        call = ast.Call(ast.Op(name), tuple(call_args), ast.Attrs(given))
-        if tuple_size != 0:
-            size = tuple_size
-            if name == "split":
-                sections = given.get("indices_or_sections")
-                size = sections if isinstance(sections, int) else len(sections) + 1
-            return TupleWrapper(call, size)
-        return call
+        attrs = {a: attr_value(values[a]) for a in attr_names if a in given or a in always}
+        call = ast.Call(ast.Op(name), tuple(call_args), ast.Attrs(attrs))
+        size = tuple_size(attrs, call_args) if callable(tuple_size) else tuple_size
+        return TupleWrapper(call, size) if size else call
 
-    op_function.__name__ = name.rsplit(".", 1)[-1]
-    op_function.__qualname__ = op_function.__name__
-    op_function.__signature__ = signature  # type: ignore[attr-defined]
+    short = py_name or name.rsplit(".", 1)[-1]
+    op_function.__name__ = short
+    op_function.__qualname__ = short
+    op_function.__signature__ = sig  # type: ignore[attr-defined]
     op_function.__doc__ = doc or f"Relay ``{name}``: builds a call node (no computation)."
+    op_function.relay_op_name = name  # type: ignore[attr-defined]
     return op_function
 
 
-def define_ops(namespace: dict, prefix: str, table: dict) -> list[str]:
-    """Create every op of ``table`` in ``namespace``; returns the Python names."""
+def define_ops(namespace: dict, prefix: str, table: dict, **common: Any) -> list[str]:
+    """Create every op of ``table`` in ``namespace``; returns the Python names.
+
+    A table value is ``(signature, inputs)`` or ``(signature, inputs, options)``
+    with ``options`` passed to :func:`make_op`.
+    """
     names = []
-    for short, (inputs, attrs) in table.items():
-        namespace[short] = make_op(prefix + short, inputs.split(), attrs)
+    for short, entry in table.items():
+        signature, inputs = entry[0], entry[1]
+        options = dict(common, **(entry[2] if len(entry) > 2 else {}))
+        op_name = options.pop("op_name", prefix + short)
+        namespace[short] = make_op(op_name, signature, inputs, py_name=short, **options)
+        register(prefix + short, op_name)
         names.append(short)
     return names
+
+
+def register(path: str, op_name: str) -> None:
+    """Record builder function ``relay.<path>`` (building Relay op ``op_name``)."""
+    REGISTERED[path] = op_name
+
+
+def registered(path: str, op_name: Optional[str] = None):
+    """Decorator recording a hand-written builder function (see :func:`register`)."""
+    def wrap(fn):
+        register(path, op_name or path)
+        return fn
+    return wrap

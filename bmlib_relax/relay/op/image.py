@@ -1,13 +1,27 @@
-"""``relay.image.*``: image ops with Relay's Python signatures."""
+"""``relay.image.*``: image ops with Relay v0.19's Python signatures
+(``python/tvm/relay/op/image/image.py``)."""
 from __future__ import annotations
 
 from ._make import define_ops
 
+
+def _resize(layout: str) -> str:
+    return (f"data, size, roi=None, layout='{layout}', method='linear', "
+            "coordinate_transformation_mode='half_pixel', rounding_method='', cubic_alpha=-0.5, "
+            "cubic_exclude=0, extrapolation_value=0.0, out_dtype=None")
+
+
 TABLE = {
-    "resize2d": ("data", (("roi", None), ("size", None), ("layout", "NCHW"), ("method", "linear"),
-                          ("coordinate_transformation_mode", "half_pixel"),
-                          ("rounding_method", ""), ("cubic_alpha", -0.5), ("cubic_exclude", 0),
-                          ("extrapolation_value", 0.0), ("out_dtype", None))),
+    "resize1d": (_resize("NCW"), "data"),
+    "resize2d": (_resize("NCHW"), "data"),
+    "resize3d": (_resize("NCDHW"), "data"),
+    "crop_and_resize": ("data, boxes, box_indices, crop_size, layout, method='bilinear', "
+                        "extrapolation_value=0, out_dtype=None", "data boxes box_indices"),
+    "dilation2d": ("data, weight, strides=(1, 1), padding=(0, 0), dilations=(1, 1), "
+                   "data_layout='NCHW', kernel_layout='IHW', out_dtype=''", "data weight"),
+    "affine_grid": ("data, target_shape=None", "data"),
+    "grid_sample": ("data, grid, method='bilinear', layout='NCHW', padding_mode='zeros', "
+                    "align_corners=True", "data grid"),
 }
 
 __all__ = define_ops(globals(), "image.", TABLE)

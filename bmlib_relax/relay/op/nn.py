@@ -1,77 +1,169 @@
-"""``relay.nn.*``: neural-network ops with Relay's Python signatures."""
+"""``relay.nn.*``: neural-network ops with Relay v0.19's Python signatures
+(``python/tvm/relay/op/nn/nn.py``)."""
 from __future__ import annotations
 
-from ._make import Always, define_ops, make_op
+from .. import ast
+from ..builder import const
+from ._make import as_expr, attr_value, define_ops, make_op, register, registered
 
-_CONV_COMMON = (("groups", 1), ("channels", None), ("kernel_size", None))
 
-
-def _conv(layout: str, kernel: str, ndim: int, transpose: bool = False) -> tuple:
-    ones, zeros = (1,) * ndim, (0,) * ndim
-    attrs = (("strides", ones), ("padding", zeros), ("dilation", ones)) + _CONV_COMMON + (
-        ("data_layout", layout), ("kernel_layout", kernel), ("out_layout", ""))
+def _conv(ndim: int, layout: str, kernel: str, transpose: bool = False,
+          extra: str = "") -> str:
+    one = "(1,)" if ndim == 1 else "(" + ", ".join(["1"] * ndim) + ")"
+    zero = "(0,)" if ndim == 1 else "(" + ", ".join(["0"] * ndim) + ")"
+    if ndim == 1 and not transpose:
+        one, zero = "1", "0"  # conv1d's Python defaults are plain ints
+    text = (f"data, weight, {extra}strides={one}, padding={zero}, dilation={one}, groups=1, "
+            f"channels=None, kernel_size=None, data_layout='{layout}', "
+            f"kernel_layout='{kernel}', out_layout=''")
     if transpose:
-        attrs += (("output_padding", zeros),)
-    return ("data weight", attrs + (("out_dtype", ""),))
+        text += f", output_padding={zero}"
+    return text + ", out_dtype=''"
 
 
-def _pool(layout: str, ndim: int, avg: bool) -> tuple:
-    ones, zeros = (1,) * ndim, (0,) * ndim
-    attrs = (("pool_size", ones), ("strides", ones), ("dilation", ones), ("padding", zeros),
-             ("layout", layout), ("out_layout", ""), ("ceil_mode", False))
-    if avg:
-        attrs += (("count_include_pad", False),)
-    return ("data", attrs)
+def _pool(ndim: int, layout: str, avg: bool) -> str:
+    one = "(1,)" if ndim == 1 else "(" + ", ".join(["1"] * ndim) + ")"
+    zero = "(0,)" if ndim == 1 else "(" + ", ".join(["0"] * ndim) + ")"
+    text = (f"data, pool_size={one}, strides={one}, dilation={one}, padding={zero}, "
+            f"layout='{layout}', out_layout='', ceil_mode=False")
+    return text + (", count_include_pad=False" if avg else "")
 
 
-_NORM = (("axis", 1), ("epsilon", 1e-5), ("center", True), ("scale", True))
+_NORM = "axis=1, epsilon=1e-05, center=True, scale=True"
+_NCHWC = ("data, kernel, strides=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1, "
+          "channels=None, kernel_size=None, data_layout='NCHW8c', kernel_layout='OIHW', "
+          "out_layout='', out_dtype=''")
 
 TABLE = {
-    "conv1d": _conv("NCW", "OIW", 1),
-    "conv2d": _conv("NCHW", "OIHW", 2),
-    "conv3d": _conv("NCDHW", "OIDHW", 3),
-    "conv1d_transpose": _conv("NCW", "IOW", 1, transpose=True),
-    "conv2d_transpose": _conv("NCHW", "IOHW", 2, transpose=True),
-    "conv3d_transpose": _conv("NCDHW", "IODHW", 3, transpose=True),
-    "dense": ("data weight", (("units", None), ("out_dtype", ""))),
-    "matmul": ("tensor_a tensor_b", (("units", None), ("out_dtype", ""),
-                                     ("transpose_a", False), ("transpose_b", False))),
-    "batch_matmul": ("tensor_a tensor_b", (("out_dtype", ""), ("transpose_a", False),
-                                           ("transpose_b", Always(True)))),
-    "bias_add": ("data bias", (("axis", 1),)),
-    "batch_norm": ("data gamma beta moving_mean moving_var", _NORM),
-    "layer_norm": ("data gamma beta", (("axis", -1),) + _NORM[1:]),
-    "instance_norm": ("data gamma beta", _NORM),
-    "group_norm": ("data gamma beta", (("num_groups", 1),) + _NORM),
-    "relu": ("data", ()),
-    "leaky_relu": ("data", (("alpha", Always(0.01)),)),
-    "prelu": ("data alpha", (("axis", 1),)),
-    "softmax": ("data", (("axis", -1),)),
-    "log_softmax": ("data", (("axis", -1),)),
-    "max_pool1d": _pool("NCW", 1, False), "max_pool2d": _pool("NCHW", 2, False),
-    "max_pool3d": _pool("NCDHW", 3, False), "avg_pool1d": _pool("NCW", 1, True),
-    "avg_pool2d": _pool("NCHW", 2, True), "avg_pool3d": _pool("NCDHW", 3, True),
-    "global_avg_pool2d": ("data", (("layout", "NCHW"), ("out_layout", ""))),
-    "global_max_pool2d": ("data", (("layout", "NCHW"), ("out_layout", ""))),
-    "adaptive_avg_pool1d": ("data", (("output_size", None), ("layout", "NCW"), ("out_layout", ""))),
-    "adaptive_avg_pool2d": ("data", (("output_size", None), ("layout", "NCHW"), ("out_layout", ""))),
-    "adaptive_avg_pool3d": ("data", (("output_size", None), ("layout", "NCDHW"), ("out_layout", ""))),
-    "pad": ("data ?pad_value", (("pad_width", None), ("pad_mode", "constant"))),
-    "batch_flatten": ("data", ()),
-    "upsampling": ("data", (("scale_h", 1), ("scale_w", 1), ("layout", "NCHW"),
-                            ("method", "nearest_neighbor"), ("align_corners", False))),
-    "contrib_conv2d_NCHWc": _conv("NCHW8c", "OIHW8i8o", 2),
+    "conv1d": (_conv(1, "NCW", "OIW"), "data weight"),
+    "conv2d": (_conv(2, "NCHW", "OIHW"), "data weight"),
+    "conv3d": (_conv(3, "NCDHW", "OIDHW"), "data weight"),
+    "conv1d_transpose": (_conv(1, "NCW", "IOW", transpose=True), "data weight"),
+    "conv2d_transpose": (_conv(2, "NCHW", "IOHW", transpose=True), "data weight"),
+    "conv3d_transpose": (_conv(3, "NCDHW", "IODHW", transpose=True), "data weight"),
+    "contrib_conv2d_winograd_without_weight_transform":
+        (_conv(2, "NCHW", "OIHW", extra="tile_size, "), "data weight"),
+    "contrib_conv3d_winograd_without_weight_transform":
+        (_conv(3, "NCDHW", "OIDHW", extra="tile_size, "), "data weight"),
+    "contrib_conv2d_gemm_without_weight_transform": (_conv(2, "NCHW", "OIHW"), "data weight"),
+    "contrib_conv2d_nchwc": (_NCHWC, "data kernel", {"op_name": "nn.contrib_conv2d_NCHWc"}),
+    "contrib_depthwise_conv2d_nchwc": (_NCHWC, "data kernel",
+                                       {"op_name": "nn.contrib_depthwise_conv2d_NCHWc"}),
+    "contrib_conv2d_winograd_weight_transform": ("weight, tile_size", "weight"),
+    "contrib_conv3d_winograd_weight_transform": ("weight, tile_size", "weight"),
+    "contrib_conv2d_gemm_weight_transform": ("weights, tile_N, tile_K", "weights"),
+    "contrib_conv2d_winograd_nnpack_weight_transform":
+        ("weight, convolution_algorithm, out_dtype=''", "weight"),
+    "conv2d_backward_weight": (
+        "grad, data, strides=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1, channels=None, "
+        "kernel_size=None, grad_layout='NCHW', data_layout='NCHW', kernel_layout='OIHW', "
+        "out_dtype=''", "grad data"),
+    "deformable_conv2d": (
+        "data, offset, weight, strides=(1, 1), padding=(0, 0), dilation=(1, 1), "
+        "deformable_groups=1, groups=1, channels=None, kernel_size=None, data_layout='NCHW', "
+        "kernel_layout='OIHW', out_layout='', out_dtype=''", "data offset weight"),
+    "softmax": ("data, axis=-1", "data"),
+    "fast_softmax": ("data, axis=-1", "data"),
+    "log_softmax": ("data, axis=-1", "data"),
+    "max_pool1d": (_pool(1, "NCW", False), "data"),
+    "max_pool2d": (_pool(2, "NCHW", False), "data"),
+    "max_pool3d": (_pool(3, "NCDHW", False), "data"),
+    "avg_pool1d": (_pool(1, "NCW", True), "data"),
+    "avg_pool2d": (_pool(2, "NCHW", True), "data"),
+    "avg_pool3d": (_pool(3, "NCDHW", True), "data"),
+    "max_pool2d_grad": ("out_grad, data, pool_size=(1, 1), strides=(1, 1), padding=(0, 0), "
+                        "layout='NCHW', out_layout='', ceil_mode=False", "out_grad data"),
+    "avg_pool2d_grad": ("out_grad, data, pool_size=(1, 1), strides=(1, 1), padding=(0, 0), "
+                        "layout='NCHW', out_layout='', ceil_mode=False, "
+                        "count_include_pad=False", "out_grad data"),
+    "global_max_pool1d": ("data, layout='NCW', out_layout=''", "data"),
+    "global_avg_pool1d": ("data, layout='NCW', out_layout=''", "data"),
+    "global_max_pool2d": ("data, layout='NCHW', out_layout=''", "data"),
+    "global_avg_pool2d": ("data, layout='NCHW', out_layout=''", "data"),
+    "global_max_pool3d": ("data, layout='NCDHW', out_layout=''", "data"),
+    "global_avg_pool3d": ("data, layout='NCDHW', out_layout=''", "data"),
+    "adaptive_max_pool1d": ("data, output_size=None, layout='NCW', out_layout=''", "data"),
+    "adaptive_avg_pool1d": ("data, output_size=None, layout='NCW', out_layout=''", "data"),
+    "adaptive_max_pool2d": ("data, output_size=None, layout='NCHW', out_layout=''", "data"),
+    "adaptive_avg_pool2d": ("data, output_size=None, layout='NCHW', out_layout=''", "data"),
+    "adaptive_max_pool3d": ("data, output_size=None, layout='NCDHW', out_layout=''", "data"),
+    "adaptive_avg_pool3d": ("data, output_size=None, layout='NCDHW', out_layout=''", "data"),
+    "upsampling": ("data, scale_h=1, scale_w=1, layout='NCHW', method='nearest_neighbor', "
+                   "align_corners=False", "data"),
+    "upsampling3d": ("data, scale_d=1, scale_h=1, scale_w=1, layout='NCDHW', "
+                     "method='nearest_neighbor', coordinate_transformation_mode='half_pixel'",
+                     "data"),
+    "batch_flatten": ("data", "data"),
+    "bias_add": ("data, bias, axis=1", "data bias"),
+    "matmul": ("tensor_a, tensor_b, units=None, out_dtype='', transpose_a=False, "
+               "transpose_b=False", "tensor_a tensor_b"),
+    "dense": ("data, weight, units=None, out_dtype=''", "data weight"),
+    "contrib_dense_pack": ("data, weight, weight_layout='NC', units=None, out_dtype=''",
+                           "data weight"),
+    "fifo_buffer": ("data, buffer, axis", "data buffer"),
+    "relu": ("data", "data"),
+    "leaky_relu": ("data, alpha=0.01", "data", {"always": ("alpha",)}),
+    "prelu": ("data, alpha, axis=1", "data alpha"),
+    "dilate": ("data, strides, dilation_value=0.0", "data"),
+    "mirror_pad": ("data, pad_width, mode='SYMMETRIC'", "data"),
+    "lrn": ("data, size=5, axis=1, bias=2, alpha=1e-05, beta=0.75", "data"),
+    "l2_normalize": ("data, eps, axis=None", "data"),
+    "batch_norm": ("data, gamma, beta, moving_mean, moving_var, " + _NORM,
+                   "data gamma beta moving_mean moving_var", {"tuple_size": 3}),
+    "instance_norm": ("data, gamma, beta, " + _NORM, "data gamma beta"),
+    "layer_norm": ("data, gamma, beta, axis=-1, epsilon=1e-05, center=True, scale=True",
+                   "data gamma beta"),
+    "group_norm": ("data, gamma, beta, num_groups, " + _NORM, "data gamma beta"),
+    "batch_matmul": ("tensor_a, tensor_b, out_dtype='', transpose_a=False, transpose_b=True",
+                     "tensor_a tensor_b", {"always": ("transpose_b",)}),
+    "sparse_dense": ("dense_mat, sparse_mat, sparse_lhs=False", "dense_mat *sparse_mat"),
+    "sparse_transpose": ("x", "*x", {"tuple_size": 3}),
+    "sparse_add": ("dense_mat, sparse_mat", "dense_mat *sparse_mat"),
+    "bitpack": ("data, bits=1, pack_axis=1, bit_axis=2, pack_type='uint32', name='BitPack'",
+                "data"),
+    "bitserial_conv2d": (
+        "data, weight, strides=(1, 1), padding=(0, 0), channels=None, kernel_size=(3, 3), "
+        "activation_bits=1, weight_bits=1, data_layout='NCHW', kernel_layout='OIHW', "
+        "pack_dtype='uint32', out_dtype='int16', unipolar=True", "data weight"),
+    "bitserial_dense": ("data, weight, units=None, data_bits=1, weight_bits=1, "
+                        "pack_dtype='uint32', out_dtype='int16', unipolar=True", "data weight"),
+    "cross_entropy": ("predictions, targets", "predictions targets"),
+    "cross_entropy_with_logits": ("predictions, targets", "predictions targets"),
+    "nll_loss": ("predictions, targets, weights, reduction='mean', ignore_index=-100",
+                 "predictions targets weights"),
+    "depth_to_space": ("data, block_size, layout='NCHW', mode='DCR'", "data"),
+    "space_to_depth": ("data, block_size, layout='NCHW'", "data"),
+    "correlation": ("data1, data2, kernel_size, max_displacement, stride1, stride2, padding, "
+                    "is_multiply, layout", "data1 data2"),
+    "space_to_batch_nd": ("data, block_shape, paddings, pad_value=0", "data"),
+    "batch_to_space_nd": ("data, block_shape, crops", "data"),
 }
 
 __all__ = define_ops(globals(), "nn.", TABLE)
 
-dropout_raw = make_op("nn.dropout", ["data"], [("rate", 0.5)],
-                      "Relay ``nn.dropout``: the (output, mask) tuple call.")
+
+@registered("nn.pad")
+def pad(data, pad_width, pad_value=0, pad_mode="constant"):
+    """Relay ``nn.pad``: ``pad_value`` is a scalar operand (a number becomes a constant)."""
+    if not isinstance(pad_value, ast.Expr):
+        pad_value = const(pad_value)
+    attrs = {"pad_width": attr_value(pad_width)}
+    if pad_mode != "constant":
+        attrs["pad_mode"] = pad_mode
+    return ast.Call(ast.Op("nn.pad"), (as_expr(data, "nn.pad data"), pad_value),
+                    ast.Attrs(attrs))
 
 
-def dropout(data, rate: float = 0.5):
+dropout_raw = make_op("nn.dropout", "data, rate=0.5", "data", tuple_size=2,
+                      py_name="dropout_raw",
+                      doc="Relay ``nn.dropout``: the (output, mask) tuple call.")
+register("nn.dropout_raw", "nn.dropout")
+
+
+@registered("nn.dropout")
+def dropout(data, rate=0.5):
     """Relay ``nn.dropout``: the output (field 0 of the dropout tuple)."""
     return dropout_raw(data, rate)[0]
 
 
-__all__ += ["dropout", "dropout_raw"]
+__all__ += ["pad", "dropout", "dropout_raw"]

@@ -19,71 +19,68 @@ import sys
 from typing import Any, Sequence
 
 from .. import ast
-from ._make import Always, as_expr, define_ops, make_op
+from ._make import as_expr, define_ops, make_op, register
 
-_REQUIRED = object()  # placeholder replaced below by inspect's "no default"
-
-
-def _required(table: dict) -> dict:
-    import inspect
-
-    return {name: (inputs, tuple((a, inspect.Parameter.empty if d is _REQUIRED else d)
-                                 for a, d in attrs))
-            for name, (inputs, attrs) in table.items()}
-
-
-_BINARY = "lhs rhs lhs_scale lhs_zero_point rhs_scale rhs_zero_point output_scale " \
-          "output_zero_point"
-_UNARY = "x scale zero_point output_scale output_zero_point"
+_BINARY = ("lhs, rhs, lhs_scale, lhs_zero_point, rhs_scale, rhs_zero_point, output_scale, "
+           "output_zero_point, lhs_axis=-1, rhs_axis=-1",
+           "lhs rhs lhs_scale lhs_zero_point rhs_scale rhs_zero_point output_scale "
+           "output_zero_point")
+_UNARY = ("x, scale, zero_point, output_scale, output_zero_point",
+          "x scale zero_point output_scale output_zero_point")
 _UNARY_OPS = ("tanh", "exp", "sqrt", "rsqrt", "erf", "abs", "sigmoid", "hardswish", "log")
 
+# name: (Relay v0.19 signature, tensor operands[, options]); "always" lists the
+# attributes whose Python default differs from the text format's.
 TABLE: dict = {
-    "requantize": ("data input_scale input_zero_point output_scale output_zero_point",
-                   (("axis", -1), ("rounding", "None"), ("compute_dtype", "None"),
-                    ("out_dtype", Always("int8")))),
-    "quantize": ("data output_scale output_zero_point",
-                 (("axis", -1), ("out_dtype", Always("int8")))),
-    "dequantize": ("data input_scale input_zero_point",
-                   (("axis", -1), ("out_dtype", Always("float32")))),
-    "concatenate": ("*data *input_scales *input_zero_points output_scale output_zero_point",
-                    (("axis", _REQUIRED),)),
-    "dense": ("data weight input_zero_point kernel_zero_point input_scale kernel_scale",
-              (("units", _REQUIRED), ("out_dtype", Always("int32")))),
-    "contrib_dense_pack": ("data weight input_zero_point kernel_zero_point input_scale "
-                           "kernel_scale", (("kernel_layout", "NC"), ("units", None),
-                                            ("out_dtype", Always("int32")))),
-    "batch_matmul": ("x y x_zero_point y_zero_point x_scale y_scale",
-                     (("out_dtype", Always("int32")),)),
-    "add": (_BINARY, (("lhs_axis", -1), ("rhs_axis", -1))),
-    "subtract": (_BINARY, (("lhs_axis", -1), ("rhs_axis", -1))),
-    "mul": (_BINARY, (("lhs_axis", -1), ("rhs_axis", -1))),
-    "softmax": (_UNARY, (("axis", -1),)),
-    "conv2d_transpose": ("data weight input_zero_point kernel_zero_point input_scale "
-                         "kernel_scale",
-                         (("strides", (1, 1)), ("padding", (0, 0)), ("dilation", (1, 1)),
-                          ("groups", 1), ("channels", None), ("kernel_size", None),
-                          ("data_layout", "NCHW"), ("kernel_layout", "IOHW"),
-                          ("out_layout", ""), ("output_padding", (0, 0)),
-                          ("out_dtype", Always("int32")))),
-    "avg_pool2d": ("data input_scale input_zero_point output_scale output_zero_point",
-                   (("pool_size", _REQUIRED), ("strides", _REQUIRED), ("padding", _REQUIRED),
-                    ("dilation", _REQUIRED), ("ceil_mode", False),
-                    ("count_include_pad", Always(True)), ("layout", Always("NHWC")),
-                    ("out_layout", ""))),
+    "requantize": ("data, input_scale, input_zero_point, output_scale, output_zero_point, "
+                   "axis=-1, rounding='None', compute_dtype='None', out_dtype='int8'",
+                   "data input_scale input_zero_point output_scale output_zero_point",
+                   {"always": ("out_dtype",)}),
+    "quantize": ("data, output_scale, output_zero_point, axis=-1, out_dtype='int8'",
+                 "data output_scale output_zero_point", {"always": ("out_dtype",)}),
+    "dequantize": ("data, input_scale, input_zero_point, axis=-1, out_dtype='float32'",
+                   "data input_scale input_zero_point", {"always": ("out_dtype",)}),
+    "concatenate": ("data, input_scales, input_zero_points, output_scale, output_zero_point, "
+                    "axis", "*data *input_scales *input_zero_points output_scale "
+                    "output_zero_point"),
+    "dense": ("data, weight, input_zero_point, kernel_zero_point, input_scale, kernel_scale, "
+              "units, out_dtype='int32'",
+              "data weight input_zero_point kernel_zero_point input_scale kernel_scale",
+              {"always": ("out_dtype",)}),
+    "contrib_dense_pack": ("data, weight, input_zero_point, kernel_zero_point, input_scale, "
+                           "kernel_scale, kernel_layout='NC', units=None, out_dtype='int32'",
+                           "data weight input_zero_point kernel_zero_point input_scale "
+                           "kernel_scale", {"always": ("out_dtype",)}),
+    "batch_matmul": ("x, y, x_zero_point, y_zero_point, x_scale, y_scale, out_dtype='int32'",
+                     "x y x_zero_point y_zero_point x_scale y_scale",
+                     {"always": ("out_dtype",)}),
+    "add": _BINARY, "subtract": _BINARY, "mul": _BINARY,
+    "softmax": ("x, scale, zero_point, output_scale, output_zero_point, axis=-1",
+                "x scale zero_point output_scale output_zero_point"),
+    "conv2d_transpose": ("data, weight, input_zero_point, kernel_zero_point, input_scale, "
+                         "kernel_scale, strides=(1, 1), padding=(0, 0), dilation=(1, 1), "
+                         "groups=1, channels=None, kernel_size=None, data_layout='NCHW', "
+                         "kernel_layout='IOHW', out_layout='', output_padding=(0, 0), "
+                         "out_dtype='int32'",
+                         "data weight input_zero_point kernel_zero_point input_scale "
+                         "kernel_scale", {"always": ("out_dtype",)}),
+    "avg_pool2d": ("data, input_scale, input_zero_point, output_scale, output_zero_point, "
+                   "pool_size, strides, padding, dilation, ceil_mode=False, "
+                   "count_include_pad=True, layout='NHWC', out_layout=''",
+                   "data input_scale input_zero_point output_scale output_zero_point",
+                   {"always": ("count_include_pad", "layout")}),
 }
-TABLE.update({name: (_UNARY, ()) for name in _UNARY_OPS})
-TABLE = _required(TABLE)
+TABLE.update({name: _UNARY for name in _UNARY_OPS})
 
 __all__ = define_ops(globals(), "qnn.", TABLE)
 
-_conv2d_call = make_op("qnn.conv2d",
-                       "data kernel input_zero_point kernel_zero_point input_scale "
-                       "kernel_scale".split(),
-                       _required({"c": ("", (
-                           ("kernel_size", _REQUIRED), ("channels", _REQUIRED),
-                           ("strides", (1, 1)), ("padding", (0, 0)), ("dilation", (1, 1)),
-                           ("groups", 1), ("data_layout", "NCHW"), ("kernel_layout", "OIHW"),
-                           ("out_layout", ""), ("out_dtype", Always("int32"))))})["c"][1])
+_conv2d_call = make_op(
+    "qnn.conv2d",
+    "data, kernel, input_zero_point, kernel_zero_point, input_scale, kernel_scale, "
+    "kernel_size, channels, strides=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1, "
+    "data_layout='NCHW', kernel_layout='OIHW', out_layout='', out_dtype='int32'",
+    "data kernel input_zero_point kernel_zero_point input_scale kernel_scale",
+    always=("out_dtype",))
 
 
 def _pad_4way(padding: Any) -> Any:
@@ -110,8 +107,10 @@ def conv2d(data, kernel, input_zero_point, kernel_zero_point, input_scale, kerne
 
 
 _leaky_relu_call = make_op("qnn.leaky_relu",
-                           "x input_scale input_zero_point output_scale output_zero_point".split(),
-                           (("alpha", Always(0.01)),))
+                           "x, input_scale, input_zero_point, output_scale, output_zero_point, "
+                           "alpha=0.01",
+                           "x input_scale input_zero_point output_scale output_zero_point",
+                           always=("alpha",))
 
 
 def leaky_relu(x, alpha, input_scale, input_zero_point, output_scale, output_zero_point):
@@ -141,11 +140,11 @@ def _flat(expr: Any) -> ast.Expr:
 
 
 _sim_quantize_call = make_op("qnn.simulated_quantize",
-                             "data out_dtype output_scale output_zero_point".split(),
-                             (("axis", -1),))
+                             "data, out_dtype, output_scale, output_zero_point, axis=-1",
+                             "data out_dtype output_scale output_zero_point")
 _sim_dequantize_call = make_op("qnn.simulated_dequantize",
-                               "data in_dtype input_scale input_zero_point".split(),
-                               (("axis", -1),))
+                               "data, in_dtype, input_scale, input_zero_point, axis=-1",
+                               "data in_dtype input_scale input_zero_point")
 
 
 def simulated_quantize(data, output_scale, output_zero_point, axis=-1, out_dtype="int8"):
@@ -162,6 +161,8 @@ def simulated_dequantize(data, input_scale, input_zero_point, axis=-1, in_dtype=
 
 __all__ += ["conv2d", "leaky_relu", "simulated_quantize", "simulated_dequantize",
             "SQNN_DTYPE_TO_CODE", "op"]
+for _name in ("conv2d", "leaky_relu", "simulated_quantize", "simulated_dequantize"):
+    register(f"qnn.{_name}", f"qnn.{_name}")
 
 # ``relay.qnn.op.conv2d``: the namespace Relay scripts use is this module.
 op = sys.modules[__name__]

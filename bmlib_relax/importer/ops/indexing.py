@@ -1,0 +1,285 @@
+"""Gathers, scatters, scans and index arithmetic.
+
+Forms: ``gather(data, axis, indices)`` -> ``gather_elements``; ``gather_nd``
+-> ``gather_nd`` with Relay's index-tuple axis (first) moved last, where Relax
+(ONNX) keeps it; ``adv_index`` -> ``index_tensor``; ``cumsum``/``cumprod``,
+``scatter_elements``, ``reverse_sequence``, ``meshgrid``, ``sort``/``argsort``
+/``topk``, ``one_hot`` -> the Relax op of the same meaning; ``trilu`` ->
+``tril``/``triu``; ``unravel_index`` and ``sparse_to_dense`` are composed from
+integer arithmetic and ``scatter_nd``; ``fixed_point_multiply`` is the int64
+multiply-round-shift Relay lowers it to.
+"""
+from __future__ import annotations
+
+import numpy as np
+from tvm import relax
+
+from ..registry import register_converter
+from ._utils import (
+    const_value, dtype_of, folded_value, ints, ndim_of, normalize_axis, optional_ints,
+    scalar_operand, shape_of,
+)
+
+
+@register_converter("gather")
+def _gather(inputs, attrs, ctx):
+    data, indices = inputs
+    axis = normalize_axis(attrs["axis"], ndim_of(data), ctx)
+    return relax.op.gather_elements(data, indices, axis)
+
+
+@register_converter("gather_nd")
+def _gather_nd(inputs, attrs, ctx):
+    data, indices = inputs
+    if attrs.get("index_rank") is not None and int(attrs["index_rank"]) != shape_of(indices)[0]:
+        raise ctx.unsupported_attr("index_rank", attrs["index_rank"])
+    ndim = ndim_of(indices)
+    last = relax.op.permute_dims(indices, list(range(1, ndim)) + [0])
+    if dtype_of(indices) != "int64":  # Relax takes int64 indices only
+        last = relax.op.astype(last, "int64")
+    return relax.op.gather_nd(data, last, int(attrs.get("batch_dims", 0)))
+
+
+@register_converter("adv_index")
+def _adv_index(inputs, attrs, ctx):
+    fields = list(inputs[0].fields) if isinstance(inputs[0], relax.Tuple) else None
+    if not fields:
+        raise ctx.error("adv_index needs a literal tuple (data, index, ...)")
+    return relax.op.index_tensor(fields[0], relax.Tuple(fields[1:]))
+
+
+def _scan(relax_op):
+    def convert(inputs, attrs, ctx):
+        axis = attrs.get("axis")
+        return relax_op(inputs[0], None if axis is None else int(axis),
+                        attrs.get("dtype") or None, bool(attrs.get("exclusive") or False))
+    return convert
+
+
+register_converter("cumsum")(_scan(relax.op.cumsum))
+register_converter("cumprod")(_scan(relax.op.cumprod))
+
+
+@register_converter("scatter_elements")
+def _scatter_elements(inputs, attrs, ctx):
+    data, indices, updates = inputs
+    reduction = attrs.get("reduction", "update")
+    if reduction not in ("update", "add", "mul", "mean", "min", "max"):
+        raise ctx.unsupported_attr("reduction", reduction)
+    axis = normalize_axis(attrs.get("axis", 0), ndim_of(data), ctx)
+    return relax.op.scatter_elements(data, indices, updates, axis, reduction)
+
+
+@register_converter("reverse_sequence")
+def _reverse_sequence(inputs, attrs, ctx):
+    return relax.op.reverse_sequence(inputs[0], inputs[1], int(attrs.get("seq_axis", 1)),
+                                     int(attrs.get("batch_axis", 0)))
+
+
+@register_converter("meshgrid")
+def _meshgrid(inputs, attrs, ctx):
+    return relax.op.meshgrid(inputs[0], attrs.get("indexing", "ij"))
+
+
+@register_converter("sort")
+def _sort(inputs, attrs, ctx):
+    return relax.op.sort(inputs[0], int(attrs.get("axis", -1)),
+                         descending=not bool(attrs.get("is_ascend", 1)))
+
+
+@register_converter("argsort")
+def _argsort(inputs, attrs, ctx):
+    return relax.op.argsort(inputs[0], int(attrs.get("axis", -1)),
+                            descending=not bool(attrs.get("is_ascend", 1)),
+                            dtype=attrs.get("dtype") or "int32")
+
+
+@register_converter("topk")
+def _topk(inputs, attrs, ctx):
+    k = attrs.get("k", 1)
+    if not isinstance(k, int):
+        raise ctx.error("topk needs a constant k")
+    return relax.op.topk(inputs[0], int(k), int(attrs.get("axis", -1)),
+                         attrs.get("ret_type", "both"),
+                         largest=not bool(attrs.get("is_ascend", False)),
+                         dtype=attrs.get("dtype") or "int32")
+
+
+@register_converter("one_hot")
+def _one_hot(inputs, attrs, ctx):
+    indices, on_value, off_value = inputs
+    on = scalar_operand(on_value, ctx, "on_value")
+    off = scalar_operand(off_value, ctx, "off_value")
+    dtype = attrs.get("dtype") or dtype_of(on_value)
+    result = relax.op.one_hot(indices, relax.PrimValue(on), relax.PrimValue(off),
+                              int(attrs["depth"]), int(attrs.get("axis", -1)))
+    return relax.op.astype(result, dtype)
+
+
+@register_converter("trilu")
+def _trilu(inputs, attrs, ctx):
+    data, k = inputs
+    offset = int(scalar_operand(k, ctx, "k"))
+    upper = bool(attrs.get("upper", True))
+    return (relax.op.triu if upper else relax.op.tril)(data, offset)
+
+
+@register_converter("unravel_index")
+def _unravel_index(inputs, attrs, ctx):
+    # out[i] = indices // stride_i % shape_i, stacked on a new first axis.
+    indices, shape = inputs
+    dtype = dtype_of(indices)
+    dims = folded_value(shape, ctx)
+    if dims is not None:
+        values = [int(d) for d in dims.reshape(-1)]
+        dim_exprs = [relax.const(d, dtype) for d in values]
+        stride_exprs = [relax.const(int(np.prod(values[i + 1:], dtype=np.int64)), dtype)
+                        for i in range(len(values))]
+    else:  # a shape tensor known only at run time: its (static) length is enough
+        rank = shape_of(shape)[0]
+        if not isinstance(rank, int):
+            raise ctx.error("unravel_index needs a shape operand of static length")
+        shape = relax.op.astype(shape, dtype)
+        dim_exprs = [relax.op.take(shape, relax.const(i, "int64"), axis=0) for i in range(rank)]
+        stride_exprs = [relax.const(1, dtype)] * rank
+        for i in range(rank - 2, -1, -1):
+            stride_exprs[i] = relax.op.multiply(stride_exprs[i + 1], dim_exprs[i + 1])
+    parts = []
+    for dim, stride in zip(dim_exprs, stride_exprs):
+        q = relax.op.floor_divide(indices, stride)
+        parts.append(relax.op.floor_mod(q, dim))
+    return relax.op.stack(relax.Tuple(parts), axis=0)
+
+
+@register_converter("sparse_to_dense")
+def _sparse_to_dense(inputs, attrs, ctx):
+    indices, values, default = inputs
+    out_shape = ints(attrs["output_shape"])
+    dtype = dtype_of(values)
+    base = relax.op.full(out_shape, relax.op.astype(default, dtype), dtype)
+    idx_dims = shape_of(indices)
+    if len(idx_dims) == 0:
+        indices = relax.op.reshape(indices, [1, 1])
+    elif len(idx_dims) == 1:
+        indices = relax.op.reshape(indices, [idx_dims[0], 1])
+    count = shape_of(indices)[0] if len(idx_dims) > 0 else 1
+    values = relax.op.broadcast_to(values, [count])
+    return relax.op.scatter_nd(base, relax.op.astype(indices, "int64"), values, "update")
+
+
+@register_converter("fixed_point_multiply")
+def _fixed_point_multiply(inputs, attrs, ctx):
+    # x * multiplier * 2^(shift - 31), rounded half up: int64 multiply, add half, shift.
+    data = inputs[0]
+    multiplier, shift = int(attrs["multiplier"]), int(attrs["shift"])
+    left, right = max(shift, 0), max(-shift, 0)
+    total = 31 + right
+    x = relax.op.astype(data, "int64")
+    if left:
+        x = relax.op.left_shift(x, relax.const(left, "int64"))
+    x = relax.op.multiply(x, relax.const(multiplier, "int64"))
+    x = relax.op.add(x, relax.const(1 << (total - 1), "int64"))
+    x = relax.op.right_shift(x, relax.const(total, "int64"))
+    return relax.op.astype(x, dtype_of(data))
+
+
+@register_converter("mod", "trunc_mod")
+def _trunc_mod(inputs, attrs, ctx):
+    # Relay's mod truncates toward zero (C's %): x - trunc(x / y) * y.
+    lhs, rhs = inputs
+    if dtype_of(lhs).startswith("float"):
+        quotient = relax.op.trunc(relax.op.divide(lhs, rhs))
+    else:
+        # floor_divide corrected toward zero where the signs differ and it is inexact.
+        floor_q = relax.op.floor_divide(lhs, rhs)
+        inexact = relax.op.not_equal(relax.op.multiply(floor_q, rhs), lhs)
+        negative = relax.op.less(relax.op.multiply(relax.op.sign(lhs), relax.op.sign(rhs)),
+                                 relax.const(0, dtype_of(lhs)))
+        fix = relax.op.astype(relax.op.logical_and(inexact, negative), dtype_of(lhs))
+        quotient = relax.op.add(floor_q, fix)
+    return relax.op.subtract(lhs, relax.op.multiply(quotient, rhs))
+
+
+@register_converter("trunc_divide")
+def _trunc_divide(inputs, attrs, ctx):
+    lhs, rhs = inputs
+    if dtype_of(lhs).startswith("float"):
+        return relax.op.trunc(relax.op.divide(lhs, rhs))
+    # (lhs - trunc_mod) is an exact multiple of rhs: any division gives the quotient.
+    return relax.op.floor_divide(relax.op.subtract(lhs, _trunc_mod(inputs, attrs, ctx)), rhs)
+
+
+def _log_base(base: float):
+    def convert(inputs, attrs, ctx):
+        data = inputs[0]
+        return relax.op.divide(relax.op.log(data),
+                               relax.const(float(np.log(base)), dtype_of(data)))
+    return convert
+
+
+register_converter("log2")(_log_base(2.0))
+register_converter("log10")(_log_base(10.0))
+
+
+@register_converter("nn.fast_softmax")
+def _fast_softmax(inputs, attrs, ctx):
+    return relax.op.nn.softmax(inputs[0], int(attrs.get("axis", -1)))
+
+
+@register_converter("ndarray_size")
+def _ndarray_size(inputs, attrs, ctx):
+    dims = shape_of(inputs[0])
+    if not all(isinstance(d, int) for d in dims):
+        raise ctx.error("ndarray_size needs a static shape")
+    dtype = attrs.get("dtype") or "int32"
+    return relax.const(np.array(int(np.prod(dims, dtype=np.int64)), dtype=dtype), dtype)
+
+
+@register_converter("slice_like")
+def _slice_like(inputs, attrs, ctx):
+    data, like = inputs
+    dims, target = shape_of(data), shape_of(like)
+    axes = optional_ints(attrs.get("axes"))
+    axes = list(range(min(len(dims), len(target)))) if axes is None else \
+        [normalize_axis(a, len(dims), ctx, "axes") for a in axes]
+    return relax.op.strided_slice(data, axes, [0] * len(axes), [target[a] for a in axes])
+
+
+@register_converter("sequence_mask")
+def _sequence_mask(inputs, attrs, ctx):
+    # data[t, b, ...] (axis=0 is time) is replaced by mask_value where t >= valid_length[b].
+    data, valid_length = inputs
+    axis = int(attrs.get("axis", 0))
+    dims = shape_of(data)
+    ndim = len(dims)
+    axis = normalize_axis(axis, ndim, ctx)
+    batch_axis = 1 - axis
+    steps = relax.op.arange(0, dims[axis], 1, dtype_of(valid_length))
+    steps = relax.op.reshape(steps, [dims[axis] if i == axis else 1 for i in range(ndim)])
+    lengths = relax.op.reshape(valid_length,
+                               [dims[batch_axis] if i == batch_axis else 1 for i in range(ndim)])
+    keep = relax.op.less(steps, lengths)
+    mask_value = relax.const(float(attrs.get("mask_value", 0)), dtype_of(data))
+    return relax.op.where(keep, data, mask_value)
+
+
+@register_converter("strided_set")
+def _strided_set(inputs, attrs, ctx):
+    data, value, begin, end, strides = inputs
+    consts = [const_value(x) for x in (begin, end, strides)]
+    if any(c is None for c in consts):
+        raise ctx.error("strided_set needs constant begin/end/strides")
+    begin_v, end_v, strides_v = ([int(v) for v in c.reshape(-1)] for c in consts)
+    dims = shape_of(data)
+    if not all(isinstance(d, int) for d in dims):
+        raise ctx.error("strided_set needs a static shape")
+    # The positions written, as a constant index list for scatter_nd.
+    ranges = []
+    for axis, dim in enumerate(dims):
+        b = begin_v[axis] if axis < len(begin_v) else 0
+        e = end_v[axis] if axis < len(end_v) else dim
+        s = strides_v[axis] if axis < len(strides_v) else (strides_v[0] if len(strides_v) == 1
+                                                           else 1)
+        ranges.append(list(range(dim))[slice(b, e, s)])
+    grid = np.stack(np.meshgrid(*ranges, indexing="ij"), axis=-1).astype("int64")
+    return relax.op.scatter_nd(data, relax.const(grid, "int64"), value, "update")

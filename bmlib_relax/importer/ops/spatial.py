@@ -1,0 +1,266 @@
+"""Spatial re-arrangements and normalisations Relay has as single ops.
+
+Forms: ``nn.depth_to_space``/``nn.space_to_depth``/``nn.space_to_batch_nd``/
+``nn.batch_to_space_nd`` -> ``reshape`` + ``permute_dims`` (+ ``pad`` /
+``strided_slice``); ``vision.yolo_reorg`` -> a ``take`` of the flattened
+input at the constant positions Relay's reorg reads; ``nn.global_*_pool1d/3d``
+-> ``mean``/``max`` over the spatial axes (kept); ``nn.lrn`` and
+``nn.l2_normalize`` -> their element-wise formulas; ``image.resize1d`` ->
+``resize2d`` on a unit height; ``image.resize3d``/``nn.upsampling3d`` ->
+``resize3d``; ``image.affine_grid``/``image.grid_sample`` -> the Relax ops.
+"""
+from __future__ import annotations
+
+from functools import reduce
+from operator import mul
+
+import numpy as np
+from tvm import relax
+
+from ..registry import register_converter
+from ._utils import (
+    dtype_of, ints, optional_ints, out_dtype, shape_of, size_dims, static_shape,
+)
+
+
+def _prod(values) -> int:
+    return reduce(mul, values, 1)
+
+
+def _to_nchw(data, layout: str, ctx):
+    if layout == "NCHW":
+        return data
+    if layout == "NHWC":
+        return relax.op.permute_dims(data, [0, 3, 1, 2])
+    raise ctx.unsupported_attr("layout", layout)
+
+
+def _from_nchw(data, layout: str):
+    return data if layout == "NCHW" else relax.op.permute_dims(data, [0, 2, 3, 1])
+
+
+@register_converter("nn.depth_to_space")
+def _depth_to_space(inputs, attrs, ctx):
+    layout = attrs.get("layout", "NCHW")
+    block = int(attrs["block_size"])
+    data = _to_nchw(inputs[0], layout, ctx)
+    n, c, h, w = static_shape(data, ctx)
+    if attrs.get("mode", "DCR") == "DCR":
+        x = relax.op.reshape(data, [n, block, block, c // (block * block), h, w])
+        x = relax.op.permute_dims(x, [0, 3, 4, 1, 5, 2])
+    else:  # CRD
+        x = relax.op.reshape(data, [n, c // (block * block), block, block, h, w])
+        x = relax.op.permute_dims(x, [0, 1, 4, 2, 5, 3])
+    x = relax.op.reshape(x, [n, c // (block * block), h * block, w * block])
+    return _from_nchw(x, layout)
+
+
+@register_converter("nn.space_to_depth")
+def _space_to_depth(inputs, attrs, ctx):
+    layout = attrs.get("layout", "NCHW")
+    block = int(attrs["block_size"])
+    data = _to_nchw(inputs[0], layout, ctx)
+    n, c, h, w = static_shape(data, ctx)
+    x = relax.op.reshape(data, [n, c, h // block, block, w // block, block])
+    x = relax.op.permute_dims(x, [0, 3, 5, 1, 2, 4])
+    x = relax.op.reshape(x, [n, c * block * block, h // block, w // block])
+    return _from_nchw(x, layout)
+
+
+@register_converter("nn.space_to_batch_nd")
+def _space_to_batch_nd(inputs, attrs, ctx):
+    data = inputs[0]
+    dims = static_shape(data, ctx)
+    blocks = ints(attrs["block_shape"])
+    pads = [ints(p) for p in attrs["paddings"]]
+    m = len(blocks)
+    pad_width = [0, 0]
+    for before, after in pads:
+        pad_width += [before, after]
+    pad_width += [0, 0] * (len(dims) - 1 - m)
+    value = float(attrs.get("pad_value", 0))
+    x = relax.op.nn.pad(data, pad_width, "constant", value) if any(pad_width) else data
+    padded = [dims[0]] + [dims[1 + i] + sum(pads[i]) for i in range(m)] + dims[1 + m:]
+    shape = [dims[0]]
+    for i in range(m):
+        shape += [padded[1 + i] // blocks[i], blocks[i]]
+    shape += dims[1 + m:]
+    x = relax.op.reshape(x, shape)
+    rest = list(range(1 + 2 * m, len(shape)))
+    order = [2 + 2 * i for i in range(m)] + [0] + [1 + 2 * i for i in range(m)] + rest
+    x = relax.op.permute_dims(x, order)
+    out = [dims[0] * _prod(blocks)] + [padded[1 + i] // blocks[i] for i in range(m)] + \
+        dims[1 + m:]
+    return relax.op.reshape(x, out)
+
+
+@register_converter("nn.batch_to_space_nd")
+def _batch_to_space_nd(inputs, attrs, ctx):
+    data = inputs[0]
+    dims = static_shape(data, ctx)
+    blocks = ints(attrs["block_shape"])
+    crops = [ints(c) for c in attrs["crops"]]
+    m = len(blocks)
+    batch = dims[0] // _prod(blocks)
+    x = relax.op.reshape(data, blocks + [batch] + dims[1:])
+    order = [m]
+    for i in range(m):
+        order += [m + 1 + i, i]
+    order += list(range(2 * m + 1, len(dims) + m))
+    x = relax.op.permute_dims(x, order)
+    full = [batch] + [dims[1 + i] * blocks[i] for i in range(m)] + dims[1 + m:]
+    x = relax.op.reshape(x, full)
+    axes = list(range(1, m + 1))
+    begin = [crops[i][0] for i in range(m)]
+    end = [full[1 + i] - crops[i][1] for i in range(m)]
+    return relax.op.strided_slice(x, axes, begin, end)
+
+
+def reorg_positions(dims: list[int], stride: int) -> np.ndarray:
+    """Flat input positions Relay's ``vision.yolo_reorg`` reads, in output order."""
+    batch, channels, height, width = dims
+    out_c = channels // (stride * stride)
+    b, k, j, i = np.meshgrid(np.arange(batch), np.arange(channels), np.arange(height),
+                             np.arange(width), indexing="ij")
+    c2 = k % out_c
+    offset = k // out_c
+    w2 = i * stride + offset % stride
+    h2 = j * stride + offset // stride
+    return (w2 + width * stride * (h2 + height * stride * (c2 + out_c * b))).reshape(-1)
+
+
+@register_converter("vision.yolo_reorg")
+def _yolo_reorg(inputs, attrs, ctx):
+    data = inputs[0]
+    dims = static_shape(data, ctx)
+    stride = int(attrs["stride"])
+    positions = reorg_positions(dims, stride).astype("int64")
+    flat = relax.op.take(relax.op.reshape(data, [-1]), relax.const(positions, "int64"), axis=0)
+    batch, channels, height, width = dims
+    return relax.op.reshape(flat, [batch, channels * stride * stride, height // stride,
+                                   width // stride])
+
+
+def _global_pool(reducer, spatial: int):
+    def convert(inputs, attrs, ctx):
+        layout = attrs.get("layout") or {1: "NCW", 3: "NCDHW"}[spatial]
+        axes = [i for i, c in enumerate(layout) if c in "DHW"]
+        return reducer(inputs[0], axes, keepdims=True)
+    return convert
+
+
+register_converter("nn.global_avg_pool1d")(_global_pool(relax.op.mean, 1))
+register_converter("nn.global_max_pool1d")(_global_pool(relax.op.max, 1))
+register_converter("nn.global_avg_pool3d")(_global_pool(relax.op.mean, 3))
+register_converter("nn.global_max_pool3d")(_global_pool(relax.op.max, 3))
+
+
+@register_converter("nn.lrn")
+def _lrn(inputs, attrs, ctx):
+    # out = x / (bias + alpha / size * window_sum(x^2))^beta, window centred on ``axis``.
+    data = inputs[0]
+    dims = shape_of(data)
+    size = int(attrs.get("size", 5))
+    axis = int(attrs.get("axis", 1)) % len(dims)
+    dtype = dtype_of(data)
+    sq = relax.op.multiply(data, data)
+    half = size // 2
+    pad_width = []
+    for i in range(len(dims)):
+        pad_width += [half, half] if i == axis else [0, 0]
+    padded = relax.op.nn.pad(sq, pad_width, "constant", 0.0)
+    total = None
+    for offset in range(size):
+        part = relax.op.strided_slice(padded, [axis], [offset], [offset + dims[axis]])
+        total = part if total is None else relax.op.add(total, part)
+    scale = relax.op.add(relax.const(float(attrs.get("bias", 2)), dtype),
+                         relax.op.multiply(relax.const(float(attrs.get("alpha", 1e-5)) / size,
+                                                       dtype), total))
+    return relax.op.divide(data, relax.op.power(scale,
+                                                relax.const(float(attrs.get("beta", 0.75)),
+                                                            dtype)))
+
+
+@register_converter("nn.l2_normalize")
+def _l2_normalize(inputs, attrs, ctx):
+    data = inputs[0]
+    dtype = dtype_of(data)
+    axes = optional_ints(attrs.get("axis"))
+    total = relax.op.sum(relax.op.multiply(data, data), axes, keepdims=True)
+    eps = relax.const(float(attrs["eps"]), dtype)
+    return relax.op.divide(data, relax.op.sqrt(relax.op.maximum(total, eps)))
+
+
+def _resize_args(attrs, default_layout: str):
+    roi = attrs.get("roi")
+    return dict(
+        roi=tuple(float(v) for v in roi) if roi else None,
+        layout=attrs.get("layout") or default_layout,
+        method=attrs.get("method", "linear"),
+        coordinate_transformation_mode=attrs.get("coordinate_transformation_mode",
+                                                 "half_pixel"),
+        rounding_method=attrs.get("rounding_method", ""),
+        cubic_alpha=float(attrs.get("cubic_alpha", -0.5)),
+        cubic_exclude=int(attrs.get("cubic_exclude", 0)),
+        extrapolation_value=float(attrs.get("extrapolation_value", 0.0)),
+        out_dtype=out_dtype(attrs),
+    )
+
+
+@register_converter("image.resize1d")
+def _resize1d(inputs, attrs, ctx):
+    # A unit height added in front of the width: the 2-D resize of an (N, C, 1, W) image.
+    args = _resize_args(attrs, "NCW")
+    layout = args.pop("layout")
+    if layout not in ("NCW", "NWC"):
+        raise ctx.unsupported_attr("layout", layout)
+    data = inputs[0]
+    height_axis = 2 if layout == "NCW" else 1
+    x = relax.op.expand_dims(data, [height_axis])
+    roi = args.pop("roi")
+    roi2 = (0.0, roi[0], 1.0, roi[1]) if roi else None
+    size = size_dims(attrs["size"])
+    y = relax.op.image.resize2d(x, [1, size[0]], roi=roi2,
+                                layout="NCHW" if layout == "NCW" else "NHWC", **args)
+    return relax.op.squeeze(y, [height_axis])
+
+
+@register_converter("image.resize3d")
+def _resize3d(inputs, attrs, ctx):
+    args = _resize_args(attrs, "NCDHW")
+    return relax.op.image.resize3d(inputs[0], size_dims(attrs["size"]), **args)
+
+
+@register_converter("nn.upsampling3d")
+def _upsampling3d(inputs, attrs, ctx):
+    layout = attrs.get("layout") or "NCDHW"
+    dims = shape_of(inputs[0])
+    scales = [float(attrs.get(k, 1)) for k in ("scale_d", "scale_h", "scale_w")]
+    size = []
+    for axis_name, scale in zip("DHW", scales):
+        dim = dims[layout.index(axis_name)]
+        if not isinstance(dim, int):
+            raise ctx.error("nn.upsampling3d needs static spatial dims")
+        size.append(round(dim * scale))
+    methods = {"nearest_neighbor": "nearest_neighbor", "trilinear": "linear"}
+    method = attrs.get("method", "nearest_neighbor")
+    if method not in methods:
+        raise ctx.unsupported_attr("method", method)
+    return relax.op.image.resize3d(
+        inputs[0], size, layout=layout, method=methods[method],
+        coordinate_transformation_mode=attrs.get("coordinate_transformation_mode",
+                                                 "half_pixel"),
+        rounding_method="", cubic_alpha=-0.5)
+
+
+@register_converter("image.affine_grid")
+def _affine_grid(inputs, attrs, ctx):
+    return relax.op.image.affine_grid(inputs[0], ints(attrs["target_shape"]), align_corners=True)
+
+
+@register_converter("image.grid_sample")
+def _grid_sample(inputs, attrs, ctx):
+    return relax.op.image.grid_sample(
+        inputs[0], inputs[1], method=attrs.get("method", "bilinear"),
+        layout=attrs.get("layout", "NCHW"), padding_mode=attrs.get("padding_mode", "zeros"),
+        align_corners=bool(attrs.get("align_corners", True)))

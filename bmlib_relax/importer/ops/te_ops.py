@@ -1,0 +1,113 @@
+"""Relay ops Relax has no operator for, lowered with TOPI's compute (``call_te``).
+
+Each becomes a ``call_tir`` of the PrimFunc TOPI's TE definition builds —
+the same compute Relay's own strategy used — so the op runs on the host
+(bmlib's patterns match Relax operators only).  Forms: ``sliding_window``,
+``reinterpret``, ``nn.correlation`` (NCHW), ``nn.deformable_conv2d`` (NCHW,
+OIHW), ``image.dilation2d``, ``image.crop_and_resize``, ``nn.bitpack``,
+``nn.bitserial_conv2d`` (NCHW), ``nn.bitserial_dense``,
+``nn.contrib_conv3d_winograd_weight_transform``.
+"""
+from __future__ import annotations
+
+from tvm import topi
+from tvm.topi import image as topi_image
+from tvm.topi import nn as topi_nn
+
+from ..registry import register_converter
+from ._utils import dtype_of, expand_padding, ints, out_dtype
+
+
+@register_converter("sliding_window")
+def _sliding_window(inputs, attrs, ctx):
+    return ctx.bb.call_te(topi.sliding_window, inputs[0], int(attrs["axis"]),
+                          ints(attrs["window_shape"]), ints(attrs["strides"]))
+
+
+@register_converter("reinterpret")
+def _reinterpret(inputs, attrs, ctx):
+    return ctx.bb.call_te(topi.reinterpret, inputs[0], str(attrs["dtype"]))
+
+
+@register_converter("nn.correlation")
+def _correlation(inputs, attrs, ctx):
+    if attrs.get("layout", "NCHW") != "NCHW":
+        raise ctx.unsupported_attr("layout", attrs.get("layout"))
+    return ctx.bb.call_te(topi_nn.correlation_nchw, inputs[0], inputs[1],
+                          int(attrs["kernel_size"]), int(attrs["max_displacement"]),
+                          int(attrs["stride1"]), int(attrs["stride2"]),
+                          _correlation_padding(attrs["padding"]), bool(attrs["is_multiply"]))
+
+
+def _correlation_padding(value):
+    """TOPI takes an int or 2 or 4 values (Relay's attribute may hold 1)."""
+    pad = ints(value)
+    return pad[0] if len(pad) == 1 else tuple(pad)
+
+
+@register_converter("nn.deformable_conv2d")
+def _deformable_conv2d(inputs, attrs, ctx):
+    if (attrs.get("data_layout") or "NCHW") != "NCHW" or \
+            (attrs.get("kernel_layout") or "OIHW") != "OIHW":
+        raise ctx.unsupported_attr("data_layout", attrs.get("data_layout"))
+    pad = expand_padding(attrs.get("padding", (0, 0)), 2)
+    if pad[:2] != pad[2:]:
+        raise ctx.unsupported_attr("padding", attrs.get("padding"))
+    return ctx.bb.call_te(topi_nn.deformable_conv2d_nchw, inputs[0], inputs[1], inputs[2],
+                          ints(attrs.get("strides", (1, 1))), pad[:2],
+                          ints(attrs.get("dilation", (1, 1))),
+                          int(attrs.get("deformable_groups", 1)), int(attrs.get("groups", 1)),
+                          out_dtype(attrs) or dtype_of(inputs[0]))
+
+
+@register_converter("image.dilation2d")
+def _dilation2d(inputs, attrs, ctx):
+    layout = attrs.get("data_layout", "NCHW")
+    compute = {"NCHW": topi_image.dilation2d_nchw, "NHWC": topi_image.dilation2d_nhwc}.get(layout)
+    if compute is None:
+        raise ctx.unsupported_attr("data_layout", layout)
+    return ctx.bb.call_te(compute, inputs[0], inputs[1], ints(attrs.get("strides", (1, 1))),
+                          expand_padding(attrs.get("padding", (0, 0)), 2),
+                          ints(attrs.get("dilations", (1, 1))),
+                          out_dtype(attrs) or dtype_of(inputs[0]))
+
+
+@register_converter("image.crop_and_resize")
+def _crop_and_resize(inputs, attrs, ctx):
+    return ctx.bb.call_te(topi_image.crop_and_resize, inputs[0], inputs[1], inputs[2],
+                          ints(attrs["crop_size"]), attrs.get("layout", "NCHW"),
+                          attrs.get("method", "bilinear"),
+                          float(attrs.get("extrapolation_value", 0.0)),
+                          out_dtype(attrs) or dtype_of(inputs[0]))
+
+
+@register_converter("nn.bitpack")
+def _bitpack(inputs, attrs, ctx):
+    return ctx.bb.call_te(topi_nn.bitpack, inputs[0], int(attrs.get("bits", 1)),
+                          int(attrs.get("pack_axis", 1)), int(attrs.get("bit_axis", 2)),
+                          attrs.get("pack_type", "uint32"))
+
+
+@register_converter("nn.bitserial_conv2d")
+def _bitserial_conv2d(inputs, attrs, ctx):
+    if attrs.get("data_layout", "NCHW") != "NCHW":
+        raise ctx.unsupported_attr("data_layout", attrs.get("data_layout"))
+    return ctx.bb.call_te(topi_nn.bitserial_conv2d_nchw, inputs[0], inputs[1],
+                          ints(attrs.get("strides", (1, 1))), ints(attrs.get("padding", (0, 0))),
+                          int(attrs.get("activation_bits", 1)), int(attrs.get("weight_bits", 1)),
+                          attrs.get("pack_dtype", "uint32"), attrs.get("out_dtype", "int16"),
+                          bool(attrs.get("unipolar", True)))
+
+
+@register_converter("nn.bitserial_dense")
+def _bitserial_dense(inputs, attrs, ctx):
+    return ctx.bb.call_te(topi_nn.bitserial_dense, inputs[0], inputs[1],
+                          int(attrs.get("data_bits", 1)), int(attrs.get("weight_bits", 1)),
+                          attrs.get("pack_dtype", "uint32"), attrs.get("out_dtype", "int16"),
+                          bool(attrs.get("unipolar", True)))
+
+
+@register_converter("nn.contrib_conv3d_winograd_weight_transform")
+def _conv3d_winograd_weight_transform(inputs, attrs, ctx):
+    return ctx.bb.call_te(topi_nn.conv3d_winograd_weight_transform, inputs[0],
+                          int(attrs["tile_size"]))

@@ -1,0 +1,104 @@
+"""Detection ops (``vision.*``).
+
+Forms: ``vision.multibox_prior`` -> a constant (its anchors depend only on the
+input's static shape and the attributes); ``vision.get_valid_counts``,
+``vision.non_max_suppression``, ``vision.all_class_non_max_suppression``,
+``vision.roi_align``, ``vision.roi_pool`` -> the ``relax.op.vision`` op of the
+same name, with Relay's defaults spelled out where Relax's differ (``roi_align``
+is not "aligned").  Scalar thresholds, which Relay passes as constant operands,
+must be constants.  Not converted: ``vision.multibox_transform_loc`` (Relax's op
+of that name is TFLite's, with other outputs: (boxes, scores) instead of Relay's
+(1, N, 6) detections and count) and ``vision.proposal``.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from tvm import relax
+
+from ..registry import register_converter
+from ._utils import dtype_of, ints, scalar_operand, static_shape
+
+
+def multibox_prior_anchors(height: int, width: int, sizes, ratios, steps, offsets,
+                           clip: bool) -> np.ndarray:
+    """Relay's ``vision.multibox_prior`` boxes ``[1, H*W*(S+R-1), 4]`` (xmin, ymin, xmax, ymax)."""
+    sizes, ratios = list(sizes), list(ratios)
+    per_pixel = len(sizes) + len(ratios) - 1
+    step_h = steps[0] if steps[0] > 0 else 1.0 / height
+    step_w = steps[1] if steps[1] > 0 else 1.0 / width
+    half_sizes = []
+    for k in range(per_pixel):
+        if k < len(sizes):
+            half_sizes.append((sizes[k] * height / width / 2.0, sizes[k] / 2.0))
+        else:
+            ratio = math.sqrt(ratios[k - len(sizes) + 1])
+            half_sizes.append((sizes[0] * height / width * ratio / 2.0, sizes[0] / ratio / 2.0))
+    out = np.zeros((height, width, per_pixel, 4), dtype="float64")
+    centers_h = (np.arange(height) + offsets[0]) * step_h
+    centers_w = (np.arange(width) + offsets[1]) * step_w
+    for k, (half_w, half_h) in enumerate(half_sizes):
+        out[:, :, k, 0] = centers_w[None, :] - half_w
+        out[:, :, k, 1] = centers_h[:, None] - half_h
+        out[:, :, k, 2] = centers_w[None, :] + half_w
+        out[:, :, k, 3] = centers_h[:, None] + half_h
+    out = out.reshape(1, -1, 4)
+    return np.clip(out, 0.0, 1.0) if clip else out
+
+
+@register_converter("vision.multibox_prior")
+def _multibox_prior(inputs, attrs, ctx):
+    dims = static_shape(inputs[0], ctx)
+    anchors = multibox_prior_anchors(
+        dims[2], dims[3], [float(v) for v in attrs.get("sizes", (1.0,))],
+        [float(v) for v in attrs.get("ratios", (1.0,))],
+        [float(v) for v in attrs.get("steps", (-1.0, -1.0))],
+        [float(v) for v in attrs.get("offsets", (0.5, 0.5))], bool(attrs.get("clip", False)))
+    dtype = dtype_of(inputs[0])
+    return relax.const(anchors.astype(dtype), dtype)
+
+
+@register_converter("vision.get_valid_counts")
+def _get_valid_counts(inputs, attrs, ctx):
+    data, threshold = inputs
+    return relax.op.vision.get_valid_counts(
+        data, float(scalar_operand(threshold, ctx, "score_threshold")),
+        int(attrs.get("id_index", 0)), int(attrs.get("score_index", 1)))
+
+
+@register_converter("vision.non_max_suppression")
+def _non_max_suppression(inputs, attrs, ctx):
+    data, valid_count, indices, max_output_size, iou_threshold = inputs
+    return relax.op.vision.non_max_suppression(
+        data, valid_count, indices,
+        max_output_size=int(scalar_operand(max_output_size, ctx, "max_output_size")),
+        iou_threshold=float(scalar_operand(iou_threshold, ctx, "iou_threshold")),
+        force_suppress=bool(attrs.get("force_suppress", False)),
+        top_k=int(attrs.get("top_k", -1)), coord_start=int(attrs.get("coord_start", 2)),
+        score_index=int(attrs.get("score_index", 1)), id_index=int(attrs.get("id_index", 0)),
+        return_indices=bool(attrs.get("return_indices", True)),
+        invalid_to_bottom=bool(attrs.get("invalid_to_bottom", False)))
+
+
+@register_converter("vision.all_class_non_max_suppression")
+def _all_class_nms(inputs, attrs, ctx):
+    boxes, scores, max_boxes, iou_threshold, score_threshold = inputs
+    return relax.op.vision.all_class_non_max_suppression(
+        boxes, scores, max_boxes, iou_threshold, score_threshold,
+        attrs.get("output_format", "onnx"))
+
+
+@register_converter("vision.roi_align")
+def _roi_align(inputs, attrs, ctx):
+    return relax.op.vision.roi_align(
+        inputs[0], inputs[1], ints(attrs["pooled_size"]), float(attrs["spatial_scale"]),
+        sample_ratio=int(attrs.get("sample_ratio", -1)), aligned=False,
+        layout=attrs.get("layout", "NCHW"), mode=attrs.get("mode", "avg"))
+
+
+@register_converter("vision.roi_pool")
+def _roi_pool(inputs, attrs, ctx):
+    return relax.op.vision.roi_pool(inputs[0], inputs[1], ints(attrs["pooled_size"]),
+                                    float(attrs["spatial_scale"]),
+                                    layout=attrs.get("layout", "NCHW"))

@@ -1,0 +1,459 @@
+"""Relay type inference (``relay.transform.InferType``) over bmlib-relax's AST.
+
+Rather than keeping a second copy of Relay's ~200 type relations, the type of
+an op call is obtained from Relax: the call is converted, alone, by the
+importer's converter for that op (on Relax variables of the argument types)
+and Relax's own inference gives the result.  Ops Relax has no counterpart for
+register a Python relation in :data:`TYPE_RELATIONS` (next to their builder).
+
+What Relay did beyond forward inference, and this pass does too:
+
+* **Symbolic and ``?`` dims** (``te.var("n")``, ``relay.Any()``) are carried
+  into Relax as int64 shape vars and mapped back, so ``concatenate`` of two
+  ``(n, t, 100)`` tensors on axis 1 is ``(n, t + t, 100)`` in the user's vars.
+* **Un-annotated variables** get their type from their use where Relay's
+  relations determine it (the weight of ``nn.conv2d`` from ``channels`` and
+  ``kernel_size``, ``nn.bias_add``'s bias, ``nn.dense``'s weight from
+  ``units``...): :data:`ARG_TYPE_RULES`.
+* **Type errors** are :class:`~bmlib_relax.errors.RelayTypeError` naming the
+  call (op and source location) — never a raw TVM error.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from ..errors import BmlibError, RelayTypeError
+from . import ast as A
+from .analysis import post_order_list
+from .symbolic import DimMap
+
+#: op name -> fn(arg_types, attrs, call) -> result type, for ops without a Relax converter.
+TYPE_RELATIONS: dict[str, Callable[..., A.Type]] = {}
+
+#: op name -> fn(arg_types, attrs) -> {argument index: type} for un-annotated arguments.
+ARG_TYPE_RULES: dict[str, Callable[..., dict]] = {}
+
+
+def register_type_relation(*op_names: str):
+    """Register a Python type relation for ops Relax cannot infer."""
+    def wrap(fn):
+        for name in op_names:
+            TYPE_RELATIONS[name] = fn
+        return fn
+    return wrap
+
+
+def register_arg_type_rule(*op_names: str):
+    """Register how an op determines the type of un-annotated arguments."""
+    def wrap(fn):
+        for name in op_names:
+            ARG_TYPE_RULES[name] = fn
+        return fn
+    return wrap
+
+
+def _where(node: object) -> Optional[str]:
+    span = getattr(node, "span", None)
+    return str(span) if span is not None else None
+
+
+def _op_name(call: A.Call) -> str:
+    op = call.op
+    return op.name if isinstance(op, (A.Op, A.GlobalVar)) else type(op).__name__
+
+
+def type_error(call: A.Expr, message: str) -> RelayTypeError:
+    op = _op_name(call) if isinstance(call, A.Call) else type(call).__name__
+    return RelayTypeError(message, op=op, location=_where(call))
+
+
+class TypeInferencer:
+    """Infers and records ``checked_type`` for every node of a module's functions."""
+
+    def __init__(self, module: A.IRModule):
+        self.module = module
+        self.dims = DimMap()
+        self.types: dict[int, A.Type] = {}
+        self._globals_done: dict[str, A.FuncType] = {}
+        self._globals_active: set[str] = set()
+
+    # ------------------------------------------------------------------ entry points
+    def run(self) -> None:
+        for name in list(self.module.functions):
+            self.infer_global(name)
+
+    def infer_global(self, name: str) -> A.FuncType:
+        if name in self._globals_done:
+            return self._globals_done[name]
+        if name in self._globals_active:
+            func = self.module[name]
+            if func.ret_type is None or any(p.type_annotation is None for p in func.params):
+                raise RelayTypeError(f"recursive function @{name} needs annotated types")
+            return A.FuncType(tuple(p.type_annotation for p in func.params), func.ret_type)
+        self._globals_active.add(name)
+        try:
+            ty = self.infer(self.module[name])
+        finally:
+            self._globals_active.discard(name)
+        self._globals_done[name] = ty
+        return ty
+
+    def infer(self, root: A.Expr) -> A.Type:
+        """Infer the types of every node of ``root`` (recorded on the nodes)."""
+        self._resolve_untyped_vars(root)
+        for node in post_order_list(root):
+            known = self.types.get(id(node))
+            if known is not None and not isinstance(known, A.IncompleteType):
+                continue
+            ty = self._node_type(node)
+            if ty is not None:
+                self.types[id(node)] = ty
+                node._set_checked_type(ty)
+        return self.types[id(root)]
+
+    # ------------------------------------------------------------------ un-annotated vars
+    def _resolve_untyped_vars(self, root: A.Expr) -> None:
+        """Give un-annotated variables the type their uses determine (Relay's unification)."""
+        nodes = post_order_list(root)
+        untyped = {id(n) for n in nodes if isinstance(n, A.Var) and _annotation(n) is None
+                   and id(n) not in self.types}
+        if not untyped:
+            return
+        for node in nodes:
+            if not (isinstance(node, A.Call) and isinstance(node.op, A.Op)):
+                continue
+            missing = [i for i, a in enumerate(node.args) if id(a) in untyped]
+            rule = ARG_TYPE_RULES.get(node.op.name)
+            if not missing or rule is None:
+                continue
+            known = []
+            for i, arg in enumerate(node.args):
+                if i in missing:
+                    known.append(None)
+                    continue
+                known.append(self._type_of_subexpr(arg))
+            try:
+                found = rule(known, node.attrs)
+            except (KeyError, IndexError, TypeError, ValueError) as exc:
+                raise type_error(node, f"cannot infer the type of an argument: {exc}") from None
+            for index, ty in (found or {}).items():
+                arg = node.args[index]
+                if index in missing and ty is not None and id(arg) in untyped:
+                    self.types[id(arg)] = ty
+                    arg._set_checked_type(ty)
+                    untyped.discard(id(arg))
+
+    def _type_of_subexpr(self, expr: A.Expr) -> Optional[A.Type]:
+        """The type of an argument expression (inferring its sub-graph), or None if unknown."""
+        if id(expr) in self.types:
+            return self.types[id(expr)]
+        if isinstance(expr, A.Var) and _annotation(expr) is None:
+            return None
+        try:
+            return self.infer(expr)
+        except BmlibError:
+            return None
+
+    # ------------------------------------------------------------------ per node
+    def _node_type(self, node: A.Expr) -> Optional[A.Type]:
+        get = self.types.get
+        if isinstance(node, A.Var):
+            ty = get(id(node)) or _annotation(node)
+            return ty if ty is not None else A.IncompleteType()
+        if isinstance(node, A.Constant):
+            if node.data is not None:
+                return A.TensorType(tuple(node.data.shape), str(node.data.dtype))
+            return node.type_annotation or A.IncompleteType()
+        if isinstance(node, A.Tuple):
+            return A.TupleType(tuple(self._known(f, node) for f in node.fields))
+        if isinstance(node, A.TupleGetItem):
+            ty = self._known(node.tuple_value, node)
+            if not isinstance(ty, A.TupleType):
+                raise type_error(node, f"tuple projection .{node.index} of a non-tuple {ty}")
+            if not -len(ty.fields) <= node.index < len(ty.fields):
+                raise type_error(node, f"tuple index {node.index} out of range for "
+                                       f"{len(ty.fields)} fields")
+            return ty.fields[node.index]
+        if isinstance(node, A.Let):
+            value_ty = self._known(node.value, node)
+            if id(node.var) not in self.types or isinstance(get(id(node.var)), A.IncompleteType):
+                self.types[id(node.var)] = value_ty
+                node.var._set_checked_type(value_ty)
+            return self._known(node.body, node)
+        if isinstance(node, A.Function):
+            params = tuple(self._known(p, node) for p in node.params)
+            return A.FuncType(params, self._known(node.body, node))
+        if isinstance(node, A.If):
+            return self._known(node.true_branch, node)
+        if isinstance(node, A.GlobalVar):
+            if node.name in self.module.functions:
+                return self.infer_global(node.name)
+            raise type_error(node, f"undefined global @{node.name}")
+        if isinstance(node, A.Call):
+            return self._call_type(node)
+        if isinstance(node, (A.Op, A.MetaRef, A.Constructor)):
+            return None
+        return None
+
+    def _known(self, expr: A.Expr, user: A.Expr) -> A.Type:
+        ty = self.types.get(id(expr))
+        if ty is None or isinstance(ty, A.IncompleteType):
+            what = f"%{expr.name}" if isinstance(expr, A.Var) else type(expr).__name__
+            raise type_error(user, f"the type of {what} cannot be inferred: annotate it")
+        return ty
+
+    def _call_type(self, call: A.Call) -> A.Type:
+        op = call.op
+        if isinstance(op, A.Op):
+            arg_types = [self._known(a, call) if not isinstance(a, A.MetaRef) else None
+                         for a in call.args]
+            if not call.type_args and all(t is not None for t in arg_types):
+                # Relay's inference records the argument types on an op call.
+                object.__setattr__(call, "type_args", tuple(arg_types))
+            relation = TYPE_RELATIONS.get(op.name)
+            if relation is not None:
+                try:
+                    return relation(arg_types, call.attrs, call)
+                except BmlibError:
+                    raise
+                except (KeyError, IndexError, TypeError, ValueError, ZeroDivisionError) as exc:
+                    raise type_error(call, str(exc) or type(exc).__name__) from None
+            return self._relax_call_type(call, arg_types)
+        callee = self._known(op, call)
+        if not isinstance(callee, A.FuncType):
+            raise type_error(call, f"call of a value of type {callee} (not a function)")
+        if len(callee.params) != len(call.args):
+            raise type_error(call, f"function expects {len(callee.params)} arguments, "
+                                   f"got {len(call.args)}")
+        for i, (want, arg) in enumerate(zip(callee.params, call.args)):
+            got = self._known(arg, call)
+            if isinstance(want, A.TensorType) and isinstance(got, A.TensorType) and want != got:
+                raise type_error(call, f"argument {i} has type {got}, expected {want}")
+        return callee.ret
+
+    # ------------------------------------------------------------------ Relax-backed relations
+    def relax_type(self, ty: A.Type) -> Any:
+        """Relax type of a Relay type (symbolic dims as int64 vars, ``?`` as fresh vars)."""
+        from tvm import relax
+
+        if isinstance(ty, A.TensorType):
+            dims = []
+            for i, dim in enumerate(ty.shape):
+                if dim is None:
+                    dims.append(self.dims.fresh(f"any{i}"))
+                elif isinstance(dim, int):
+                    dims.append(dim)
+                else:
+                    dims.append(self._relax_dim(dim))
+            return relax.TensorType(dims, ty.dtype)
+        if isinstance(ty, A.TupleType):
+            return relax.TupleType([self.relax_type(f) for f in ty.fields])
+        raise RelayTypeError(f"type {ty} has no Relax equivalent")
+
+    def _relax_dim(self, dim: Any) -> Any:
+        if isinstance(dim, str):
+            key = ("name", dim)
+            if key not in self.dims._to_relax:
+                import tvm
+
+                var = tvm.tirx.Var(dim, "int64")
+                self.dims._to_relax[key] = var
+                self.dims._from_relax[var] = dim
+            return self.dims._to_relax[key]
+        try:
+            return self.dims.to_relax(dim)
+        except (TypeError, KeyError, ValueError, AttributeError):
+            import tvm
+
+            var = tvm.tirx.Var("dim", "int64")  # an expression Relax cannot take: opaque
+            self.dims._from_relax[var] = dim
+            return var
+
+    def relay_type(self, ty: Any) -> A.Type:
+        """Relay type of a Relax type (dims mapped back to the user's)."""
+        from tvm import relax
+
+        if isinstance(ty, relax.TupleType):
+            return A.TupleType(tuple(self.relay_type(f) for f in ty.fields))
+        if isinstance(ty, relax.TensorType):
+            shape = ty.shape
+            if shape is not None and hasattr(shape, "values"):
+                dims = tuple(self.dims.from_relax(d) for d in shape.values)
+            else:
+                ndim = int(ty.ndim)
+                dims = (None,) * ndim if ndim >= 0 else ()
+            return A.TensorType(dims, str(ty.dtype))
+        return A.IncompleteType()
+
+    def _relax_operand(self, arg: A.Expr, ty: Optional[A.Type], index: int) -> tuple:
+        """(Relax value for the converter, params to declare)."""
+        from tvm import relax
+
+        if isinstance(arg, A.Constant) and arg.data is not None:
+            return relax.const(arg.data, str(arg.data.dtype)), []
+        if isinstance(arg, A.Tuple) and isinstance(ty, A.TupleType):
+            fields, params = [], []
+            for j, (field, fty) in enumerate(zip(arg.fields, ty.fields)):
+                value, more = self._relax_operand(field, fty, index * 100 + j)
+                fields.append(value)
+                params += more
+            return relax.Tuple(fields), params
+        var = relax.Var(f"arg{index}", self.relax_type(ty))
+        return var, [var]
+
+    def _relax_call_type(self, call: A.Call, arg_types: list) -> A.Type:
+        from tvm import relax
+
+        from ..errors import ConversionError, UnsupportedOpError
+        from ..importer.converter import RelayImporter
+        from ..importer.registry import get_converter
+
+        if get_converter(call.op.name) is None:
+            raise RelayTypeError(f"no type relation for Relay op {call.op.name!r} "
+                                 "(bmlib-relax builds it but cannot infer its type)",
+                                 op=call.op.name, location=_where(call))
+        importer = RelayImporter(self.module)
+        bb = importer.bb
+        inputs, params = [], []
+        operands = importer._operands(call)
+        for i, arg in enumerate(operands):
+            value, more = self._relax_operand(arg, arg_types[i], i)
+            inputs.append(value)
+            params += more
+        try:
+            with bb.function("infer", params):
+                with bb.dataflow():
+                    out = importer._call(call, inputs, {})
+                    out = bb.normalize(out) if not isinstance(out, relax.Var) else out
+                    result_ty = out.ty
+                    gv = bb.emit_output(out)
+                bb.emit_func_output(gv)
+        except UnsupportedOpError:
+            raise
+        except ConversionError as exc:
+            message = str(exc)
+            prefix = f"{exc.location}: " if exc.location else ""
+            message = message[len(prefix):] if message.startswith(prefix) else message
+            op_prefix = f"{exc.op}: " if exc.op else ""
+            message = message[len(op_prefix):] if message.startswith(op_prefix) else message
+            raise RelayTypeError(message, op=call.op.name, location=_where(call)) from None
+        except BmlibError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - TVM's own checks, named by the call
+            lines = str(exc).strip().splitlines()
+            raise RelayTypeError(lines[-1] if lines else type(exc).__name__,
+                                 op=call.op.name, location=_where(call)) from None
+        return self.relay_type(result_ty)
+
+
+def _annotation(var: A.Var) -> Optional[A.Type]:
+    ty = var.type_annotation
+    return None if isinstance(ty, A.IncompleteType) else ty
+
+
+def infer_module(module: A.IRModule) -> A.IRModule:
+    """Annotate every expression of every function of ``module`` with its type."""
+    TypeInferencer(module).run()
+    return module
+
+
+# ---------------------------------------------------------------------- arg-type rules
+def _tensor(ty: Optional[A.Type]) -> A.TensorType:
+    if not isinstance(ty, A.TensorType):
+        raise TypeError("the data operand's type is not known")
+    return ty
+
+
+def _channel_rule(data_index: int = 0):
+    """Per-channel operands (bias, gamma, alpha...) are vectors of the data's ``axis`` dim."""
+    def rule(types: list, attrs: A.Attrs) -> dict:
+        data = _tensor(types[data_index])
+        axis = int(attrs.get("axis", 1 if len(data.shape) > 1 else 0))
+        if not -len(data.shape) <= axis < len(data.shape):
+            raise ValueError(f"axis {axis} is out of range for a {len(data.shape)}-d input")
+        vec = A.TensorType((data.shape[axis],), data.dtype)
+        return {i: vec for i in range(len(types)) if i != data_index}
+    return rule
+
+
+register_arg_type_rule("nn.bias_add", "nn.prelu", "nn.batch_norm", "nn.instance_norm",
+                       "nn.group_norm")(_channel_rule())
+
+
+@register_arg_type_rule("nn.layer_norm")
+def _layer_norm_rule(types: list, attrs: A.Attrs) -> dict:
+    data = _tensor(types[0])
+    axis = int(attrs.get("axis", -1))
+    vec = A.TensorType((data.shape[axis],), data.dtype)
+    return {1: vec, 2: vec}
+
+
+_CONV_DEFAULT_LAYOUTS = {1: ("NCW", "OIW"), 2: ("NCHW", "OIHW"), 3: ("NCDHW", "OIDHW")}
+
+
+def _conv_weight_rule(ndim: int, transpose: bool = False):
+    def rule(types: list, attrs: A.Attrs) -> dict:
+        data = _tensor(types[0])
+        layout, kernel = _CONV_DEFAULT_LAYOUTS[ndim]
+        layout = attrs.get("data_layout") or layout
+        kernel = attrs.get("kernel_layout") or (kernel.replace("OI", "IO") if transpose
+                                                 else kernel)
+        channels = attrs.get("channels")
+        ksize = attrs.get("kernel_size")
+        if channels is None or ksize is None:
+            raise ValueError("the weight's type follows only from channels and kernel_size")
+        ksize = (ksize,) * ndim if isinstance(ksize, int) else tuple(ksize)
+        groups = int(attrs.get("groups", 1))
+        in_channels = data.shape[layout.index("C")]
+        dims = {}
+        spatial = [c for c in kernel if c not in "OI"]
+        for c, k in zip(spatial, ksize):
+            dims[c] = k
+        if transpose:
+            dims["I"], dims["O"] = in_channels, _div(channels, groups)
+        else:
+            dims["O"], dims["I"] = channels, _div(in_channels, groups)
+        return {1: A.TensorType(tuple(dims[c] for c in kernel), data.dtype)}
+    return rule
+
+
+def _div(value: Any, groups: int) -> Any:
+    if isinstance(value, int):
+        return value // groups
+    return value if groups == 1 else value // groups
+
+
+for _nd in (1, 2, 3):
+    register_arg_type_rule(f"nn.conv{_nd}d")(_conv_weight_rule(_nd))
+    register_arg_type_rule(f"nn.conv{_nd}d_transpose")(_conv_weight_rule(_nd, transpose=True))
+
+
+@register_arg_type_rule("nn.dense")
+def _dense_weight_rule(types: list, attrs: A.Attrs) -> dict:
+    data = _tensor(types[0])
+    units = attrs.get("units")
+    if units is None:
+        raise ValueError("the weight's type follows only from units")
+    return {1: A.TensorType((units, data.shape[-1]), data.dtype)}
+
+
+@register_arg_type_rule("nn.matmul")
+def _matmul_weight_rule(types: list, attrs: A.Attrs) -> dict:
+    data = _tensor(types[0])
+    units = attrs.get("units")
+    if units is None:
+        raise ValueError("the weight's type follows only from units")
+    k = data.shape[-2] if attrs.get("transpose_a") else data.shape[-1]
+    shape = (units, k) if attrs.get("transpose_b") else (k, units)
+    return {1: A.TensorType(shape, data.dtype)}
+
+
+_ELEMWISE_SAME = ("add", "subtract", "multiply", "divide", "maximum", "minimum", "power")
+
+
+@register_arg_type_rule(*_ELEMWISE_SAME)
+def _same_as_other_rule(types: list, attrs: A.Attrs) -> dict:
+    known = [t for t in types if isinstance(t, A.TensorType)]
+    if not known:
+        return {}
+    return {i: known[0] for i, t in enumerate(types) if t is None}
