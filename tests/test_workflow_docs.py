@@ -1,8 +1,7 @@
 """The documented workflow commands run as written (issue #16 "Must show").
 
-Reads the ``console`` blocks of the README's "Record on the old stack" section once
-the lead has folded ``docs/drafts/h-workflow.md`` in, the draft until then, and runs
-each ``$ `` line in a folder holding ``model.relay`` and ``model.params`` (the mlp
+Reads the ``console`` blocks of the README's "Record on the old stack" and "The
+command line, tvmc style" sections and runs each ``$ `` line in a folder holding ``model.relay`` and ``model.params`` (the mlp
 golden): the recorder under ``tests/fake_old_tvm``, ``bmlib-relax`` through its
 entry point, ``pytest`` with the plugin registered from pyproject's ``pytest11``.
 """
@@ -28,8 +27,7 @@ README_SECTION = "Record on the old stack"
 
 def documented_commands() -> list[str]:
     readme = (ROOT / "README.md").read_text()
-    text = readme if README_SECTION in readme else \
-        (ROOT / "docs" / "drafts" / "h-workflow.md").read_text()
+    text = readme[readme.index(f"## {README_SECTION}"):]
     blocks = re.findall(r"```console\n(.*?)```", text, re.S)
     return [line[2:] for block in blocks for line in block.splitlines() if line.startswith("$ ")]
 
