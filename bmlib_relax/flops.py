@@ -129,6 +129,7 @@ def _pool(call):
     return _elements(call.ty) * math.prod(int(v) for v in call.attrs.pool_size)
 
 
+register_flops("relax.cumsum", "relax.cumprod")(_per_output_element(1))  # one add/mul each
 register_flops("relax.nn.adaptive_avg_pool2d", "relax.mean", "relax.sum", "relax.max",
                "relax.min", "relax.argmax", "relax.argmin")(_per_input_element)
 
