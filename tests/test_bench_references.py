@@ -74,3 +74,18 @@ def test_bench_reports_reference_columns_and_thread_scaling(tmp_path):
                "--layers", "none", "--scaling")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "=== 1 thread(s) ===" in proc.stdout and "thr ms" in proc.stdout
+
+
+def test_onnx_reference_of_an_nhwc_graph_matches_the_plain_build():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent / "backend"))
+    import test_layout  # the TF-style NHWC graph (pad, conv HWIO, BN scale, pools)
+
+    onnx_model = relay_to_onnx(parse(test_layout.NHWC), test_layout.PARAMS, "nhwc")
+    runner = make_runner("onnxruntime", onnx_model.SerializeToString(), ["x"], 1)
+    want = run_plain(bmlib_relax.import_relay(parse(test_layout.NHWC), test_layout.PARAMS),
+                     [test_layout.X])
+    for got, ref in zip(runner(test_layout.X), want):
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)

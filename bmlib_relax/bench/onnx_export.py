@@ -13,7 +13,7 @@ with :func:`onnx_op`, next to their kin.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -256,22 +256,38 @@ def _softmax(graph: _Graph, call: ast.Call, args: list) -> str:
     return graph.node("Softmax", args, axis=int(call.attrs.get("axis", -1)))
 
 
-def _layout_guard(call: ast.Call, data: str = "NCHW", kernel: Optional[str] = "OIHW") -> None:
-    if call.attrs.get("data_layout", call.attrs.get("layout", data)) != data or \
-            (kernel and call.attrs.get("kernel_layout", kernel) != kernel):
-        raise NotImplementedError(f"ONNX export: {call.op.name} in a layout other than {data}")
+def _to_nchw(graph: _Graph, call: ast.Call, data: str, layout_attr: str) -> tuple[str, bool]:
+    """ONNX convolutions and pools are NCHW: an NHWC input is transposed in (and the
+    result back out, see :func:`_from_nchw`)."""
+    layout = str(call.attrs.get(layout_attr, "NCHW"))
+    if layout == "NCHW":
+        return data, False
+    if layout == "NHWC":
+        return graph.node("Transpose", [data], perm=[0, 3, 1, 2]), True
+    raise NotImplementedError(f"ONNX export: {call.op.name} in layout {layout}")
+
+
+def _from_nchw(graph: _Graph, out: str, transposed: bool) -> str:
+    return graph.node("Transpose", [out], perm=[0, 2, 3, 1]) if transposed else out
 
 
 @onnx_op("nn.conv2d")
 def _conv2d(graph: _Graph, call: ast.Call, args: list) -> str:
-    _layout_guard(call)
+    data, nhwc = _to_nchw(graph, call, args[0], "data_layout")
+    kernel_layout = str(call.attrs.get("kernel_layout", "OIHW"))
+    if sorted(kernel_layout) != sorted("OIHW"):
+        raise NotImplementedError(f"ONNX export: conv2d kernel layout {kernel_layout}")
+    weight = args[1] if kernel_layout == "OIHW" else graph.node(
+        "Transpose", [args[1]], perm=[kernel_layout.index(c) for c in "OIHW"])
+    shape = _shape(call.args[1])
+    kernel = [shape[kernel_layout.index("H")], shape[kernel_layout.index("W")]]
     pad = _ints(call.attrs.get("padding", (0, 0)), 4)
     pad = pad * 2 if len(pad) == 2 else pad  # (top, left, bottom, right) = ONNX's order
-    kernel = _shape(call.args[1])[2:]
-    return graph.node("Conv", args, kernel_shape=list(kernel), pads=pad,
-                      strides=_ints(call.attrs.get("strides", 1)),
-                      dilations=_ints(call.attrs.get("dilation", 1)),
-                      group=int(call.attrs.get("groups", 1)))
+    out = graph.node("Conv", [data, weight], kernel_shape=kernel, pads=pad,
+                     strides=_ints(call.attrs.get("strides", 1)),
+                     dilations=_ints(call.attrs.get("dilation", 1)),
+                     group=int(call.attrs.get("groups", 1)))
+    return _from_nchw(graph, out, nhwc)
 
 
 @onnx_op("nn.batch_norm")
@@ -332,8 +348,8 @@ def _layer_norm(graph: _Graph, call: ast.Call, args: list) -> str:
 
 @onnx_op("nn.global_avg_pool2d")
 def _global_avg_pool2d(graph: _Graph, call: ast.Call, args: list) -> str:
-    _layout_guard(call, kernel=None)
-    return graph.node("GlobalAveragePool", args)
+    data, nhwc = _to_nchw(graph, call, args[0], "layout")
+    return _from_nchw(graph, graph.node("GlobalAveragePool", [data]), nhwc)
 
 
 def _pool_attrs(call: ast.Call) -> dict:
@@ -346,17 +362,19 @@ def _pool_attrs(call: ast.Call) -> dict:
 
 @onnx_op("nn.max_pool2d")
 def _max_pool2d(graph: _Graph, call: ast.Call, args: list) -> str:
-    _layout_guard(call, kernel=None)
-    return graph.node("MaxPool", args, dilations=_ints(call.attrs.get("dilation", 1)),
-                      **_pool_attrs(call))
+    data, nhwc = _to_nchw(graph, call, args[0], "layout")
+    out = graph.node("MaxPool", [data], dilations=_ints(call.attrs.get("dilation", 1)),
+                     **_pool_attrs(call))
+    return _from_nchw(graph, out, nhwc)
 
 
 @onnx_op("nn.avg_pool2d")
 def _avg_pool2d(graph: _Graph, call: ast.Call, args: list) -> str:
-    _layout_guard(call, kernel=None)
-    return graph.node("AveragePool", args,
-                      count_include_pad=int(bool(call.attrs.get("count_include_pad", False))),
-                      **_pool_attrs(call))
+    data, nhwc = _to_nchw(graph, call, args[0], "layout")
+    out = graph.node("AveragePool", [data],
+                     count_include_pad=int(bool(call.attrs.get("count_include_pad", False))),
+                     **_pool_attrs(call))
+    return _from_nchw(graph, out, nhwc)
 
 
 @onnx_op("nn.pad")
@@ -364,6 +382,7 @@ def _pad(graph: _Graph, call: ast.Call, args: list) -> str:
     widths = [[int(v) for v in pair] for pair in call.attrs["pad_width"]]
     pads = [w[0] for w in widths] + [w[1] for w in widths]
     inputs = [args[0], graph.int64s(pads)]
-    if len(args) > 1:
-        inputs.append(args[1])
+    if len(args) > 1:  # the pad value, in the data's dtype (Relay's text gives an int 0)
+        elem = _onnx().helper.np_dtype_to_tensor_dtype(np.dtype(call.checked_type.dtype))
+        inputs.append(graph.node("Cast", [args[1]], to=elem))
     return graph.node("Pad", inputs, mode=str(call.attrs.get("pad_mode", "constant")))
