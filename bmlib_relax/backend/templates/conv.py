@@ -86,18 +86,6 @@ def conv2d_transpose(call, inputs, ctx):
         out_dtype(attrs, data.dtype), attr_ints(attrs.output_padding), int(attrs.groups))
 
 
-@register_template("relax.nn.conv1d")
-def conv1d(call, inputs, ctx):
-    attrs = call.attrs
-    data, weight = inputs
-    if (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout)) != \
-            ("NCW", "OIW", "NCW"):
-        raise ctx.error(f"layout {attrs.data_layout}/{attrs.kernel_layout} has no template")
-    return topi.nn.conv1d(data, weight, attr_ints(attrs.strides), attr_ints(attrs.padding),
-                          attr_ints(attrs.dilation), int(attrs.groups), "NCW", "OIW",
-                          out_dtype(attrs, data.dtype))
-
-
 def _transposed_conv(topi_fn, layouts: tuple):
     """conv1d/conv3d_transpose as TVM's legalization computes them (a dilation is a
     kernel dilated with zeros)."""
@@ -121,16 +109,23 @@ register_template("relax.nn.conv3d_transpose")(_transposed_conv(
     topi.nn.group_conv3d_transpose_ncdhw, ("NCDHW", "IODHW", "NCDHW")))
 
 
-@register_template("relax.nn.conv3d")
-def conv3d(call, inputs, ctx):
-    attrs = call.attrs
-    data, weight = inputs
-    if (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout)) != \
-            ("NCDHW", "OIDHW", "NCDHW"):
-        raise ctx.error(f"layout {attrs.data_layout}/{attrs.kernel_layout} has no template")
-    return topi.nn.conv(data, weight, attr_ints(attrs.strides), attr_ints(attrs.padding),
-                        attr_ints(attrs.dilation), int(attrs.groups), "NCDHW", "OIDHW",
-                        out_dtype(attrs, data.dtype))
+def _direct_conv(data_layout: str, kernel_layout: str):
+    """conv1d/conv3d as TOPI's generic ``nn.conv`` computes them (generic schedules)."""
+    def template(call, inputs, ctx):
+        attrs = call.attrs
+        data, weight = inputs
+        if (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout)) != \
+                (data_layout, kernel_layout, data_layout):
+            raise ctx.error(f"layout {attrs.data_layout}/{attrs.kernel_layout} has no template")
+        return topi.nn.conv(data, weight, attr_ints(attrs.strides), attr_ints(attrs.padding),
+                            attr_ints(attrs.dilation), int(attrs.groups), data_layout,
+                            kernel_layout, out_dtype(attrs, data.dtype))
+
+    return template
+
+
+register_template("relax.nn.conv1d")(_direct_conv("NCW", "OIW"))
+register_template("relax.nn.conv3d")(_direct_conv("NCDHW", "OIDHW"))
 
 
 def pack_kernel(weight: te.Tensor, ib: int, ob: int) -> te.Tensor:
