@@ -84,9 +84,14 @@ class _Graph:
         return self.const(np.asarray(list(values), dtype="int64"), "shape")
 
 
+def _elem_type(dtype: str) -> int:
+    """ONNX's element type code of a numpy/Relay dtype name."""
+    return _onnx().helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+
+
 def _tensor_type(ty: ast.TensorType):
     onnx = _onnx()
-    elem = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(ty.dtype))
+    elem = _elem_type(ty.dtype)
     return onnx.helper.make_tensor_type_proto(elem, [int(d) for d in ty.shape])
 
 
@@ -198,11 +203,11 @@ def _leaky_relu(graph: _Graph, call: ast.Call, args: list) -> str:
 
 @onnx_op("cast")
 def _cast(graph: _Graph, call: ast.Call, args: list) -> str:
-    elem = _onnx().helper.np_dtype_to_tensor_dtype(np.dtype(call.checked_type.dtype))
+    elem = _elem_type(call.checked_type.dtype)
     return graph.node("Cast", args, to=elem)
 
 
-@onnx_op("reshape", "nn.batch_flatten")
+@onnx_op("reshape", "nn.batch_flatten", "expand_dims", "squeeze")
 def _reshape(graph: _Graph, call: ast.Call, args: list) -> str:
     return graph.node("Reshape", [args[0], graph.int64s(_shape(call))])
 
@@ -213,11 +218,6 @@ def _transpose(graph: _Graph, call: ast.Call, args: list) -> str:
     axes = call.attrs.get("axes")
     perm = [int(a) % rank for a in axes] if axes else list(reversed(range(rank)))
     return graph.node("Transpose", args, perm=perm)
-
-
-@onnx_op("expand_dims", "squeeze")
-def _expand_squeeze(graph: _Graph, call: ast.Call, args: list) -> str:
-    return graph.node("Reshape", [args[0], graph.int64s(_shape(call))])
 
 
 @onnx_op("concatenate")
@@ -247,7 +247,7 @@ def _argmax(graph: _Graph, call: ast.Call, args: list) -> str:
         raise NotImplementedError("ONNX export: argmax over several axes")
     out = graph.node("ArgMax", args, axis=axes[0],
                      keepdims=int(bool(call.attrs.get("keepdims", False))))
-    elem = _onnx().helper.np_dtype_to_tensor_dtype(np.dtype(call.checked_type.dtype))
+    elem = _elem_type(call.checked_type.dtype)
     return graph.node("Cast", [out], to=elem)
 
 
@@ -383,6 +383,6 @@ def _pad(graph: _Graph, call: ast.Call, args: list) -> str:
     pads = [w[0] for w in widths] + [w[1] for w in widths]
     inputs = [args[0], graph.int64s(pads)]
     if len(args) > 1:  # the pad value, in the data's dtype (Relay's text gives an int 0)
-        elem = _onnx().helper.np_dtype_to_tensor_dtype(np.dtype(call.checked_type.dtype))
+        elem = _elem_type(call.checked_type.dtype)
         inputs.append(graph.node("Cast", [args[1]], to=elem))
     return graph.node("Pad", inputs, mode=str(call.attrs.get("pad_mode", "constant")))

@@ -116,3 +116,21 @@ def size_dims(value: Any) -> list:
         else:
             out.append(tvm.tirx.Cast("int64", v))
     return out
+
+
+def resize_args(attrs, default_layout: str, default_rounding: str) -> dict:
+    """Keyword arguments of ``relax.op.image.resize2d`` from Relay's resize attributes,
+    with Relay's defaults spelled out (Relax's ``cubic_alpha`` default differs)."""
+    roi = attrs.get("roi")
+    return dict(
+        roi=tuple(float(v) for v in roi) if roi else None,
+        layout=attrs.get("layout") or default_layout,
+        method=attrs.get("method", "linear"),
+        coordinate_transformation_mode=attrs.get("coordinate_transformation_mode",
+                                                 "half_pixel"),
+        rounding_method=attrs.get("rounding_method", default_rounding),
+        cubic_alpha=float(attrs.get("cubic_alpha", -0.5)),
+        cubic_exclude=int(attrs.get("cubic_exclude", 0)),
+        extrapolation_value=float(attrs.get("extrapolation_value", 0.0)),
+        out_dtype=out_dtype(attrs),
+    )

@@ -4,26 +4,13 @@ from __future__ import annotations
 from tvm import relax
 
 from ..registry import register_converter
-from ._utils import ints, out_dtype, shape_of, size_dims
+from ._utils import resize_args, shape_of, size_dims
 
 
 @register_converter("image.resize2d")
 def _resize2d(inputs, attrs, ctx):
-    # Relay's Resize2DAttrs defaults, spelled out (Relax's cubic_alpha differs).
-    roi = attrs.get("roi")
-    return relax.op.image.resize2d(
-        inputs[0], size_dims(attrs["size"]),
-        roi=tuple(float(v) for v in roi) if roi else None,
-        layout=attrs.get("layout") or "NCHW",
-        method=attrs.get("method", "linear"),
-        coordinate_transformation_mode=attrs.get("coordinate_transformation_mode",
-                                                 "half_pixel"),
-        rounding_method=attrs.get("rounding_method", "round"),
-        cubic_alpha=float(attrs.get("cubic_alpha", -0.5)),
-        cubic_exclude=int(attrs.get("cubic_exclude", 0)),
-        extrapolation_value=float(attrs.get("extrapolation_value", 0.0)),
-        out_dtype=out_dtype(attrs),
-    )
+    return relax.op.image.resize2d(inputs[0], size_dims(attrs["size"]),
+                                   **resize_args(attrs, "NCHW", default_rounding="round"))
 
 
 @register_converter("nn.upsampling")

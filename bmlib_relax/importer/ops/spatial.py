@@ -19,7 +19,7 @@ from tvm import relax
 
 from ..registry import register_converter
 from ._utils import (
-    dtype_of, ints, optional_ints, out_dtype, shape_of, size_dims, static_shape,
+    dtype_of, ints, optional_ints, resize_args, shape_of, size_dims, static_shape,
 )
 
 
@@ -191,26 +191,10 @@ def _l2_normalize(inputs, attrs, ctx):
     return relax.op.divide(data, relax.op.sqrt(relax.op.maximum(total, eps)))
 
 
-def _resize_args(attrs, default_layout: str):
-    roi = attrs.get("roi")
-    return dict(
-        roi=tuple(float(v) for v in roi) if roi else None,
-        layout=attrs.get("layout") or default_layout,
-        method=attrs.get("method", "linear"),
-        coordinate_transformation_mode=attrs.get("coordinate_transformation_mode",
-                                                 "half_pixel"),
-        rounding_method=attrs.get("rounding_method", ""),
-        cubic_alpha=float(attrs.get("cubic_alpha", -0.5)),
-        cubic_exclude=int(attrs.get("cubic_exclude", 0)),
-        extrapolation_value=float(attrs.get("extrapolation_value", 0.0)),
-        out_dtype=out_dtype(attrs),
-    )
-
-
 @register_converter("image.resize1d")
 def _resize1d(inputs, attrs, ctx):
     # A unit height added in front of the width: the 2-D resize of an (N, C, 1, W) image.
-    args = _resize_args(attrs, "NCW")
+    args = resize_args(attrs, "NCW", default_rounding="")
     layout = args.pop("layout")
     if layout not in ("NCW", "NWC"):
         raise ctx.unsupported_attr("layout", layout)
@@ -227,7 +211,7 @@ def _resize1d(inputs, attrs, ctx):
 
 @register_converter("image.resize3d")
 def _resize3d(inputs, attrs, ctx):
-    args = _resize_args(attrs, "NCDHW")
+    args = resize_args(attrs, "NCDHW", default_rounding="")
     return relax.op.image.resize3d(inputs[0], size_dims(attrs["size"]), **args)
 
 
