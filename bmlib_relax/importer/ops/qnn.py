@@ -571,14 +571,23 @@ _LOOKUP_FUNCS = {
 }
 
 
+def _unary_operands(inputs, ctx, dtypes: tuple,
+                    names: tuple = ("input_scale", "input_zero_point", "output_scale",
+                                    "output_zero_point")):
+    """``(data, its dtype, (scale, zero point, output scale, output zero point))`` of a
+    one-tensor QNN op, each parameter checked and named as Relay names it."""
+    data = inputs[0]
+    dtype = _check_qdtype(dtype_of(data), ctx, "the input dtype", dtypes)
+    params = tuple(qparam(e, ctx, n, d) for e, n, d in zip(
+        inputs[1:5], names, ("float32", "int32", "float32", "int32")))
+    return data, dtype, params
+
+
 def _lookup(fn):
     def convert(inputs, attrs, ctx):
-        data = inputs[0]
-        dtype = _check_qdtype(dtype_of(data), ctx, "the input dtype", ("int8", "uint8"))
-        scale, zp, out_scale, out_zp = (
-            qparam(e, ctx, n, d) for e, n, d in zip(
-                inputs[1:5], ("scale", "zero_point", "output_scale", "output_zero_point"),
-                ("float32", "int32", "float32", "int32")))
+        data, dtype, (scale, zp, out_scale, out_zp) = _unary_operands(
+            inputs, ctx, ("int8", "uint8"),
+            ("scale", "zero_point", "output_scale", "output_zero_point"))
         if not all(p.is_scalar for p in (scale, zp, out_scale, out_zp)):
             raise ctx.error("the quantization parameters must be scalars")
         lo, hi = _INT_RANGE[dtype]
@@ -616,12 +625,8 @@ def _wrap32(value: int) -> int:
 
 @register_converter("qnn.leaky_relu")
 def _qnn_leaky_relu(inputs, attrs, ctx):
-    data = inputs[0]
-    dtype = _check_qdtype(dtype_of(data), ctx, "the input dtype", ("int8", "uint8", "int16"))
-    scale, zp, out_scale, out_zp = (
-        qparam(e, ctx, n, d) for e, n, d in zip(
-            inputs[1:5], ("input_scale", "input_zero_point", "output_scale",
-                          "output_zero_point"), ("float32", "int32", "float32", "int32")))
+    data, dtype, (scale, zp, out_scale, out_zp) = _unary_operands(
+        inputs, ctx, ("int8", "uint8", "int16"))
     if not (zp.is_scalar and out_zp.is_scalar):
         raise ctx.error("the zero points must be scalars")
     alpha = float(attrs.get("alpha", 0.01))
@@ -637,12 +642,8 @@ def _qnn_leaky_relu(inputs, attrs, ctx):
 
 @register_converter("qnn.avg_pool2d")
 def _qnn_avg_pool2d(inputs, attrs, ctx):
-    data = inputs[0]
-    dtype = _check_qdtype(dtype_of(data), ctx, "the input dtype", ("int8", "uint8", "int16"))
-    scale, zp, out_scale, out_zp = (
-        qparam(e, ctx, n, d) for e, n, d in zip(
-            inputs[1:5], ("input_scale", "input_zero_point", "output_scale",
-                          "output_zero_point"), ("float32", "int32", "float32", "int32")))
+    data, dtype, (scale, zp, out_scale, out_zp) = _unary_operands(
+        inputs, ctx, ("int8", "uint8", "int16"))
     upcast = ctx.emit(_requantize_or_upcast(data, scale, zp, out_scale, out_zp, -1, ctx))
     padding = ints(attrs.get("padding", 0))
     padding = padding * 4 if len(padding) == 1 else padding + padding if len(padding) == 2 \
