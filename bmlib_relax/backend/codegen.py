@@ -119,7 +119,9 @@ class PartitionLowerer:
         if not _is_tensor(ty):
             raise CodegenError(f"bmlib partition {self.symbol!r}: parameter {var.name} has "
                                f"type {ty}, only tensors can be passed to a PrimFunc")
-        shape = [int(d) for d in ty.shape.values]
+        # Static dims as ints; symbolic ones keep their tir.Var, shared with the other
+        # parameters, so the PrimFunc binds each free dim once from its buffers.
+        shape = [int(d) if hasattr(d, "value") else d for d in ty.shape.values]
         return te.placeholder(shape, str(ty.dtype), name=var.name)
 
     def lower(self) -> tvm.tirx.PrimFunc:

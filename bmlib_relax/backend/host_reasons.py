@@ -16,7 +16,7 @@ import tvm
 from tvm import relax
 
 from .patterns import SUPPORTED_DTYPES
-from .templates import get_template
+from .templates import get_template, supports_symbolic_dims
 
 NO_TEMPLATE = "no_template"
 DTYPE = "dtype_not_supported"
@@ -59,7 +59,7 @@ def host_reason(call: relax.Call, table: Sequence[Any], var2val: dict) -> HostRe
         return HostReason(op, NO_TEMPLATE, "no bmlib template for this op")
     types = list(_tensor_types(call))
     dynamic = [ty for ty in types if not _is_static(ty)]
-    if dynamic:
+    if dynamic and not supports_symbolic_dims(op):
         return HostReason(op, DYNAMIC, f"dynamic shape {dynamic[0].shape}")
     dtypes = sorted({str(ty.dtype) for ty in types} - set(SUPPORTED_DTYPES))
     if dtypes:

@@ -19,11 +19,14 @@ from __future__ import annotations
 import re
 from typing import Callable, Optional
 
+import tvm
 from tvm import relax
 from tvm.relax.backend.pattern_registry import get_patterns_with_prefix, register_patterns
 from tvm.relax.backend.utils import has_leaking_intermediate_variables
 from tvm.relax.dpl import DFPattern, is_const, is_op, is_tuple_get_item, wildcard
 from tvm.relax.transform import PatternCheckContext
+
+from .templates.registry import supports_symbolic_dims
 
 PREFIX = "bmlib"
 SUPPORTED_DTYPES = ("float32", "float16")
@@ -74,17 +77,30 @@ def _shape(expr) -> Optional[list[int]]:
     return [int(d.value) for d in shape.values]
 
 
-def _tensor_ok(ty, dtypes: tuple = SUPPORTED_DTYPES) -> bool:
+def _is_static_dim(d) -> bool:
+    return hasattr(d, "value")
+
+
+def _tensor_ok(ty, dtypes: tuple = SUPPORTED_DTYPES, symbolic: bool = False) -> bool:
+    """A tensor type a template takes: a supported dtype and a known rank; every dim
+    static unless ``symbolic`` (all ops of the match take symbolic dims)."""
     if isinstance(ty, relax.TupleType):
-        return all(_tensor_ok(f, dtypes) for f in ty.fields)
+        return all(_tensor_ok(f, dtypes, symbolic) for f in ty.fields)
     if not isinstance(ty, relax.TensorType):
         return True  # shapes, PrimValues: operands, not data
     # The templates are written for floating point; integer math stays on the host.
     if str(ty.dtype) not in dtypes:
         return False
-    # Templates are specialised per shape at compile time.
-    return ty.shape is not None and hasattr(ty.shape, "values") and \
-        all(hasattr(d, "value") for d in ty.shape.values)
+    if ty.shape is None or not hasattr(ty.shape, "values"):
+        return False  # unknown rank
+    # Templates are specialised per shape at compile time, symbolic ones per free dim.
+    return all(symbolic or _is_static_dim(d) for d in ty.shape.values)
+
+
+def _takes_symbolic_dims(calls) -> bool:
+    """Whether every op of a match has a template that takes symbolic dims."""
+    return all(supports_symbolic_dims(c.op.name) for c in calls
+               if isinstance(getattr(c, "op", None), tvm.ir.Op))
 
 
 def _dtypes_of(expr) -> tuple:
@@ -101,6 +117,7 @@ def check_tensors(context: PatternCheckContext) -> bool:
     exprs = [context.matched_expr, *context.annotated_expr.values(),
              *context.matched_bindings.values()]
     calls = [e for e in exprs if isinstance(e, relax.Call)]
+    symbolic = _takes_symbolic_dims(calls)
     read_by_selection = {id(a) for c in calls if _dtypes_of(c) != SUPPORTED_DTYPES
                          for a in c.args}
     for expr in exprs:
@@ -109,10 +126,10 @@ def check_tensors(context: PatternCheckContext) -> bool:
         else:  # an annotated operand: a mask or index only when a selection op reads it
             dtypes = SUPPORTED_DTYPES + SELECTION_DTYPES if id(expr) in read_by_selection \
                 else SUPPORTED_DTYPES
-        if not _tensor_ok(getattr(expr, "ty", None), dtypes):
+        if not _tensor_ok(getattr(expr, "ty", None), dtypes, symbolic):
             return False
         for arg in getattr(expr, "args", None) or ():
-            if not _tensor_ok(getattr(arg, "ty", None), _dtypes_of(expr)):
+            if not _tensor_ok(getattr(arg, "ty", None), _dtypes_of(expr), symbolic):
                 return False
     # An intermediate used outside would be recomputed or lost: keep such regions apart.
     return not has_leaking_intermediate_variables(context)

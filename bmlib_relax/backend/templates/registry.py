@@ -38,9 +38,27 @@ TEMPLATES: Registry[Template] = Registry("bmlib template for Relax op", _load_fa
 SCHEDULES: Registry[ScheduleRule] = Registry("schedule rule", _load_families)
 
 
-def register_template(*op_names: str) -> Callable[[Template], Template]:
-    """Register ``fn`` as the TIR template of each Relax op (``relax.nn.conv2d`` ...)."""
+# Ops whose template takes symbolic extents (``tir.Var`` dims from the Relax struct info).
+_SYMBOLIC_DIMS: set[str] = set()
+
+
+def register_template(*op_names: str, symbolic_dims: bool = False
+                      ) -> Callable[[Template], Template]:
+    """Register ``fn`` as the TIR template of each Relax op (``relax.nn.conv2d`` ...).
+
+    ``symbolic_dims=True`` declares that the template (and the schedule rules of
+    the blocks it tags) accept tensors whose shapes hold symbolic dims, e.g. a
+    free batch ``n``; the pattern checks offload such calls only then.
+    """
+    if symbolic_dims:
+        _SYMBOLIC_DIMS.update(op_names)
     return TEMPLATES.register(*op_names)
+
+
+def supports_symbolic_dims(op_name: str) -> bool:
+    """Whether the template of ``op_name`` takes symbolic dims (see register_template)."""
+    TEMPLATES.get(op_name)  # loads the families, which fill _SYMBOLIC_DIMS
+    return op_name in _SYMBOLIC_DIMS
 
 
 def register_schedule(*rule_names: str) -> Callable[[ScheduleRule], ScheduleRule]:
