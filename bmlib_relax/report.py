@@ -62,6 +62,9 @@ class OffloadReport:
     signature: dict = field(default_factory=dict)
     # The model's inputs (the parameters of main no weight binds): name, shape, dtype.
     inputs: list[dict] = field(default_factory=list)
+    # Per Relax function (main, Relay globals, lifted loops): op and FLOP counts of its
+    # own body, each partition it calls counted once per call site (function_counts).
+    functions: dict = field(default_factory=dict)
 
     @property
     def num_offloaded(self) -> int:
@@ -90,6 +93,7 @@ class OffloadReport:
                          sorted(self.host_reasons.items(),
                                 key=lambda item: (item[0].op, item[0].reason, item[0].detail))],
             "inputs": [dict(i) for i in self.inputs],
+            "functions": {k: dict(v) for k, v in sorted(self.functions.items())},
         }
 
     def __str__(self) -> str:
@@ -119,6 +123,12 @@ class OffloadReport:
         for reason, count in sorted(self.host_reasons.items(),
                                     key=lambda item: (item[0].op, item[0].detail)):
             lines.append(f"    host {_short(reason.op)} x{count}: {reason.detail}")
+        if len(self.functions) > 1:
+            lines.append("  per function (ops on bmlib/host, FLOPs on bmlib/host):")
+            for name, c in sorted(self.functions.items()):
+                lines.append(f"    {name}: {c['ops_offloaded']}/{c['ops_host']} ops, "
+                             f"{_si(c['flops_offloaded'])}/{_si(c['flops_host'])} FLOPs, "
+                             f"{len(c['partitions'])} partition call(s)")
         return "\n".join(lines)
 
 
@@ -189,6 +199,34 @@ def host_ops(mod: tvm.IRModule) -> Counter:
     return Counter(call.op.name for func in _host_functions(mod) for call in _op_calls(func))
 
 
+def function_counts(mod: tvm.IRModule, records: Mapping[str, PartitionRecord]) -> dict:
+    """``{function: {ops_offloaded, ops_host, flops_offloaded, flops_host, partitions}}``
+    for every Relax function that is not a partition: what its own body computes (a
+    function it calls is counted in its own entry, not the caller's)."""
+    partitions = {gv.name_hint: f for gv, f in mod.functions.items() if is_bmlib_partition(f)}
+    counts = {}
+    for gvar, func in mod.functions.items():
+        if gvar.name_hint in partitions or not isinstance(func, relax.Function) or \
+                (func.attrs is not None and "Composite" in func.attrs):
+            continue
+        called: list[str] = []
+
+        def visit(expr, called=called):
+            if isinstance(expr, relax.Call) and isinstance(expr.op, relax.GlobalVar) and \
+                    expr.op.name_hint in partitions:
+                called.append(expr.op.name_hint)
+
+        relax.analysis.post_order_visit(func, visit)
+        offloaded = [records[n] for n in called if n in records]
+        counts[gvar.name_hint] = {
+            "ops_offloaded": sum(len(r.ops) for r in offloaded),
+            "ops_host": len(_op_calls(func)),
+            "flops_offloaded": sum(_flops_of(partitions[n]) for n in called if n in records),
+            "flops_host": _flops_of(func),
+            "partitions": sorted(called)}
+    return counts
+
+
 def output_specs(func: relax.Function) -> list[dict]:
     """``[{name, shape, dtype}]`` of a Relax function's results (``out0``, ``out1`` ...)."""
     ret = func.ret_ty
@@ -236,6 +274,7 @@ def build_report(partitioned: tvm.IRModule,
         report.flops_offloaded += flops * count
     report.partitions.sort(key=lambda p: p.name)
     report.ops_host = host_ops(partitioned)
+    report.functions = function_counts(partitioned, records)
     report.flops_host = sum(_flops_of(func) for func in _host_functions(partitioned))
     if report.ops_host:
         report.host_reasons = host_reasons(

@@ -11,6 +11,7 @@ from tvm.relax import dpl
 from ..errors import BmlibError, CodegenError, UserCodeError
 from ..legacy.lowerings import get_legacy_lowering
 from . import conv_fold, fold, layout, rewrite
+from .merge import merge_composites
 from .codegen import CODEGEN_NAME
 from .legacy_patterns import (PatternTranslationError, expand_alternatives, is_legacy_pattern,
                               take_check_error, translate_entry)
@@ -209,7 +210,9 @@ def partition_for_bmlib(mod: tvm.IRModule, patterns: Optional[Sequence[Any]] = N
     ``patterns`` defaults to the ``bmlib`` table.  Weights stay arguments of
     the partitions (``bind_constants=False``), so a partition's parameters are
     exactly what its call passes.  ``merge=True`` groups neighbouring
-    composites into one partition (``MergeCompositeFunctions``).
+    composites into one partition (``MergeCompositeFunctions``, in every Relax
+    function: see :mod:`.merge`).  Partitions are made inside every Relax
+    function (Relay globals, lifted loops, ``If`` branches), not only ``main``.
     ``pack_weights`` (default: with the built-in table only) first runs NHWC
     convolutions in NCHW (:mod:`.layout`), folds computations on constants
     (:mod:`.fold`) and per-channel scales and zero padding into convolutions
@@ -233,5 +236,5 @@ def partition_for_bmlib(mod: tvm.IRModule, patterns: Optional[Sequence[Any]] = N
     mod = claim_foreign_partitions(fused)
     check_partition_templates(mod)
     if merge:
-        mod = claim_foreign_partitions(relax.transform.MergeCompositeFunctions()(mod))
+        mod = claim_foreign_partitions(merge_composites(mod))
     return mod

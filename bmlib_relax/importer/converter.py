@@ -142,6 +142,68 @@ def _where(node: object) -> Optional[str]:
     return str(span) if span is not None else None
 
 
+def _concrete_type(ty: Optional[ast.Type]) -> bool:
+    """Whether a Relay type is fully known: tensors of static shape (tuples of them)."""
+    if isinstance(ty, ast.TypeCall):
+        return not ty.args and ty.name in _BARE_SCALAR_TYPES
+    if isinstance(ty, ast.TensorType):
+        return all(isinstance(d, int) for d in ty.shape)
+    if isinstance(ty, ast.TupleType):
+        return all(_concrete_type(f) for f in ty.fields)
+    return False
+
+
+def _type_key(ty: Any) -> tuple:
+    """A hashable key of a Relax parameter type (symbolic dims are all ``?``)."""
+    if isinstance(ty, relax.TensorType):
+        shape = ty.shape
+        dims = None if shape is None else tuple(
+            int(d.value) if isinstance(d, tvm.tirx.IntImm) else "?" for d in shape.values)
+        return ("tensor", str(ty.dtype), ty.ndim if dims is None else dims)
+    if isinstance(ty, relax.TupleType):
+        return ("tuple",) + tuple(_type_key(f) for f in ty.fields)
+    return ("other", str(ty))
+
+
+def _mangle(signature: tuple) -> str:
+    """``id__int32_5x7``: the parameter types of a specialisation, for its name."""
+    def one(key: tuple) -> str:
+        if key[0] == "tensor":
+            dims = key[2]
+            if isinstance(dims, int):
+                return f"{key[1]}_rank{dims}"
+            return key[1] + ("_" + "x".join("n" if d == "?" else str(d) for d in dims)
+                             if dims else "")
+        if key[0] == "tuple":
+            return "tup_" + "_".join(one(k) for k in key[1:]) + "_end"
+        return "other"
+
+    return "__".join(one(k) for k in signature) or "void"
+
+
+def _flat_param(name: str, ty: Any, params: list) -> relax.Expr:
+    """A parameter of type ``ty``: a Var, or for a tuple a Tuple of per-field Vars
+    (``name.0``, ``name.1.0``...); every Var is appended to ``params``."""
+    if isinstance(ty, relax.TupleType):
+        return relax.Tuple([_flat_param(f"{name}.{i}", f, params)
+                            for i, f in enumerate(ty.fields)])
+    var = relax.Var(name, ty)
+    params.append(var)
+    return var
+
+
+def _fresh_dims(ty: Any) -> Any:
+    """``ty`` with every symbolic dim a new var of the same name: a parameter of another
+    function must not reuse the caller's symbolic vars."""
+    if isinstance(ty, relax.TensorType) and ty.shape is not None:
+        dims = [d if isinstance(d, tvm.tirx.IntImm) else
+                tvm.tirx.Var(getattr(d, "name", "d"), "int64") for d in ty.shape.values]
+        return relax.TensorType(dims, ty.dtype)
+    if isinstance(ty, relax.TupleType):
+        return relax.TupleType([_fresh_dims(f) for f in ty.fields])
+    return ty
+
+
 class ConvertContext:
     """What a converter may use besides its inputs and attributes."""
 
@@ -297,6 +359,11 @@ class RelayImporter:
         self._recursive_globals: dict[str, bool] = {}
         # Relay function (by id) -> (GlobalVar, free Relay vars) of its lifted Relax function.
         self._lifted: dict[int, tuple[relax.GlobalVar, list[ast.Var]]] = {}
+        # Non-recursive global (by id) -> {call signature -> its Relax global function}.
+        self._specialised: dict[int, dict[tuple, relax.GlobalVar]] = {}
+        # Names given to Relax functions so far; Relay globals' names are reserved for them.
+        self._function_names: set[str] = set()
+        self._reserved_names: set[str] = set(module.functions)
         # Called with (relay node, relax value) for every converted node; type
         # inference (relay.transform.InferType) reads Relax's types through it.
         self.observer = observer
@@ -308,6 +375,7 @@ class RelayImporter:
     # ------------------------------------------------------------------ entry
     def run(self, entry: str = "main") -> tvm.IRModule:
         func = self.module[entry]
+        self._function_names.add(entry)
         self.check_supported(func)
         relax_params, env = self._bind_params(func)
         if isinstance(func.ret_type, ast.FuncType):
@@ -328,7 +396,7 @@ class RelayImporter:
         if isinstance(func.ret_type, ast.FuncType):
             # TVM's build expects local functions lifted (closures: make_closure).
             mod = relax.transform.LambdaLift()(mod)
-        if self._structured or self._lifted:
+        if self._structured or self._lifted or self._specialised:
             mod = relax.transform.ConvertToDataflow(min_size=1)(mod)
         return mod
 
@@ -630,16 +698,19 @@ class RelayImporter:
         return tensor_type(var.type_annotation, _where(var))
 
     def _global_function(self, name: str, where: ast.Expr) -> relax.GlobalVar:
-        """``@name`` as a Relax global function (built once)."""
+        """``@name`` used as a value: its Relax global function (typed by its annotations)."""
         func = self.module[name]
-        key = id(func)
-        if key not in self._lifted:
+        if self._is_recursive_global(name):
             params = [relax.Var(p.name, self._annotated(p)) for p in func.params]
-            gv = self._declare(name, params, func, where)
-            self._lifted[key] = (gv, [])
-            env = dict(zip(func.params, params))
-            self._define(gv, params, lambda: self._convert(func.body, env), func)
-        return self._lifted[key][0]
+            key = id(func)
+            if key not in self._lifted:
+                gv = self._declare(name, params, func, where)
+                self._lifted[key] = (gv, [])
+                env = dict(zip(func.params, params))
+                self._define(gv, params, lambda: self._convert(func.body, env), func)
+            return self._lifted[key][0]
+        params = [relax.Var(p.name, self._annotated(p)) for p in func.params]
+        return self._specialisation(name, func, params, where)
 
     def _apply(self, fn: Any, args: list, node: ast.Call) -> Any:
         """Call a function value: inline it, or call its lifted Relax function."""
@@ -657,10 +728,23 @@ class RelayImporter:
         return self._inline(fn.func, args, dict(fn.env), node)
 
     def _call_global(self, gvar: ast.GlobalVar, args: list, node: ast.Call) -> Any:
-        """Inline a call of a global function; a recursive one becomes a Relax global."""
-        if not self._is_recursive_global(gvar.name):
-            return self._inline_global(gvar, args, node)
+        """A call of a global function: a call of its Relax global function (of the same
+        name; one per call signature when its parameters are not fully typed).
+
+        Inlined instead, as Relay's own passes would: a global marked ``Inline=1``, one
+        that takes or returns a function value (the function is static here; Relax
+        functions take tensors), and a call inside a global being inlined.
+        """
         func = self.module[gvar.name]
+        if self._inlines(func, args):
+            return self._inline_global(gvar, args, node)
+        if not self._is_recursive_global(gvar.name):
+            params = self._signature_params(func, args, node, specialise=True)
+            gv = self._specialisation(gvar.name, func, params, node)
+            flat_args: list = []
+            for arg in args:
+                self._flatten_value(arg, flat_args, node)
+            return self._emit_call(gv, flat_args, node)
         key = id(func)
         if key not in self._lifted:
             params = self._signature_params(func, args, node)
@@ -669,6 +753,81 @@ class RelayImporter:
             env = dict(zip(func.params, params))
             self._define(gv, params, lambda: self._convert(func.body, env), func)
         return self._emit_call(self._lifted[key][0], args, node)
+
+    @staticmethod
+    def _inlines(func: ast.Function, args: list) -> bool:
+        """Whether a call of the global ``func`` with ``args`` is inlined (see _call_global)."""
+        inline = func.attrs.get("Inline") if func.attrs else None
+        if inline is not None and int(getattr(inline, "value", inline)):
+            return True
+        if isinstance(func.ret_type, ast.FuncType):
+            return True
+        return any(isinstance(a, _FUNCTION_VALUES) for a in args)
+
+    def _specialisation(self, name: str, func: ast.Function, params: list,
+                        where: ast.Expr) -> relax.GlobalVar:
+        """The Relax global function of the non-recursive global ``@name`` for the
+        parameter types of ``params``, built on first use.
+
+        The first signature keeps the Relay name; a polymorphic or partially typed
+        global called with other argument types gets one more function per
+        signature, named ``<name>__<signature>`` (``id__int32_5x7``).
+        """
+        signature = tuple(_type_key(p.ty) for p in params)
+        versions = self._specialised.setdefault(id(func), {})
+        if signature in versions:
+            return versions[signature]
+        fname = name if not versions else f"{name}__{_mangle(signature)}"
+        env: dict[ast.Var, Any] = {}
+        flat_params: list = []
+        for var, param in zip(func.params, params):
+            # A tuple parameter is one tensor parameter per field (``t.0``, ``t.1``...):
+            # partitions inside the function then take tensors, as they did inlined.
+            env[var] = _flat_param(param.name, param.ty, flat_params)
+            self.views.leaf(var, env[var])
+        self._active_globals.append(name)
+        try:
+            seq, result = self._scoped(lambda: self._convert(func.body, env), flat_params)
+        finally:
+            self._active_globals.pop()
+        if seq is None:
+            raise ConversionError(f"global function @{name} returns a function value; "
+                                  "annotate its return type (-> fn (...) -> ...)",
+                                  location=_where(func))
+        ret = signature_type(func.ret_type, _where(func)) \
+            if _concrete_type(func.ret_type) else None
+        relax_func = relax.Function(flat_params, seq, ret, is_pure=True)
+        try:
+            gv = self.bb.add_func(relax_func, self._function_name(fname, own=True))
+        except Exception as exc:  # noqa: BLE001 - TVM's type check of the return type
+            raise ConversionError(f"global function @{name}: Relax rejected its body: "
+                                  f"{str(exc).strip().splitlines()[-1]}",
+                                  location=_where(func)) from None
+        versions[signature] = gv
+        return gv
+
+    def _flatten_value(self, value: Any, out: list, node: ast.Expr) -> None:
+        """The tensors of ``value`` in field order (projections emitted as needed), as
+        :func:`_flat_param` made the parameters."""
+        ty = getattr(value, "ty", None)
+        if not isinstance(ty, relax.TupleType):
+            out.append(value)
+            return
+        for index in range(len(ty.fields)):
+            item = value.fields[index] if isinstance(value, relax.Tuple) else \
+                self.emit(relax.TupleGetItem(value, index), node)
+            self._flatten_value(item, out, node)
+
+    def _function_name(self, name: str, own: bool = False) -> str:
+        """A name no other Relax function has: the Relay globals' names are kept for
+        their own functions (``own``), lifted local functions get another."""
+        candidate, index = name, 0
+        while candidate in self._function_names or \
+                (not own and candidate in self._reserved_names):
+            index += 1
+            candidate = f"{name}_{index}"
+        self._function_names.add(candidate)
+        return candidate
 
     def _is_recursive_global(self, name: str) -> bool:
         """Whether ``@name`` can reach a call of itself through other globals."""
@@ -718,14 +877,23 @@ class RelayImporter:
         return self._emit_call(gv, list(args) + [self._lookup(v, closure.env) for v in free],
                                node)
 
-    def _signature_params(self, func: ast.Function, args: list, node: ast.Call) -> list:
+    def _signature_params(self, func: ast.Function, args: list, node: ast.Call,
+                          specialise: bool = False) -> list:
+        """Relax parameters for a call of ``func`` with ``args``: typed by the annotation,
+        else by the argument.  With ``specialise``, a parameter whose annotation is not
+        fully known (a type variable, ``?`` dims) takes the argument's type too, so that
+        the function is specialised to its call (fresh symbolic dims, never the caller's)."""
         if len(args) != len(func.params):
             raise ConversionError(f"function expects {len(func.params)} arguments, "
                                   f"got {len(args)}", location=_where(node))
         params = []
         for var, arg in zip(func.params, args):
-            if var.type_annotation is not None:
-                ty = tensor_type(var.type_annotation, _where(var))
+            annotation = var.type_annotation
+            if annotation is not None and not isinstance(annotation, ast.IncompleteType) and \
+                    (not specialise or _concrete_type(annotation)):
+                ty = tensor_type(annotation, _where(var))
+            elif specialise:
+                ty = _fresh_dims(self._type_of(arg, var))
             else:
                 ty = self._type_of(arg, var)
             params.append(relax.Var(var.name, ty))
@@ -748,7 +916,8 @@ class RelayImporter:
                 "(fn (...) -> T { ... })", location=_where(func))
         ret = signature_type(func.ret_type, _where(func))
         empty = relax.Function.create_empty(params, ret)
-        return self.bb.add_func(empty, self.bb.get_unique_name(name))
+        own = name in self._reserved_names and self.module.functions.get(name) is func
+        return self.bb.add_func(empty, self._function_name(name, own=own))
 
     def _define(self, gv: relax.GlobalVar, params: list, build: Callable[[], Any],
                 func: ast.Function) -> None:

@@ -1,0 +1,129 @@
+"""``MergeCompositeFunctions`` for every Relax function of a module, not only ``main``.
+
+TVM's pass merges the composite calls of the function named ``main`` and fails
+(``Variable ... could not be found in any group``) as soon as that function
+calls another Relax function -- a Relay global imported as a Relax global
+function, a lifted loop.  Here each function is merged on its own: its calls of
+other Relax functions are hidden behind placeholder ``call_pure_packed`` calls
+(opaque host ops to the pass), the function is merged as ``main`` of a module of
+its own, and the calls are put back.  The partitions each function gets keep
+the names TVM gives them, made unique across the module (``global_symbol`` too:
+the codegen's symbols are those names).
+"""
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+from tvm.relax.expr_functor import PyExprMutator, mutator
+
+_PLACEHOLDER = "__bmlib_merge_call_"
+
+
+def _is_plain(func) -> bool:
+    """A Relax function that is neither a partition nor a composite."""
+    return isinstance(func, relax.Function) and (
+        func.attrs is None or ("Codegen" not in func.attrs and "Composite" not in func.attrs))
+
+
+def _is_composite(func) -> bool:
+    return isinstance(func, relax.Function) and func.attrs is not None and \
+        "Composite" in func.attrs
+
+
+@mutator
+class _HideCalls(PyExprMutator):
+    """Calls of the module's plain functions -> ``call_pure_packed`` placeholders."""
+
+    def __init__(self, plain: set):
+        super().__init__()
+        self.plain = plain
+        self.hidden: dict[str, relax.GlobalVar] = {}
+        # Placeholder callees: empty PrimFuncs (call_tir wants a typed TIR callee).
+        self.stubs = relax.BlockBuilder()
+        self.stub_vars: dict[str, relax.GlobalVar] = {}
+
+    def _stub(self, symbol: str) -> relax.GlobalVar:
+        if symbol not in self.stub_vars:
+            stub = tvm.tirx.PrimFunc([], tvm.tirx.Evaluate(0))
+            self.stub_vars[symbol] = self.stubs.add_func(stub, symbol)
+        return self.stub_vars[symbol]
+
+    def visit_call_(self, call: relax.Call) -> relax.Expr:
+        call = self.visit_expr_post_order(call)
+        if not isinstance(call.op, relax.GlobalVar) or call.op.name_hint not in self.plain:
+            return call
+        symbol = f"{_PLACEHOLDER}{call.op.name_hint}"
+        self.hidden[symbol] = call.op
+        ty = call.ty
+        out = list(ty.fields) if isinstance(ty, relax.TupleType) else ty
+        return relax.op.call_tir(self._stub(symbol), relax.Tuple(list(call.args)), out)
+
+
+@mutator
+class _RestoreCalls(PyExprMutator):
+    """Placeholders back to calls of their functions; merged partitions renamed."""
+
+    def __init__(self, hidden: dict, renamed: dict):
+        super().__init__()
+        self.hidden = hidden
+        self.renamed = renamed
+
+    def visit_call_(self, call: relax.Call) -> relax.Expr:
+        call = self.visit_expr_post_order(call)
+        if isinstance(call.op, relax.GlobalVar) and call.op.name_hint in self.renamed:
+            return relax.Call(self.renamed[call.op.name_hint], call.args, call.attrs,
+                              call.ty_args, call.span)
+        if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.call_tir" and \
+                isinstance(call.args[0], relax.GlobalVar) and \
+                call.args[0].name_hint in self.hidden:
+            return relax.Call(self.hidden[call.args[0].name_hint], list(call.args[1].fields),
+                              span=call.span)
+        return call
+
+
+def _unique(name: str, taken: set) -> str:
+    candidate, index = name, 0
+    while candidate in taken:
+        index += 1
+        candidate = f"{name}_{index}"
+    taken.add(candidate)
+    return candidate
+
+
+def merge_composites(mod: tvm.IRModule) -> tvm.IRModule:
+    """``MergeCompositeFunctions`` applied to every plain Relax function of ``mod``."""
+    plain = {gv.name_hint: gv for gv, f in mod.functions.items() if _is_plain(f)}
+    if set(plain) <= {"main"}:
+        return relax.transform.MergeCompositeFunctions()(mod)
+    composites = {gv: f for gv, f in mod.functions.items() if _is_composite(f)}
+    others = {gv: f for gv, f in mod.functions.items()
+              if gv.name_hint not in plain and gv not in composites}
+    taken = {gv.name_hint for gv in mod.functions if gv not in composites}
+    out: dict = dict(others)
+    namer = relax.BlockBuilder()
+    for name, gv in plain.items():
+        hide = _HideCalls(set(plain))
+        func = hide.visit_expr(mod[gv])
+        entry = relax.GlobalVar("main")
+        merged = relax.transform.MergeCompositeFunctions()(
+            tvm.IRModule({entry: func, **composites, **{v: hide.stubs.get()[v]
+                                                        for v in hide.stub_vars.values()}}))
+        renamed = {}
+        for new_gv, new_func in merged.functions.items():
+            if new_gv.name_hint == "main" or _is_composite(new_func) or \
+                    new_gv.name_hint in hide.hidden:
+                continue
+            fresh = _unique(new_gv.name_hint, taken)
+            if fresh == new_gv.name_hint:
+                out[new_gv] = new_func
+                continue
+            if new_func.attrs is not None and "global_symbol" in new_func.attrs:
+                new_func = new_func.with_attr("global_symbol", fresh)
+            target = namer.add_func(new_func, fresh)  # a typed GlobalVar
+            renamed[new_gv.name_hint] = target
+            out[target] = new_func
+        body = _RestoreCalls(hide.hidden, renamed).visit_expr(merged["main"])
+        out[gv] = body
+    # Composites no function calls any more are dropped, as TVM's pass does.
+    result = tvm.IRModule(out, attrs=mod.attrs)
+    return relax.transform.Normalize()(result)
