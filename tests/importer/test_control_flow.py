@@ -287,6 +287,77 @@ CORPUS_RUN = {
     "249_test_simple_linear.relay": [((_int(3),), _int(24))],
 }
 
+# Programs with calls between global functions: each non-inlined global is a Relax
+# global function of the same name (GLOBAL_FUNCTIONS), bmlib partitions inside it.
+X10 = np.random.default_rng(4).standard_normal((10, 10)).astype("float32")
+X8, Y8 = (np.random.default_rng(s).standard_normal(8).astype("float32") for s in (5, 6))
+_RELU10 = np.maximum(X10, 0)
+CORPUS_RUN.update({
+    # Extern=1 global: add(%a, %a); the dynamic one returns Tensor[(?, ?)].
+    "143_test_lower_extern.relay": [((X57,), X57 + X57)],
+    "144_test_lower_extern_with_dynamic_shape.relay": [((X57,), X57 + X57)],
+    # Collage's outlined partitions (Primitive=1, Compiler=...) called from main.
+    "202_test_partition_single_op_byoc.relay": [((X10,), _RELU10)],
+    # relu_add(abs(relu(x))) = abs(relu(x)) + relu(abs(relu(x))).
+    "204_test_partition_diamond_valid_topology.relay": [((X10,), 2 * _RELU10)],
+    "205_test_partition_diamond_valid_topology.relay": [((X10,), 2 * _RELU10)],
+    "207_test_tvm_max_depth.relay": [((X10,), _RELU10)],
+    "208_test_tvm_max_depth.relay": [((X10,), _RELU10)],
+    "210_test_byoc_max_depth.relay": [((X10,), _RELU10)],
+    "211_test_byoc_max_depth.relay": [((X10,), _RELU10)],
+    # A global returning a tuple: main returns (relu(x), relu(x), abs(relu(x))).
+    "213_test_partition_output_tuple.relay": [((X10,), (_RELU10, _RELU10, _RELU10))],
+    # A tuple-typed parameter: concatenate((relu(x), relu(relu(x)))).
+    "215_test_partition_intermediate_tuple.relay": [((X10,), np.concatenate([_RELU10] * 2))],
+    # abs(relu(relu(relu(x)) + relu(abs(x)))).
+    "217_test_fusion_benefit.relay": [((X10,), _RELU10 + np.abs(X10))],
+    # add_add(abs(relu(x)), relu(x)) = abs(r) + (r + abs(r)).
+    "219_test_double_residual.relay": [((X10,), 3 * _RELU10)],
+    "221_test_pruning_heuristic.relay": [((X10,), 3 * _RELU10)],
+    # A polymorphic global taking a function (inlined: the function is static).
+    "242_test_simple.relay": [((_mat(5)[:5, :5],), _mat(5)[:5, :5])],
+    # on_device / device_copy are identities on one CPU: f(y, x) = y + x.
+    "306_test_global_input.relay": [((X57, Y57), Y57 + X57)],
+    "307_test_global_expected.relay": [((X57, Y57), Y57 + X57)],
+    "312_test_free_on_device_input.relay": [((X57, Y57, Z57), X57 + Y57 + Z57)],
+    "313_test_free_on_device_expected.relay": [((X57, Y57, Z57), X57 + Y57 + Z57)],
+    # Inline=1: inlined, as Relay's Inline pass does: (x + y) * 2.
+    "323_test_tir_external_generation_outline_with_target_instance.relay": [
+        ((X8, Y8), (X8 + Y8) * 2)],
+    # @id[A](%x: A) -> A typed at its call: a float32 scalar.
+    "324_test_type_arg_infer.relay": [((np.array(2.5, "float32"),), np.array(2.5, "float32"))],
+})
+
+IDENTITY_GLOBALS = {"on_scope_b", "id"}
+GLOBAL_FUNCTIONS = {
+    "143_test_lower_extern.relay": ["my_add"],
+    "144_test_lower_extern_with_dynamic_shape.relay": ["my_dyn"],
+    "202_test_partition_single_op_byoc.relay": ["collage_example_target_hook_nn_relu"],
+    "204_test_partition_diamond_valid_topology.relay": [
+        "collage_example_target_hook_nn_relu", "collage_example_target_hook_nn_relu_add"],
+    "205_test_partition_diamond_valid_topology.relay": [
+        "collage_example_target_hook", "collage_example_target_hook_nn_relu"],
+    "207_test_tvm_max_depth.relay": ["collage_example_target_hook"],
+    "208_test_tvm_max_depth.relay": ["collage_example_target_hook_nn_relu"],
+    "210_test_byoc_max_depth.relay": ["collage_example_target_hook_nn_relu_nn_relu"],
+    "211_test_byoc_max_depth.relay": ["collage_example_target_hook_nn_relu_nn_relu_nn_relu"],
+    "213_test_partition_output_tuple.relay": ["collage_example_target_hook"],
+    "215_test_partition_intermediate_tuple.relay": [
+        "collage_example_target_hook", "collage_example_target_hook_concatenate"],
+    "217_test_fusion_benefit.relay": [
+        "collage_example_target_hook_nn_relu_nn_relu_nn_relu_add_nn_relu"],
+    "219_test_double_residual.relay": [
+        "collage_example_target_hook_add_add", "collage_example_target_hook_nn_relu"],
+    "221_test_pruning_heuristic.relay": ["collage_example_target_hook_nn_relu_nn_relu_add_add"],
+    "242_test_simple.relay": [],
+    "306_test_global_input.relay": ["f"],
+    "307_test_global_expected.relay": ["f"],
+    "312_test_free_on_device_input.relay": ["on_scope_b"],
+    "313_test_free_on_device_expected.relay": ["on_scope_b"],
+    "323_test_tir_external_generation_outline_with_target_instance.relay": [],
+    "324_test_type_arg_infer.relay": ["id"],
+}
+
 # file -> (error class, pattern): constructs Relax has no counterpart for, or programs
 # Relax rejects, stay clear errors naming the place.
 CORPUS_ERRORS = {
@@ -319,13 +390,35 @@ def _corpus_module(name: str):
 @pytest.mark.parametrize("name", sorted(CORPUS_RUN))
 def test_corpus_program_runs(name):
     model = bmlib_relax.compile(_corpus_module(name))
+    if name in GLOBAL_FUNCTIONS:
+        # Every (non-inlined) Relay global is a Relax global function of that name,
+        # called through its GlobalVar; bmlib partitions are made inside it.
+        plain = _plain_functions(model.relax_module)
+        assert plain == sorted(GLOBAL_FUNCTIONS[name] + ["main"])
+        for function in GLOBAL_FUNCTIONS[name]:
+            counts = model.report.functions[function]
+            assert counts["ops_host"] == 0, (function, counts)
+            # Identity globals compute nothing; every other one calls its partitions.
+            assert bool(counts["partitions"]) == (function not in IDENTITY_GLOBALS), counts
     for args, expected in CORPUS_RUN[name]:
-        out = _run(model, *args)
-        if isinstance(expected, tuple):
-            assert out == expected
-            continue
-        assert out.dtype == expected.dtype and out.shape == expected.shape
-        np.testing.assert_allclose(out, expected, rtol=1e-6)
+        _assert_outputs(_run(model, *args), expected)
+
+
+def _plain_functions(mod) -> list[str]:
+    """Relax functions of ``mod`` that are neither bmlib partitions nor composites."""
+    return sorted(gv.name_hint for gv, f in mod.functions.items()
+                  if isinstance(f, relax.Function) and
+                  (f.attrs is None or not ({"Codegen", "Composite"} & set(f.attrs.keys()))))
+
+
+def _assert_outputs(out, expected):
+    if isinstance(expected, tuple):
+        assert isinstance(out, tuple) and len(out) == len(expected)
+        for o, e in zip(out, expected):
+            _assert_outputs(o, e)
+        return
+    assert out.dtype == expected.dtype and out.shape == expected.shape
+    np.testing.assert_allclose(out, expected, rtol=1e-6)
 
 
 @pytest.mark.parametrize("name", sorted(CORPUS_ERRORS))
