@@ -90,10 +90,66 @@ def _unique(name: str, taken: set) -> str:
     return candidate
 
 
-def merge_composites(mod: tvm.IRModule) -> tvm.IRModule:
-    """``MergeCompositeFunctions`` applied to every plain Relax function of ``mod``."""
+def _has_control_flow(func: relax.Function) -> bool:
+    found = []
+
+    def visit(expr):
+        if isinstance(expr, relax.If):
+            found.append(expr)
+
+    relax.analysis.post_order_visit(func, visit)
+    return bool(found)
+
+
+@mutator
+class _OnePartitionPerComposite(PyExprMutator):
+    """Calls of composites -> calls of one-composite partitions (what FuseOpsByPattern
+    makes with ``annotate_codegen=True``), for a function the merge cannot take."""
+
+    def __init__(self, composites: dict, codegen: str, taken: set, namer: relax.BlockBuilder,
+                 out: dict):
+        super().__init__()
+        self.composites = composites
+        self.codegen = codegen
+        self.taken = taken
+        self.namer = namer
+        self.out = out
+        self.wrappers: dict = {}
+
+    def visit_call_(self, call: relax.Call) -> relax.Expr:
+        call = self.visit_expr_post_order(call)
+        if not isinstance(call.op, relax.GlobalVar):
+            return call
+        composite = self.composites.get(call.op)
+        if composite is None:
+            return call
+        if call.op not in self.wrappers:
+            name = _unique("fused_" + str(composite.attrs["Composite"]).replace(".", "_")
+                           + "_" + self.codegen, self.taken)
+            params = [relax.Var(p.name, p.ty) for p in composite.params]
+            local = composite.without_attr("global_symbol") \
+                if "global_symbol" in composite.attrs else composite
+            builder = relax.BlockBuilder()
+            with builder.function(name, params, attrs={"Codegen": self.codegen,
+                                                       "global_symbol": name}):
+                inner = builder.emit(local, "local_func")
+                result = builder.emit(relax.Call(inner, params), "output")
+                builder.emit_func_output(result)
+            wrapper = builder.get()[name]
+            gv = self.namer.add_func(wrapper, name)
+            self.out[gv] = wrapper
+            self.wrappers[call.op] = gv
+        return relax.Call(self.wrappers[call.op], call.args, span=call.span)
+
+
+def merge_composites(mod: tvm.IRModule, codegen: str = "bmlib") -> tvm.IRModule:
+    """``MergeCompositeFunctions`` applied to every plain Relax function of ``mod``.
+
+    A function with control flow (``If``), which the pass cannot take, gets one
+    partition per composite call instead (unmerged, as with ``merge=False``).
+    """
     plain = {gv.name_hint: gv for gv, f in mod.functions.items() if _is_plain(f)}
-    if set(plain) <= {"main"}:
+    if set(plain) <= {"main"} and not any(_has_control_flow(mod[gv]) for gv in plain.values()):
         return relax.transform.MergeCompositeFunctions()(mod)
     composites = {gv: f for gv, f in mod.functions.items() if _is_composite(f)}
     others = {gv: f for gv, f in mod.functions.items()
@@ -102,6 +158,10 @@ def merge_composites(mod: tvm.IRModule) -> tvm.IRModule:
     out: dict = dict(others)
     namer = relax.BlockBuilder()
     for name, gv in plain.items():
+        if _has_control_flow(mod[gv]):
+            unmerged = _OnePartitionPerComposite(composites, codegen, taken, namer, out)
+            out[gv] = unmerged.visit_expr(mod[gv])
+            continue
         hide = _HideCalls(set(plain))
         func = hide.visit_expr(mod[gv])
         entry = relax.GlobalVar("main")
@@ -124,6 +184,6 @@ def merge_composites(mod: tvm.IRModule) -> tvm.IRModule:
             out[target] = new_func
         body = _RestoreCalls(hide.hidden, renamed).visit_expr(merged["main"])
         out[gv] = body
-    # Composites no function calls any more are dropped, as TVM's pass does.
+    # The composites are inside the partitions now (dropped, as TVM's pass does).
     result = tvm.IRModule(out, attrs=mod.attrs)
     return relax.transform.Normalize()(result)

@@ -1,0 +1,393 @@
+"""Relay global functions stay Relax global functions, and bmlib offloads inside them.
+
+``@main`` calling ``@f`` calling ``@g`` imports as three Relax functions of those
+names linked by GlobalVar calls; ``bmlib_relax.compile`` partitions inside each
+(also with ``merge=True``), the report counts ops and FLOPs per function, weights
+bound as parameters of ``@main`` reach the function that uses them, and every
+output is checked against numpy.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax, topi
+
+import bmlib_relax
+from bmlib_relax import import_relay
+from bmlib_relax.importer.provenance import origin_of
+from bmlib_relax.relay import parse
+from bmlib_relax.relay.dataflow_pattern import is_op, wildcard
+
+from conftest import offloaded_partitions
+
+HEADER = '#[version = "0.0.5"]\n'
+RNG = np.random.default_rng(1313)
+
+
+def _rand(*shape, scale=1.0):
+    return (RNG.standard_normal(shape) * scale).astype("float32")
+
+
+def _relu(x):
+    return np.maximum(x, 0)
+
+
+def _callees(func: relax.Function) -> list[str]:
+    """Names of the global functions ``func`` calls (in call order, repeated)."""
+    names: list[str] = []
+
+    def visit(expr):
+        if isinstance(expr, relax.Call) and isinstance(expr.op, relax.GlobalVar):
+            names.append(expr.op.name_hint)
+
+    relax.analysis.post_order_visit(func, visit)
+    return names
+
+
+def _partitions_called_by(mod: tvm.IRModule, name: str) -> list[str]:
+    """The bmlib partitions the function ``name`` calls: offload inside that function."""
+    offloaded = set(offloaded_partitions(mod))
+    return [callee for callee in _callees(mod[name]) if callee in offloaded]
+
+
+def _plain_functions(mod: tvm.IRModule) -> list[str]:
+    return sorted(gv.name_hint for gv, f in mod.functions.items()
+                  if isinstance(f, relax.Function) and
+                  (f.attrs is None or not ({"Codegen", "Composite"} & set(f.attrs.keys()))))
+
+
+# --------------------------------------------------------------------- main -> f -> g
+MAIN_F_G = HEADER + """
+def @g(%h: Tensor[(1, 64), float32], %wd: Tensor[(5, 64), float32]) -> Tensor[(1, 5), float32] {
+  nn.dense(%h, %wd, units=5)
+}
+def @f(%x: Tensor[(1, 3, 4, 4), float32], %w: Tensor[(4, 3, 3, 3), float32],
+       %b: Tensor[(4), float32], %wd: Tensor[(5, 64), float32]) -> Tensor[(1, 5), float32] {
+  %0 = nn.conv2d(%x, %w, padding=[1, 1, 1, 1], channels=4, kernel_size=[3, 3]);
+  %1 = nn.relu(nn.bias_add(%0, %b));
+  @g(nn.batch_flatten(%1), %wd)
+}
+def @main(%x: Tensor[(1, 3, 4, 4), float32], %w: Tensor[(4, 3, 3, 3), float32],
+          %b: Tensor[(4), float32], %wd: Tensor[(5, 64), float32]) {
+  nn.softmax(@f(%x, %w, %b, %wd))
+}
+"""
+
+
+def _main_f_g_params():
+    return {"w": _rand(4, 3, 3, 3, scale=0.5), "b": _rand(4), "wd": _rand(5, 64, scale=0.2)}
+
+
+def _conv3x3(x, w):
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    n, _, h, wid = x.shape
+    out = np.zeros((n, w.shape[0], h, wid), "float64")
+    for i in range(h):
+        for j in range(wid):
+            patch = padded[:, :, i:i + 3, j:j + 3]
+            out[:, :, i, j] = np.tensordot(patch, w, axes=([1, 2, 3], [1, 2, 3]))
+    return out
+
+
+def _main_f_g_numpy(x, w, b, wd):
+    h = _relu(_conv3x3(x, w) + b[None, :, None, None]).reshape(1, -1)
+    logits = h @ wd.T
+    e = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def test_globals_import_as_relax_functions_called_by_global_var():
+    mod = import_relay(parse(MAIN_F_G, "fg.relay"), _main_f_g_params())
+    assert sorted(gv.name_hint for gv in mod.functions) == ["f", "g", "main"]
+    assert _callees(mod["main"]) == ["f"]
+    assert _callees(mod["f"]) == ["g"]
+    # The convolution is in @f, the dense in @g, the softmax in @main: nothing inlined.
+    assert "conv2d" in mod["f"].script() and "conv2d" not in mod["main"].script()
+    assert "matmul" in mod["g"].script() and "matmul" not in mod["f"].script()
+    # Weights bound as parameters of @main are passed to @f, which passes %wd on to @g.
+    assert [p.name for p in mod["main"].params] == ["x"]
+    assert len(mod["f"].params) == 4 and len(mod["g"].params) == 2
+
+
+@pytest.mark.parametrize("merge", [False, True])
+def test_main_f_g_offloads_inside_every_function(merge):
+    params = _main_f_g_params()
+    model = bmlib_relax.compile(parse(MAIN_F_G, "fg.relay"), params, merge=merge)
+    mod = model.relax_module
+    assert _plain_functions(mod) == ["f", "g", "main"]
+    # Offload inside the non-main functions first: @f's conv and @g's dense are partitions.
+    in_f, in_g = _partitions_called_by(mod, "f"), _partitions_called_by(mod, "g")
+    assert in_f, "nothing offloaded inside @f"
+    assert in_g, "nothing offloaded inside @g"
+    assert _partitions_called_by(mod, "main"), "the softmax in @main is not offloaded"
+    assert _callees(mod["main"]).count("f") == 1 and _callees(mod["f"]).count("g") == 1
+    composites = {p.name: p.composites for p in model.report.partitions}
+    if merge:  # neighbouring composites inside @f are merged into one partition
+        assert len(in_f) == 1 and composites[in_f[0]] == ["bmlib.conv2d_bias_relu",
+                                                          "bmlib.reshape"]
+    else:
+        assert len(in_f) == 2
+    # The report counts per function; all ops and FLOPs are on bmlib.
+    functions = model.report.functions
+    assert set(functions) == {"f", "g", "main"}
+    assert functions["f"]["partitions"] == sorted(in_f)
+    assert functions["f"]["ops_host"] == functions["g"]["ops_host"] == 0
+    assert functions["f"]["flops_offloaded"] >= 2 * 4 * 3 * 9 * 16  # the conv's MACs
+    assert functions["g"]["flops_offloaded"] == 2 * 5 * 64
+    assert model.report.flops_host == 0 and model.report.offloaded_fraction == 1.0
+    assert model.report.to_dict()["functions"]["g"]["partitions"] == sorted(in_g)
+    assert "per function" in str(model.report)
+    x = _rand(1, 3, 4, 4)
+    np.testing.assert_allclose(model(x), _main_f_g_numpy(x, **params), rtol=1e-4, atol=1e-5)
+
+
+def test_weights_as_inputs_reach_the_function():
+    """Without bound weights, @main's tensor inputs flow into @f and @g unchanged."""
+    params = _main_f_g_params()
+    model = bmlib_relax.compile(parse(MAIN_F_G, "fg.relay"))
+    assert _partitions_called_by(model.relax_module, "f")
+    x = _rand(1, 3, 4, 4)
+    out = model(x, params["w"], params["b"], params["wd"])
+    np.testing.assert_allclose(out, _main_f_g_numpy(x, **params), rtol=1e-4, atol=1e-5)
+
+
+# --------------------------------------------------------------------- called twice
+TWICE = HEADER + """
+def @layer(%x: Tensor[(2, 8), float32], %w: Tensor[(8, 8), float32]) -> Tensor[(2, 8), float32] {
+  nn.relu(nn.dense(%x, %w, units=8))
+}
+def @main(%x: Tensor[(2, 8), float32], %w1: Tensor[(8, 8), float32],
+          %w2: Tensor[(8, 8), float32]) {
+  %0 = @layer(%x, %w1);
+  add(@layer(%0, %w2), %0)
+}
+"""
+
+
+@pytest.mark.parametrize("merge", [False, True])
+def test_global_called_twice_with_different_arguments(merge):
+    w1, w2 = _rand(8, 8, scale=0.4), _rand(8, 8, scale=0.4)
+    model = bmlib_relax.compile(parse(TWICE), {"w1": w1, "w2": w2}, merge=merge)
+    mod = model.relax_module
+    assert _plain_functions(mod) == ["layer", "main"]  # one function, two calls
+    assert _callees(mod["main"]).count("layer") == 2
+    assert _partitions_called_by(mod, "layer"), "nothing offloaded inside @layer"
+    x = _rand(2, 8)
+    first = _relu(x @ w1.T)
+    np.testing.assert_allclose(model(x), _relu(first @ w2.T) + first, rtol=1e-5, atol=1e-5)
+
+
+# --------------------------------------------------------------------- inside an if
+IN_BRANCH = HEADER + """
+def @scale(%v: Tensor[(2, 4), float32], %w: Tensor[(4, 4), float32]) -> Tensor[(2, 4), float32] {
+  multiply(nn.dense(%v, %w, units=4), 2f)
+}
+def @main(%c: bool, %x: Tensor[(2, 4), float32], %w: Tensor[(4, 4), float32]) {
+  if (%c) {
+    @scale(%x, %w)
+  } else {
+    @scale(negative(%x), %w)
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("merge", [False, True])
+def test_global_called_from_inside_if_branches(merge):
+    """With merge=True @scale's dense and multiply become one partition; @main has an
+    If (which MergeCompositeFunctions cannot take): one partition per composite."""
+    w = _rand(4, 4)
+    model = bmlib_relax.compile(parse(IN_BRANCH), {"w": w}, merge=merge)
+    mod = model.relax_module
+    assert "if c:" in mod["main"].script()
+    assert _callees(mod["main"]).count("scale") == 2  # one call per branch
+    assert len(_partitions_called_by(mod, "scale")) == (1 if merge else 2)
+    assert _partitions_called_by(mod, "main"), "the negative in the else branch stays on host"
+    x = _rand(2, 4)
+    np.testing.assert_allclose(model(np.array(True), x), 2 * (x @ w.T), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(model(np.array(False), x), 2 * (-x @ w.T), rtol=1e-5, atol=1e-5)
+
+
+# --------------------------------------------------------------------- tuple result
+TUPLE_RESULT = HEADER + """
+def @heads(%x: Tensor[(2, 6), float32], %w: Tensor[(4, 6), float32])
+    -> (Tensor[(2, 4), float32], Tensor[(2, 4), float32]) {
+  %0 = nn.dense(%x, %w, units=4);
+  (nn.relu(%0), sigmoid(%0))
+}
+def @pair_sum(%t: (Tensor[(2, 4), float32], Tensor[(2, 4), float32])) -> Tensor[(2, 4), float32] {
+  add(%t.0, %t.1)
+}
+def @main(%x: Tensor[(2, 6), float32], %w: Tensor[(4, 6), float32]) {
+  %1 = @heads(%x, %w);
+  (%1.1, @pair_sum(%1))
+}
+"""
+
+
+def test_global_returning_a_tuple_and_one_taking_a_tuple():
+    w = _rand(4, 6)
+    model = bmlib_relax.compile(parse(TUPLE_RESULT), {"w": w})
+    mod = model.relax_module
+    assert _plain_functions(mod) == ["heads", "main", "pair_sum"]
+    assert isinstance(mod["heads"].ret_ty, relax.TupleType)
+    # A tuple parameter is one tensor parameter per field (partitions take tensors).
+    assert [p.name for p in mod["pair_sum"].params] == ["t.0", "t.1"]
+    assert _partitions_called_by(mod, "heads") and _partitions_called_by(mod, "pair_sum")
+    x = _rand(2, 6)
+    dense = x @ w.T
+    sig, total = model(x)
+    np.testing.assert_allclose(sig, 1 / (1 + np.exp(-dense)), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(total, _relu(dense) + 1 / (1 + np.exp(-dense)), rtol=1e-5,
+                               atol=1e-6)
+
+
+# --------------------------------------------------------------------- polymorphic globals
+POLYMORPHIC = HEADER + """
+def @double[A](%x: A) -> A {
+  add(%x, %x)
+}
+def @rows(%x: Tensor[(?, 3), float32]) -> Tensor[(?, 3), float32] {
+  nn.relu(%x)
+}
+def @main(%x: Tensor[(2, 3), float32], %y: Tensor[(4, 3), float32], %n: int32) {
+  (@double(%x), @double(%n), @double(@double(%x)), @rows(%x), @rows(%y))
+}
+"""
+
+
+def test_polymorphic_globals_are_specialised_per_call_signature():
+    """A global whose parameter types are not fully known is typed at its call: one
+    Relax function per signature, the first keeping the Relay name."""
+    mod = import_relay(parse(POLYMORPHIC))
+    names = sorted(gv.name_hint for gv in mod.functions)
+    assert names == ["double", "double__int32", "main", "rows", "rows__float32_4x3"]
+    assert [int(d) for d in mod["rows"].params[0].ty.shape.values] == [2, 3]
+    model = bmlib_relax.compile(parse(POLYMORPHIC))
+    assert _partitions_called_by(model.relax_module, "rows__float32_4x3")
+    x, y = _rand(2, 3), _rand(4, 3)
+    d, n2, dd, rx, ry = model(x, y, np.array(7, "int32"))
+    np.testing.assert_allclose(d, 2 * x, rtol=1e-6)
+    assert n2.dtype == np.int32 and int(n2) == 14
+    np.testing.assert_allclose(dd, 4 * x, rtol=1e-6)
+    np.testing.assert_allclose(rx, _relu(x))
+    np.testing.assert_allclose(ry, _relu(y))
+
+
+def test_inline_attribute_and_function_arguments_inline_the_global():
+    text = HEADER + """
+def @plus(%a: Tensor[(3), float32], %b: Tensor[(3), float32], Inline=1) -> Tensor[(3), float32] {
+  add(%a, %b)
+}
+def @apply[A, B](%f: fn (A) -> B, %v: A) -> B {
+  %f(%v)
+}
+def @main(%x: Tensor[(3), float32]) {
+  @apply(fn (%t: Tensor[(3), float32]) { negative(%t) }, @plus(%x, %x))
+}
+"""
+    mod = import_relay(parse(text))
+    assert [gv.name_hint for gv in mod.functions] == ["main"]
+    model = bmlib_relax.compile(parse(text))
+    x = _rand(3)
+    np.testing.assert_allclose(model(x), -(x + x))
+
+
+# --------------------------------------------------------------------- provenance
+PROVENANCE = HEADER + """
+def @block(%x: Tensor[(1, 3, 8, 8), float32], %w: Tensor[(4, 3, 3, 3), float32],
+           %b: Tensor[(4), float32]) -> Tensor[(1, 4, 4, 4), float32] {
+  %0 = nn.conv2d(%x, %w, strides=[2, 2], padding=[1, 1, 1, 1], channels=4, kernel_size=[3, 3]);
+  %1 = nn.bias_add(%0, %b, axis=1);
+  nn.relu(%1)
+}
+def @main(%x: Tensor[(1, 3, 8, 8), float32], %w: Tensor[(4, 3, 3, 3), float32],
+          %b: Tensor[(4), float32]) {
+  @block(%x, %w, %b)
+}
+"""
+LEGACY_NAME = "bmlib.block_conv2d_bias_add_relu"
+
+
+def test_bindings_inside_a_global_know_their_relay_call():
+    params = {"w": _rand(4, 3, 3, 3), "b": _rand(4)}
+    mod = import_relay(parse(PROVENANCE), params)
+    roots = {}
+    for block in mod["block"].body.blocks:
+        for binding in block.bindings:
+            origin = origin_of(binding.value)
+            if origin is not None and origin.root:
+                roots[binding.value.op.name] = origin.relay
+    bias_add = roots["relax.add"]
+    assert bias_add.op.name == "nn.bias_add" and bias_add.attrs.axis == 1
+    conv = bias_add.args[0]
+    assert conv.op.name == "nn.conv2d" and conv.attrs.strides == (2, 2)
+    assert conv.checked_type.shape == (1, 4, 4, 4)
+    # Inside @block the weight is @block's parameter, as it was in Relay.
+    assert conv.args[1].name == "w" and conv.args[1].checked_type.shape == (4, 3, 3, 3)
+
+
+def test_legacy_lowering_sees_relay_calls_inside_a_global():
+    seen = []
+
+    def lower(call, inputs):
+        bias_add = call.args[0]
+        conv = bias_add.args[0]
+        assert (call.op.name, bias_add.op.name, conv.op.name) == \
+            ("nn.relu", "nn.bias_add", "nn.conv2d")
+        seen.append((bias_add.attrs.axis, tuple(conv.attrs.strides)))
+        data, weight, bias = inputs
+        out = topi.nn.conv2d_nchw(data, weight, conv.attrs.strides, conv.attrs.padding,
+                                  conv.attrs.dilation, out_dtype="float32")
+        shape = [1] * len(out.shape)
+        shape[bias_add.attrs.axis] = int(bias.shape[0])
+        return topi.nn.relu(topi.add(out, topi.reshape(bias, shape)))
+
+    pattern = is_op("nn.relu")(is_op("nn.bias_add")(is_op("nn.conv2d")(wildcard(), wildcard()),
+                                                     wildcard()))
+    params = {"w": _rand(4, 3, 3, 3), "b": _rand(4)}
+    model = bmlib_relax.compile(parse(PROVENANCE), params, patterns=[(LEGACY_NAME, pattern)],
+                                lowerings={LEGACY_NAME: lower})
+    assert _partitions_called_by(model.relax_module, "block"), "nothing offloaded in @block"
+    assert seen == [(1, (2, 2))]
+    x = _rand(1, 3, 8, 8)
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    expected = np.zeros((1, 4, 4, 4), "float64")
+    for i in range(4):
+        for j in range(4):
+            patch = padded[:, :, 2 * i:2 * i + 3, 2 * j:2 * j + 3]
+            expected[:, :, i, j] = np.tensordot(patch, params["w"], axes=([1, 2, 3], [1, 2, 3]))
+    expected = _relu(expected + params["b"][None, :, None, None])
+    np.testing.assert_allclose(model(x), expected, rtol=1e-4, atol=1e-4)
+
+
+# --------------------------------------------------------------------- merge with loops
+LOOP = HEADER + """
+def @main(%n: int32, %x: Tensor[(2, 4), float32], %w: Tensor[(4, 4), float32]) {
+  let %loop = fn (%i: int32, %acc: Tensor[(2, 4), float32]) -> Tensor[(2, 4), float32] {
+    if (less(%i, %n)) {
+      %loop(add(%i, 1), nn.relu(add(nn.dense(%acc, %w, units=4), %x)))
+    } else {
+      %acc
+    }
+  };
+  nn.relu(%loop(0, %x))
+}
+"""
+
+
+def test_merge_inside_a_lifted_recursive_function():
+    """merge=True with a Relay loop: TVM's MergeCompositeFunctions alone fails on a
+    ``main`` that calls another function; here each function is merged on its own."""
+    w = _rand(4, 4, scale=0.4)
+    model = bmlib_relax.compile(parse(LOOP), {"w": w}, merge=True)
+    loop = [n for n in _plain_functions(model.relax_module) if n != "main"]
+    assert len(loop) == 1 and _partitions_called_by(model.relax_module, loop[0])
+    x = _rand(2, 4)
+    for n in (0, 2):
+        expected = x
+        for _ in range(n):
+            expected = _relu(expected @ w.T + x)
+        np.testing.assert_allclose(model(np.array(n, "int32"), x), _relu(expected),
+                                   rtol=1e-5, atol=1e-5)
