@@ -165,6 +165,15 @@ def _type_key(ty: Any) -> tuple:
     return ("other", str(ty))
 
 
+def _static_key(key: tuple) -> bool:
+    """Whether a :func:`_type_key` describes fully static tensors."""
+    if key[0] == "tensor":
+        return not isinstance(key[2], int) and "?" not in key[2]
+    if key[0] == "tuple":
+        return all(_static_key(k) for k in key[1:])
+    return False
+
+
 def _mangle(signature: tuple) -> str:
     """``id__int32_5x7``: the parameter types of a specialisation, for its name."""
     def one(key: tuple) -> str:
@@ -710,7 +719,11 @@ class RelayImporter:
                 self._define(gv, params, lambda: self._convert(func.body, env), func)
             return self._lifted[key][0]
         params = [relax.Var(p.name, self._annotated(p)) for p in func.params]
-        return self._specialisation(name, func, params, where)
+        gv = self._specialisation(name, func, params, where)
+        if gv is None:
+            raise ConversionError(f"@{name} returns a function value: used as a value it "
+                                  "has no Relax counterpart", location=_where(where))
+        return gv
 
     def _apply(self, fn: Any, args: list, node: ast.Call) -> Any:
         """Call a function value: inline it, or call its lifted Relax function."""
@@ -741,6 +754,8 @@ class RelayImporter:
         if not self._is_recursive_global(gvar.name):
             params = self._signature_params(func, args, node, specialise=True)
             gv = self._specialisation(gvar.name, func, params, node)
+            if gv is None:
+                return self._inline_global(gvar, args, node)
             flat_args: list = []
             for arg in args:
                 self._flatten_value(arg, flat_args, node)
@@ -765,13 +780,14 @@ class RelayImporter:
         return any(isinstance(a, _FUNCTION_VALUES) for a in args)
 
     def _specialisation(self, name: str, func: ast.Function, params: list,
-                        where: ast.Expr) -> relax.GlobalVar:
+                        where: ast.Expr) -> Optional[relax.GlobalVar]:
         """The Relax global function of the non-recursive global ``@name`` for the
         parameter types of ``params``, built on first use.
 
         The first signature keeps the Relay name; a polymorphic or partially typed
         global called with other argument types gets one more function per
-        signature, named ``<name>__<signature>`` (``id__int32_5x7``).
+        signature, named ``<name>__<signature>`` (``id__int32_5x7``).  ``None`` for a
+        global whose body turns out to return a function value (it is inlined then).
         """
         signature = tuple(_type_key(p.ty) for p in params)
         versions = self._specialised.setdefault(id(func), {})
@@ -787,15 +803,21 @@ class RelayImporter:
             self.views.leaf(var, env[var])
         self._active_globals.append(name)
         try:
-            seq, result = self._scoped(lambda: self._convert(func.body, env), flat_params)
+            seq, result = self._scoped(lambda: self._convert(func.body, env), flat_params,
+                                       discard_function_result=True)
         finally:
             self._active_globals.pop()
         if seq is None:
-            raise ConversionError(f"global function @{name} returns a function value; "
-                                  "annotate its return type (-> fn (...) -> ...)",
-                                  location=_where(func))
-        ret = signature_type(func.ret_type, _where(func)) \
-            if _concrete_type(func.ret_type) else None
+            return None  # it returns a function value (no return type said so): inline it
+        ret = None
+        if _concrete_type(func.ret_type):
+            ret = signature_type(func.ret_type, _where(func))
+            if not _static_key(_type_key(seq.ty)):
+                ret = None  # the body's type is less precise: keep it (as inlined)
+            elif _type_key(ret) != _type_key(seq.ty):
+                raise ConversionError(
+                    f"global function @{name} is declared to return {ret} but its body "
+                    f"returns {seq.ty}", location=_where(func))
         relax_func = relax.Function(flat_params, seq, ret, is_pure=True)
         try:
             gv = self.bb.add_func(relax_func, self._function_name(fname, own=True))
@@ -935,8 +957,12 @@ class RelayImporter:
                                       "is not supported", location=_where(node))
         return self.emit(relax.Call(gv, args), node)
 
-    def _scoped(self, build: Callable[[], Any], params: Optional[list] = None):
-        """Run ``build`` in a fresh binding block; its bindings and result as a SeqExpr."""
+    def _scoped(self, build: Callable[[], Any], params: Optional[list] = None,
+                discard_function_result: bool = False):
+        """Run ``build`` in a fresh binding block; its bindings and result as a SeqExpr.
+
+        A function-valued result gives ``(None, result)``; with bindings that is an
+        error, unless ``discard_function_result`` (the bindings are then dropped)."""
         self.bb.begin_scope(params)
         self.bb._begin_binding_block()
         ended = False
@@ -945,7 +971,7 @@ class RelayImporter:
             block = self.bb._end_block()
             ended = True
             if isinstance(result, _FUNCTION_VALUES):
-                if block.bindings:
+                if block.bindings and not discard_function_result:
                     raise ConversionError("a branch that computes values and returns a "
                                           "function is not supported")
                 return None, result

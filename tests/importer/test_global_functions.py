@@ -391,3 +391,35 @@ def test_merge_inside_a_lifted_recursive_function():
             expected = _relu(expected @ w.T + x)
         np.testing.assert_allclose(model(np.array(n, "int32"), x), _relu(expected),
                                    rtol=1e-5, atol=1e-5)
+
+
+# --------------------------------------------------------------------- errors, fallbacks
+def test_global_returning_a_function_value_without_saying_so_is_inlined():
+    text = HEADER + """
+def @adder(%a: Tensor[(3), float32]) {
+  %1 = multiply(%a, 2f);
+  fn (%b: Tensor[(3), float32]) { add(%1, %b) }
+}
+def @main(%x: Tensor[(3), float32]) {
+  %0 = @adder(%x);
+  %0(%x)
+}
+"""
+    assert [gv.name_hint for gv in import_relay(parse(text)).functions] == ["main"]
+    x = _rand(3)
+    np.testing.assert_allclose(bmlib_relax.compile(parse(text))(x), 3 * x, rtol=1e-6)
+
+
+@pytest.mark.parametrize("body,main,pattern", [
+    # Relay's type checker refused these; Relax would take the declared type on trust.
+    ("-> Tensor[(3, 2), float32] { add(%a, %a) }", "@f(%x)",
+     r"g.relay:2:1: global function @f is declared to return R.Tensor\(\(3, 2\).* but its "
+     r"body returns R.Tensor\(\(2, 3\)"),
+    ("-> Tensor[(2, 3), float32] { add(%a, %a) }", "@f(%x, %x)",
+     r"g.relay:3:42: function expects 1 arguments, got 2"),
+])
+def test_ill_typed_global_calls_are_located_errors(body, main, pattern):
+    text = HEADER + f"def @f(%a: Tensor[(2, 3), float32]) {body}\n" \
+        f"def @main(%x: Tensor[(2, 3), float32]) {{ {main} }}\n"
+    with pytest.raises(bmlib_relax.ConversionError, match=pattern):
+        import_relay(parse(text, "g.relay"))
