@@ -773,7 +773,7 @@ class RelayImporter:
     def _inlines(func: ast.Function, args: list) -> bool:
         """Whether a call of the global ``func`` with ``args`` is inlined (see _call_global)."""
         inline = func.attrs.get("Inline") if func.attrs else None
-        if inline is not None and int(getattr(inline, "value", inline)):
+        if getattr(inline, "value", inline) in (1, True, "1"):
             return True
         if isinstance(func.ret_type, ast.FuncType):
             return True
@@ -818,8 +818,8 @@ class RelayImporter:
                 raise ConversionError(
                     f"global function @{name} is declared to return {ret} but its body "
                     f"returns {seq.ty}", location=_where(func))
-        relax_func = relax.Function(flat_params, seq, ret, is_pure=True)
         try:
+            relax_func = relax.Function(flat_params, seq, ret, is_pure=True)
             gv = self.bb.add_func(relax_func, self._function_name(fname, own=True))
         except Exception as exc:  # noqa: BLE001 - TVM's type check of the return type
             raise ConversionError(f"global function @{name}: Relax rejected its body: "

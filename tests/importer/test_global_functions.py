@@ -423,3 +423,21 @@ def test_ill_typed_global_calls_are_located_errors(body, main, pattern):
         f"def @main(%x: Tensor[(2, 3), float32]) {{ {main} }}\n"
     with pytest.raises(bmlib_relax.ConversionError, match=pattern):
         import_relay(parse(text, "g.relay"))
+
+
+def test_untyped_global_is_typed_at_its_calls():
+    text = HEADER + """
+def @neg(%v) {
+  negative(%v)
+}
+def @main(%x: Tensor[(2, 3), float32], %y: Tensor[(4), float32]) {
+  (@neg(%x), @neg(@neg(%x)), @neg(%y))
+}
+"""
+    mod = import_relay(parse(text))
+    assert sorted(gv.name_hint for gv in mod.functions) == ["main", "neg", "neg__float32_4"]
+    x, y = _rand(2, 3), _rand(4)
+    a, b, c = bmlib_relax.compile(parse(text))(x, y)
+    np.testing.assert_allclose(a, -x)
+    np.testing.assert_allclose(b, x)
+    np.testing.assert_allclose(c, -y)
