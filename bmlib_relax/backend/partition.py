@@ -11,6 +11,7 @@ from tvm.relax import dpl
 from ..errors import BmlibError, CodegenError, UserCodeError
 from ..legacy.lowerings import get_legacy_lowering
 from . import conv_fold, fold, layout, rewrite
+from .const_args import bind_constant_arguments
 from .merge import merge_composites
 from .codegen import CODEGEN_NAME
 from .legacy_patterns import (PatternTranslationError, expand_alternatives, is_legacy_pattern,
@@ -213,7 +214,8 @@ def partition_for_bmlib(mod: tvm.IRModule, patterns: Optional[Sequence[Any]] = N
     composites into one partition (``MergeCompositeFunctions``, in every Relax
     function: see :mod:`.merge`).  Partitions are made inside every Relax
     function (Relay globals, lifted loops, ``If`` branches), not only ``main``.
-    ``pack_weights`` (default: with the built-in table only) first runs NHWC
+    ``pack_weights`` (default: with the built-in table only) first makes weights
+    passed to Relax functions constants inside them (:mod:`.const_args`), runs NHWC
     convolutions in NCHW (:mod:`.layout`), folds computations on constants
     (:mod:`.fold`) and per-channel scales and zero padding into convolutions
     (:mod:`.conv_fold`), and re-lays out constant conv2d/dense weights for
@@ -221,6 +223,7 @@ def partition_for_bmlib(mod: tvm.IRModule, patterns: Optional[Sequence[Any]] = N
     table sees the graph unfolded, as Relay's MergeComposite did.
     """
     if pack_weights if pack_weights is not None else patterns is None:
+        mod = bind_constant_arguments(mod)  # weights passed to functions, see const_args
         mod = fold.fold_constants(layout.convert_nhwc_to_nchw(mod))
         mod = rewrite.pack_weights(conv_fold.fold_into_convolutions(mod), target)
     fuse = relax.transform.FuseOpsByPattern(resolve_patterns(patterns), bind_constants=False,

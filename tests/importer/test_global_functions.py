@@ -122,6 +122,9 @@ def test_main_f_g_offloads_inside_every_function(merge):
     assert in_g, "nothing offloaded inside @g"
     assert _partitions_called_by(mod, "main"), "the softmax in @main is not offloaded"
     assert _callees(mod["main"]).count("f") == 1 and _callees(mod["f"]).count("g") == 1
+    # Weights every call passes are constants inside the functions (packed for the
+    # templates like main's): @f's and @g's weight parameters are gone.
+    assert [p.name for p in mod["f"].params] == ["x"] and [p.name for p in mod["g"].params] == ["h"]
     composites = {p.name: p.composites for p in model.report.partitions}
     if merge:  # neighbouring composites inside @f are merged into one partition
         assert len(in_f) == 1 and composites[in_f[0]] == ["bmlib.conv2d_bias_relu",
@@ -147,6 +150,7 @@ def test_weights_as_inputs_reach_the_function():
     params = _main_f_g_params()
     model = bmlib_relax.compile(parse(MAIN_F_G, "fg.relay"))
     assert _partitions_called_by(model.relax_module, "f")
+    assert len(model.relax_module["f"].params) == 4  # nothing to bind
     x = _rand(1, 3, 4, 4)
     out = model(x, params["w"], params["b"], params["wd"])
     np.testing.assert_allclose(out, _main_f_g_numpy(x, **params), rtol=1e-4, atol=1e-5)
@@ -171,6 +175,7 @@ def test_global_called_twice_with_different_arguments(merge):
     model = bmlib_relax.compile(parse(TWICE), {"w1": w1, "w2": w2}, merge=merge)
     mod = model.relax_module
     assert _plain_functions(mod) == ["layer", "main"]  # one function, two calls
+    assert len(mod["layer"].params) == 2  # two different weights: the parameter stays
     assert _callees(mod["main"]).count("layer") == 2
     assert _partitions_called_by(mod, "layer"), "nothing offloaded inside @layer"
     x = _rand(2, 8)
@@ -384,6 +389,9 @@ def test_merge_inside_a_lifted_recursive_function():
     model = bmlib_relax.compile(parse(LOOP), {"w": w}, merge=True)
     loop = [n for n in _plain_functions(model.relax_module) if n != "main"]
     assert len(loop) == 1 and _partitions_called_by(model.relax_module, loop[0])
+    # The weight (a free variable of the loop, passed on by every iteration) is a
+    # constant inside the loop function; %n and %x stay parameters.
+    assert sorted(p.name for p in model.relax_module[loop[0]].params) == ["acc", "i", "n", "x"]
     x = _rand(2, 4)
     for n in (0, 2):
         expected = x
