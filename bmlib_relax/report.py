@@ -62,8 +62,10 @@ class OffloadReport:
     signature: dict = field(default_factory=dict)
     # The model's inputs (the parameters of main no weight binds): name, shape, dtype.
     inputs: list[dict] = field(default_factory=list)
-    # Per Relax function (main, Relay globals, lifted loops): op and FLOP counts of its
-    # own body, each partition it calls counted once per call site (function_counts).
+    # Per Relax function (main, Relay globals, lifted loops): op and FLOP counts of one
+    # run of its own body, each partition it calls counted once per call site
+    # (function_counts), and "runs": how often it runs per call of main (function_runs).
+    # The totals above weight each function by its runs.
     functions: dict = field(default_factory=dict)
 
     @property
@@ -126,7 +128,8 @@ class OffloadReport:
         if len(self.functions) > 1:
             lines.append("  per function (ops on bmlib/host, FLOPs on bmlib/host):")
             for name, c in sorted(self.functions.items()):
-                lines.append(f"    {name}: {c['ops_offloaded']}/{c['ops_host']} ops, "
+                runs = f" (runs {c['runs']}x)" if c.get("runs", 1) != 1 else ""
+                lines.append(f"    {name}{runs}: {c['ops_offloaded']}/{c['ops_host']} ops, "
                              f"{_si(c['flops_offloaded'])}/{_si(c['flops_host'])} FLOPs, "
                              f"{len(c['partitions'])} partition call(s)")
         return "\n".join(lines)
@@ -187,16 +190,70 @@ def _flops_of(func: relax.Function) -> int:
     return walk(func.body)
 
 
+def _is_host_function(func) -> bool:
+    return isinstance(func, relax.Function) and not is_bmlib_partition(func) and \
+        (func.attrs is None or "Composite" not in func.attrs)
+
+
 def _host_functions(mod: tvm.IRModule):
     for func in mod.functions.values():
-        if isinstance(func, relax.Function) and not is_bmlib_partition(func) and \
-                (func.attrs is None or "Composite" not in func.attrs):
+        if _is_host_function(func):
             yield func
 
 
-def host_ops(mod: tvm.IRModule) -> Counter:
-    """Relax op calls left outside bmlib partitions (in non-partition functions)."""
-    return Counter(call.op.name for func in _host_functions(mod) for call in _op_calls(func))
+def host_ops(mod: tvm.IRModule, runs: Optional[Mapping[str, int]] = None) -> Counter:
+    """Relax op calls left outside bmlib partitions (in non-partition functions), each
+    counted ``runs[function]`` times (default once)."""
+    counts: Counter = Counter()
+    for gv, func in mod.functions.items():
+        if _is_host_function(func):
+            times = (runs or {}).get(gv.name_hint, 1)
+            for call in _op_calls(func):
+                counts[call.op.name] += times
+    return counts
+
+
+def function_runs(mod: tvm.IRModule, entry: str = "main") -> dict[str, int]:
+    """How many times each Relax function runs per call of ``entry``, from the call
+    graph: once per call site in each run of its caller (both branches of an ``If``
+    counted); a call inside a cycle (recursion: trip count unknown) adds nothing."""
+    sites: dict[str, Counter] = {}
+    for gv, func in mod.functions.items():
+        if not isinstance(func, relax.Function) or is_bmlib_partition(func):
+            continue
+        callees: Counter = Counter()
+
+        def visit(expr, callees=callees):
+            if isinstance(expr, relax.Call) and isinstance(expr.op, relax.GlobalVar):
+                callees[expr.op.name_hint] += 1
+
+        relax.analysis.post_order_visit(func, visit)
+        sites[gv.name_hint] = callees
+    order: list[str] = []  # callees before callers
+    state: dict[str, int] = {}
+    back_edges: set = set()
+
+    def visit_calls(name: str) -> None:
+        state[name] = 1
+        for callee in sites[name]:
+            if callee not in sites:
+                continue
+            if state.get(callee) == 1:
+                back_edges.add((name, callee))
+            elif callee not in state:
+                visit_calls(callee)
+        state[name] = 2
+        order.append(name)
+
+    runs: dict[str, int] = {}
+    if entry in sites:
+        visit_calls(entry)
+        runs[entry] = 1
+    for name in reversed(order):
+        for callee, count in sites[name].items():
+            if callee in sites and (name, callee) not in back_edges:
+                runs[callee] = runs.get(callee, 0) + runs.get(name, 0) * count
+    return runs
 
 
 def function_counts(mod: tvm.IRModule, records: Mapping[str, PartitionRecord]) -> dict:
@@ -256,7 +313,13 @@ def build_report(partitioned: tvm.IRModule,
     if "main" in [g.name_hint for g in partitioned.functions]:
         main = partitioned["main"]
         report.signature = {"inputs": input_specs(main), "outputs": output_specs(main)}
-    calls = Counter(name for name, _ in partition_call_sites(partitioned))
+    runs = function_runs(partitioned)
+    calls = Counter()  # partition -> calls per run of main (a function called twice: 2x)
+    for name, entry in function_counts(partitioned, records).items():
+        for partition in entry["partitions"]:
+            calls[partition] += runs.get(name, 1)
+    for name, _ in partition_call_sites(partitioned):
+        calls.setdefault(name, 1)
     for gvar, func in partitioned.functions.items():
         if not is_bmlib_partition(func):
             continue
@@ -273,9 +336,13 @@ def build_report(partitioned: tvm.IRModule,
             report.ops_offloaded.update(record.ops)
         report.flops_offloaded += flops * count
     report.partitions.sort(key=lambda p: p.name)
-    report.ops_host = host_ops(partitioned)
     report.functions = function_counts(partitioned, records)
-    report.flops_host = sum(_flops_of(func) for func in _host_functions(partitioned))
+    for name, entry in report.functions.items():
+        entry["runs"] = runs.get(name, 1)
+    report.ops_host = host_ops(partitioned, runs)
+    report.flops_host = sum(_flops_of(func) * runs.get(gv.name_hint, 1)
+                            for gv, func in partitioned.functions.items()
+                            if _is_host_function(func))
     if report.ops_host:
         report.host_reasons = host_reasons(
             partitioned, _host_functions(partitioned),

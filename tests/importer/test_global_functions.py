@@ -176,6 +176,14 @@ def test_global_called_twice_with_different_arguments(merge):
     mod = model.relax_module
     assert _plain_functions(mod) == ["layer", "main"]  # one function, two calls
     assert len(mod["layer"].params) == 2  # two different weights: the parameter stays
+    # The report: @layer's partition runs twice per inference (as when it was inlined).
+    layer = model.report.functions["layer"]
+    assert layer["runs"] == 2 and model.report.functions["main"]["runs"] == 1
+    dense = [p for p in model.report.partitions if p.name in layer["partitions"]]
+    assert [p.calls for p in dense] == [2] * len(dense)
+    assert model.report.flops_offloaded == 2 * layer["flops_offloaded"] + \
+        model.report.functions["main"]["flops_offloaded"]
+    assert "layer (runs 2x)" in str(model.report)
     assert _callees(mod["main"]).count("layer") == 2
     assert _partitions_called_by(mod, "layer"), "nothing offloaded inside @layer"
     x = _rand(2, 8)
