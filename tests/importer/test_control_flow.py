@@ -111,6 +111,11 @@ def test_main_calls_helpers_that_call_helpers():
     w = RNG.standard_normal((8, 8)).astype("float32")
     model = _compile(GLOBAL_CALLS, {"w": w})
     assert offloaded_partitions(model.relax_module), "nothing offloaded"
+    # @layer and @twice are Relax global functions (not inlined); the dense is offloaded
+    # inside @layer, which runs three times per inference.
+    assert _plain_functions(model.relax_module) == ["layer", "main", "twice"]
+    assert model.report.functions["layer"]["partitions"]
+    assert model.report.functions["layer"]["runs"] == 3
 
     def layer(v):
         return _relu(v @ w.T)
