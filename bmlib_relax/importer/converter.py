@@ -153,22 +153,34 @@ def _concrete_type(ty: Optional[ast.Type]) -> bool:
     return False
 
 
-def _type_key(ty: Any) -> tuple:
-    """A hashable key of a Relax parameter type (symbolic dims are all ``?``)."""
+def _type_key(ty: Any, symbols: Optional[dict] = None) -> tuple:
+    """A hashable key of a Relax parameter type.  A symbolic dim is ``?<k>``, ``k``
+    numbering the distinct symbolic dims in order of appearance (``symbols``, shared
+    by the parameters of one signature, tells which dims are the same)."""
+    symbols = {} if symbols is None else symbols
+
+    def dim(d: Any) -> Any:
+        if isinstance(d, tvm.tirx.IntImm):
+            return int(d.value)
+        for known, index in symbols.items():
+            if known.same_as(d):
+                return f"?{index}"
+        symbols[d] = len(symbols)
+        return f"?{symbols[d]}"
+
     if isinstance(ty, relax.TensorType):
         shape = ty.shape
-        dims = None if shape is None else tuple(
-            int(d.value) if isinstance(d, tvm.tirx.IntImm) else "?" for d in shape.values)
+        dims = None if shape is None else tuple(dim(d) for d in shape.values)
         return ("tensor", str(ty.dtype), ty.ndim if dims is None else dims)
     if isinstance(ty, relax.TupleType):
-        return ("tuple",) + tuple(_type_key(f) for f in ty.fields)
+        return ("tuple",) + tuple(_type_key(f, symbols) for f in ty.fields)
     return ("other", str(ty))
 
 
 def _static_key(key: tuple) -> bool:
     """Whether a :func:`_type_key` describes fully static tensors."""
     if key[0] == "tensor":
-        return not isinstance(key[2], int) and "?" not in key[2]
+        return not isinstance(key[2], int) and all(isinstance(d, int) for d in key[2])
     if key[0] == "tuple":
         return all(_static_key(k) for k in key[1:])
     return False
@@ -181,7 +193,7 @@ def _mangle(signature: tuple) -> str:
             dims = key[2]
             if isinstance(dims, int):
                 return f"{key[1]}_rank{dims}"
-            return key[1] + ("_" + "x".join("n" if d == "?" else str(d) for d in dims)
+            return key[1] + ("_" + "x".join(str(d).replace("?", "n") for d in dims)
                              if dims else "")
         if key[0] == "tuple":
             return "tup_" + "_".join(one(k) for k in key[1:]) + "_end"
@@ -201,15 +213,24 @@ def _flat_param(name: str, ty: Any, params: list) -> relax.Expr:
     return var
 
 
-def _fresh_dims(ty: Any) -> Any:
+def _fresh_dims(ty: Any, fresh: list) -> Any:
     """``ty`` with every symbolic dim a new var of the same name: a parameter of another
-    function must not reuse the caller's symbolic vars."""
+    function must not reuse the caller's symbolic vars.  ``fresh`` ((old, new) pairs,
+    shared by the parameters of one signature) keeps equal dims equal."""
     if isinstance(ty, relax.TensorType) and ty.shape is not None:
-        dims = [d if isinstance(d, tvm.tirx.IntImm) else
-                tvm.tirx.Var(getattr(d, "name", "d"), "int64") for d in ty.shape.values]
+        dims = []
+        for d in ty.shape.values:
+            if isinstance(d, tvm.tirx.IntImm):
+                dims.append(d)
+                continue
+            match = next((new for old, new in fresh if old.same_as(d)), None)
+            if match is None:
+                match = tvm.tirx.Var(getattr(d, "name", "d"), "int64")
+                fresh.append((d, match))
+            dims.append(match)
         return relax.TensorType(dims, ty.dtype)
     if isinstance(ty, relax.TupleType):
-        return relax.TupleType([_fresh_dims(f) for f in ty.fields])
+        return relax.TupleType([_fresh_dims(f, fresh) for f in ty.fields])
     return ty
 
 
@@ -744,9 +765,9 @@ class RelayImporter:
         """A call of a global function: a call of its Relax global function (of the same
         name; one per call signature when its parameters are not fully typed).
 
-        Inlined instead, as Relay's own passes would: a global marked ``Inline=1``, one
-        that takes or returns a function value (the function is static here; Relax
-        functions take tensors), and a call inside a global being inlined.
+        Inlined instead, as Relay's own passes would: a global marked ``Inline=1``, and
+        one that takes or returns a function value (the function is static here; Relax
+        global functions take tensors).
         """
         func = self.module[gvar.name]
         if self._inlines(func, args):
@@ -789,7 +810,8 @@ class RelayImporter:
         signature, named ``<name>__<signature>`` (``id__int32_5x7``).  ``None`` for a
         global whose body turns out to return a function value (it is inlined then).
         """
-        signature = tuple(_type_key(p.ty) for p in params)
+        symbols: dict = {}
+        signature = tuple(_type_key(p.ty, symbols) for p in params)
         versions = self._specialised.setdefault(id(func), {})
         if signature in versions:
             return versions[signature]
@@ -909,13 +931,14 @@ class RelayImporter:
             raise ConversionError(f"function expects {len(func.params)} arguments, "
                                   f"got {len(args)}", location=_where(node))
         params = []
+        fresh: list = []  # the caller's symbolic dims -> this function's
         for var, arg in zip(func.params, args):
             annotation = var.type_annotation
             if annotation is not None and not isinstance(annotation, ast.IncompleteType) and \
                     (not specialise or _concrete_type(annotation)):
                 ty = tensor_type(annotation, _where(var))
             elif specialise:
-                ty = _fresh_dims(self._type_of(arg, var))
+                ty = _fresh_dims(self._type_of(arg, var), fresh)
             else:
                 ty = self._type_of(arg, var)
             params.append(relax.Var(var.name, ty))

@@ -457,3 +457,25 @@ def @main(%x: Tensor[(2, 3), float32], %y: Tensor[(4), float32]) {
     np.testing.assert_allclose(a, -x)
     np.testing.assert_allclose(b, x)
     np.testing.assert_allclose(c, -y)
+
+
+def test_symbolic_dims_shared_by_a_calls_arguments_stay_shared():
+    """``@f(%x, %y)`` with ``%x``, ``%y: Tensor[(n, 3)]``: inside @f both parameters have
+    the same (fresh) dim, so ``add`` has a known shape, as it had inlined."""
+    text = HEADER + """
+def @f(%a, %b) {
+  add(%a, %b)
+}
+def @main(%x: Tensor[(n, 3), float32], %y: Tensor[(n, 3), float32]) {
+  (@f(%x, %y), @f(%y, %y))
+}
+"""
+    mod = import_relay(parse(text))
+    assert sorted(gv.name_hint for gv in mod.functions) == ["f", "main"]
+    a, b = mod["f"].params
+    assert a.ty.shape.values[0].same_as(b.ty.shape.values[0])
+    assert not a.ty.shape.values[0].same_as(mod["main"].params[0].ty.shape.values[0])
+    x, y = _rand(5, 3), _rand(5, 3)
+    first, second = bmlib_relax.compile(parse(text))(x, y)
+    np.testing.assert_allclose(first, x + y, rtol=1e-6)
+    np.testing.assert_allclose(second, 2 * y, rtol=1e-6)
