@@ -16,6 +16,8 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from ..errors import CodegenError
+
 _PLACEHOLDER = "__bmlib_merge_call_"
 
 
@@ -44,8 +46,14 @@ class _HideCalls(PyExprMutator):
 
     def _stub(self, symbol: str) -> relax.GlobalVar:
         if symbol not in self.stub_vars:
-            stub = tvm.tirx.PrimFunc([], tvm.tirx.Evaluate(0))
+            # The symbol as an attribute keeps stubs distinct: the BlockBuilder returns
+            # the existing GlobalVar for a structurally equal function.
+            stub = tvm.tirx.PrimFunc([], tvm.tirx.Evaluate(0)).with_attr("global_symbol",
+                                                                          symbol)
             self.stub_vars[symbol] = self.stubs.add_func(stub, symbol)
+            if self.stub_vars[symbol].name_hint != symbol:  # would restore the wrong call
+                raise CodegenError(f"merge: placeholder {symbol} was renamed to "
+                                   f"{self.stub_vars[symbol].name_hint}")
         return self.stub_vars[symbol]
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:

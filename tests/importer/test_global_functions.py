@@ -479,3 +479,45 @@ def @main(%x: Tensor[(n, 3), float32], %y: Tensor[(n, 3), float32]) {
     first, second = bmlib_relax.compile(parse(text))(x, y)
     np.testing.assert_allclose(first, x + y, rtol=1e-6)
     np.testing.assert_allclose(second, 2 * y, rtol=1e-6)
+
+
+# --------------------------------------------------------------------- several callees
+SEVERAL_CALLEES = HEADER + """
+def @layer(%v: Tensor[(2, 4), float32], %w: Tensor[(4, 4), float32]) -> Tensor[(2, 4), float32] {
+  nn.relu(nn.dense(%v, %w, units=4))
+}
+def @count(%i: int32, %acc: Tensor[(2, 4), float32], %w: Tensor[(4, 4), float32])
+    -> Tensor[(2, 4), float32] {
+  if (equal(%i, 0)) { %acc } else { @count(subtract(%i, 1), @layer(%acc, %w), %w) }
+}
+def @main(%n: int32, %x: Tensor[(2, 4), float32], %w: Tensor[(4, 4), float32]) {
+  let %loop = fn (%j: int32, %a: Tensor[(2, 4), float32]) -> Tensor[(2, 4), float32] {
+    if (less(%j, 2)) { %loop(add(%j, 1), @layer(%a, %w)) } else { %a }
+  };
+  add(@count(%n, %x, %w), %loop(0, %x))
+}
+"""
+
+
+@pytest.mark.parametrize("merge", [False, True])
+def test_recursive_global_and_loop_calling_a_global(merge):
+    """@main calls a recursive global and a Relay loop, both call @layer: each call
+    keeps its callee through the per-function merge."""
+    w = _rand(4, 4, scale=0.5)
+    model = bmlib_relax.compile(parse(SEVERAL_CALLEES), {"w": w}, merge=merge)
+    mod = model.relax_module
+    assert _plain_functions(mod) == ["count", "layer", "loop", "main"]
+    assert sorted(_callees(mod["main"])) == ["count", "loop"]
+    assert _partitions_called_by(mod, "layer")
+    assert model.report.functions["layer"]["runs"] == 2  # once from each caller
+    x = _rand(2, 4)
+
+    def layer(v):
+        return _relu(v @ w.T)
+
+    for n in (0, 3):
+        expected = x
+        for _ in range(n):
+            expected = layer(expected)
+        np.testing.assert_allclose(model(np.array(n, "int32"), x), expected + layer(layer(x)),
+                                   rtol=1e-5, atol=1e-5)
