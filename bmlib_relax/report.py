@@ -178,6 +178,8 @@ def _flops_of(func: relax.Function) -> int:
                     else:
                         total += walk(binding.value)
             return total + walk(expr.body)
+        if isinstance(expr, relax.If):  # both branches, as the op counts
+            return walk(expr.true_branch) + walk(expr.false_branch)
         if not isinstance(expr, relax.Call):
             return 0
         callee = local.get(expr.op, expr.op) if isinstance(expr.op, relax.Var) else expr.op

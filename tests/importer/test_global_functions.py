@@ -521,3 +521,18 @@ def test_recursive_global_and_loop_calling_a_global(merge):
             expected = layer(expected)
         np.testing.assert_allclose(model(np.array(n, "int32"), x), expected + layer(layer(x)),
                                    rtol=1e-5, atol=1e-5)
+
+
+def test_host_flops_inside_if_branches_are_counted():
+    """A host op in a branch (cumsum has no template) counts in the FLOPs on host, per
+    function, as the op counts always did."""
+    text = HEADER + """
+def @main(%c: bool, %x: Tensor[(2, 8), float32]) {
+  if (%c) { nn.relu(%x) } else { cumsum(%x, axis=1) }
+}
+"""
+    model = bmlib_relax.compile(parse(text))
+    assert offloaded_partitions(model.relax_module)
+    assert dict(model.report.ops_host) == {"relax.cumsum": 1}
+    assert model.report.flops_host == 16 == model.report.functions["main"]["flops_host"]
+    assert model.report.offloaded_fraction < 1.0
