@@ -4,9 +4,12 @@ TVM's pass merges the composite calls of the function named ``main`` and fails
 (``Variable ... could not be found in any group``) as soon as that function
 calls another Relax function -- a Relay global imported as a Relax global
 function, a lifted loop.  Here each function is merged on its own: its calls of
-other Relax functions are hidden behind placeholder ``call_pure_packed`` calls
-(opaque host ops to the pass), the function is merged as ``main`` of a module of
-its own, and the calls are put back.  The partitions each function gets keep
+other Relax functions are hidden behind placeholders (``call_tir`` of an empty
+stub PrimFunc: an opaque host op to the pass), the function is merged as
+``main`` of a module of its own, and the calls are put back.  A function the
+pass cannot take -- one with control flow (``If``), or calling a function with
+non-tensor arguments or results (nested tuples) that no placeholder can stand
+for -- gets one partition per composite call instead, as without merging.  The partitions each function gets keep
 the names TVM gives them, made unique across the module (``global_symbol`` too:
 the codegen's symbols are those names).
 """
@@ -34,7 +37,7 @@ def _is_composite(func) -> bool:
 
 @mutator
 class _HideCalls(PyExprMutator):
-    """Calls of the module's plain functions -> ``call_pure_packed`` placeholders."""
+    """Calls of the module's plain functions -> ``call_tir`` placeholders."""
 
     def __init__(self, plain: set):
         super().__init__()
@@ -98,12 +101,24 @@ def _unique(name: str, taken: set) -> str:
     return candidate
 
 
-def _has_control_flow(func: relax.Function) -> bool:
+def _is_tensor(ty) -> bool:
+    return isinstance(ty, relax.TensorType)
+
+
+def _unmergeable(func: relax.Function, plain: set) -> bool:
+    """Control flow, or a call of a plain function a ``call_tir`` cannot stand for."""
     found = []
 
     def visit(expr):
         if isinstance(expr, relax.If):
             found.append(expr)
+        elif isinstance(expr, relax.Call) and isinstance(expr.op, relax.GlobalVar) and \
+                expr.op.name_hint in plain:
+            ty = expr.ty
+            outs = list(ty.fields) if isinstance(ty, relax.TupleType) else [ty]
+            if not outs or not all(_is_tensor(t) for t in outs) or \
+                    not all(_is_tensor(a.ty) for a in expr.args):
+                found.append(expr)
 
     relax.analysis.post_order_visit(func, visit)
     return bool(found)
@@ -153,11 +168,12 @@ class _OnePartitionPerComposite(PyExprMutator):
 def merge_composites(mod: tvm.IRModule, codegen: str = "bmlib") -> tvm.IRModule:
     """``MergeCompositeFunctions`` applied to every plain Relax function of ``mod``.
 
-    A function with control flow (``If``), which the pass cannot take, gets one
-    partition per composite call instead (unmerged, as with ``merge=False``).
+    A function the pass cannot take (see the module doc) gets one partition per
+    composite call instead (unmerged, as with ``merge=False``).
     """
     plain = {gv.name_hint: gv for gv, f in mod.functions.items() if _is_plain(f)}
-    if set(plain) <= {"main"} and not any(_has_control_flow(mod[gv]) for gv in plain.values()):
+    if set(plain) <= {"main"} and not any(_unmergeable(mod[gv], set(plain))
+                                          for gv in plain.values()):
         return relax.transform.MergeCompositeFunctions()(mod)
     composites = {gv: f for gv, f in mod.functions.items() if _is_composite(f)}
     others = {gv: f for gv, f in mod.functions.items()
@@ -166,7 +182,7 @@ def merge_composites(mod: tvm.IRModule, codegen: str = "bmlib") -> tvm.IRModule:
     out: dict = dict(others)
     namer = relax.BlockBuilder()
     for name, gv in plain.items():
-        if _has_control_flow(mod[gv]):
+        if _unmergeable(mod[gv], set(plain)):
             unmerged = _OnePartitionPerComposite(composites, codegen, taken, namer, out)
             out[gv] = unmerged.visit_expr(mod[gv])
             continue

@@ -536,3 +536,25 @@ def @main(%c: bool, %x: Tensor[(2, 8), float32]) {
     assert dict(model.report.ops_host) == {"relax.cumsum": 1}
     assert model.report.flops_host == 16 == model.report.functions["main"]["flops_host"]
     assert model.report.offloaded_fraction < 1.0
+
+
+@pytest.mark.parametrize("merge", [False, True])
+def test_global_returning_a_nested_tuple(merge):
+    """No call_tir placeholder can stand for a nested-tuple result: under merge=True the
+    caller gets one partition per composite; the callee is merged as usual."""
+    text = HEADER + """
+def @f(%x: Tensor[(2, 4), float32])
+    -> ((Tensor[(2, 4), float32], Tensor[(2, 4), float32]), Tensor[(2, 4), float32]) {
+  ((nn.relu(%x), negative(%x)), exp(%x))
+}
+def @main(%x: Tensor[(2, 4), float32]) {
+  %0 = @f(%x);
+  %1 = %0.0;
+  add(add(%1.0, %1.1), nn.relu(%0.1))
+}
+"""
+    model = bmlib_relax.compile(parse(text), merge=merge)
+    assert _partitions_called_by(model.relax_module, "f")
+    assert _partitions_called_by(model.relax_module, "main")
+    x = _rand(2, 4)
+    np.testing.assert_allclose(model(x), _relu(x) - x + _relu(np.exp(x)), rtol=1e-5)
