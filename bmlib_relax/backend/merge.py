@@ -102,7 +102,8 @@ def _unique(name: str, taken: set) -> str:
 
 
 def _is_tensor(ty) -> bool:
-    return isinstance(ty, relax.TensorType)
+    """A tensor of known shape (what ``call_tir`` can allocate)."""
+    return isinstance(ty, relax.TensorType) and ty.shape is not None
 
 
 def _unmergeable(func: relax.Function, plain: set) -> bool:
