@@ -409,6 +409,16 @@ def test_corpus_program_runs(name):
         _assert_outputs(_run(model, *args), expected)
 
 
+@pytest.mark.parametrize("name", sorted(GLOBAL_FUNCTIONS))
+def test_corpus_program_with_globals_merged(name):
+    """merge=True merges inside every function (TVM's pass alone only takes main)."""
+    model = bmlib_relax.compile(_corpus_module(name), merge=True)
+    assert _plain_functions(model.relax_module) == sorted(GLOBAL_FUNCTIONS[name] + ["main"])
+    assert offloaded_partitions(model.relax_module)
+    for args, expected in CORPUS_RUN[name]:
+        _assert_outputs(_run(model, *args), expected)
+
+
 def _plain_functions(mod) -> list[str]:
     """Relax functions of ``mod`` that are neither bmlib partitions nor composites."""
     return sorted(gv.name_hint for gv, f in mod.functions.items()
