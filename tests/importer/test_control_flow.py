@@ -414,7 +414,10 @@ def test_corpus_program_with_globals_merged(name):
     """merge=True merges inside every function (TVM's pass alone only takes main)."""
     model = bmlib_relax.compile(_corpus_module(name), merge=True)
     assert _plain_functions(model.relax_module) == sorted(GLOBAL_FUNCTIONS[name] + ["main"])
-    assert offloaded_partitions(model.relax_module)
+    assert not model.report.ops_host
+    # Identity programs (242, 324) compute nothing; the others are offloaded.
+    assert bool(offloaded_partitions(model.relax_module)) == \
+        (name not in ("242_test_simple.relay", "324_test_type_arg_infer.relay"))
     for args, expected in CORPUS_RUN[name]:
         _assert_outputs(_run(model, *args), expected)
 
