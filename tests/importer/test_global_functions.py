@@ -360,10 +360,18 @@ def test_legacy_lowering_sees_relay_calls_inside_a_global():
     pattern = is_op("nn.relu")(is_op("nn.bias_add")(is_op("nn.conv2d")(wildcard(), wildcard()),
                                                      wildcard()))
     params = {"w": _rand(4, 3, 3, 3), "b": _rand(4)}
-    model = bmlib_relax.compile(parse(PROVENANCE), params, patterns=[(LEGACY_NAME, pattern)],
+    checked = []
+
+    def check(call):  # a legacy check function sees the Relay call inside @block too
+        checked.append((call.op.name, call.args[0].op.name, call.args[0].attrs.axis))
+        return True
+
+    model = bmlib_relax.compile(parse(PROVENANCE), params,
+                                patterns=[(LEGACY_NAME, pattern, check)],
                                 lowerings={LEGACY_NAME: lower})
     assert _partitions_called_by(model.relax_module, "block"), "nothing offloaded in @block"
     assert seen == [(1, (2, 2))]
+    assert checked == [("nn.relu", "nn.bias_add", 1)]
     x = _rand(1, 3, 8, 8)
     padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
     expected = np.zeros((1, 4, 4, 4), "float64")
