@@ -9,9 +9,9 @@ stub PrimFunc: an opaque host op to the pass), the function is merged as
 ``main`` of a module of its own, and the calls are put back.  A function the
 pass cannot take -- one with control flow (``If``), or calling a function with
 non-tensor arguments or results (nested tuples) that no placeholder can stand
-for -- gets one partition per composite call instead, as without merging.  The partitions each function gets keep
-the names TVM gives them, made unique across the module (``global_symbol`` too:
-the codegen's symbols are those names).
+for -- gets one partition per composite call instead, as without merging.  The
+partitions each function gets keep the names TVM gives them, made unique across
+the module (``global_symbol`` too: the codegen's symbols are those names).
 """
 from __future__ import annotations
 
