@@ -853,6 +853,10 @@ class RelayImporter:
     def _flatten_value(self, value: Any, out: list, node: ast.Expr) -> None:
         """The tensors of ``value`` in field order (projections emitted as needed), as
         :func:`_flat_param` made the parameters."""
+        if isinstance(value, relax.Tuple):
+            for item in value.fields:
+                self._flatten_value(item, out, node)
+            return
         ty = getattr(value, "ty", None)
         if not isinstance(ty, relax.TupleType):
             out.append(value)

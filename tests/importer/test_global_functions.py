@@ -566,3 +566,22 @@ def @main(%x: Tensor[(2, 4), float32]) {
     assert _partitions_called_by(model.relax_module, "main")
     x = _rand(2, 4)
     np.testing.assert_allclose(model(x), _relu(x) - x + _relu(np.exp(x)), rtol=1e-5)
+
+
+def test_untyped_tuple_parameter_takes_tuple_literals():
+    text = HEADER + """
+def @pair(%t) {
+  add(%t.0, %t.1)
+}
+def @main(%x: Tensor[(2, 3), float32], %y: Tensor[(2, 3), float32]) {
+  %0 = (%x, %y);
+  (@pair(%0), @pair((%y, (%x, %y).1)))
+}
+"""
+    model = bmlib_relax.compile(parse(text))
+    assert _plain_functions(model.relax_module) == ["main", "pair"]
+    assert [p.name for p in model.relax_module["pair"].params] == ["t.0", "t.1"]
+    x, y = _rand(2, 3), _rand(2, 3)
+    first, second = model(x, y)
+    np.testing.assert_allclose(first, x + y, rtol=1e-6)
+    np.testing.assert_allclose(second, 2 * y, rtol=1e-6)
