@@ -8,6 +8,8 @@ in turn, repeated, the per-variant median of round medians kept.  On a shared
 machine the load moves during a run; interleaving makes the ratios (what to
 read) comparable even when the absolute numbers are not.  GFLOP/s are given
 against the measured FMA peak of the same thread count (:mod:`.peak`).
+``--whole`` compares whole models (any benchmark model name, e.g. ``resnet50``,
+``bert_layer``) the same interleaved way.
 """
 from __future__ import annotations
 
@@ -123,6 +125,36 @@ def compare_layers(model: str, goldens: Path, target: Any, threads: int,
     return rows
 
 
+def compare_models(names: Sequence[str], goldens: Path, corpus: Optional[Path], target: Any,
+                   threads: int, runtimes: Sequence[str], rounds: int = 9) -> list[tuple]:
+    """(model, {variant: ms}) of whole models: bmlib and every reference, interleaved."""
+    import tvm
+
+    import bmlib_relax
+    from ..relay import parse
+    from .harness import _relay_module
+    from .models import load_model
+    from .onnx_export import relay_to_onnx
+    from .runtimes import make_runner
+
+    clock = time.process_time if threads == 1 else time.perf_counter
+    rows = []
+    for name in names:
+        bench = load_model(name, goldens, corpus)
+        model = bmlib_relax.compile(parse(bench.text), bench.params, target=target,
+                                    input_shapes=bench.input_shapes, num_threads=threads)
+        feed = list(bench.inputs.values())
+        tensors = [tvm.runtime.tensor(x) for x in feed]
+        main = model._vm["main"]
+        fns: dict[str, Callable[[], Any]] = {"bmlib": lambda: main(*tensors)}
+        onnx_bytes = relay_to_onnx(_relay_module(bench), bench.params, name).SerializeToString()
+        for runtime in runtimes:
+            fns[runtime] = lambda r=make_runner(runtime, onnx_bytes, list(bench.inputs),
+                                                threads): r(*feed)
+        rows.append((name, interleaved(fns, rounds, round_seconds=0.3, clock=clock)))
+    return rows
+
+
 def render(model: str, rows: Sequence[dict], peak: float, runtimes: Sequence[str]) -> str:
     head = f"{'conv2d (' + model + ')':<30} {'MFLOP':>7} {'bmlib ms':>9} " + " ".join(
         f"{r[:8] + ' ms':>11}" for r in runtimes) + f" {'bmlib/best':>10} {'GFLOP/s':>8} " \
@@ -153,9 +185,23 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--goldens", default=os.environ.get("BMLIB_RELAY_GOLDEN",
                                                             "../shared/relay_golden"))
+    parser.add_argument("--corpus", default=os.environ.get("BMLIB_RELAY_CORPUS"))
+    parser.add_argument("--whole", action="store_true",
+                        help="compare whole models instead of their conv2d layers")
     args = parser.parse_args(argv)
     os.environ["TVM_NUM_THREADS"] = str(args.threads)
     target = host_target()
+    if args.whole:
+        runtimes = available_runtimes()
+        clock = "process CPU time" if args.threads == 1 else "wall time"
+        print(f"whole models, {args.threads} thread(s), {clock}, interleaved rounds")
+        for name, t in compare_models(args.models, Path(args.goldens),
+                                      Path(args.corpus) if args.corpus else None, target,
+                                      args.threads, runtimes, args.rounds):
+            best = min((t[r] for r in runtimes), default=float("nan"))
+            print(f"{name:<14} " + "  ".join(f"{k} {v:.2f} ms" for k, v in t.items()) +
+                  f"  bmlib/best {t['bmlib'] / best:.2f}")
+        return 0
     peak = measured_peak_gflops(args.threads, target,
                                 clock=time.process_time if args.threads == 1 else time.perf_counter)
     runtimes = available_runtimes()
