@@ -23,7 +23,7 @@ import numpy as np
 
 
 def _onnx_conv(spec: dict, weight: np.ndarray) -> bytes:
-    import onnx
+    """A one-node ONNX model: the conv2d ``spec`` with ``weight`` as an initializer."""
     from onnx import TensorProto, helper, numpy_helper
 
     n, c, h, w = spec["data"]

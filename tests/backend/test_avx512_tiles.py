@@ -2,9 +2,10 @@
 
 With 32 vector registers (AVX-512) the NCHW[c] conv2d tile holds 14
 accumulators (2 vectors x 7 output pixels, under 1 KiB so it stays a stack
-slot) instead of the 8 that 16 AVX2 registers allow; depthwise keeps 8.  Checked on the scheduled TIR for an
-explicit AVX-512 and AVX2 target (no build, no timing), and for correctness
-against the plain build on the host when it has AVX-512.
+slot) instead of the 8 that 16 AVX2 registers allow; depthwise keeps 8.
+Checked on the scheduled TIR for an explicit AVX-512 and AVX2 target (no
+build, no timing), and for correctness against the plain build on the host
+when it has AVX-512.
 """
 from __future__ import annotations
 
