@@ -75,7 +75,7 @@ def test_conv2d_schedule_is_applied():
 
 
 @pytest.mark.parametrize("data, weight, strides, padding", [
-    ((1, 32, 12, 12), (64, 32, 1, 1), 2, 0),    # 6x6 output: 36 pixels in 9 tiles of 4
+    ((1, 32, 12, 12), (64, 32, 1, 1), 2, 0),    # 6x6 output: 36 pixels, padded to whole tiles
     ((2, 16, 10, 10), (32, 16, 3, 3), 1, 1),    # batch 2, 10x10 output
     ((1, 8, 9, 9), (48, 8, 3, 3), 2, 1),        # 5x5 output
     ((1, 8, 7, 7), (24, 8, 3, 3), 1, 1),        # 24 channels: one-vector blocks, 8-pixel tiles
