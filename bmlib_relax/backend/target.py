@@ -144,6 +144,12 @@ def vector_bits(target: TargetLike) -> int:
     return 128
 
 
+def vector_registers(target: TargetLike) -> int:
+    """Architectural vector registers a register tile may use: 32 zmm with AVX-512,
+    else 16 (x86 xmm/ymm; the conservative count elsewhere)."""
+    return 32 if vector_bits(target) >= 512 else 16
+
+
 def vector_lanes(target: TargetLike, dtype: str = "float32") -> int:
     """Elements of ``dtype`` in one vector register of ``target``."""
     return max(1, vector_bits(target) // tvm.runtime.DataType(dtype).bits)

@@ -22,12 +22,18 @@ from tvm import te, tirx, topi
 from ..patterns import blocked_kernel_layout
 from ..rewrite import conv2d_blocking, depthwise_blocking
 from ..schedule import divisor_at_most, inline_epilogue
+from ..target import vector_registers
 from ._utils import attr_ints, out_dtype
 from .registry import SCHEDULE_ATTR, register_schedule, register_template
 
 # Vector accumulators of a register tile (output columns x vectors per channel
 # block): 8 leaves room for operands in 16 AVX2 registers (14 spilled, measured).
 ACCUMULATORS = 8
+# With 32 registers (AVX-512): 14 (2 vectors x 7 pixels), 1.09-1.26x over 8 on
+# ResNet-18's 3x3 convs.  14 zmm = 896 B stays under TVM's 1 KiB stack-alloca
+# limit: a larger tile (28 measured 1.0-1.1x faster still) becomes a workspace
+# allocation per tile (see docs/drafts/h-perf.md).
+ACCUMULATORS_32_REGISTERS = 14
 # The 1x1 GEMM tile: output channels (one broadcast weight each, unrolled) x
 # vectors of consecutive output pixels; 12 accumulators, measured best of 8-12.
 GEMM_ROWS, GEMM_VECTORS = 6, 2
@@ -57,7 +63,8 @@ def conv2d(call, inputs, ctx):
             blocking = conv2d_blocking(channels, out_channels, lanes)
             weight = pack_kernel(weight, *blocking)
         return conv2d_nchwc(data, weight, strides, padding, dilation, dtype, *blocking,
-                            row_tile=tile_pixels(blocking[1], lanes))
+                            row_tile=tile_pixels(blocking[1], lanes,
+                                                 vector_registers(ctx.target)))
     if groups == channels == out_channels and (blocking is not None or int(weight.shape[1]) == 1):
         if blocking is None:
             blocking = (1, depthwise_blocking(channels, lanes))
@@ -191,9 +198,11 @@ def _sum(value, axes):
     return te.sum(value, axis=list(axes.values())) if axes else value
 
 
-def tile_pixels(ob: int, lanes: int) -> int:
-    """Output pixels of a register tile: ``ACCUMULATORS`` vectors over ``ob`` channels."""
-    return max(1, ACCUMULATORS // max(1, ob // lanes))
+def tile_pixels(ob: int, lanes: int, registers: int = 16) -> int:
+    """Output pixels of a register tile: the accumulators ``registers`` vector
+    registers allow, over ``ob`` channels."""
+    accumulators = ACCUMULATORS_32_REGISTERS if registers >= 32 else ACCUMULATORS
+    return max(1, accumulators // max(1, ob // lanes))
 
 
 def conv2d_nchwc(data, kernel, strides, padding, dilation, dtype, ib, ob, row_tile=0):
@@ -351,7 +360,7 @@ def _flat_epilogue(sch, block):
     return epilogue, sch.get_loops(epilogue)
 
 
-def _tile_conv(sch, block, ctx):
+def _tile_conv(sch, block, ctx, registers=None):
     """Shared tiling of the NCHW[ob]c conv blocks.
 
     The unpack and the element-wise epilogue after it become one NCHW block,
@@ -367,7 +376,8 @@ def _tile_conv(sch, block, ctx):
     _, _, oh_extent, ow_extent, ob_extent = (int(d) for d in
                                              sch.get(block).writes[0].source.shape)
     lanes = ctx.lanes(str(sch.get(block).writes[0].source.dtype))
-    reg = divisor_at_most(ow_extent, tile_pixels(ob_extent, lanes))
+    registers = registers or vector_registers(ctx.target)
+    reg = divisor_at_most(ow_extent, tile_pixels(ob_extent, lanes, registers))
     n, c, h, w = sch.get_loops(epilogue)
     cb, ci = sch.split(c, [None, ob_extent])
     wo, wi = sch.split(w, [None, reg])
@@ -440,4 +450,6 @@ def schedule_conv2d_1x1_gemm(sch, block, ctx):
 
 @register_schedule("bmlib.depthwise_nchwc")
 def schedule_depthwise_nchwc(sch, block, ctx):
-    _tile_conv(sch, block, ctx)
+    # 8 accumulators even with 32 registers: a 9-tap reduction per tile gains
+    # nothing from a longer one (1.0-1.3x slower at 28, measured).
+    _tile_conv(sch, block, ctx, registers=16)

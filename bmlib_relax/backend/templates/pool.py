@@ -4,12 +4,20 @@ from __future__ import annotations
 from tvm import topi
 
 from ._utils import attr_ints
+from .pool_max import max_pool2d_fast_path
 from .registry import register_template
 
 
 def _pool2d(pool_type: str):
     def template(call, inputs, ctx):
         attrs = call.attrs
+        if pool_type == "max":
+            fast = max_pool2d_fast_path(
+                inputs[0], attr_ints(attrs.pool_size), attr_ints(attrs.strides),
+                attr_ints(attrs.dilation), attr_ints(attrs.padding), bool(attrs.ceil_mode),
+                str(attrs.layout))
+            if fast is not None:
+                return fast
         return topi.nn.pool2d(inputs[0], attr_ints(attrs.pool_size), attr_ints(attrs.strides),
                               attr_ints(attrs.dilation), attr_ints(attrs.padding), pool_type,
                               bool(attrs.ceil_mode), str(attrs.layout),

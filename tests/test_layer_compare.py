@@ -1,0 +1,46 @@
+"""The per-layer comparison tool (bench/layer_compare.py): its one-conv ONNX model and
+its bmlib one-conv build compute the same convolution (no timing here)."""
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+from bmlib_relax.bench.harness import host_target
+from bmlib_relax.bench.layer_compare import _bmlib_conv, _onnx_conv, interleaved
+from bmlib_relax.recipe import recipe_tensor
+
+pytest.importorskip("onnx", reason="the test extra installs onnx")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("onnxruntime") is None,
+                    reason="onnxruntime missing")
+@pytest.mark.parametrize("spec", [
+    {"data": [1, 16, 9, 9], "weight": [32, 16, 3, 3], "groups": 1, "strides": [2, 2],
+     "padding": [1, 1, 1, 1]},
+    {"data": [1, 16, 8, 8], "weight": [16, 1, 3, 3], "groups": 16, "strides": [1, 1],
+     "padding": [1, 1, 1, 1]},
+])
+def test_one_conv_models_agree(spec):
+    import tvm
+
+    from bmlib_relax.bench.runtimes import make_runner
+
+    weight = recipe_tensor("w", spec["weight"], "float32")
+    x = recipe_tensor("x", spec["data"], "float32", role="input")
+    ours = _bmlib_conv(spec, weight, host_target())(tvm.runtime.tensor(x)).numpy()
+    theirs = make_runner("onnxruntime", _onnx_conv(spec, weight), ["x"], 1)(x)[0]
+    np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4)
+
+
+def test_interleaved_times_every_variant():
+    calls = {"a": 0, "b": 0}
+
+    def bump(key):
+        calls[key] += 1
+
+    times = interleaved({"a": lambda: bump("a"), "b": lambda: bump("b")}, rounds=2,
+                        round_seconds=0.0)
+    assert set(times) == {"a", "b"} and all(t >= 0 for t in times.values())
+    assert calls["a"] >= 2 * 3 and calls["b"] >= 2 * 3  # warm-up + 3 per round at least
