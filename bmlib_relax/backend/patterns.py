@@ -77,6 +77,30 @@ def _shape(expr) -> Optional[list[int]]:
     return [int(d.value) for d in shape.values]
 
 
+def _dims(expr) -> Optional[list[Optional[int]]]:
+    """Dims of a tensor expression, None for each symbolic one; None if not a tensor
+    of known rank."""
+    ty = getattr(expr, "ty", None)
+    shape = getattr(ty, "shape", None)
+    if not isinstance(ty, relax.TensorType) or shape is None or not hasattr(shape, "values"):
+        return None
+    return [int(d.value) if hasattr(d, "value") else None for d in shape.values]
+
+
+def only_batch_symbolic(context: PatternCheckContext) -> bool:
+    """Every tensor of the match is static but for its first dim (a free batch): what
+    the conv and pool templates take (their spatial and channel dims size the
+    blocking, the tiles and the packed weights)."""
+    exprs = [context.matched_expr, *context.annotated_expr.values(),
+             *context.matched_bindings.values()]
+    for expr in exprs:
+        for item in (expr, *(getattr(expr, "args", None) or ())):
+            dims = _dims(item)
+            if dims is not None and None in dims[1:]:
+                return False
+    return True
+
+
 def _is_static_dim(d) -> bool:
     return hasattr(d, "value")
 
@@ -117,7 +141,11 @@ def check_tensors(context: PatternCheckContext) -> bool:
     exprs = [context.matched_expr, *context.annotated_expr.values(),
              *context.matched_bindings.values()]
     calls = [e for e in exprs if isinstance(e, relax.Call)]
-    symbolic = _takes_symbolic_dims(calls)
+    # The ops of the match only: an operand a wildcard annotates (a host permute_dims
+    # feeding a conv) is produced outside and lowered by no template of this match.
+    symbolic = _takes_symbolic_dims(
+        [e for e in (context.matched_expr, *context.matched_bindings.values())
+         if isinstance(e, relax.Call)])
     read_by_selection = {id(a) for c in calls if _dtypes_of(c) != SUPPORTED_DTYPES
                          for a in c.args}
     for expr in exprs:
@@ -148,7 +176,7 @@ def _bias_ok(context: PatternCheckContext, producer: str, axis: int) -> bool:
     if "bias" not in context.annotated_expr:
         return True
     bias = _shape(context.annotated_expr["bias"])
-    out = _shape(context.annotated_expr[producer])
+    out = _dims(context.annotated_expr[producer])  # a symbolic dim takes no bias but 1
     return bias is not None and out is not None and _per_channel(bias, out, axis)
 
 
@@ -159,7 +187,7 @@ def _bn_ok(context: PatternCheckContext) -> bool:
 
 
 def check_conv2d(context: PatternCheckContext) -> bool:
-    if not check_tensors(context):
+    if not check_tensors(context) or not only_batch_symbolic(context):
         return False
     attrs = context.annotated_expr["conv"].attrs
     # The conv2d template is written for NCHW data and OIHW weights, or the
@@ -231,12 +259,12 @@ def check_erf_gelu(context: PatternCheckContext) -> bool:
 def check_pool2d(context: PatternCheckContext) -> bool:
     attrs = context.annotated_expr["root"].attrs
     # topi pooling follows the input layout; NCHW is the one the templates are tested on.
-    return check_tensors(context) and str(attrs.layout) == "NCHW" and \
-        str(attrs.out_layout) == "NCHW"
+    return check_tensors(context) and only_batch_symbolic(context) and \
+        str(attrs.layout) == "NCHW" and str(attrs.out_layout) == "NCHW"
 
 
 def check_batch_norm(context: PatternCheckContext) -> bool:
-    return check_tensors(context) and _bn_ok(context)
+    return check_tensors(context) and only_batch_symbolic(context) and _bn_ok(context)
 
 
 def check_layer_norm(context: PatternCheckContext) -> bool:
