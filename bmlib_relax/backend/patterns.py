@@ -26,7 +26,7 @@ from tvm.relax.backend.utils import has_leaking_intermediate_variables
 from tvm.relax.dpl import DFPattern, is_const, is_op, is_tuple_get_item, wildcard
 from tvm.relax.transform import PatternCheckContext
 
-from .templates.registry import supports_symbolic_dims
+from .templates.registry import supports_symbolic_dims, symbolic_batch_only
 
 PREFIX = "bmlib"
 SUPPORTED_DTYPES = ("float32", "float16")
@@ -121,6 +121,12 @@ def _tensor_ok(ty, dtypes: tuple = SUPPORTED_DTYPES, symbolic: bool = False) -> 
     return all(symbolic or _is_static_dim(d) for d in ty.shape.values)
 
 
+def _batch_only(calls) -> bool:
+    """Whether an op of a match takes a symbolic batch only (see register_template)."""
+    return any(symbolic_batch_only(c.op.name) for c in calls
+               if isinstance(getattr(c, "op", None), tvm.ir.Op))
+
+
 def _takes_symbolic_dims(calls) -> bool:
     """Whether every op of a match has a template that takes symbolic dims."""
     return all(supports_symbolic_dims(c.op.name) for c in calls
@@ -143,9 +149,11 @@ def check_tensors(context: PatternCheckContext) -> bool:
     calls = [e for e in exprs if isinstance(e, relax.Call)]
     # The ops of the match only: an operand a wildcard annotates (a host permute_dims
     # feeding a conv) is produced outside and lowered by no template of this match.
-    symbolic = _takes_symbolic_dims(
-        [e for e in (context.matched_expr, *context.matched_bindings.values())
-         if isinstance(e, relax.Call)])
+    ops = [e for e in (context.matched_expr, *context.matched_bindings.values())
+           if isinstance(e, relax.Call)]
+    symbolic = _takes_symbolic_dims(ops)
+    if symbolic and _batch_only(ops) and not only_batch_symbolic(context):
+        return False
     read_by_selection = {id(a) for c in calls if _dtypes_of(c) != SUPPORTED_DTYPES
                          for a in c.args}
     for expr in exprs:
@@ -187,7 +195,7 @@ def _bn_ok(context: PatternCheckContext) -> bool:
 
 
 def check_conv2d(context: PatternCheckContext) -> bool:
-    if not check_tensors(context) or not only_batch_symbolic(context):
+    if not check_tensors(context):
         return False
     attrs = context.annotated_expr["conv"].attrs
     # The conv2d template is written for NCHW data and OIHW weights, or the
@@ -259,12 +267,12 @@ def check_erf_gelu(context: PatternCheckContext) -> bool:
 def check_pool2d(context: PatternCheckContext) -> bool:
     attrs = context.annotated_expr["root"].attrs
     # topi pooling follows the input layout; NCHW is the one the templates are tested on.
-    return check_tensors(context) and only_batch_symbolic(context) and \
-        str(attrs.layout) == "NCHW" and str(attrs.out_layout) == "NCHW"
+    return check_tensors(context) and str(attrs.layout) == "NCHW" and \
+        str(attrs.out_layout) == "NCHW"
 
 
 def check_batch_norm(context: PatternCheckContext) -> bool:
-    return check_tensors(context) and only_batch_symbolic(context) and _bn_ok(context)
+    return check_tensors(context) and _bn_ok(context)
 
 
 def check_layer_norm(context: PatternCheckContext) -> bool:

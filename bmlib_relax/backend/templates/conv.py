@@ -33,7 +33,7 @@ ACCUMULATORS = 8
 GEMM_ROWS, GEMM_VECTORS = 6, 2
 
 
-@register_template("relax.nn.conv2d", symbolic_dims=True)
+@register_template("relax.nn.conv2d", symbolic_dims="batch")
 def conv2d(call, inputs, ctx):
     attrs = call.attrs
     data, weight = inputs

@@ -22,11 +22,11 @@ def _pool2d(pool_type: str):
     return template
 
 
-register_template("relax.nn.max_pool2d", symbolic_dims=True)(_pool2d("max"))
-register_template("relax.nn.avg_pool2d", symbolic_dims=True)(_pool2d("avg"))
+register_template("relax.nn.max_pool2d", symbolic_dims="batch")(_pool2d("max"))
+register_template("relax.nn.avg_pool2d", symbolic_dims="batch")(_pool2d("avg"))
 
 
-@register_template("relax.nn.adaptive_avg_pool2d", symbolic_dims=True)
+@register_template("relax.nn.adaptive_avg_pool2d", symbolic_dims="batch")
 def adaptive_avg_pool2d(call, inputs, ctx):
     data = inputs[0]
     layout = str(call.attrs.layout)
