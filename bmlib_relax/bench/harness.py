@@ -48,6 +48,8 @@ class ModelResult:
     compile_s: dict[str, float] = field(default_factory=dict)
     timings: dict[str, Timing] = field(default_factory=dict)
     max_abs_diff: dict[str, float] = field(default_factory=dict)
+    # --unpinned: per-round unpinned/pinned latency ratios of the bmlib build
+    unpinned_ratios: list[float] = field(default_factory=list)
 
     def gflops(self, variant: str) -> float:
         t = self.timings.get(variant)
@@ -79,6 +81,24 @@ def time_it(fn: Callable[[], Any], min_runs: int = 5, min_seconds: float = 1.0,
     return Timing(statistics.median(samples), pick(0.1), pick(0.9), len(samples))
 
 
+def time_interleaved(fns: dict[str, Callable[[], Any]], rounds: int, min_seconds: float
+                     ) -> tuple[dict[str, Timing], list[float]]:
+    """Time several variants in alternating rounds (a shared, noisy machine drifts
+    between them otherwise): each variant's median over all its runs, and the ratio
+    of the second variant's median to the first's, round by round."""
+    samples: dict[str, list[Timing]] = {name: [] for name in fns}
+    ratios = []
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            samples[name].append(time_it(fn, min_seconds=min_seconds / rounds))
+        first, second = (samples[name][-1].median_ms for name in list(fns)[:2])
+        ratios.append(second / first)
+    merged = {name: Timing(statistics.median(t.median_ms for t in ts),
+                           min(t.p10_ms for t in ts), max(t.p90_ms for t in ts),
+                           sum(t.runs for t in ts)) for name, ts in samples.items()}
+    return merged, ratios
+
+
 def host_target() -> dict:
     """LLVM for this CPU (``mcpu=native`` silently means generic in TVM 0.27)."""
     from ..backend.target import host_target as backend_host_target
@@ -106,8 +126,12 @@ def _first(out: Any) -> np.ndarray:
 
 def bench_model(name: str, goldens: Path, corpus: Optional[Path], target: Any,
                 with_torch: bool, min_seconds: float, runtimes: Sequence[str] = (),
-                threads: int = 1) -> ModelResult:
-    """Compile and time one model with bmlib, the plain build and every reference."""
+                threads: int = 1, unpinned: bool = False) -> ModelResult:
+    """Compile and time one model with bmlib, the plain build and every reference.
+
+    ``unpinned``: a model whose inputs have dynamic (``?``) dims is also built
+    without pinning them, and both bmlib builds are timed in alternating rounds on
+    the same (pinned-shape) inputs (``bmlib_unpinned``, ``unpinned_ratios``)."""
     import tvm
     from tvm import relax
 
@@ -135,8 +159,21 @@ def bench_model(name: str, goldens: Path, corpus: Optional[Path], target: Any,
     bmlib_vm = model._vm
     reference = _first(plain_vm["main"](*tensors))
     result.max_abs_diff["bmlib_vs_plain"] = float(np.abs(_first(model(*feed)) - reference).max())
-    result.timings["bmlib"] = time_it(lambda: bmlib_vm["main"](*tensors),
-                                      min_seconds=min_seconds)
+    if unpinned and bench.input_shapes:
+        t0 = time.perf_counter()
+        free = bmlib_relax.compile(module, bench.params, target=target)
+        result.compile_s["bmlib_unpinned"] = time.perf_counter() - t0
+        result.max_abs_diff["unpinned_vs_pinned"] = float(
+            np.abs(_first(free(*feed)) - _first(model(*feed))).max())
+        free_vm = free._vm
+        timings, result.unpinned_ratios = time_interleaved(
+            {"bmlib": lambda: bmlib_vm["main"](*tensors),
+             "bmlib_unpinned": lambda: free_vm["main"](*tensors)}, rounds=5,
+            min_seconds=2 * min_seconds)
+        result.timings.update(timings)
+    else:
+        result.timings["bmlib"] = time_it(lambda: bmlib_vm["main"](*tensors),
+                                          min_seconds=min_seconds)
     result.timings["plain"] = time_it(lambda: plain_vm["main"](*tensors),
                                       min_seconds=min_seconds, min_runs=3)
     if with_torch:
@@ -351,6 +388,16 @@ def render(results: Sequence[ModelResult], peak: float, peak_note: str,
                      "best of 1 s, same threads)")
     for name, seconds in extra.items():
         lines.append(f"compile time {name}: {seconds:.2f} s")
+    for r in results:
+        free, pinned = r.timings.get("bmlib_unpinned"), r.timings.get("bmlib")
+        if free and pinned:
+            ratios = ", ".join(f"{x:.3f}" for x in r.unpinned_ratios)
+            lines.append(
+                f"{r.model} unpinned (dynamic dims symbolic) {free.median_ms:.2f} ms vs pinned "
+                f"{pinned.median_ms:.2f} ms: unpinned/pinned {_ratio(free, pinned):.3f} "
+                f"(median of rounds {statistics.median(r.unpinned_ratios):.3f}; rounds "
+                f"{ratios}); max abs diff {r.max_abs_diff['unpinned_vs_pinned']:.2e}; "
+                f"compile {r.compile_s['bmlib_unpinned']:.1f} s vs {r.compile_s['bmlib']:.1f} s")
     return "\n".join(lines)
 
 
@@ -434,6 +481,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--threads", type=int, default=None,
                         help="threads for TVM and every reference (default $TVM_NUM_THREADS, "
                              "else every CPU this process may use)")
+    parser.add_argument("--unpinned", action="store_true",
+                        help="also build models with dynamic (?) input dims without pinning "
+                             "them, and time both bmlib builds in alternating rounds")
     parser.add_argument("--scaling", action="store_true",
                         help="run at 1 thread and at every thread (one process each) and "
                              "report the speed-up")
@@ -484,7 +534,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for name in args.models:
         print(f"benchmarking {name} ...", file=sys.stderr, flush=True)
         results.append(bench_model(name, goldens, corpus, target, with_torch, args.seconds,
-                                   runtimes, threads))
+                                   runtimes, threads, unpinned=args.unpinned))
     peak, note = nominal_peak_gflops(threads, args.ghz)
     print("measuring the FMA peak ...", file=sys.stderr, flush=True)
     measured = measured_peak_gflops(threads, target, seconds=min(args.seconds, 1.0))

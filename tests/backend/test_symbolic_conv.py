@@ -217,3 +217,22 @@ def @main(%x: Tensor[(?, 16, 8, 8), float32], %w: Tensor[(32, 16, 3, 3), float32
 def test_register_template_refuses_an_unknown_symbolic_dims_value():
     with pytest.raises(ValueError, match="symbolic_dims"):
         register_template("relax.nn.conv2d", symbolic_dims="spatial")
+
+
+def test_convert_of_a_symbolic_batch_model_succeeds_and_says_how_it_checked(tmp_path):
+    from bmlib_relax.convert import convert
+
+    model = tmp_path / "model.relay"
+    model.write_text(NHWC_BLOCK)
+    params = tmp_path / "params.npz"
+    np.savez(params, **_weights(NHWC_BLOCK, seed=1))
+    result = convert(model, tmp_path / "out", params=params, check=True)
+    report = result.report
+    assert report["partitions"] and result.check_passed, report["check"]
+    assert isinstance(report["inputs"][0]["shape"][0], str)
+    assert any("symbolic dims" in w and "x" in w for w in report["warnings"])
+    assert report["outputs"][0]["shape"] == [1, 1, 1, 16]  # checked at batch 1
+    loaded = bmlib_relax.load(result.files["model.so"])
+    x = np.random.default_rng(4).standard_normal((3, 12, 12, 4)).astype("float32")
+    np.testing.assert_allclose(_single(loaded(x)), _plain(NHWC_BLOCK, _weights(NHWC_BLOCK, 1), x),
+                               rtol=1e-4, atol=1e-4)
