@@ -91,6 +91,19 @@ def @main(%x: Tensor[(?, 8, ?, ?), float32], %w: Tensor[(16, 8, 3, 3), float32])
 }
 """
 
+# Other template paths: depthwise with a channel multiplier (TOPI's compute), a dilated
+# conv, a strided 1x1 (subsampled packing), ceil-mode and padded pools.
+OTHER_PATHS = """#[version = "0.0.5"]
+def @main(%x: Tensor[(?, 8, 9, 9), float32], %w: Tensor[(16, 1, 3, 3), float32],
+          %w2: Tensor[(8, 16, 3, 3), float32], %w3: Tensor[(8, 8, 1, 1), float32]) {
+  %0 = nn.conv2d(%x, %w, padding=[1, 1, 1, 1], groups=8, channels=16, kernel_size=[3, 3]);
+  %1 = nn.conv2d(%0, %w2, padding=[2, 2, 2, 2], dilation=[2, 2], channels=8, kernel_size=[3, 3]);
+  %2 = nn.conv2d(%1, %w3, strides=[2, 2], channels=8, kernel_size=[1, 1]);
+  %3 = nn.max_pool2d(%2, pool_size=[2, 2], strides=[1, 1], ceil_mode=True);
+  nn.avg_pool2d(%3, pool_size=[3, 3], padding=[1, 1, 1, 1], count_include_pad=True)
+}
+"""
+
 CONV_OPS = ("relax.nn.conv2d", "relax.nn.max_pool2d", "relax.nn.avg_pool2d",
             "relax.nn.adaptive_avg_pool2d", "relax.nn.batch_norm")
 
@@ -165,6 +178,18 @@ def test_nhwc_twins_take_a_symbolic_batch():
         got = _single(model(x))
         assert got.shape == (batch, 1, 1, 16)
         np.testing.assert_allclose(got, _plain(NHWC_BLOCK, weights, x), rtol=1e-4, atol=1e-4)
+
+
+def test_other_conv_and_pool_paths_take_a_symbolic_batch():
+    weights = _weights(OTHER_PATHS, seed=5)
+    model = bmlib_relax.compile(OTHER_PATHS, weights)
+    assert offloaded_partitions(model.relax_module)
+    assert not model.report.ops_host, str(model.report)
+    for batch in (1, 4):
+        x = np.random.default_rng(batch).standard_normal((batch, 8, 9, 9)).astype("float32")
+        got = _single(model(x))
+        assert got.shape == (batch, 8, 4, 4)
+        np.testing.assert_allclose(got, _plain(OTHER_PATHS, weights, x), rtol=1e-4, atol=1e-4)
 
 
 def test_symbolic_spatial_dims_stay_on_the_host_and_say_why():
