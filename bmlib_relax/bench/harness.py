@@ -81,22 +81,29 @@ def time_it(fn: Callable[[], Any], min_runs: int = 5, min_seconds: float = 1.0,
     return Timing(statistics.median(samples), pick(0.1), pick(0.9), len(samples))
 
 
-def time_interleaved(fns: dict[str, Callable[[], Any]], rounds: int, min_seconds: float
-                     ) -> tuple[dict[str, Timing], list[float]]:
-    """Time several variants in alternating rounds (a shared, noisy machine drifts
-    between them otherwise): each variant's median over all its runs, and the ratio
-    of the second variant's median to the first's, round by round."""
-    samples: dict[str, list[Timing]] = {name: [] for name in fns}
-    ratios = []
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            samples[name].append(time_it(fn, min_seconds=min_seconds / rounds))
-        first, second = (samples[name][-1].median_ms for name in list(fns)[:2])
-        ratios.append(second / first)
-    merged = {name: Timing(statistics.median(t.median_ms for t in ts),
-                           min(t.p10_ms for t in ts), max(t.p90_ms for t in ts),
-                           sum(t.runs for t in ts)) for name, ts in samples.items()}
-    return merged, ratios
+def time_interleaved(fns: dict[str, Callable[[], Any]], min_seconds: float,
+                     min_runs: int = 10) -> tuple[dict[str, Timing], list[float]]:
+    """Time two variants call by call, alternating (A, B, A, B, ...): on a shared,
+    noisy machine the load drifts between two separately timed variants, while the
+    two calls of a pair see nearly the same load.  Returns each variant's timing and
+    the ratio second / first of every pair (read their median)."""
+    (name_a, fn_a), (name_b, fn_b) = list(fns.items())[:2]
+    for fn in (fn_a, fn_b):
+        fn()  # warm-up (cold caches, idle worker threads)
+    samples: dict[str, list[float]] = {name_a: [], name_b: []}
+    start = time.perf_counter()
+    while len(samples[name_a]) < min_runs or time.perf_counter() - start < min_seconds:
+        for name, fn in ((name_a, fn_a), (name_b, fn_b)):
+            t0 = time.perf_counter()
+            fn()
+            samples[name].append((time.perf_counter() - t0) * 1e3)
+    ratios = [b / a for a, b in zip(samples[name_a], samples[name_b])]
+    timings = {}
+    for name, values in samples.items():
+        ordered = sorted(values)
+        pick = lambda q: ordered[min(int(q * len(ordered)), len(ordered) - 1)]  # noqa: E731
+        timings[name] = Timing(statistics.median(ordered), pick(0.1), pick(0.9), len(ordered))
+    return timings, ratios
 
 
 def host_target() -> dict:
@@ -168,8 +175,7 @@ def bench_model(name: str, goldens: Path, corpus: Optional[Path], target: Any,
         free_vm = free._vm
         timings, result.unpinned_ratios = time_interleaved(
             {"bmlib": lambda: bmlib_vm["main"](*tensors),
-             "bmlib_unpinned": lambda: free_vm["main"](*tensors)}, rounds=5,
-            min_seconds=2 * min_seconds)
+             "bmlib_unpinned": lambda: free_vm["main"](*tensors)}, min_seconds=2 * min_seconds)
         result.timings.update(timings)
     else:
         result.timings["bmlib"] = time_it(lambda: bmlib_vm["main"](*tensors),
@@ -391,12 +397,14 @@ def render(results: Sequence[ModelResult], peak: float, peak_note: str,
     for r in results:
         free, pinned = r.timings.get("bmlib_unpinned"), r.timings.get("bmlib")
         if free and pinned:
-            ratios = ", ".join(f"{x:.3f}" for x in r.unpinned_ratios)
+            ratios = sorted(r.unpinned_ratios)
+            q = lambda f: ratios[min(int(f * len(ratios)), len(ratios) - 1)]  # noqa: E731
             lines.append(
                 f"{r.model} unpinned (dynamic dims symbolic) {free.median_ms:.2f} ms vs pinned "
-                f"{pinned.median_ms:.2f} ms: unpinned/pinned {_ratio(free, pinned):.3f} "
-                f"(median of rounds {statistics.median(r.unpinned_ratios):.3f}; rounds "
-                f"{ratios}); max abs diff {r.max_abs_diff['unpinned_vs_pinned']:.2e}; "
+                f"{pinned.median_ms:.2f} ms (alternating calls, {free.runs} each): "
+                f"unpinned/pinned median of pair ratios {statistics.median(ratios):.3f} "
+                f"(p10 {q(0.1):.3f}, p90 {q(0.9):.3f}), of medians {_ratio(free, pinned):.3f}; "
+                f"max abs diff {r.max_abs_diff['unpinned_vs_pinned']:.2e}; "
                 f"compile {r.compile_s['bmlib_unpinned']:.1f} s vs {r.compile_s['bmlib']:.1f} s")
     return "\n".join(lines)
 
