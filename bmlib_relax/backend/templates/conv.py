@@ -14,6 +14,11 @@ register tile.  A 1x1 ``conv2d`` whose output pixels are whole vectors skips
 the blocked layout and runs as a GEMM on NCHW (:func:`conv2d_1x1_gemm`).
 Weights usually arrive packed by :mod:`..rewrite`; a plain OIHW weight (not a
 constant) is packed inside the PrimFunc, or read as it is by the 1x1 GEMM.
+
+``conv2d`` takes a symbolic batch (``symbolic_dims="batch"``): the blocks run over
+``(n, ...)`` with ``n`` a ``tir.Var`` (see :func:`batched`), the batch joins the
+fused parallel loop, and the tiles, the vectorized axes and the packed weights
+stay static (channels and spatial dims must be static).
 """
 from __future__ import annotations
 
