@@ -202,10 +202,10 @@ def write_json_atomic(path: str, data: Any) -> str:
     return path
 
 
-# TVM logs a "Scope Saving:" warning per dynamically sized allocation when it saves a VM
-# executable (src/runtime/vm/executable.cc): noise about no problem of the model (108
-# lines for the TF ResNet-50 with a symbolic batch).
-_EXPORT_NOISE = re.compile(rb"executable\.cc:\d+: Warning: Scope Saving:")
+# TVM logs a "Scope Saving:" / "Scope Loaded:" warning per dynamically sized allocation
+# when it saves / loads a VM executable (src/runtime/vm/executable.cc): noise about no
+# problem of the model (108 lines each for the TF ResNet-50 with a symbolic batch).
+_VM_SCOPE_NOISE = re.compile(rb"executable\.cc:\d+: Warning: Scope (Saving|Loaded):")
 
 
 @contextlib.contextmanager
@@ -243,7 +243,7 @@ def export_artifact(executable: Any, path: str, specs: Sequence[dict],
     """
     path = os.fspath(path)
     suffix = os.path.splitext(path)[1] or ".so"
-    with _native_lines_dropped(_EXPORT_NOISE):
+    with _native_lines_dropped(_VM_SCOPE_NOISE):
         atomic_write(path, executable.export_library, suffix=suffix)
     folder = os.path.dirname(os.path.abspath(path))
     data = {
@@ -350,7 +350,8 @@ class LoadedModel(ModelRunner):
         self.metadata = read_metadata(path)
         verify_library(path, self.metadata)
         try:
-            module = tvm.runtime.load_module(path)
+            with _native_lines_dropped(_VM_SCOPE_NOISE):
+                module = tvm.runtime.load_module(path)
         except Exception as exc:  # noqa: BLE001 - the hash matched, so the file is what was written
             first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()),
                          type(exc).__name__)
