@@ -292,6 +292,12 @@ def _convert_into(folder: str, module, weights, patterns, resolved,
     }
     feed, generated = _check_inputs(model.input_specs, specs)
     data["generated_inputs"] = generated
+    free = [s["name"] for s in model.input_specs if s["name"] in generated and
+            not all(isinstance(d, int) for d in s["shape"])]
+    if free:
+        warnings.append(f"input(s) {_names(free)} have symbolic dims: the library takes any "
+                        "size there; the outputs and the check are for size 1 (pin with "
+                        "--inputs NAME=SHAPE:DTYPE)")
     outputs = model(*feed)
     # Output signature plus a checksum on the check inputs, so a shipped artifact can be
     # verified to reproduce them (``bmlib-relax run`` prints the same sums).
@@ -361,10 +367,9 @@ def _check_inputs(specs: Sequence[dict], given: Mapping[str, InputSpec]
         if supplied is not None and supplied.data is not None:
             feed.append(supplied.data)
             continue
-        if not all(isinstance(d, int) for d in spec["shape"]):
-            raise ParamError(f"input {spec['name']!r} has dynamic shape {spec['shape']}; "
-                             "give one with --inputs name=shape:dtype", spec["name"])
-        feed.append(recipe_tensor(spec["name"], spec["shape"], spec["dtype"], "input"))
+        # A symbolic dim (a free batch) is checked at 1; the library takes any value.
+        shape = [d if isinstance(d, int) else 1 for d in spec["shape"]]
+        feed.append(recipe_tensor(spec["name"], shape, spec["dtype"], "input"))
         generated.append(spec["name"])
     return feed, generated
 

@@ -115,6 +115,8 @@ class _LayoutConverter:
             return relax.const(np.ascontiguousarray(
                 array.reshape((1,) * (4 - rank) + array.shape).transpose(TO_NCHW)),
                 str(array.dtype))
+        if rank < 4 and not all(hasattr(d, "value") for d in expr.ty.shape.values):
+            return None  # a symbolic operand of lower rank: left in NHWC
         value = self.substitute(expr)
         if rank < 4:
             shape = [1] * (4 - rank) + [int(d) for d in expr.ty.shape.values]

@@ -26,7 +26,7 @@ from tvm.relax.backend.utils import has_leaking_intermediate_variables
 from tvm.relax.dpl import DFPattern, is_const, is_op, is_tuple_get_item, wildcard
 from tvm.relax.transform import PatternCheckContext
 
-from .templates.registry import supports_symbolic_dims
+from .templates.registry import supports_symbolic_dims, symbolic_batch_only
 
 PREFIX = "bmlib"
 SUPPORTED_DTYPES = ("float32", "float16")
@@ -77,6 +77,30 @@ def _shape(expr) -> Optional[list[int]]:
     return [int(d.value) for d in shape.values]
 
 
+def _dims(expr) -> Optional[list[Optional[int]]]:
+    """Dims of a tensor expression, None for each symbolic one; None if not a tensor
+    of known rank."""
+    ty = getattr(expr, "ty", None)
+    shape = getattr(ty, "shape", None)
+    if not isinstance(ty, relax.TensorType) or shape is None or not hasattr(shape, "values"):
+        return None
+    return [int(d.value) if hasattr(d, "value") else None for d in shape.values]
+
+
+def only_batch_symbolic(context: PatternCheckContext) -> bool:
+    """Every tensor of the match is static but for its first dim (a free batch): what
+    the conv and pool templates take (their spatial and channel dims size the
+    blocking, the tiles and the packed weights)."""
+    exprs = [context.matched_expr, *context.annotated_expr.values(),
+             *context.matched_bindings.values()]
+    for expr in exprs:
+        for item in (expr, *(getattr(expr, "args", None) or ())):
+            dims = _dims(item)
+            if dims is not None and None in dims[1:]:
+                return False
+    return True
+
+
 def _is_static_dim(d) -> bool:
     return hasattr(d, "value")
 
@@ -95,6 +119,12 @@ def _tensor_ok(ty, dtypes: tuple = SUPPORTED_DTYPES, symbolic: bool = False) -> 
         return False  # unknown rank
     # Templates are specialised per shape at compile time, symbolic ones per free dim.
     return all(symbolic or _is_static_dim(d) for d in ty.shape.values)
+
+
+def _batch_only(calls) -> bool:
+    """Whether an op of a match takes a symbolic batch only (see register_template)."""
+    return any(symbolic_batch_only(c.op.name) for c in calls
+               if isinstance(getattr(c, "op", None), tvm.ir.Op))
 
 
 def _takes_symbolic_dims(calls) -> bool:
@@ -117,7 +147,13 @@ def check_tensors(context: PatternCheckContext) -> bool:
     exprs = [context.matched_expr, *context.annotated_expr.values(),
              *context.matched_bindings.values()]
     calls = [e for e in exprs if isinstance(e, relax.Call)]
-    symbolic = _takes_symbolic_dims(calls)
+    # The ops of the match only: an operand a wildcard annotates (a host permute_dims
+    # feeding a conv) is produced outside and lowered by no template of this match.
+    ops = [e for e in (context.matched_expr, *context.matched_bindings.values())
+           if isinstance(e, relax.Call)]
+    symbolic = _takes_symbolic_dims(ops)
+    if symbolic and _batch_only(ops) and not only_batch_symbolic(context):
+        return False
     read_by_selection = {id(a) for c in calls if _dtypes_of(c) != SUPPORTED_DTYPES
                          for a in c.args}
     for expr in exprs:
@@ -148,7 +184,7 @@ def _bias_ok(context: PatternCheckContext, producer: str, axis: int) -> bool:
     if "bias" not in context.annotated_expr:
         return True
     bias = _shape(context.annotated_expr["bias"])
-    out = _shape(context.annotated_expr[producer])
+    out = _dims(context.annotated_expr[producer])  # a symbolic dim takes no bias but 1
     return bias is not None and out is not None and _per_channel(bias, out, axis)
 
 

@@ -70,9 +70,11 @@ def const_array(expr) -> Any:
     return None
 
 
-def _static(ty) -> bool:
+def _static(ty, from_axis: int = 0) -> bool:
+    """Every dim of ``ty`` from ``from_axis`` on is static."""
     return isinstance(ty, relax.TensorType) and ty.shape is not None and \
-        hasattr(ty.shape, "values") and all(hasattr(d, "value") for d in ty.shape.values)
+        hasattr(ty.shape, "values") and \
+        all(hasattr(d, "value") for d in ty.shape.values[from_axis:])
 
 
 @mutator
@@ -100,8 +102,8 @@ class _WeightPacker(PyExprMutator):
                 str(array.dtype) not in PACKABLE_DTYPES + QUANTIZED_DTYPES:
             return call
         if (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout)) != \
-                ("NCHW", "OIHW", "NCHW") or not _static(data.ty) or not _static(call.ty):
-            return call
+                ("NCHW", "OIHW", "NCHW") or not _static(data.ty, 1) or not _static(call.ty, 1):
+            return call  # the blocking depends on channels only; the batch may be free
         groups = int(attrs.groups)
         in_channels = int(data.ty.shape.values[1])
         out_channels = array.shape[0]

@@ -48,6 +48,8 @@ class ModelResult:
     compile_s: dict[str, float] = field(default_factory=dict)
     timings: dict[str, Timing] = field(default_factory=dict)
     max_abs_diff: dict[str, float] = field(default_factory=dict)
+    # --unpinned: per-round unpinned/pinned latency ratios of the bmlib build
+    unpinned_ratios: list[float] = field(default_factory=list)
 
     def gflops(self, variant: str) -> float:
         t = self.timings.get(variant)
@@ -79,6 +81,31 @@ def time_it(fn: Callable[[], Any], min_runs: int = 5, min_seconds: float = 1.0,
     return Timing(statistics.median(samples), pick(0.1), pick(0.9), len(samples))
 
 
+def time_interleaved(fns: dict[str, Callable[[], Any]], min_seconds: float,
+                     min_runs: int = 10) -> tuple[dict[str, Timing], list[float]]:
+    """Time two variants call by call, alternating (A, B, A, B, ...): on a shared,
+    noisy machine the load drifts between two separately timed variants, while the
+    two calls of a pair see nearly the same load.  Returns each variant's timing and
+    the ratio second / first of every pair (read their median)."""
+    (name_a, fn_a), (name_b, fn_b) = list(fns.items())[:2]
+    for fn in (fn_a, fn_b):
+        fn()  # warm-up (cold caches, idle worker threads)
+    samples: dict[str, list[float]] = {name_a: [], name_b: []}
+    start = time.perf_counter()
+    while len(samples[name_a]) < min_runs or time.perf_counter() - start < min_seconds:
+        for name, fn in ((name_a, fn_a), (name_b, fn_b)):
+            t0 = time.perf_counter()
+            fn()
+            samples[name].append((time.perf_counter() - t0) * 1e3)
+    ratios = [b / a for a, b in zip(samples[name_a], samples[name_b])]
+    timings = {}
+    for name, values in samples.items():
+        ordered = sorted(values)
+        pick = lambda q: ordered[min(int(q * len(ordered)), len(ordered) - 1)]  # noqa: E731
+        timings[name] = Timing(statistics.median(ordered), pick(0.1), pick(0.9), len(ordered))
+    return timings, ratios
+
+
 def host_target() -> dict:
     """LLVM for this CPU (``mcpu=native`` silently means generic in TVM 0.27)."""
     from ..backend.target import host_target as backend_host_target
@@ -106,8 +133,12 @@ def _first(out: Any) -> np.ndarray:
 
 def bench_model(name: str, goldens: Path, corpus: Optional[Path], target: Any,
                 with_torch: bool, min_seconds: float, runtimes: Sequence[str] = (),
-                threads: int = 1) -> ModelResult:
-    """Compile and time one model with bmlib, the plain build and every reference."""
+                threads: int = 1, unpinned: bool = False) -> ModelResult:
+    """Compile and time one model with bmlib, the plain build and every reference.
+
+    ``unpinned``: a model whose inputs have dynamic (``?``) dims is also built
+    without pinning them, and both bmlib builds are timed in alternating rounds on
+    the same (pinned-shape) inputs (``bmlib_unpinned``, ``unpinned_ratios``)."""
     import tvm
     from tvm import relax
 
@@ -135,8 +166,20 @@ def bench_model(name: str, goldens: Path, corpus: Optional[Path], target: Any,
     bmlib_vm = model._vm
     reference = _first(plain_vm["main"](*tensors))
     result.max_abs_diff["bmlib_vs_plain"] = float(np.abs(_first(model(*feed)) - reference).max())
-    result.timings["bmlib"] = time_it(lambda: bmlib_vm["main"](*tensors),
-                                      min_seconds=min_seconds)
+    if unpinned and bench.input_shapes:
+        t0 = time.perf_counter()
+        free = bmlib_relax.compile(module, bench.params, target=target)
+        result.compile_s["bmlib_unpinned"] = time.perf_counter() - t0
+        result.max_abs_diff["unpinned_vs_pinned"] = float(
+            np.abs(_first(free(*feed)) - _first(model(*feed))).max())
+        free_vm = free._vm
+        timings, result.unpinned_ratios = time_interleaved(
+            {"bmlib": lambda: bmlib_vm["main"](*tensors),
+             "bmlib_unpinned": lambda: free_vm["main"](*tensors)}, min_seconds=2 * min_seconds)
+        result.timings.update(timings)
+    else:
+        result.timings["bmlib"] = time_it(lambda: bmlib_vm["main"](*tensors),
+                                          min_seconds=min_seconds)
     result.timings["plain"] = time_it(lambda: plain_vm["main"](*tensors),
                                       min_seconds=min_seconds, min_runs=3)
     if with_torch:
@@ -351,6 +394,18 @@ def render(results: Sequence[ModelResult], peak: float, peak_note: str,
                      "best of 1 s, same threads)")
     for name, seconds in extra.items():
         lines.append(f"compile time {name}: {seconds:.2f} s")
+    for r in results:
+        free, pinned = r.timings.get("bmlib_unpinned"), r.timings.get("bmlib")
+        if free and pinned:
+            ratios = sorted(r.unpinned_ratios)
+            q = lambda f: ratios[min(int(f * len(ratios)), len(ratios) - 1)]  # noqa: E731
+            lines.append(
+                f"{r.model} unpinned (dynamic dims symbolic) {free.median_ms:.2f} ms vs pinned "
+                f"{pinned.median_ms:.2f} ms (alternating calls, {free.runs} each): "
+                f"unpinned/pinned median of pair ratios {statistics.median(ratios):.3f} "
+                f"(p10 {q(0.1):.3f}, p90 {q(0.9):.3f}), of medians {_ratio(free, pinned):.3f}; "
+                f"max abs diff {r.max_abs_diff['unpinned_vs_pinned']:.2e}; "
+                f"compile {r.compile_s['bmlib_unpinned']:.1f} s vs {r.compile_s['bmlib']:.1f} s")
     return "\n".join(lines)
 
 
@@ -434,6 +489,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--threads", type=int, default=None,
                         help="threads for TVM and every reference (default $TVM_NUM_THREADS, "
                              "else every CPU this process may use)")
+    parser.add_argument("--unpinned", action="store_true",
+                        help="also build models with dynamic (?) input dims without pinning "
+                             "them, and time both bmlib builds in alternating rounds")
     parser.add_argument("--scaling", action="store_true",
                         help="run at 1 thread and at every thread (one process each) and "
                              "report the speed-up")
@@ -484,7 +542,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for name in args.models:
         print(f"benchmarking {name} ...", file=sys.stderr, flush=True)
         results.append(bench_model(name, goldens, corpus, target, with_torch, args.seconds,
-                                   runtimes, threads))
+                                   runtimes, threads, unpinned=args.unpinned))
     peak, note = nominal_peak_gflops(threads, args.ghz)
     print("measuring the FMA peak ...", file=sys.stderr, flush=True)
     measured = measured_peak_gflops(threads, target, seconds=min(args.seconds, 1.0))

@@ -4,7 +4,8 @@ A model is named on the command line.  Golden names (``resnet18``,
 ``mobilenet``, …) read the golden's text and recipe-v1 tensors; the others are
 registered here: ``resnet50`` is the corpus's ResNet-50 imported from ONNX
 (NCHW, free weights filled by recipe v1), ``resnet50_tf`` the same network
-imported from TensorFlow (NHWC, batch pinned to 1), and ``bert_layer`` a
+imported from TensorFlow (NHWC, batch pinned to 1; ``--unpinned`` also times
+it with the batch symbolic), and ``bert_layer`` a
 BERT-base encoder layer (hidden 768, 12 heads, FFN 3072, sequence 128) written
 in the style of the ``transformer_block`` golden.
 """

@@ -36,7 +36,7 @@ RUN, BMLIB_RUN, BUILD, MISSING_CONSTANT, UNSUPPORTED, REJECTED = (
 # file -> (outcome, input names, detail: error pattern for failures)
 EXPECTED = {
     "001_resnet50_pytorch_3la.relay": (RUN, ("image",), None),
-    # Dynamic batch (`?`): bmlib takes static shapes only, so this one runs on the plain build.
+    # Dynamic batch (`?`): pinned to 1 here; unpinned in tests/backend/test_symbolic_conv_resnet50.py.
     "002_resnet50_tf_3la.relay": (RUN, ("input_tensor",), None),
     "003_resnet50_onnx_3la.relay": (RUN, ("input_tensor_0",), None),
     "004_transformer_glenside.relay": (BMLIB_RUN, ("input_1", "input_0"), None),

@@ -14,6 +14,11 @@ register tile.  A 1x1 ``conv2d`` whose output pixels are whole vectors skips
 the blocked layout and runs as a GEMM on NCHW (:func:`conv2d_1x1_gemm`).
 Weights usually arrive packed by :mod:`..rewrite`; a plain OIHW weight (not a
 constant) is packed inside the PrimFunc, or read as it is by the 1x1 GEMM.
+
+``conv2d`` takes a symbolic batch (``symbolic_dims="batch"``): the blocks run over
+``(n, ...)`` with ``n`` a ``tir.Var`` (see :func:`batched`), the batch joins the
+fused parallel loop, and the tiles, the vectorized axes and the packed weights
+stay static (channels and spatial dims must be static).
 """
 from __future__ import annotations
 
@@ -39,7 +44,7 @@ ACCUMULATORS_32_REGISTERS = 14
 GEMM_ROWS, GEMM_VECTORS = 6, 2
 
 
-@register_template("relax.nn.conv2d")
+@register_template("relax.nn.conv2d", symbolic_dims="batch")
 def conv2d(call, inputs, ctx):
     attrs = call.attrs
     data, weight = inputs
@@ -135,6 +140,20 @@ register_template("relax.nn.conv1d")(_direct_conv("NCW", "OIW"))
 register_template("relax.nn.conv3d")(_direct_conv("NCDHW", "OIDHW"))
 
 
+def batched(n, *dims: int) -> tuple:
+    """The shape ``(n, *dims)`` of a compute over a batch ``n`` that may be symbolic.
+
+    A symbolic batch is an ``int64`` variable (Relax shapes are ``int64``); the
+    static dims then take its dtype too, so every spatial loop of the block is
+    ``int64`` and fusing the batch with them (the parallel axis) makes no casts,
+    which would leave the block bindings non-affine (no ``compute_at`` or
+    ``vectorize`` then).
+    """
+    if isinstance(n, int) or isinstance(n, tirx.IntImm):
+        return (n, *dims)
+    return (n, *(tirx.IntImm(str(n.ty), int(d)) for d in dims))
+
+
 def pack_kernel(weight: te.Tensor, ib: int, ob: int) -> te.Tensor:
     """OIHW → [O/ob, I/ib, KH, KW, ib, ob] inside the PrimFunc (non-constant weights)."""
     o, i, kh, kw = (int(d) for d in weight.shape)
@@ -147,7 +166,8 @@ def _pad_pack(data: te.Tensor, block: int, padding, out_size, kernel, strides, d
               subsample=(1, 1)):
     """Pad NCHW data and pack it to NCHW[block]c in one block (keeping every
     ``subsample``-th row/column only, for strided 1x1 convolutions)."""
-    n, c, h, w = (int(d) for d in data.shape)
+    n = data.shape[0]  # the batch may be symbolic
+    c, h, w = (int(d) for d in data.shape[1:])
     top, left = padding[0], padding[1]
     if tuple(subsample) != (1, 1):
         ph, pw = out_size
@@ -163,7 +183,7 @@ def _pad_pack(data: te.Tensor, block: int, padding, out_size, kernel, strides, d
         inside = tirx.all(yy >= 0, yy < h, xx >= 0, xx < w)
         return tirx.if_then_else(inside, data[nn, cb * block + ci, yy, xx], zero)
 
-    return te.compute((n, c // block, ph, pw, block), compute, name="bmlib_data_pack",
+    return te.compute(batched(n, c // block, ph, pw, block), compute, name="bmlib_data_pack",
                       attrs={SCHEDULE_ATTR: "bmlib.pack_nchwc"})
 
 
@@ -181,8 +201,9 @@ def _padding4(padding):
 
 
 def _unpack(conv: te.Tensor, block: int, dtype: str) -> te.Tensor:
-    n, cb, oh, ow, _ = (int(d) for d in conv.shape)
-    return te.compute((n, cb * block, oh, ow),
+    n = conv.shape[0]
+    cb, oh, ow = (int(d) for d in conv.shape[1:4])
+    return te.compute(batched(n, cb * block, oh, ow),
                       lambda nn, c, y, x: conv[nn, c // block, y, x, c % block].astype(dtype),
                       name="bmlib_unpack")
 
@@ -216,7 +237,7 @@ def conv2d_nchwc(data, kernel, strides, padding, dilation, dtype, ib, ob, row_ti
     by the unpack; a tile of two vectors x 4 pixels beats one vector x 7 columns.
     """
     padding = _padding4(padding)
-    n = int(data.shape[0])
+    n = data.shape[0]
     kh, kw = int(kernel.shape[2]), int(kernel.shape[3])
     oc_blocks = int(kernel.shape[0])
     oh, ow = _out_size(data, (kh, kw), strides, padding, dilation)
@@ -238,7 +259,7 @@ def conv2d_nchwc(data, kernel, strides, padding, dilation, dtype, ib, ob, row_ti
         return _sum(value * kernel[oc, ico, ry, rx, ici, oo].astype(dtype), axes)
 
     if not row_tile or ow % row_tile == 0:
-        conv = te.compute((n, oc_blocks, oh, ow, ob), window, name="bmlib_conv2d_nchwc",
+        conv = te.compute(batched(n, oc_blocks, oh, ow, ob), window, name="bmlib_conv2d_nchwc",
                           attrs={SCHEDULE_ATTR: "bmlib.conv2d_nchwc"})
         return _unpack(conv, ob, dtype)
     pixels = oh * ow
@@ -248,10 +269,10 @@ def conv2d_nchwc(data, kernel, strides, padding, dilation, dtype, ib, ob, row_ti
         real = tirx.min(p, pixels - 1)
         return window(nn, oc, real // ow, real % ow, oo)
 
-    conv = te.compute((n, oc_blocks, padded, ob), flat, name="bmlib_conv2d_nchwc_flat",
+    conv = te.compute(batched(n, oc_blocks, padded, ob), flat, name="bmlib_conv2d_nchwc_flat",
                       attrs={SCHEDULE_ATTR: "bmlib.conv2d_nchwc_flat",
                              "bmlib_tile_pixels": row_tile})
-    return te.compute((n, oc_blocks * ob, oh, ow),
+    return te.compute(batched(n, oc_blocks * ob, oh, ow),
                       lambda nn, c, y, x: conv[nn, c // ob, y * ow + x, c % ob].astype(dtype),
                       name="bmlib_unpack")
 
@@ -267,12 +288,13 @@ def conv2d_1x1_gemm(data, kernel, blocking, strides, dtype, lanes):
     axis is padded to whole tiles (the padding recomputes the last channel and is
     dropped).  ``kernel`` is OIHW, or blocked ``OIHW{ib}i{ob}o`` (``blocking``).
     """
-    n, channels, h, w = (int(d) for d in data.shape)
+    n = data.shape[0]
+    channels, h, w = (int(d) for d in data.shape[1:])
     if list(strides) != [1, 1]:
         sy, sx = strides
         h, w = (h - 1) // sy + 1, (w - 1) // sx + 1
         source = data
-        data = te.compute((n, channels, h, w),
+        data = te.compute(batched(n, channels, h, w),
                           lambda nn, c, y, x: source[nn, c, y * sy, x * sx],
                           name="bmlib_subsample")
     if blocking is None:
@@ -295,17 +317,17 @@ def conv2d_1x1_gemm(data, kernel, blocking, strides, dtype, lanes):
         return te.sum(data[nn, rc, p // w, p % w].astype(dtype) *
                       weight_at(real, rc).astype(dtype), axis=rc)
 
-    conv = te.compute((n, padded, h * w), gemm, name="bmlib_conv2d_1x1_gemm",
+    conv = te.compute(batched(n, padded, h * w), gemm, name="bmlib_conv2d_1x1_gemm",
                       attrs={SCHEDULE_ATTR: "bmlib.conv2d_1x1_gemm",
                              "bmlib_tile": [GEMM_ROWS, GEMM_VECTORS * lanes]})
-    return te.compute((n, out_channels, h, w), lambda nn, o, y, x: conv[nn, o, y * w + x],
+    return te.compute(batched(n, out_channels, h, w), lambda nn, o, y, x: conv[nn, o, y * w + x],
                       name="bmlib_unflatten")
 
 
 def depthwise_nchwc(data, kernel, strides, padding, dilation, dtype, cb):
     """Depthwise (multiplier 1): kernel [C/cb, 1, KH, KW, 1, cb]."""
     padding = _padding4(padding)
-    n = int(data.shape[0])
+    n = data.shape[0]
     kh, kw = int(kernel.shape[2]), int(kernel.shape[3])
     blocks = int(kernel.shape[0])
     oh, ow = _out_size(data, (kh, kw), strides, padding, dilation)
@@ -318,7 +340,7 @@ def depthwise_nchwc(data, kernel, strides, padding, dilation, dtype, cb):
                        x * strides[1] + rx * dilation[1], cc].astype(dtype)
         return _sum(value * kernel[c, 0, ry, rx, 0, cc].astype(dtype), axes)
 
-    conv = te.compute((n, blocks, oh, ow, cb), compute, name="bmlib_depthwise_nchwc",
+    conv = te.compute(batched(n, blocks, oh, ow, cb), compute, name="bmlib_depthwise_nchwc",
                       attrs={SCHEDULE_ATTR: "bmlib.depthwise_nchwc"})
     return _unpack(conv, cb, dtype)
 
@@ -373,8 +395,8 @@ def _tile_conv(sch, block, ctx, registers=None):
     epilogue = inline_epilogue(sch, block)
     if epilogue is None:
         raise ValueError("conv2d without its unpack block")
-    _, _, oh_extent, ow_extent, ob_extent = (int(d) for d in
-                                             sch.get(block).writes[0].source.shape)
+    oh_extent, ow_extent, ob_extent = (int(d) for d in
+                                       sch.get(block).writes[0].source.shape[2:])
     lanes = ctx.lanes(str(sch.get(block).writes[0].source.dtype))
     registers = registers or vector_registers(ctx.target)
     reg = divisor_at_most(ow_extent, tile_pixels(ob_extent, lanes, registers))

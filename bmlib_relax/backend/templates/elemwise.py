@@ -35,9 +35,9 @@ UNARY = {
 
 
 for _name, _fn in BINARY.items():
-    register_template(_name)(elementwise_template(_fn))
+    register_template(_name, symbolic_dims=True)(elementwise_template(_fn))
 for _name, _fn in UNARY.items():
-    register_template(_name)(elementwise_template(_fn))
+    register_template(_name, symbolic_dims=True)(elementwise_template(_fn))
 
 
 @register_template("relax.nn.leakyrelu")

@@ -22,7 +22,7 @@ def _as(value, dtype: str):
     return value if str(have) == dtype else value.astype(dtype)
 
 
-@register_template("relax.nn.batch_norm")
+@register_template("relax.nn.batch_norm", symbolic_dims="batch")
 def batch_norm(call, inputs, ctx):
     """Inference batch_norm as ``x * scale[c] + shift[c]``: the per-channel
     ``scale = gamma / sqrt(var + eps)`` and ``shift = beta - mean * scale`` are

@@ -1,4 +1,8 @@
-"""Pooling templates: max / avg windows and adaptive (global) average."""
+"""Pooling templates: max / avg windows and adaptive (global) average.
+
+All three take a symbolic batch (the pattern check keeps the channel and
+spatial dims static): TOPI's computes carry the free extent through.
+"""
 from __future__ import annotations
 
 from tvm import topi
@@ -26,11 +30,11 @@ def _pool2d(pool_type: str):
     return template
 
 
-register_template("relax.nn.max_pool2d")(_pool2d("max"))
-register_template("relax.nn.avg_pool2d")(_pool2d("avg"))
+register_template("relax.nn.max_pool2d", symbolic_dims="batch")(_pool2d("max"))
+register_template("relax.nn.avg_pool2d", symbolic_dims="batch")(_pool2d("avg"))
 
 
-@register_template("relax.nn.adaptive_avg_pool2d")
+@register_template("relax.nn.adaptive_avg_pool2d", symbolic_dims="batch")
 def adaptive_avg_pool2d(call, inputs, ctx):
     data = inputs[0]
     layout = str(call.attrs.layout)

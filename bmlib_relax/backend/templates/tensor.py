@@ -17,7 +17,7 @@ def reshape_like(call, inputs, ctx):
     return topi.reshape(inputs[0], _static_shape(call))
 
 
-@register_template("relax.permute_dims")
+@register_template("relax.permute_dims", symbolic_dims=True)
 def permute_dims(call, inputs, ctx):
     axes = call.attrs.axes
     return topi.transpose(inputs[0], None if axes is None else attr_ints(axes))
