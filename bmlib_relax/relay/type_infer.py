@@ -119,6 +119,7 @@ class TypeInferencer:
                    and id(n) not in self.types}
         if not untyped:
             return
+        self._type_params_from_calls(nodes, untyped)
         for node in nodes:
             if not (isinstance(node, A.Call) and isinstance(node.op, A.Op)):
                 continue
@@ -142,6 +143,25 @@ class TypeInferencer:
                     self.types[id(arg)] = ty
                     arg._set_checked_type(ty)
                     untyped.discard(id(arg))
+
+    def _type_params_from_calls(self, nodes: list, untyped: set) -> None:
+        """A local function called in place (``%10 = fn (%a, %b) {...}; %10(%x, %y)``, as
+        ``partition`` builds it) takes its un-annotated parameters' types from the call's
+        arguments, as Relay's unification did."""
+        for node in nodes:
+            if not isinstance(node, A.Call):
+                continue
+            func = node.op
+            if not isinstance(func, A.Function) or len(func.params) != len(node.args):
+                continue
+            for param, arg in zip(func.params, node.args):
+                if id(param) not in untyped:
+                    continue
+                ty = self._type_of_subexpr(arg)
+                if ty is not None and not isinstance(ty, A.IncompleteType):
+                    self.types[id(param)] = ty
+                    param._set_checked_type(ty)
+                    untyped.discard(id(param))
 
     def _type_of_subexpr(self, expr: A.Expr) -> Optional[A.Type]:
         """The type of an argument expression (inferring its sub-graph), or None if unknown."""
