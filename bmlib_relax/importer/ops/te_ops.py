@@ -66,9 +66,10 @@ def _dilation2d(inputs, attrs, ctx):
     compute = {"NCHW": topi_image.dilation2d_nchw, "NHWC": topi_image.dilation2d_nhwc}.get(layout)
     if compute is None:
         raise ctx.unsupported_attr("data_layout", layout)
-    return ctx.bb.call_te(compute, inputs[0], inputs[1], ints(attrs.get("strides", (1, 1))),
+    # Relay's relation reads strides[0:2] and dilations[0:2] (scripts pass 4 values).
+    return ctx.bb.call_te(compute, inputs[0], inputs[1], ints(attrs.get("strides", (1, 1)))[:2],
                           expand_padding(attrs.get("padding", (0, 0)), 2),
-                          ints(attrs.get("dilations", (1, 1))),
+                          ints(attrs.get("dilations", (1, 1)))[:2],
                           out_dtype(attrs) or dtype_of(inputs[0]))
 
 

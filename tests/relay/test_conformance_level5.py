@@ -1,0 +1,91 @@
+"""Relay op-level-5 behaviour (image, vision) as TVM v0.19's Relay had it: result types
+(incl. symbolic dims) and values against ``tvm.topi.testing`` / numpy references."""
+import numpy as np
+import tvm.topi.testing
+from tvm import te
+
+import bmlib_relax
+from bmlib_relax import relay
+from bmlib_relax.relay.testing import run_infer_type
+from conftest import offloaded_partitions
+
+RNG = np.random.default_rng(5)
+
+
+def _run(outputs, inputs):
+    """Compile ``fn(inputs) -> (relu(inputs[0]), *outputs)``; assert offload; run."""
+    params = [v for v, _ in inputs]
+    func = relay.Function(params, relay.Tuple([relay.nn.relu(params[0])] + list(outputs)))
+    model = bmlib_relax.compile(relay.IRModule.from_expr(func))
+    assert offloaded_partitions(model.relax_module), "nothing was offloaded"
+    return model(*[value for _, value in inputs])[1:]
+
+
+def test_resize_defaults_follow_relays_python_api():
+    # rounding_method="" (the Python default) lets nearest neighbour floor unless
+    # align_corners; align_corners on a 1-D resize is well defined (no 0/0 on a unit dim).
+    x_np = RNG.uniform(size=(1, 2, 4, 4)).astype("float32")
+    w_np = RNG.uniform(size=(2, 3, 5)).astype("float32")
+    x = relay.var("x", shape=x_np.shape)
+    w = relay.var("w", shape=w_np.shape)
+    cases = [
+        (relay.image.resize2d(x, (8, 8), None, "NCHW", "nearest_neighbor",
+                              coordinate_transformation_mode="asymmetric"),
+         testing_ref := tvm.topi.testing.resize2d_python(x_np, (2, 2), "NCHW",
+                                                         "nearest_neighbor", "asymmetric")),
+        (relay.image.resize2d(x, (8, 8), None, "NCHW", "nearest_neighbor",
+                              coordinate_transformation_mode="half_pixel"),
+         tvm.topi.testing.resize2d_python(x_np, (2, 2), "NCHW", "nearest_neighbor",
+                                          "half_pixel")),
+        (relay.image.resize1d(w, (15,), None, "NCW", "linear",
+                              coordinate_transformation_mode="align_corners"),
+         tvm.topi.testing.resize1d_python(w_np, (3,), "NCW", "linear", "align_corners")),
+        (relay.image.resize1d(w, (15,), None, "NCW", "cubic",
+                              coordinate_transformation_mode="align_corners"),
+         tvm.topi.testing.resize1d_python(w_np, (3,), "NCW", "cubic", "align_corners")),
+    ]
+    assert testing_ref.shape == (1, 2, 8, 8)
+    assert 'rounding_method=""' in cases[0][0].astext()
+    outs = _run([c for c, _ in cases], [(x, x_np), (w, w_np)])
+    for got, (_, want) in zip(outs, cases):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_parsed_resize_without_rounding_method_rounds():
+    # Relay's C++ attribute default (what a text without the attribute means) is "round".
+    mod = relay.parse("""
+#[version = "0.0.5"]
+def @main(%x: Tensor[(1, 1, 5), float32]) {
+  %0 = nn.relu(%x);
+  image.resize1d(%0, size=[3], roi=[0f, 0f], method="nearest_neighbor",
+                 coordinate_transformation_mode="asymmetric")
+}""")
+    model = bmlib_relax.compile(mod)
+    x_np = np.arange(5, dtype="float32").reshape(1, 1, 5)
+    # asymmetric: output 1 reads source 1.67, which "round" and "floor" take differently.
+    want = tvm.topi.testing.resize1d_python(x_np, (3 / 5,), "NCW", "nearest_neighbor",
+                                            "asymmetric", rounding_method="round")
+    floor = tvm.topi.testing.resize1d_python(x_np, (3 / 5,), "NCW", "nearest_neighbor",
+                                             "asymmetric", rounding_method="floor")
+    assert not np.array_equal(want, floor)
+    np.testing.assert_allclose(model(x_np), want)
+
+
+def test_resize_to_a_symbolic_size_type_checks():
+    n, c, h, w = te.var("n"), te.var("c"), te.var("h"), te.var("w")
+    th, tw = te.var("th"), te.var("tw")
+    x = relay.var("x", relay.TensorType((n, c, h, w), "int8"))
+    assert run_infer_type(relay.image.resize2d(x, (th, tw))).checked_type == \
+        relay.TensorType((n, c, th, tw), "int8")
+    v = relay.var("v", relay.TensorType((n, c, w), "int8"))
+    assert run_infer_type(relay.image.resize1d(v, (tw,))).checked_type == \
+        relay.TensorType((n, c, tw), "int8")
+
+
+def test_dilation2d_reads_the_first_two_strides_and_dilations():
+    n = te.var("n")
+    x = relay.var("x", relay.TensorType((n, 10, 24, 24), "float32"))
+    w = relay.var("w", relay.TensorType((10, 8, 8), "float32"))
+    y = relay.image.dilation2d(x, w, strides=[1, 1, 1, 1], dilations=[1, 1, 1, 1],
+                               padding=[0, 0, 0, 0])
+    assert run_infer_type(y).checked_type == relay.TensorType((n, 10, 17, 17), "float32")
