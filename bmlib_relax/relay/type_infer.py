@@ -448,6 +448,43 @@ for _nd in (1, 2, 3):
     register_arg_type_rule(f"nn.conv{_nd}d_transpose")(_conv_weight_rule(_nd, transpose=True))
 
 
+def _deformable_conv2d_shapes(data: A.TensorType, attrs: A.Attrs) -> tuple:
+    """(offset type, output type) of Relay's DeformableConv2DRel, in the data layout."""
+    layout = attrs.get("data_layout") or "NCHW"
+    ksize = attrs.get("kernel_size")
+    if ksize is None or attrs.get("channels") is None:
+        raise ValueError("deformable_conv2d needs channels and kernel_size")
+    kh, kw = (ksize,) * 2 if isinstance(ksize, int) else tuple(ksize)
+    pad = [int(p) for p in (attrs.get("padding") or (0, 0))]
+    pad = pad * 2 if len(pad) == 1 else pad
+    pad_h, pad_w = (pad[0] * 2, pad[1] * 2) if len(pad) == 2 else (pad[0] + pad[2],
+                                                                  pad[1] + pad[3])
+    sh, sw = [int(v) for v in (attrs.get("strides") or (1, 1))]
+    dh, dw = [int(v) for v in (attrs.get("dilation") or (1, 1))]
+    dims = {"N": data.shape[layout.index("N")],
+            "H": (data.shape[layout.index("H")] + pad_h - (kh - 1) * dh - 1) // sh + 1,
+            "W": (data.shape[layout.index("W")] + pad_w - (kw - 1) * dw - 1) // sw + 1}
+    offset = dict(dims, C=2 * kh * kw * int(attrs.get("deformable_groups", 1)))
+    out = dict(dims, C=attrs["channels"])
+    dtype = attrs.get("out_dtype") or data.dtype
+    return (A.TensorType(tuple(offset[c] for c in layout), data.dtype),
+            A.TensorType(tuple(out[c] for c in layout), dtype))
+
+
+@register_arg_type_rule("nn.deformable_conv2d")
+def _deformable_conv2d_rule(types: list, attrs: A.Attrs) -> dict:
+    """The weight from channels/kernel_size (as conv2d's), the offset from the output."""
+    found = _conv_weight_rule(2)([types[0], types[2]], attrs)
+    return {1: _deformable_conv2d_shapes(_tensor(types[0]), attrs)[0], 2: found[1]}
+
+
+@register_type_relation("nn.deformable_conv2d")
+def _deformable_conv2d_relation(types: list, attrs: A.Attrs, call: A.Call) -> A.Type:
+    # A Python relation: TOPI's compute (the converter) takes groups == 1 only, Relay's
+    # relation any groups.
+    return _deformable_conv2d_shapes(_tensor(types[0]), attrs)[1]
+
+
 @register_arg_type_rule("nn.dense")
 def _dense_weight_rule(types: list, attrs: A.Attrs) -> dict:
     data = _tensor(types[0])

@@ -89,3 +89,38 @@ def test_dilation2d_reads_the_first_two_strides_and_dilations():
     y = relay.image.dilation2d(x, w, strides=[1, 1, 1, 1], dilations=[1, 1, 1, 1],
                                padding=[0, 0, 0, 0])
     assert run_infer_type(y).checked_type == relay.TensorType((n, 10, 17, 17), "float32")
+
+
+def _deformable(layout, groups=1):
+    shape = {"NCHW": (1, 4, 6, 6), "NHWC": (1, 6, 6, 4)}[layout]
+    data = relay.var("data", shape=shape)
+    offset, kernel = relay.var("offset"), relay.var("kernel")  # types follow from the call
+    expr = relay.nn.deformable_conv2d(
+        data, offset, kernel, strides=(1, 1), padding=(1, 1), dilation=(1, 1),
+        data_layout=layout, kernel_layout={"NCHW": "OIHW", "NHWC": "HWIO"}[layout],
+        kernel_size=(3, 3), deformable_groups=2, groups=groups, channels=4)
+    return relay.Function([data, offset, kernel], expr), shape
+
+
+def test_deformable_conv2d_infers_offset_and_weight_types():
+    func, _ = _deformable("NHWC", groups=2)
+    call = run_infer_type(func).body
+    assert call.checked_type == relay.TensorType((1, 6, 6, 4), "float32")
+    assert call.args[1].checked_type == relay.TensorType((1, 6, 6, 36), "float32")
+    assert call.args[2].checked_type == relay.TensorType((3, 3, 2, 4), "float32")
+    func, _ = _deformable("NCHW")
+    call = run_infer_type(func).body
+    assert call.args[1].checked_type == relay.TensorType((1, 36, 6, 6), "float32")
+    assert call.args[2].checked_type == relay.TensorType((4, 4, 3, 3), "float32")
+
+
+def test_deformable_conv2d_nhwc_with_inferred_input_types_runs():
+    func, shape = _deformable("NHWC")
+    data = RNG.uniform(size=shape).astype("float32")
+    offset = RNG.uniform(size=(1, 6, 6, 36)).astype("float32")
+    kernel = RNG.uniform(size=(3, 3, 4, 4)).astype("float32")
+    (got,) = _run([func.body], list(zip(func.params, (data, offset, kernel))))
+    want = tvm.topi.testing.deformable_conv2d_nhwc_python(
+        data, offset, kernel, stride=(1, 1), padding=(1, 1), dilation=(1, 1),
+        deformable_groups=2, groups=1)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
