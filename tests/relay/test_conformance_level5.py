@@ -124,3 +124,19 @@ def test_deformable_conv2d_nhwc_with_inferred_input_types_runs():
         data, offset, kernel, stride=(1, 1), padding=(1, 1), dilation=(1, 1),
         deformable_groups=2, groups=1)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_depth_and_space_rearrangements_in_nhwc():
+    x_np = RNG.uniform(size=(1, 2, 2, 8)).astype("float32")
+    x = relay.var("x", shape=x_np.shape)
+    d2s = relay.nn.depth_to_space(x, 2, "NHWC", "CRD")
+    s2d = relay.nn.space_to_depth(x, 2, "NHWC")
+    assert run_infer_type(d2s).checked_type == relay.TensorType((1, 4, 4, 2), "float32")
+    assert run_infer_type(s2d).checked_type == relay.TensorType((1, 1, 1, 32), "float32")
+    # ONNX's definitions, written on the NHWC array directly (topi.testing's references
+    # call np.reshape(newshape=), gone in numpy 2.4).
+    want_d2s = x_np.reshape(1, 2, 2, 2, 2, 2).transpose(0, 1, 4, 2, 5, 3).reshape(1, 4, 4, 2)
+    want_s2d = x_np.reshape(1, 1, 2, 1, 2, 8).transpose(0, 1, 3, 2, 4, 5).reshape(1, 1, 1, 32)
+    got_d2s, got_s2d = _run([d2s, s2d], [(x, x_np)])
+    np.testing.assert_allclose(got_d2s, want_d2s)
+    np.testing.assert_allclose(got_s2d, want_s2d)

@@ -32,7 +32,7 @@ def _to_nchw(data, layout: str, ctx):
     if layout == "NCHW":
         return data
     if layout == "NHWC":
-        return relax.op.permute_dims(data, [0, 3, 1, 2])
+        return ctx.emit(relax.op.permute_dims(data, [0, 3, 1, 2]))  # emitted: shape read next
     raise ctx.unsupported_attr("layout", layout)
 
 
