@@ -140,3 +140,38 @@ def test_depth_and_space_rearrangements_in_nhwc():
     got_d2s, got_s2d = _run([d2s, s2d], [(x, x_np)])
     np.testing.assert_allclose(got_d2s, want_d2s)
     np.testing.assert_allclose(got_s2d, want_s2d)
+
+
+def test_get_valid_counts_prints_relays_score_threshold_attribute():
+    x = relay.var("x", shape=(1, 5, 6))
+    text = relay.vision.get_valid_counts(x, 0.5).astext()
+    assert "score_threshold=None" in text and "0.5f" in text  # the operand holds the value
+    assert "score_threshold" in relay.parse(text)["main"].body.attrs
+
+
+def test_non_max_suppression_with_a_run_time_output_limit():
+    n = te.var("n")
+    data = relay.var("data", relay.TensorType((n, 3, 6), "float32"))
+    count = relay.var("count", relay.TensorType((n,), "int32"))
+    indices = relay.var("indices", relay.TensorType((n, 3), "int32"))
+    limit = relay.var("limit", relay.TensorType((), "int32"))
+    nms = relay.vision.non_max_suppression(data, count, indices, limit, return_indices=False)
+    with_indices = relay.vision.non_max_suppression(data, count, indices, limit).astuple()
+    assert run_infer_type(nms).checked_type == relay.TensorType((n, 3, 6), "float32")
+    assert run_infer_type(with_indices).checked_type == relay.TupleType(
+        [relay.TensorType((n, 3), "int32"), relay.TensorType((n, 1), "int32")])
+
+    func = relay.Function([data, count, indices, limit],
+                          relay.Tuple([relay.nn.relu(data), nms]))
+    model = bmlib_relax.compile(relay.IRModule.from_expr(func))
+    assert offloaded_partitions(model.relax_module)
+    boxes = np.array([[[0, 0.9, 0, 0, 10, 10],      # kept
+                       [0, 0.8, 1, 1, 11, 11],      # IoU 0.68 with the first: suppressed
+                       [0, 0.7, 20, 20, 30, 30]]],  # disjoint: kept unless over the limit
+                     dtype="float32")
+    args = (boxes, np.array([3], "int32"), np.array([[0, 1, 2]], "int32"))
+    gone = [-1.0] * 6
+    _, unlimited = model(*args, np.array(-1, "int32"))
+    np.testing.assert_allclose(unlimited[0], [boxes[0, 0], gone, boxes[0, 2]])
+    _, limited = model(*args, np.array(1, "int32"))
+    np.testing.assert_allclose(limited[0], [boxes[0, 0], gone, gone])

@@ -6,7 +6,8 @@ input's static shape and the attributes); ``vision.get_valid_counts``,
 ``vision.roi_align``, ``vision.roi_pool`` -> the ``relax.op.vision`` op of the
 same name, with Relay's defaults spelled out where Relax's differ (``roi_align``
 is not "aligned").  Scalar thresholds, which Relay passes as constant operands,
-must be constants.  Not converted: ``vision.multibox_transform_loc`` (Relax's op
+must be constants, except NMS's ``max_output_size``: a run-time value takes TOPI's
+compute.  Not converted: ``vision.multibox_transform_loc`` (Relax's op
 of that name is TFLite's, with other outputs: (boxes, scores) instead of Relay's
 (1, N, 6) detections and count) and ``vision.proposal``.
 """
@@ -15,10 +16,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from tvm import relax
+import tvm
+from tvm import relax, topi
+import tvm.topi.vision  # noqa: F401  (topi.vision.non_max_suppression)
 
 from ..registry import register_converter
-from ._utils import dtype_of, ints, scalar_operand, static_shape
+from ._utils import dtype_of, folded_value, ints, scalar_operand, static_shape
 
 
 def multibox_prior_anchors(height: int, width: int, sizes, ratios, steps, offsets,
@@ -67,18 +70,34 @@ def _get_valid_counts(inputs, attrs, ctx):
         int(attrs.get("id_index", 0)), int(attrs.get("score_index", 1)))
 
 
+def runtime_scalar(expr, ctx, name: str):
+    """A 0-d/1-element integer tensor known only at run time as a TIR int32 expression:
+    its value becomes a shape (``tensor_to_shape``) matched to a fresh symbolic dim, which
+    a TE compute (``call_te``) then takes as an argument."""
+    flat = ctx.emit(relax.op.reshape(relax.op.astype(expr, "int64"), [1]))
+    dim = tvm.tirx.Var(name, "int64")
+    ctx.bb.match_cast(ctx.emit(relax.op.tensor_to_shape(flat)), relax.ShapeType([dim]))
+    return tvm.tirx.Cast("int32", dim)
+
+
 @register_converter("vision.non_max_suppression")
 def _non_max_suppression(inputs, attrs, ctx):
     data, valid_count, indices, max_output_size, iou_threshold = inputs
-    return relax.op.vision.non_max_suppression(
-        data, valid_count, indices,
-        max_output_size=int(scalar_operand(max_output_size, ctx, "max_output_size")),
+    options = dict(
         iou_threshold=float(scalar_operand(iou_threshold, ctx, "iou_threshold")),
         force_suppress=bool(attrs.get("force_suppress", False)),
         top_k=int(attrs.get("top_k", -1)), coord_start=int(attrs.get("coord_start", 2)),
         score_index=int(attrs.get("score_index", 1)), id_index=int(attrs.get("id_index", 0)),
         return_indices=bool(attrs.get("return_indices", True)),
         invalid_to_bottom=bool(attrs.get("invalid_to_bottom", False)))
+    limit = folded_value(max_output_size, ctx)
+    if limit is not None and limit.size == 1:
+        return relax.op.vision.non_max_suppression(
+            data, valid_count, indices, max_output_size=int(limit.reshape(())), **options)
+    # Relay takes the limit as a tensor operand: a run-time value goes to TOPI's compute.
+    limit = runtime_scalar(max_output_size, ctx, "max_output_size")
+    return ctx.bb.call_te(topi.vision.non_max_suppression, data, valid_count, indices,
+                          limit, primfunc_name_hint="non_max_suppression", **options)
 
 
 @register_converter("vision.all_class_non_max_suppression")
