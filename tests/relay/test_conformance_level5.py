@@ -175,3 +175,64 @@ def test_non_max_suppression_with_a_run_time_output_limit():
     np.testing.assert_allclose(unlimited[0], [boxes[0, 0], gone, boxes[0, 2]])
     _, limited = model(*args, np.array(1, "int32"))
     np.testing.assert_allclose(limited[0], [boxes[0, 0], gone, gone])
+
+
+def _multibox_transform_loc_ref(cls_prob, loc_pred, anchor, clip, threshold, variances,
+                                keep_background):
+    """Relay's SSD decode, one anchor at a time (rows past the count: -1 here)."""
+    batch, classes, anchors = cls_prob.shape
+    out = -np.ones((batch, anchors, 6), "float32")
+    count = np.zeros(batch, "int32")
+    start = 0 if keep_background else 1
+    for b in range(batch):
+        for j in range(anchors):
+            k = start + int(np.argmax(cls_prob[b, start:, j]))
+            score = cls_prob[b, k, j]
+            if k > 0 and score < threshold:
+                k = 0
+            if not keep_background and k == 0:
+                continue
+            al, at, ar, ab = anchor[0, j]
+            px, py, pw, ph = loc_pred[b, 4 * j:4 * j + 4]
+            aw, ah = ar - al, ab - at
+            ox, oy = px * variances[0] * aw + (al + ar) / 2, py * variances[1] * ah + (at + ab) / 2
+            ow, oh = np.exp(pw * variances[2]) * aw / 2, np.exp(ph * variances[3]) * ah / 2
+            box = np.array([ox - ow, oy - oh, ox + ow, oy + oh])
+            box = np.clip(box, 0, 1) if clip else box
+            out[b, count[b]] = [k - start, score, *box]
+            count[b] += 1
+    return out, count
+
+
+def test_multibox_transform_loc_decodes_and_compacts_like_relay():
+    cls_np = RNG.uniform(size=(2, 3, 5)).astype("float32")
+    cls_np[0, 1:, 1] = 0.001  # below the threshold: background, dropped unless kept
+    cls_np[1, 0, 3] = 5.0     # background is best: only picked when it is kept
+    loc_np = RNG.uniform(-0.5, 0.5, size=(2, 20)).astype("float32")
+    anchor_np = np.sort(RNG.uniform(-0.2, 1.2, size=(1, 5, 2, 2)), axis=2) \
+        .transpose(0, 1, 3, 2).reshape(1, 5, 4).astype("float32")  # (l, t, r, b), l<r, t<b
+    cls_prob = relay.var("cls_prob", shape=cls_np.shape)
+    loc_pred = relay.var("loc_pred", shape=loc_np.shape)
+    anchor = relay.var("anchor", shape=anchor_np.shape)
+    settings = [dict(keep_background=False), dict(keep_background=True, clip=False,
+                                                  threshold=0.05, variances=(0.2, 0.2, 0.1, 0.1))]
+    outputs = []
+    for kw in settings:
+        outputs += list(relay.vision.multibox_transform_loc(cls_prob, loc_pred, anchor, **kw))
+    # Relay's SSD scripts pass the detections as NMS's (unused) indices too.
+    outputs.append(relay.vision.non_max_suppression(outputs[0], outputs[1], outputs[0],
+                                                    iou_threshold=1.0, return_indices=False))
+    got = _run(outputs, [(cls_prob, cls_np), (loc_pred, loc_np), (anchor, anchor_np)])
+    # Nothing overlaps fully: NMS only sorts each batch's kept rows by score.
+    for b, n in enumerate(got[1]):
+        rows = got[0][b, :n]
+        np.testing.assert_allclose(got[4][b, :n], rows[np.argsort(-rows[:, 1], kind="stable")])
+        assert (got[4][b, n:] == -1).all()
+    for i, kw in enumerate(settings):
+        want_rows, want_count = _multibox_transform_loc_ref(
+            cls_np, loc_np, anchor_np, kw.get("clip", True), kw.get("threshold", 0.01),
+            kw.get("variances", (0.1, 0.1, 0.2, 0.2)), kw["keep_background"])
+        np.testing.assert_array_equal(got[2 * i + 1], want_count)
+        np.testing.assert_allclose(got[2 * i], want_rows, rtol=1e-5, atol=1e-6)
+    assert got[1].tolist() == [4, 5] and got[3].tolist() == [5, 5]
+    assert got[2][1, 3, 0] == 0.0  # kept background: class 0

@@ -7,9 +7,9 @@ input's static shape and the attributes); ``vision.get_valid_counts``,
 same name, with Relay's defaults spelled out where Relax's differ (``roi_align``
 is not "aligned").  Scalar thresholds, which Relay passes as constant operands,
 must be constants, except NMS's ``max_output_size``: a run-time value takes TOPI's
-compute.  Not converted: ``vision.multibox_transform_loc`` (Relax's op
-of that name is TFLite's, with other outputs: (boxes, scores) instead of Relay's
-(1, N, 6) detections and count) and ``vision.proposal``.
+compute.  ``vision.multibox_transform_loc`` is composed of Relax ops (Relax's op of
+that name is TFLite's, with other outputs: (boxes, scores) instead of Relay's
+(1, N, 6) detections and count).  Not converted: ``vision.proposal``.
 """
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ from tvm import relax, topi
 import tvm.topi.vision  # noqa: F401  (topi.vision.non_max_suppression)
 
 from ..registry import register_converter
-from ._utils import dtype_of, folded_value, ints, scalar_operand, static_shape
+from ._utils import (dtype_of, folded_value, ints, ndim_of, scalar_operand, shape_of,
+                     static_shape)
 
 
 def multibox_prior_anchors(height: int, width: int, sizes, ratios, steps, offsets,
@@ -80,6 +81,74 @@ def runtime_scalar(expr, ctx, name: str):
     return tvm.tirx.Cast("int32", dim)
 
 
+@register_converter("vision.multibox_transform_loc")
+def _multibox_transform_loc(inputs, attrs, ctx):
+    """Relay's SSD decode (not Relax's TFLite op of that name): per anchor the best class
+    (from class 1 unless ``keep_background``; below ``threshold`` it is background), the
+    anchor moved by the centre-size offsets scaled by ``variances``; rows
+    ``[class, score, xmin, ymin, xmax, ymax]`` of the kept anchors first, in anchor order,
+    then rows of -1 (Relay left those rows unwritten); and the kept count per batch."""
+    emit = ctx.emit
+    cls_prob, loc_pred, anchor = inputs
+    classes, anchors = shape_of(cls_prob)[1:]
+    keep = bool(attrs.get("keep_background", False))
+    start = 0 if keep else 1
+    if not isinstance(classes, int) or classes <= start:
+        raise ctx.error(f"multibox_transform_loc needs a static class count > {start}")
+    dtype = dtype_of(loc_pred)
+    probs = cls_prob if start == 0 else emit(relax.op.strided_slice(cls_prob, [1], [1],
+                                                                    [classes]))
+    score = emit(relax.op.max(probs, axis=[1]))
+    cls_id = emit(relax.op.add(relax.op.astype(emit(relax.op.argmax(probs, axis=1)), "int32"),
+                               relax.const(start, "int32")))
+    below = emit(relax.op.logical_and(
+        relax.op.greater(cls_id, relax.const(0, "int32")),
+        relax.op.less(score, relax.const(float(attrs.get("threshold", 0.01)),
+                                         dtype_of(cls_prob)))))
+    cls_id = emit(relax.op.where(below, relax.const(0, "int32"), cls_id))
+    valid = emit(relax.op.greater_equal(cls_id, relax.const(0 if keep else 1, "int32")))
+    label = emit(relax.op.astype(relax.op.subtract(cls_id, relax.const(start, "int32")),
+                                 dtype))
+
+    def part(tensor, i):
+        return emit(relax.op.strided_slice(tensor, [2], [i], [i + 1]))
+
+    loc = emit(relax.op.reshape(loc_pred, [shape_of(loc_pred)[0], anchors, 4]))
+    left, top, right, bottom = (part(anchor, i) for i in range(4))
+    px, py, pw, ph = (part(loc, i) for i in range(4))
+    vx, vy, vw, vh = (relax.const(float(v), dtype)
+                      for v in attrs.get("variances", (0.1, 0.1, 0.2, 0.2)))
+    half = relax.const(0.5, dtype)
+    aw, ah = emit(relax.op.subtract(right, left)), emit(relax.op.subtract(bottom, top))
+    ax = emit(relax.op.multiply(relax.op.add(left, right), half))
+    ay = emit(relax.op.multiply(relax.op.add(top, bottom), half))
+    ox = emit(relax.op.add(relax.op.multiply(relax.op.multiply(px, vx), aw), ax))
+    oy = emit(relax.op.add(relax.op.multiply(relax.op.multiply(py, vy), ah), ay))
+    ow = emit(relax.op.multiply(relax.op.multiply(relax.op.exp(relax.op.multiply(pw, vw)), aw),
+                                half))
+    oh = emit(relax.op.multiply(relax.op.multiply(relax.op.exp(relax.op.multiply(ph, vh)), ah),
+                                half))
+    corners = [emit(relax.op.subtract(ox, ow)), emit(relax.op.subtract(oy, oh)),
+               emit(relax.op.add(ox, ow)), emit(relax.op.add(oy, oh))]
+    if attrs.get("clip", True):
+        corners = [emit(relax.op.clip(c, 0.0, 1.0)) for c in corners]
+    rows = emit(relax.op.concat(
+        [emit(relax.op.expand_dims(label, [2])),
+         emit(relax.op.expand_dims(relax.op.astype(score, dtype), [2]))] + corners, axis=2))
+    rows = emit(relax.op.where(emit(relax.op.expand_dims(valid, [2])), rows,
+                               relax.const(-1.0, dtype)))
+    # Kept anchors first, in anchor order: sort by (not kept, anchor index).
+    position = emit(relax.op.arange(0, anchors, 1, "int32"))
+    key = emit(relax.op.where(valid, position,
+                              relax.op.add(position, relax.const(anchors, "int32"))))
+    order = emit(relax.op.argsort(key, axis=1, dtype="int64"))
+    order = emit(relax.op.broadcast_to(emit(relax.op.expand_dims(order, [2])),
+                                       shape_of(rows)))
+    out = emit(relax.op.gather_elements(rows, order, axis=1))
+    count = emit(relax.op.sum(relax.op.astype(valid, "int32"), axis=[1]))
+    return relax.Tuple([out, count])
+
+
 @register_converter("vision.non_max_suppression")
 def _non_max_suppression(inputs, attrs, ctx):
     data, valid_count, indices, max_output_size, iou_threshold = inputs
@@ -90,6 +159,10 @@ def _non_max_suppression(inputs, attrs, ctx):
         score_index=int(attrs.get("score_index", 1)), id_index=int(attrs.get("id_index", 0)),
         return_indices=bool(attrs.get("return_indices", True)),
         invalid_to_bottom=bool(attrs.get("invalid_to_bottom", False)))
+    if not options["return_indices"] and ndim_of(indices) != 2:
+        # The indices only feed the returned indices; Relay's relation took any tensor here
+        # (scripts pass the detections themselves), Relax's op wants (N, M).
+        indices = relax.op.zeros(shape_of(data)[:2], "int32")
     limit = folded_value(max_output_size, ctx)
     if limit is not None and limit.size == 1:
         return relax.op.vision.non_max_suppression(
