@@ -482,7 +482,15 @@ def _deformable_conv2d_rule(types: list, attrs: A.Attrs) -> dict:
 def _deformable_conv2d_relation(types: list, attrs: A.Attrs, call: A.Call) -> A.Type:
     # A Python relation: TOPI's compute (the converter) takes groups == 1 only, Relay's
     # relation any groups.
-    return _deformable_conv2d_shapes(_tensor(types[0]), attrs)[1]
+    data = _tensor(types[0])
+    offset, out = _deformable_conv2d_shapes(data, attrs)
+    weight = _conv_weight_rule(2)([data, types[2]], attrs)[1]
+    for what, want, got in (("offset", offset, types[1]), ("weight", weight, types[2])):
+        if isinstance(got, A.TensorType) and (len(got.shape) != len(want.shape) or any(
+                isinstance(w, int) and isinstance(g, int) and w != g
+                for w, g in zip(want.shape, got.shape))):
+            raise ValueError(f"the {what} has type {got}, expected {want}")
+    return out
 
 
 @register_arg_type_rule("nn.dense")

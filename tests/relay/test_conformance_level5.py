@@ -1,11 +1,13 @@
 """Relay op-level-5 behaviour (image, vision) as TVM v0.19's Relay had it: result types
 (incl. symbolic dims) and values against ``tvm.topi.testing`` / numpy references."""
 import numpy as np
+import pytest
 import tvm.topi.testing
 from tvm import te
 
 import bmlib_relax
 from bmlib_relax import relay
+from bmlib_relax.errors import RelayTypeError
 from bmlib_relax.relay.testing import run_infer_type
 from conftest import offloaded_partitions
 
@@ -236,3 +238,12 @@ def test_multibox_transform_loc_decodes_and_compacts_like_relay():
         np.testing.assert_allclose(got[2 * i], want_rows, rtol=1e-5, atol=1e-6)
     assert got[1].tolist() == [4, 5] and got[3].tolist() == [5, 5]
     assert got[2][1, 3, 0] == 0.0  # kept background: class 0
+
+
+def test_deformable_conv2d_with_a_wrong_offset_is_a_type_error():
+    data = relay.var("data", shape=(1, 4, 6, 6))
+    offset = relay.var("offset", shape=(1, 18, 6, 6))  # deformable_groups=2 needs 36
+    expr = relay.nn.deformable_conv2d(data, offset, relay.var("kernel"), padding=(1, 1),
+                                      kernel_size=(3, 3), deformable_groups=2, channels=4)
+    with pytest.raises(RelayTypeError, match="nn.deformable_conv2d.*offset"):
+        run_infer_type(expr)
