@@ -247,3 +247,81 @@ def test_deformable_conv2d_with_a_wrong_offset_is_a_type_error():
                                       kernel_size=(3, 3), deformable_groups=2, channels=4)
     with pytest.raises(RelayTypeError, match="nn.deformable_conv2d.*offset"):
         run_infer_type(expr)
+
+
+def _proposal_ref(cls_prob, bbox_pred, im_info, scales, ratios, stride, threshold, pre_n,
+                  post_n, min_size, iou_loss):
+    """Relay's Faster R-CNN proposal, box by box in numpy."""
+    batch, _, height, width = cls_prob.shape
+    base = []
+    for ratio in ratios:
+        for scale in scales:
+            w = np.floor(np.sqrt(np.floor(stride * stride / ratio)) + 0.5) * scale
+            h = np.floor(w / scale * ratio + 0.5) * scale
+            c = (stride - 1) / 2
+            base.append((c - (w - 1) / 2, c - (h - 1) / 2, c + (w - 1) / 2, c + (h - 1) / 2))
+    count = len(base)
+    out = np.zeros((batch * post_n, 5), "float32")
+    for b in range(batch):
+        im_h, im_w, im_scale = im_info[b]
+        boxes = []
+        for h in range(height):
+            for w in range(width):
+                for k in range(count):
+                    x1, y1, x2, y2 = np.array(base[k]) + [w * stride, h * stride] * 2
+                    d = bbox_pred[b, 4 * k:4 * k + 4, h, w]
+                    if iou_loss:
+                        box = [x1 + d[0], y1 + d[1], x2 + d[2], y2 + d[3]]
+                    else:
+                        bw, bh = x2 - x1 + 1, y2 - y1 + 1
+                        cx, cy = d[0] * bw + x1 + (bw - 1) / 2, d[1] * bh + y1 + (bh - 1) / 2
+                        pw, ph = np.exp(d[2]) * bw, np.exp(d[3]) * bh
+                        box = [cx - (pw - 1) / 2, cy - (ph - 1) / 2, cx + (pw - 1) / 2,
+                               cy + (ph - 1) / 2]
+                    box = [min(max(v, 0), lim - 1) for v, lim in zip(box, [im_w, im_h] * 2)]
+                    score = cls_prob[b, count + k, h, w]
+                    if h >= int(im_h / stride) or w >= int(im_w / stride):
+                        score = -1
+                    least = im_scale * min_size
+                    if box[2] - box[0] + 1 < least or box[3] - box[1] + 1 < least:
+                        box = [box[0] - least / 2, box[1] - least / 2, box[2] + least / 2,
+                               box[3] + least / 2]
+                        score = -1
+                    boxes.append(box + [score])
+        boxes = np.array(boxes, "float32")
+        ranked = boxes[np.argsort(-boxes[:, 4], kind="stable")][:pre_n]
+        removed = np.zeros(len(ranked), bool)
+        for i in range(len(ranked)):
+            if removed[i]:
+                continue
+            for j in range(i + 1, len(ranked)):
+                a, c = ranked[i], ranked[j]
+                iw = max(0, min(a[2], c[2]) - max(a[0], c[0]) + 1)
+                ih = max(0, min(a[3], c[3]) - max(a[1], c[1]) + 1)
+                union = (a[2] - a[0] + 1) * (a[3] - a[1] + 1) + \
+                    (c[2] - c[0] + 1) * (c[3] - c[1] + 1) - iw * ih
+                if iw * ih / union > threshold:
+                    removed[j] = True
+        kept = ranked[~removed]
+        for r in range(post_n):
+            out[b * post_n + r] = [b, *kept[r % len(kept), :4]]
+    return out
+
+
+@pytest.mark.parametrize("iou_loss", [False, True])
+def test_proposal_matches_relays_region_proposal(iou_loss):
+    attrs = dict(scales=(1.0, 2.0), ratios=(0.5, 1.0), feature_stride=8, threshold=0.6,
+                 rpn_pre_nms_top_n=20, rpn_post_nms_top_n=25, rpn_min_size=6,
+                 iou_loss=iou_loss)
+    cls_np = RNG.uniform(size=(2, 8, 4, 5)).astype("float32")
+    bbox_np = RNG.uniform(-0.6, 0.6, size=(2, 16, 4, 5)).astype("float32")
+    info_np = np.array([[32, 40, 1.0], [24, 40, 1.5]], "float32")  # batch 1: rows 3+ outside
+    cls_prob, bbox_pred, im_info = (relay.var(n, shape=a.shape) for n, a in
+                                    (("cls_prob", cls_np), ("bbox_pred", bbox_np),
+                                     ("im_info", info_np)))
+    proposal = relay.vision.proposal(cls_prob, bbox_pred, im_info, **attrs)
+    assert run_infer_type(proposal).checked_type == relay.TensorType((50, 5), "float32")
+    (got,) = _run([proposal], [(cls_prob, cls_np), (bbox_pred, bbox_np), (im_info, info_np)])
+    want = _proposal_ref(cls_np, bbox_np, info_np, attrs["scales"], attrs["ratios"], 8, 0.6,
+                         20, 25, 6, iou_loss)  # < 25 survive: rows cycle
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)

@@ -9,7 +9,8 @@ is not "aligned").  Scalar thresholds, which Relay passes as constant operands,
 must be constants, except NMS's ``max_output_size``: a run-time value takes TOPI's
 compute.  ``vision.multibox_transform_loc`` is composed of Relax ops (Relax's op of
 that name is TFLite's, with other outputs: (boxes, scores) instead of Relay's
-(1, N, 6) detections and count).  Not converted: ``vision.proposal``.
+(1, N, 6) detections and count).  ``vision.proposal`` (gone from TOPI 0.27) is a TE
+compute of its own, run on the host.
 """
 from __future__ import annotations
 
@@ -194,3 +195,165 @@ def _roi_pool(inputs, attrs, ctx):
     return relax.op.vision.roi_pool(inputs[0], inputs[1], ints(attrs["pooled_size"]),
                                     float(attrs["spatial_scale"]),
                                     layout=attrs.get("layout", "NCHW"))
+
+
+# ---------------------------------------------------------------------- vision.proposal
+def proposal_anchors(scales, ratios, stride: int) -> np.ndarray:
+    """Relay's (Faster R-CNN) base anchors ``[len(ratios) * len(scales), 4]``: anchor ``k``
+    has ratio ``ratios[k // len(scales)]`` and scale ``scales[k % len(scales)]``, centred
+    on a ``stride``-sized cell, sides rounded as Caffe's ``generate_anchors`` did."""
+    side = float(stride)
+    centre = 0.5 * (side - 1.0)
+    boxes = []
+    for ratio in ratios:
+        for scale in scales:
+            width = math.floor(math.sqrt(math.floor(side * side / ratio)) + 0.5) * scale
+            height = math.floor(width / scale * ratio + 0.5) * scale
+            boxes.append((centre - 0.5 * (width - 1.0), centre - 0.5 * (height - 1.0),
+                          centre + 0.5 * (width - 1.0), centre + 0.5 * (height - 1.0)))
+    return np.array(boxes, dtype="float32")
+
+
+def _proposal_compute(cls_prob, bbox_pred, im_info, anchors, stride, iou_threshold,
+                      pre_nms_top_n, post_nms_top_n, min_size, iou_loss):
+    """TE compute of Relay's ``vision.proposal`` (see :func:`_proposal`)."""
+    from tvm import te
+    from tvm.script.ir_builder import IRBuilder
+    from tvm.script.ir_builder import tirx as T
+
+    batch, _, height, width = (int(d) for d in cls_prob.shape)
+    count = int(anchors.shape[0])
+    boxes = height * width * count
+    pre = min(pre_nms_top_n, boxes) if pre_nms_top_n > 0 else boxes
+    one, half, f32 = tvm.tirx.const(1.0, "float32"), tvm.tirx.const(0.5, "float32"), "float32"
+
+    def predicted(b, i):
+        """[x1, y1, x2, y2, score] of box ``i`` = ((h * W) + w) * A + k of batch ``b``."""
+        k, w, h = i % count, (i // count) % width, i // (count * width)
+        x1 = anchors[k, 0] + (w * stride).astype(f32)
+        y1 = anchors[k, 1] + (h * stride).astype(f32)
+        x2 = anchors[k, 2] + (w * stride).astype(f32)
+        y2 = anchors[k, 3] + (h * stride).astype(f32)
+        dx, dy, dw, dh = (bbox_pred[b, k * 4 + j, h, w] for j in range(4))
+        if iou_loss:
+            px1, py1, px2, py2 = x1 + dx, y1 + dy, x2 + dw, y2 + dh
+        else:
+            bw, bh = x2 - x1 + one, y2 - y1 + one
+            cx, cy = dx * bw + x1 + half * (bw - one), dy * bh + y1 + half * (bh - one)
+            pw, ph = te.exp(dw) * bw, te.exp(dh) * bh
+            px1, py1 = cx - half * (pw - one), cy - half * (ph - one)
+            px2, py2 = cx + half * (pw - one), cy + half * (ph - one)
+        im_h, im_w, im_scale = im_info[b, 0], im_info[b, 1], im_info[b, 2]
+
+        def clamp(v, hi):
+            return te.max(te.min(v, hi - one), tvm.tirx.const(0.0, f32))
+
+        px1, px2 = clamp(px1, im_w), clamp(px2, im_w)
+        py1, py2 = clamp(py1, im_h), clamp(py2, im_h)
+        outside = tvm.tirx.any(h >= (im_h / float(stride)).astype("int32"),
+                               w >= (im_w / float(stride)).astype("int32"))
+        score = tvm.tirx.Select(outside, tvm.tirx.const(-1.0, f32),
+                                cls_prob[b, count + k, h, w])
+        least = im_scale * float(min_size)
+        small = tvm.tirx.any(px2 - px1 + one < least, py2 - py1 + one < least)
+        grow = tvm.tirx.Select(small, least * half, tvm.tirx.const(0.0, f32))
+        score = tvm.tirx.Select(small, tvm.tirx.const(-1.0, f32), score)
+        return [px1 - grow, py1 - grow, px2 + grow, py2 + grow, score]
+
+    def field(b, i, c):
+        values = predicted(b, i)
+        out = values[4]
+        for j in range(3, -1, -1):
+            out = tvm.tirx.Select(c == j, values[j], out)
+        return out
+
+    bbox = te.compute((batch, boxes, 5), field, name="proposal_boxes")
+    score = te.compute((batch, boxes), lambda b, i: bbox[b, i, 4], name="proposal_scores")
+    order = topi.argsort(score, axis=1, is_ascend=False, dtype="int32")
+    ranked = te.compute((batch, pre, 5), lambda b, i, c: bbox[b, order[b, i], c],
+                        name="proposal_ranked")
+
+    def area(buf, b, i):
+        return (buf[b, i, 2] - buf[b, i, 0] + one) * (buf[b, i, 3] - buf[b, i, 1] + one)
+
+    def suppress_and_collect(ranked_buf, removed_buf, out_buf):
+        """Greedy NMS over the ranked boxes (no score test: every ranked box takes part),
+        then the kept boxes, in rank order and cycled until ``post_nms_top_n`` rows."""
+        with IRBuilder() as ib:
+            src = T.buffer_proxy(ranked_buf)
+            removed = T.buffer_proxy(removed_buf)
+            out = T.buffer_proxy(out_buf)
+            with T.serial(0, batch) as b:
+                with T.serial(0, pre) as i:
+                    removed[b, i] = T.int32(0)
+                with T.serial(0, pre) as l:
+                    with T.serial(0, pre) as i:
+                        with T.If(tvm.tirx.all(i > l, removed[b, l] == 0)):
+                            with T.Then():
+                                iw = te.max(tvm.tirx.const(0.0, f32),
+                                            te.min(src[b, l, 2], src[b, i, 2])
+                                            - te.max(src[b, l, 0], src[b, i, 0]) + one)
+                                ih = te.max(tvm.tirx.const(0.0, f32),
+                                            te.min(src[b, l, 3], src[b, i, 3])
+                                            - te.max(src[b, l, 1], src[b, i, 1]) + one)
+                                inter = iw * ih
+                                union = area(src, b, l) + area(src, b, i) - inter
+                                with T.If(inter / union > float(iou_threshold)):
+                                    with T.Then():
+                                        removed[b, i] = T.int32(1)
+                kept_buf = T.alloc_buffer((1,), "int32", scope="local")
+                kept = T.buffer_proxy(kept_buf)
+                filled_buf = T.alloc_buffer((1,), "int32", scope="local")
+                filled = T.buffer_proxy(filled_buf)
+                kept[0] = T.int32(0)
+                filled[0] = T.int32(0)
+                with T.serial(0, post_nms_top_n) as r:
+                    with T.serial(0, 5) as c:
+                        out[b * post_nms_top_n + r, c] = tvm.tirx.const(0.0, f32)
+                with T.serial(0, pre) as i:
+                    with T.If(removed[b, i] == 0):
+                        with T.Then():
+                            kept[0] = kept[0] + 1
+                with T.If(kept[0] > 0):
+                    with T.Then():
+                        with T.serial(0, (post_nms_top_n + kept[0] - 1) // kept[0]) as _:
+                            with T.serial(0, pre) as i:
+                                with T.If(tvm.tirx.all(filled[0] < post_nms_top_n,
+                                                       removed[b, i] == 0)):
+                                    with T.Then():
+                                        row = b * post_nms_top_n + filled[0]
+                                        out[row, 0] = b.astype(f32)
+                                        with T.serial(0, 4) as c:
+                                            out[row, c + 1] = src[b, i, c]
+                                        filled[0] = filled[0] + 1
+            return ib.get()
+
+    _, out = te.extern([(batch, pre), (batch * post_nms_top_n, 5)], [ranked],
+                       lambda ins, outs: suppress_and_collect(ins[0], outs[0], outs[1]),
+                       dtype=["int32", f32], name="proposal_nms")
+    return out
+
+
+@register_converter("vision.proposal")
+def _proposal(inputs, attrs, ctx):
+    """Relay's Faster R-CNN region proposal (TOPI 0.27 no longer has it): anchors moved by
+    the deltas and clipped to the image, boxes outside the valid feature map or smaller than
+    ``rpn_min_size * scale`` scored -1 (the small ones also grown), the
+    ``rpn_pre_nms_top_n`` best (stable order) through a greedy NMS with Caffe's +1 box
+    areas, and the first ``rpn_post_nms_top_n`` survivors per batch (cycled when fewer) as
+    ``[batch, x1, y1, x2, y2]``."""
+    cls_prob, bbox_pred, im_info = inputs
+    static_shape(cls_prob, ctx, "cls_prob")
+    if any(dtype_of(x) != "float32" for x in inputs):
+        raise ctx.error("vision.proposal takes float32 inputs")
+    stride = int(attrs["feature_stride"])
+    anchors = proposal_anchors([float(s) for s in attrs["scales"]],
+                               [float(r) for r in attrs["ratios"]], stride)
+    if 2 * len(anchors) != shape_of(cls_prob)[1]:
+        raise ctx.error(f"cls_prob has {shape_of(cls_prob)[1]} channels; the "
+                        f"{len(anchors)} anchors need {2 * len(anchors)}")
+    return ctx.bb.call_te(
+        _proposal_compute, cls_prob, bbox_pred, im_info, relax.const(anchors, "float32"),
+        stride, float(attrs["threshold"]), int(attrs["rpn_pre_nms_top_n"]),
+        int(attrs["rpn_post_nms_top_n"]), float(attrs["rpn_min_size"]),
+        bool(attrs["iou_loss"]), primfunc_name_hint="vision_proposal")
