@@ -1,8 +1,6 @@
 """DFPattern.partition: functions tagged PartitionedFromPattern, inputs, overlap rules."""
 from __future__ import annotations
 
-import pytest
-
 import warnings
 
 import numpy as np

@@ -15,8 +15,8 @@ from functools import reduce
 from operator import mul
 
 import numpy as np
-from tvm import relax, topi
-import tvm.topi.image  # noqa: F401  (topi.image.resize1d)
+from tvm import relax
+from tvm.topi import image as topi_image
 
 from ..registry import register_converter
 from ._utils import (
@@ -206,7 +206,7 @@ def _resize1d(inputs, attrs, ctx):
         # align_corners scales by (in - 1) / (out - 1): 0 / 0 on the unit height, so
         # this mode takes TOPI's 1-D resize (on the host) instead.
         return ctx.bb.call_te(
-            topi.image.resize1d, data, list(roi or (0.0, 0.0)), size, layout, args["method"],
+            topi_image.resize1d, data, list(roi or (0.0, 0.0)), size, layout, args["method"],
             args["coordinate_transformation_mode"], args["rounding_method"],
             args["cubic_alpha"], args["cubic_exclude"], args["extrapolation_value"],
             args["out_dtype"], primfunc_name_hint="image_resize1d")

@@ -19,7 +19,6 @@ import math
 import numpy as np
 import tvm
 from tvm import relax, topi
-import tvm.topi.vision  # noqa: F401  (topi.vision.non_max_suppression)
 
 from ..registry import register_converter
 from ._utils import (dtype_of, folded_value, ints, ndim_of, scalar_operand, shape_of,
