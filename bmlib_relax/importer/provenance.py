@@ -211,13 +211,16 @@ def relay_type_of(value: Any) -> Optional[ast.Type]:
 
 def _relay_type(ty: Any) -> ast.Type:
     """The Relay type of a Relax type (symbolic dims become ``?``)."""
+    import tvm
     from tvm import relax
 
     if isinstance(ty, relax.TupleType):
         return ast.TupleType(tuple(_relay_type(f) for f in ty.fields))
     if isinstance(ty, relax.TensorType):
         shape = ty.shape
-        dims = tuple(int(d.value) if hasattr(d, "value") else None for d in shape.values) \
+        # Only IntImm dims are static (a Cast of a symbolic dim has a .value too).
+        dims = tuple(int(d.value) if isinstance(d, tvm.tirx.IntImm) else None
+                     for d in shape.values) \
             if shape is not None and hasattr(shape, "values") else ()
         return ast.TensorType(dims, str(ty.dtype))
     return ast.IncompleteType()

@@ -77,6 +77,9 @@ class DimMap:
             return int(dim.value)
         if type(dim).__name__ == "Var" and dim in self._from_relax:
             return self._from_relax[dim]
+        if type(dim).__name__ == "Cast" and type(dim.value).__name__ in ("Var", "SizeVar") \
+                and dim.value not in self._from_relax:
+            return dim.value  # a user's int32 var taken from an attribute (resize's size)
         if any(v is None for v in self._from_relax.values()) and self._mentions_any(dim):
             return None
         back = self._translate_back(dim)

@@ -119,6 +119,7 @@ class TypeInferencer:
                    and id(n) not in self.types}
         if not untyped:
             return
+        self._type_params_from_calls(nodes, untyped)
         for node in nodes:
             if not (isinstance(node, A.Call) and isinstance(node.op, A.Op)):
                 continue
@@ -142,6 +143,25 @@ class TypeInferencer:
                     self.types[id(arg)] = ty
                     arg._set_checked_type(ty)
                     untyped.discard(id(arg))
+
+    def _type_params_from_calls(self, nodes: list, untyped: set) -> None:
+        """A local function called in place (``%10 = fn (%a, %b) {...}; %10(%x, %y)``, as
+        ``partition`` builds it) takes its un-annotated parameters' types from the call's
+        arguments, as Relay's unification did."""
+        for node in nodes:
+            if not isinstance(node, A.Call):
+                continue
+            func = node.op
+            if not isinstance(func, A.Function) or len(func.params) != len(node.args):
+                continue
+            for param, arg in zip(func.params, node.args):
+                if id(param) not in untyped:
+                    continue
+                ty = self._type_of_subexpr(arg)
+                if ty is not None and not isinstance(ty, A.IncompleteType):
+                    self.types[id(param)] = ty
+                    param._set_checked_type(ty)
+                    untyped.discard(id(param))
 
     def _type_of_subexpr(self, expr: A.Expr) -> Optional[A.Type]:
         """The type of an argument expression (inferring its sub-graph), or None if unknown."""
@@ -426,6 +446,51 @@ def _div(value: Any, groups: int) -> Any:
 for _nd in (1, 2, 3):
     register_arg_type_rule(f"nn.conv{_nd}d")(_conv_weight_rule(_nd))
     register_arg_type_rule(f"nn.conv{_nd}d_transpose")(_conv_weight_rule(_nd, transpose=True))
+
+
+def _deformable_conv2d_shapes(data: A.TensorType, attrs: A.Attrs) -> tuple:
+    """(offset type, output type) of Relay's DeformableConv2DRel, in the data layout."""
+    layout = attrs.get("data_layout") or "NCHW"
+    ksize = attrs.get("kernel_size")
+    if ksize is None or attrs.get("channels") is None:
+        raise ValueError("deformable_conv2d needs channels and kernel_size")
+    kh, kw = (ksize,) * 2 if isinstance(ksize, int) else tuple(ksize)
+    pad = [int(p) for p in (attrs.get("padding") or (0, 0))]
+    pad = pad * 2 if len(pad) == 1 else pad
+    pad_h, pad_w = (pad[0] * 2, pad[1] * 2) if len(pad) == 2 else (pad[0] + pad[2],
+                                                                  pad[1] + pad[3])
+    sh, sw = [int(v) for v in (attrs.get("strides") or (1, 1))]
+    dh, dw = [int(v) for v in (attrs.get("dilation") or (1, 1))]
+    dims = {"N": data.shape[layout.index("N")],
+            "H": (data.shape[layout.index("H")] + pad_h - (kh - 1) * dh - 1) // sh + 1,
+            "W": (data.shape[layout.index("W")] + pad_w - (kw - 1) * dw - 1) // sw + 1}
+    offset = dict(dims, C=2 * kh * kw * int(attrs.get("deformable_groups", 1)))
+    out = dict(dims, C=attrs["channels"])
+    dtype = attrs.get("out_dtype") or data.dtype
+    return (A.TensorType(tuple(offset[c] for c in layout), data.dtype),
+            A.TensorType(tuple(out[c] for c in layout), dtype))
+
+
+@register_arg_type_rule("nn.deformable_conv2d")
+def _deformable_conv2d_rule(types: list, attrs: A.Attrs) -> dict:
+    """The weight from channels/kernel_size (as conv2d's), the offset from the output."""
+    found = _conv_weight_rule(2)([types[0], types[2]], attrs)
+    return {1: _deformable_conv2d_shapes(_tensor(types[0]), attrs)[0], 2: found[1]}
+
+
+@register_type_relation("nn.deformable_conv2d")
+def _deformable_conv2d_relation(types: list, attrs: A.Attrs, call: A.Call) -> A.Type:
+    # A Python relation: TOPI's compute (the converter) takes groups == 1 only, Relay's
+    # relation any groups.
+    data = _tensor(types[0])
+    offset, out = _deformable_conv2d_shapes(data, attrs)
+    weight = _conv_weight_rule(2)([data, types[2]], attrs)[1]
+    for what, want, got in (("offset", offset, types[1]), ("weight", weight, types[2])):
+        if isinstance(got, A.TensorType) and (len(got.shape) != len(want.shape) or any(
+                isinstance(w, int) and isinstance(g, int) and w != g
+                for w, g in zip(want.shape, got.shape))):
+            raise ValueError(f"the {what} has type {got}, expected {want}")
+    return out
 
 
 @register_arg_type_rule("nn.dense")

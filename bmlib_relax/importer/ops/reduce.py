@@ -64,22 +64,22 @@ def _arg_reduce(relax_op):
         if len(axes) == 1:
             x, axis = data, axes[0]
         else:
-            x = relax.op.permute_dims(data, kept + axes) if kept + axes != list(range(ndim)) \
-                else data
-            x = relax.op.reshape(x, [dims[i] for i in kept] + [-1])
+            x = ctx.emit(relax.op.permute_dims(data, kept + axes)) \
+                if kept + axes != list(range(ndim)) else data
+            x = ctx.emit(relax.op.reshape(x, [dims[i] for i in kept] + [-1]))
             axis = len(kept)
         last = bool(attrs.get("select_last_index", False))
         if last:
-            x = relax.op.flip(x, axis=axis)
+            x = ctx.emit(relax.op.flip(x, axis=axis))
         result = relax_op(x, axis, keepdims=False)
         if last:
             count = 1
             for a in axes:
                 count = count * dims[a]
-            result = relax.op.subtract(relax.const(count - 1, "int64"), result)
-        result = relax.op.astype(result, "int32")
+            result = relax.op.subtract(relax.const(count - 1, "int64"), ctx.emit(result))
+        result = relax.op.astype(ctx.emit(result), "int32")
         if attrs.get("keepdims", False):
-            result = relax.op.expand_dims(result, axes)
+            result = relax.op.expand_dims(ctx.emit(result), axes)
         return result
 
     return convert
@@ -115,15 +115,20 @@ def _variance(inputs, attrs, ctx):
     count = 1
     for axis in reduced:
         count = count * dims[axis]
-    if not isinstance(count, int):
-        raise ctx.error("variance over symbolic dims is not supported")
-    count -= int(bool(attrs.get("unbiased", False)))
+    unbiased = int(bool(attrs.get("unbiased", False)))
+    keepdims = bool(attrs.get("keepdims", False))
     dtype = dtype_of(data)
+    acc = "float32" if dtype == "float16" else dtype
     if dtype == "float16":  # a long float16 sum of squares overflows: accumulate in float32
         data, mean = relax.op.astype(data, "float32"), relax.op.astype(mean, "float32")
-    diff = relax.op.subtract(data, mean)
-    total = relax.op.sum(relax.op.multiply(diff, diff), axes,
-                         keepdims=bool(attrs.get("keepdims", False)))
-    result = relax.op.divide(total, relax.const(float(count), "float32" if dtype == "float16"
-                                                else dtype))
-    return relax.op.astype(result, dtype) if dtype == "float16" else result
+    diff = ctx.emit(relax.op.subtract(data, mean))
+    total = relax.op.sum(relax.op.multiply(diff, diff), axes, keepdims=keepdims)
+    if isinstance(count, int):
+        divisor = relax.const(float(count - unbiased), acc)
+    else:
+        # Symbolic dims: the element count is itself a reduction (of ones) over the axes.
+        divisor = ctx.emit(relax.op.sum(relax.op.ones_like(diff), axes, keepdims=keepdims))
+        if unbiased:
+            divisor = relax.op.subtract(divisor, relax.const(1.0, acc))
+    result = relax.op.divide(ctx.emit(total), divisor)
+    return relax.op.astype(ctx.emit(result), dtype) if dtype == "float16" else result

@@ -16,6 +16,7 @@ from operator import mul
 
 import numpy as np
 from tvm import relax
+from tvm.topi import image as topi_image
 
 from ..registry import register_converter
 from ._utils import (
@@ -31,7 +32,7 @@ def _to_nchw(data, layout: str, ctx):
     if layout == "NCHW":
         return data
     if layout == "NHWC":
-        return relax.op.permute_dims(data, [0, 3, 1, 2])
+        return ctx.emit(relax.op.permute_dims(data, [0, 3, 1, 2]))  # emitted: shape read next
     raise ctx.unsupported_attr("layout", layout)
 
 
@@ -194,16 +195,24 @@ def _l2_normalize(inputs, attrs, ctx):
 @register_converter("image.resize1d")
 def _resize1d(inputs, attrs, ctx):
     # A unit height added in front of the width: the 2-D resize of an (N, C, 1, W) image.
-    args = resize_args(attrs, "NCW", default_rounding="")
+    args = resize_args(attrs, "NCW", default_rounding="round")
     layout = args.pop("layout")
     if layout not in ("NCW", "NWC"):
         raise ctx.unsupported_attr("layout", layout)
     data = inputs[0]
+    roi = args.pop("roi")
+    size = size_dims(attrs["size"])
+    if args["coordinate_transformation_mode"] == "align_corners":
+        # align_corners scales by (in - 1) / (out - 1): 0 / 0 on the unit height, so
+        # this mode takes TOPI's 1-D resize (on the host) instead.
+        return ctx.bb.call_te(
+            topi_image.resize1d, data, list(roi or (0.0, 0.0)), size, layout, args["method"],
+            args["coordinate_transformation_mode"], args["rounding_method"],
+            args["cubic_alpha"], args["cubic_exclude"], args["extrapolation_value"],
+            args["out_dtype"], primfunc_name_hint="image_resize1d")
     height_axis = 2 if layout == "NCW" else 1
     x = relax.op.expand_dims(data, [height_axis])
-    roi = args.pop("roi")
     roi2 = (0.0, roi[0], 1.0, roi[1]) if roi else None
-    size = size_dims(attrs["size"])
     y = relax.op.image.resize2d(x, [1, size[0]], roi=roi2,
                                 layout="NCHW" if layout == "NCW" else "NHWC", **args)
     return relax.op.squeeze(y, [height_axis])
@@ -211,7 +220,7 @@ def _resize1d(inputs, attrs, ctx):
 
 @register_converter("image.resize3d")
 def _resize3d(inputs, attrs, ctx):
-    args = resize_args(attrs, "NCDHW", default_rounding="")
+    args = resize_args(attrs, "NCDHW", default_rounding="round")
     return relax.op.image.resize3d(inputs[0], size_dims(attrs["size"]), **args)
 
 

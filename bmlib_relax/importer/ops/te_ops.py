@@ -4,7 +4,7 @@ Each becomes a ``call_tir`` of the PrimFunc TOPI's TE definition builds —
 the same compute Relay's own strategy used — so the op runs on the host
 (bmlib's patterns match Relax operators only).  Forms: ``sliding_window``,
 ``reinterpret``, ``nn.correlation`` (NCHW), ``nn.deformable_conv2d`` (NCHW,
-OIHW), ``image.dilation2d``, ``image.crop_and_resize``, ``nn.bitpack``,
+OIHW, or NHWC/HWIO), ``image.dilation2d``, ``image.crop_and_resize``, ``nn.bitpack``,
 ``nn.bitserial_conv2d`` (NCHW), ``nn.bitserial_dense``,
 ``nn.contrib_conv3d_winograd_weight_transform``.
 """
@@ -45,15 +45,23 @@ def _correlation_padding(value):
     return pad[0] if len(pad) == 1 else tuple(pad)
 
 
+#: data layout -> (kernel layout, TOPI compute) of the deformable convolutions TOPI has.
+_DEFORMABLE_CONV2D = {"NCHW": ("OIHW", topi_nn.deformable_conv2d_nchw),
+                      "NHWC": ("HWIO", topi_nn.deformable_conv2d_nhwc)}
+
+
 @register_converter("nn.deformable_conv2d")
 def _deformable_conv2d(inputs, attrs, ctx):
-    if (attrs.get("data_layout") or "NCHW") != "NCHW" or \
-            (attrs.get("kernel_layout") or "OIHW") != "OIHW":
-        raise ctx.unsupported_attr("data_layout", attrs.get("data_layout"))
+    layout = attrs.get("data_layout") or "NCHW"
+    kernel_layout, compute = _DEFORMABLE_CONV2D.get(layout, (None, None))
+    if compute is None:
+        raise ctx.unsupported_attr("data_layout", layout)
+    if (attrs.get("kernel_layout") or "OIHW") != kernel_layout:
+        raise ctx.unsupported_attr("kernel_layout", attrs.get("kernel_layout"))
     pad = expand_padding(attrs.get("padding", (0, 0)), 2)
     if pad[:2] != pad[2:]:
         raise ctx.unsupported_attr("padding", attrs.get("padding"))
-    return ctx.bb.call_te(topi_nn.deformable_conv2d_nchw, inputs[0], inputs[1], inputs[2],
+    return ctx.bb.call_te(compute, inputs[0], inputs[1], inputs[2],
                           ints(attrs.get("strides", (1, 1))), pad[:2],
                           ints(attrs.get("dilation", (1, 1))),
                           int(attrs.get("deformable_groups", 1)), int(attrs.get("groups", 1)),
@@ -66,9 +74,10 @@ def _dilation2d(inputs, attrs, ctx):
     compute = {"NCHW": topi_image.dilation2d_nchw, "NHWC": topi_image.dilation2d_nhwc}.get(layout)
     if compute is None:
         raise ctx.unsupported_attr("data_layout", layout)
-    return ctx.bb.call_te(compute, inputs[0], inputs[1], ints(attrs.get("strides", (1, 1))),
+    # Relay's relation reads strides[0:2] and dilations[0:2] (scripts pass 4 values).
+    return ctx.bb.call_te(compute, inputs[0], inputs[1], ints(attrs.get("strides", (1, 1)))[:2],
                           expand_padding(attrs.get("padding", (0, 0)), 2),
-                          ints(attrs.get("dilations", (1, 1))),
+                          ints(attrs.get("dilations", (1, 1)))[:2],
                           out_dtype(attrs) or dtype_of(inputs[0]))
 
 

@@ -11,10 +11,14 @@ def _resize(layout: str) -> str:
             "cubic_exclude=0, extrapolation_value=0.0, out_dtype=None")
 
 
+#: Relay's Python API passes rounding_method="" (TOPI's automatic choice: floor for nearest
+#: neighbour unless align_corners), where the C++ default a parsed text gets is "round".
+_RESIZE_OPTIONS = {"always": ("rounding_method",)}
+
 TABLE = {
-    "resize1d": (_resize("NCW"), "data"),
-    "resize2d": (_resize("NCHW"), "data"),
-    "resize3d": (_resize("NCDHW"), "data"),
+    "resize1d": (_resize("NCW"), "data", _RESIZE_OPTIONS),
+    "resize2d": (_resize("NCHW"), "data", _RESIZE_OPTIONS),
+    "resize3d": (_resize("NCDHW"), "data", _RESIZE_OPTIONS),
     "crop_and_resize": ("data, boxes, box_indices, crop_size, layout, method='bilinear', "
                         "extrapolation_value=0, out_dtype=None", "data boxes box_indices"),
     "dilation2d": ("data, weight, strides=(1, 1), padding=(0, 0), dilations=(1, 1), "

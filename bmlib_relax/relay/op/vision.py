@@ -36,7 +36,10 @@ def get_valid_counts(data, score_threshold, id_index=0, score_index=1):
     """Relay ``vision.get_valid_counts``: (valid_count, out_tensor, out_indices)."""
     call = ast.Call(ast.Op("vision.get_valid_counts"),
                     (as_expr(data, "get_valid_counts data"), _scalar(score_threshold, "float32")),
-                    ast.Attrs({"id_index": id_index, "score_index": score_index}))
+                    # Relay's GetValidCountsAttrs keeps an (unset) score_threshold field,
+                    # which its printer shows: the threshold itself is the operand.
+                    ast.Attrs({"score_threshold": None, "id_index": id_index,
+                               "score_index": score_index}))
     return TupleWrapper(call, 3)
 
 
@@ -115,3 +118,20 @@ def _proposal_type(arg_types, attrs, call):
     batch = cls_prob.shape[0]
     rows = batch * int(attrs["rpn_post_nms_top_n"]) if isinstance(batch, int) else None
     return ast.TensorType((rows, 5), cls_prob.dtype)
+
+
+@register_type_relation("vision.non_max_suppression")
+def _non_max_suppression_type(arg_types, attrs, call):
+    """Relay's NMSRel: the data's type, or (indices (N, M) int32, count (N, 1) int32) when
+    ``return_indices``; the limit and threshold may be run-time tensors."""
+    data = arg_types[0]
+    if not isinstance(data, ast.TensorType) or len(data.shape) != 3:
+        raise ValueError(f"the data must be 3-D, got {data}")
+    count = arg_types[1]
+    if not isinstance(count, ast.TensorType) or len(count.shape) != 1:
+        raise ValueError(f"the valid count must be 1-D, got {count}")
+    if not attrs.get("return_indices", True):
+        return data
+    batch, anchors = data.shape[0], data.shape[1]
+    return ast.TupleType((ast.TensorType((batch, anchors), "int32"),
+                          ast.TensorType((batch, 1), "int32")))
