@@ -412,6 +412,33 @@ class _FallbackCallback:
         return _fallback_dfpattern("rewrite")(self, expr)
 
 
+def _is_relay_object(obj: Any) -> bool:
+    return isinstance(obj, (ast.Expr, ast.IRModule, ast.Type))
+
+
+def structural_equal(lhs: Any, rhs: Any, map_free_vars: bool = False) -> bool:
+    """``tvm.ir.structural_equal``: Relay nodes compare with bmlib-relax's Relay
+    ``structural_equal``; anything else with TVM's (0.27 keeps it in ``tvm_ffi``)."""
+    if _is_relay_object(lhs) or _is_relay_object(rhs):
+        from ..relay import analysis
+
+        return analysis.structural_equal(lhs, rhs, map_free_vars=map_free_vars)
+    import tvm_ffi
+
+    return bool(tvm_ffi.structural_equal(lhs, rhs, map_free_vars))
+
+
+def assert_structural_equal(lhs: Any, rhs: Any, map_free_vars: bool = False) -> None:
+    """``tvm.ir.assert_structural_equal`` over Relay nodes (``ValueError`` as TVM raises)."""
+    if _is_relay_object(lhs) or _is_relay_object(rhs):
+        if not structural_equal(lhs, rhs, map_free_vars):
+            raise ValueError(f"StructuralEqual check failed:\n{lhs}\n--- vs ---\n{rhs}")
+        return
+    import tvm
+
+    tvm.ir.assert_structural_equal(lhs, rhs, map_free_vars)
+
+
 def compat_modules() -> dict[str, types.ModuleType]:
     """Fresh compat modules: ``{"tvm": ..., "tvm.relay": ..., ...}``."""
     from .. import relay as compat_relay
@@ -472,7 +499,8 @@ def compat_modules() -> dict[str, types.ModuleType]:
     ir = _Proxy("tvm.ir", "tvm.ir", register_op_attr=provenance.register_op_attr,
                 Op=provenance.OpClass, TensorType=ast.TensorType, TupleType=ast.TupleType,
                 tensor_type=tensor_type, container=container, IRModule=ast.IRModule,
-                transform=tvm_transform)
+                transform=tvm_transform, structural_equal=structural_equal,
+                assert_structural_equal=assert_structural_equal)
     tir_expr = _Proxy("tvm.tir.expr", "tvm.tirx", Any=_AnyDim)
     tir_op = _module("tvm.tir.op", Op=provenance.OpClass)
     tir = _Proxy("tvm.tir", "tvm.tirx", expr=tir_expr, op=tir_op, Any=_AnyDim)

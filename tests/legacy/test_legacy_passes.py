@@ -146,3 +146,25 @@ def test_module_pass_decorator(transform):
     with transform.PassContext(opt_level=3):
         count_functions(parse(MODEL))
     assert seen == [(1, 3)]
+
+
+def test_tvm_ir_structural_equality_compares_relay_nodes():
+    """Legacy scripts check rewrites with ``tvm.ir.(assert_)structural_equal``: over Relay
+    nodes it is Relay's equality (binders matched, free vars by identity by default); over
+    TVM objects TVM's own."""
+    ir = compat_modules()["tvm.ir"]
+    from bmlib_relax import relay
+
+    x, y = relay.var("x", shape=(2,)), relay.var("y", shape=(2,))
+    assert ir.structural_equal(relay.add(x, x), relay.add(x, x))
+    assert not ir.structural_equal(relay.add(x, x), relay.add(x, y))
+    assert ir.structural_equal(relay.add(x, x), relay.add(y, y), map_free_vars=True)
+    assert ir.structural_equal(relay.Function([x], relay.nn.relu(x)),
+                               relay.Function([y], relay.nn.relu(y)))
+    with pytest.raises(ValueError, match="StructuralEqual"):
+        ir.assert_structural_equal(relay.add(x, x), relay.multiply(x, x))
+    import tvm
+
+    assert ir.structural_equal(tvm.tirx.const(3), tvm.tirx.const(3))
+    with pytest.raises(ValueError):
+        ir.assert_structural_equal(tvm.tirx.const(3), tvm.tirx.const(4))
