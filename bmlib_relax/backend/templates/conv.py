@@ -410,7 +410,12 @@ def schedule_conv2d_nchwc_flat(sch, block, ctx):
     sch.parallel(outer)
     sch.compute_at(block, outer)
     ctx.done.add(str(sch.get(epilogue).name_hint))
-    _tile_under(sch, block, sch.get_loops(block)[1:], tile, ob_extent)
+    # compute_at makes no unit loop: a 1-pixel output (a classifier's 1x1 conv on a
+    # 1x1 map) needs one pixel of the tile, so its pixel loop is absent.
+    loops = sch.get_loops(block)[1:]
+    spatial = len(loops) - sum(int(iv.iter_type) != 0 for iv in sch.get(block).iter_vars)
+    has_pixels = spatial > int(ob_extent > 1)
+    _tile_under(sch, block, loops, tile if has_pixels else 1, ob_extent)
     sch.unroll(pi)
     if ob_extent > 1:
         sch.vectorize(ci)
