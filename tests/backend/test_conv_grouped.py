@@ -1,0 +1,95 @@
+"""Grouped conv2d (1 < groups < channels) on bmlib's own template
+(templates/conv_grouped.py): against TVM's legalization and NumPy, with the
+weights packed at compile time, and every block scheduled by its rule."""
+from __future__ import annotations
+
+import re
+import warnings
+
+import numpy as np
+import pytest
+from tvm import relax
+
+from bmlib_relax import partition_for_bmlib
+from bmlib_relax.backend.schedule import UnscheduledBlockWarning
+from bmlib_relax.backend.target import vector_lanes
+from bmlib_relax.backend.templates.conv_grouped import group_blocking
+from bmlib_relax.compiler import lower_and_verify
+
+import conv_reference
+from conftest import offloaded_partitions
+from helpers import make_module, run_offloaded, run_plain
+
+R = relax.op
+
+# data, weight (O, C/groups, KH, KW), attrs
+CASES = {
+    "g4_pad1": ((1, 32, 9, 9), (64, 8, 3, 3), dict(padding=1, groups=4)),
+    "g2_s2_d2_batch2": ((2, 12, 11, 11), (18, 6, 3, 3),
+                        dict(strides=2, padding=2, dilation=2, groups=2)),
+    "resnext_g8_width4": ((1, 32, 8, 8), (32, 4, 3, 3), dict(padding=1, groups=8)),
+    "shufflenet_g3_1x1": ((1, 24, 6, 6), (48, 8, 1, 1), dict(groups=3)),
+    "g2_asym_pad_s_hw": ((1, 8, 7, 10), (12, 4, 3, 2),
+                         dict(strides=(1, 2), padding=(1, 0, 2, 1), groups=2)),
+    "g4_out_ne_in": ((1, 16, 6, 6), (8, 4, 3, 3), dict(strides=2, padding=1, groups=4)),
+}
+
+
+def _build(name):
+    data, weight, attrs = CASES[name]
+    return make_module(lambda x, w: R.nn.relu(R.nn.conv2d(x, w, **attrs)), [data], [weight])
+
+
+def _weight(mod) -> np.ndarray:
+    (const,) = [b.value.args[1] for b in mod["main"].body.blocks[0].bindings
+                if isinstance(b.value, relax.Call) and b.value.op.name == "relax.nn.conv2d"]
+    return const.value.numpy()
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_grouped_conv2d_matches_legalization_and_numpy(name):
+    mod, arrays = _build(name)
+    partitioned = partition_for_bmlib(mod)
+    assert offloaded_partitions(partitioned)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnscheduledBlockWarning)
+        (got,), records = run_offloaded(partitioned, arrays)
+    assert all(not r.unscheduled for r in records.values())
+    np.testing.assert_allclose(got, run_plain(mod, arrays)[0], rtol=1e-4, atol=1e-4)
+    _, _, attrs = CASES[name]
+    want = np.maximum(conv_reference.conv2d(arrays[0], _weight(mod), **attrs), 0)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["g4_pad1", "resnext_g8_width4", "g2_s2_d2_batch2"])
+def test_grouped_conv2d_structure(name):
+    """Packed weight (blocked inside a group), the block tagged with the grouped
+    rule, scheduled (parallel + vectorized), nothing rolled back, no topi compute."""
+    data, weight, attrs = CASES[name]
+    mod, _ = _build(name)
+    partitioned = partition_for_bmlib(mod)
+    groups = attrs["groups"]
+    ib, ob = group_blocking(data[1], weight[0], groups, vector_lanes(None, "float32"))
+    assert f'kernel_layout="OIHW{ib}i{ob}o"' in partitioned.script()
+    assert (data[1] // groups) % ib == 0 and (weight[0] // groups) % ob == 0
+    (prim, record), = lower_and_verify(partitioned).values()
+    script = prim.script()
+    assert record.unscheduled == []
+    rules = set(re.findall(r'"bmlib_schedule": "([\w.]+)"', script))
+    assert rules == {"bmlib.group_conv2d_nchwc", "bmlib.pack_nchwc"}
+    assert "T.parallel" in script and "T.vectorized" in script
+
+
+def test_grouped_conv2d_with_a_weight_input_packs_it_inside():
+    """A weight that is not a constant stays OIHW and is packed in the PrimFunc."""
+    mod, arrays = make_module(lambda x, w: R.nn.conv2d(x, w, padding=1, groups=4),
+                              [(1, 16, 6, 6), (16, 4, 3, 3)])
+    partitioned = partition_for_bmlib(mod)
+    assert offloaded_partitions(partitioned)
+    assert 'kernel_layout="OIHW"' in partitioned.script()
+    (prim, record), = lower_and_verify(partitioned).values()
+    assert record.unscheduled == [] and "bmlib.group_conv2d_nchwc" in prim.script()
+    (got,), _ = run_offloaded(partitioned, arrays)
+    want = conv_reference.conv2d(arrays[0], arrays[1], padding=1, groups=4)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got, run_plain(mod, arrays)[0], rtol=1e-4, atol=1e-4)
