@@ -18,7 +18,7 @@ topi's there.
 """
 from __future__ import annotations
 
-from tvm import te
+from tvm import te, tirx
 
 from ..rewrite import conv2d_blocking
 from . import conv
@@ -39,10 +39,11 @@ def group_conv2d(data: te.Tensor, weight: te.Tensor, blocking, strides, padding,
         blocking = group_blocking(channels, out_channels, groups, lanes)
         weight = conv.pack_kernel(weight, *blocking)
     ib, ob = blocking
-    return group_conv2d_nchwc(data, weight, strides, padding, dilation, groups, dtype, ib, ob)
+    return group_conv2d_nchwc(data, weight, strides, padding, dilation, groups, dtype, ib, ob,
+                              lanes)
 
 
-def group_conv2d_nchwc(data, kernel, strides, padding, dilation, groups, dtype, ib, ob):
+def group_conv2d_nchwc(data, kernel, strides, padding, dilation, groups, dtype, ib, ob, lanes):
     """``kernel`` is ``[O/ob, I/groups/ib, KH, KW, ib, ob]``; output block ``oc``
     belongs to group ``oc // (O/groups/ob)`` and reads that group's input blocks."""
     padding = conv._padding4(padding)
@@ -61,12 +62,45 @@ def group_conv2d_nchwc(data, kernel, strides, padding, dilation, groups, dtype, 
                        x * strides[1] + rx * dilation[1], ici].astype(dtype)
         return conv._sum(value * kernel[oc, ico, ry, rx, ici, oo].astype(dtype), axes)
 
-    out = te.compute((n, oc_blocks, oh, ow, ob), window, name="bmlib_group_conv2d_nchwc",
-                     attrs={SCHEDULE_ATTR: "bmlib.group_conv2d_nchwc"})
-    return conv._unpack(out, ob, dtype)
+    return blocked_output(window, (n, oc_blocks, oh, ow, ob), dtype, "bmlib_group_conv2d_nchwc",
+                          "bmlib.group_conv2d_nchwc", conv.tile_pixels(ob, lanes))
+
+
+def blocked_output(window, shape, dtype: str, name: str, rule: str, row_tile: int) -> te.Tensor:
+    """The NCHW[ob]c output block computing ``window(n, oc, y, x, oo)``, tagged
+    ``rule``, and its NCHW unpack.
+
+    When the output width is not a multiple of the register tile (7x7 and 14x14
+    maps), the output pixels become one flat axis padded to whole tiles, tagged
+    ``rule + "_flat"``: the layout of ``conv.conv2d_nchwc``'s flat convolution, so
+    its schedule applies (the padding pixels recompute the last real one).
+    ``row_tile=0`` keeps rows (the schedule then tiles by a divisor of the width).
+    """
+    n, oc_blocks, oh, ow, ob = shape
+    if not row_tile or ow % row_tile == 0:
+        out = te.compute(shape, window, name=name, attrs={SCHEDULE_ATTR: rule})
+        return conv._unpack(out, ob, dtype)
+    pixels = oh * ow
+    padded = -(-pixels // row_tile) * row_tile
+
+    def flat(nn, oc, p, oo):
+        real = tirx.min(p, pixels - 1)
+        return window(nn, oc, real // ow, real % ow, oo)
+
+    out = te.compute((n, oc_blocks, padded, ob), flat, name=name + "_flat",
+                     attrs={SCHEDULE_ATTR: rule + "_flat", "bmlib_tile_pixels": row_tile})
+    return te.compute((n, oc_blocks * ob, oh, ow),
+                      lambda nn, c, y, x: out[nn, c // ob, y * ow + x, c % ob].astype(dtype),
+                      name="bmlib_unpack")
 
 
 @register_schedule("bmlib.group_conv2d_nchwc")
 def schedule_group_conv2d_nchwc(sch, block, ctx):
     """The dense NCHW[ob]c register tiling (see ``conv._tile_conv``)."""
     conv._tile_conv(sch, block, ctx)
+
+
+@register_schedule("bmlib.group_conv2d_nchwc_flat")
+def schedule_group_conv2d_nchwc_flat(sch, block, ctx):
+    """The dense flat-pixel register tiling (see ``conv.schedule_conv2d_nchwc_flat``)."""
+    conv.schedule_conv2d_nchwc_flat(sch, block, ctx)
