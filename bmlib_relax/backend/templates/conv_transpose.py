@@ -178,10 +178,10 @@ def transposed_conv2d(data, weight, blocking, out_shape, strides, padding, dilat
         tap = kernel[in_block, oc % oc_per_group, ty % sy + jy * sy, tx % sx + jx * sx, ici, oo]
         return conv._sum(value * tap.astype(dtype), axes)
 
-    # Row tiles only (no flat-pixel variant): with the output pixels flattened, the
-    # phase arithmetic nests div/mod of the flat index, which TVM 0.27 mis-simplified
-    # (measured: wrong pixels on 10x10 stride-2 outputs); output widths of transposed
-    # convolutions are mostly even anyway.
+    # Row tiles only, no flat-pixel variant: with the output pixels flattened (phase
+    # arithmetic on div/mod of the flat index) the built code gave wrong pixels on
+    # 10x10 stride-2 outputs, even unscheduled; cause not pinned down.  Output widths
+    # of transposed convolutions are mostly even, so row tiles fit them anyway.
     return blocked_output(gather, (n, out_channels // ob, oh, ow, ob), dtype,
                           "bmlib_conv2d_transpose_nchwc", "bmlib.conv2d_transpose_nchwc",
                           row_tile=0)
