@@ -60,3 +60,32 @@ def conv2d_transpose(x, w, strides=1, padding=0, output_padding=0, dilation=1, g
                      kx * dw:kx * dw + sw * (width - 1) + 1:sw] += np.einsum(
                     "nchw,co->nohw", x[:, g * cg:(g + 1) * cg], w[g * cg:(g + 1) * cg, :, ky, kx])
     return full[:, :, top:full_h - bottom, left:full_w - right]
+
+
+def conv3d_transpose(x, w, strides=1, padding=0, output_padding=0, dilation=1, groups=1):
+    """NCDHW data, IODHW weight ``(C, O/groups, KD, KH, KW)``: each input voxel scattered.
+    ``padding``: one int, three (symmetric) or six (front, top, left, back, bottom, right)."""
+    x, w = x.astype("float64"), w.astype("float64")
+
+    def triple(value):
+        return (value,) * 3 if isinstance(value, int) else tuple(value)
+
+    s, d, op = triple(strides), triple(dilation), triple(output_padding)
+    pad = triple(padding)
+    pad = pad + pad if len(pad) == 3 else pad
+    n, c, *size = x.shape
+    _, og, *window = w.shape
+    cg = c // groups
+    full = [(i - 1) * st + dl * (k - 1) + 1 + o for i, st, dl, k, o in zip(size, s, d, window, op)]
+    out = np.zeros((n, og * groups, *full))
+    for g in range(groups):
+        for kz in range(window[0]):
+            for ky in range(window[1]):
+                for kx in range(window[2]):
+                    contrib = np.einsum("ncdhw,co->nodhw", x[:, g * cg:(g + 1) * cg],
+                                        w[g * cg:(g + 1) * cg, :, kz, ky, kx])
+                    sl = tuple(slice(k * dl, k * dl + st * (i - 1) + 1, st) for k, dl, st, i in
+                               zip((kz, ky, kx), d, s, size))
+                    out[(slice(None), slice(g * og, (g + 1) * og), *sl)] += contrib
+    return out[(slice(None), slice(None),
+                *[slice(pad[a], full[a] - pad[a + 3]) for a in range(3)])]

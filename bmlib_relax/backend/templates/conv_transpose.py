@@ -24,19 +24,20 @@ tile of output columns unrolled, reduction outside, rows in parallel, the
 unpack and epilogue per tile).
 
 ``nn.conv1d_transpose`` runs through the same template as a 1-row image;
-``nn.conv3d_transpose`` keeps topi's computation (generic schedules).
+``nn.conv3d_transpose`` is the same gather with a depth axis (NCDHW[ob]c, its weight
+packed inside the PrimFunc), tiled like the 2-D one with depth and rows in parallel.
 """
 from __future__ import annotations
 
 import re
 from typing import Optional
 
-from tvm import te, tirx, topi
+from tvm import te, tirx
 
 from ..rewrite import conv2d_blocking
+from ..schedule import divisor_at_most, inline_epilogue
 from . import conv
 from ._utils import attr_ints, out_dtype
-from .conv_grouped import blocked_output
 from .registry import SCHEDULE_ATTR, register_schedule, register_template
 
 _BLOCKED_IOHW = re.compile(r"IOHW(\d+)i(\d+)o")
@@ -96,44 +97,50 @@ def conv1d_transpose(call, inputs, ctx):
 
 @register_template("relax.nn.conv3d_transpose")
 def conv3d_transpose(call, inputs, ctx):
-    """As TVM's legalization computes it (a dilation is a kernel dilated with zeros)."""
+    """The gather in 3-D: NCDHW data, IODHW weight (packed inside the PrimFunc)."""
     attrs = call.attrs
     data, weight = inputs
     if (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout)) != \
             ("NCDHW", "IODHW", "NCDHW"):
         raise ctx.error(f"layout {attrs.data_layout}/{attrs.kernel_layout} has no template")
-    dilation = attr_ints(attrs.dilation)
-    if any(d != 1 for d in dilation):
-        weight = topi.nn.dilate(weight, [1, 1, *dilation], name="kernel_dilate")
-    return topi.nn.group_conv3d_transpose_ncdhw(
-        data, weight, attr_ints(attrs.strides), attr_ints(attrs.padding), str(call.ty.dtype),
-        attr_ints(attrs.output_padding), int(attrs.groups))
+    dtype = out_dtype(attrs, data.dtype)
+    out_shape = [int(d) for d in call.ty.shape.values]
+    channels, groups = int(data.shape[1]), int(attrs.groups)
+    ib, ob = transpose_blocking(channels, out_shape[1], groups, ctx.lanes(dtype))
+    kernel = pack_transpose_kernel(weight, ib, ob)
+    begin = attr_ints(attrs.padding)[:3]
+    out = gather_transposed(data, kernel, out_shape, attr_ints(attrs.strides), begin,
+                            attr_ints(attrs.dilation), groups, dtype, ib, ob)
+    return _unpack_nd(out, dtype)
 
 
 def pack_transpose_kernel(weight: te.Tensor, ib: int, ob: int) -> te.Tensor:
-    """IOHW → ``[I/ib, O/ob, KH, KW, ib, ob]`` inside the PrimFunc (non-constant weights)."""
-    i, o, kh, kw = (int(d) for d in weight.shape)
-    return te.compute((i // ib, o // ob, kh, kw, ib, ob),
-                      lambda ic, oc, y, x, ii, oo: weight[ic * ib + ii, oc * ob + oo, y, x],
-                      name="bmlib_kernel_pack")
+    """I O *K → ``[I/ib, O/ob, *K, ib, ob]`` inside the PrimFunc (non-constant weights)."""
+    i, o, *window = (int(d) for d in weight.shape)
+
+    def pack(ic, oc, *rest):
+        *taps, ii, oo = rest
+        return weight[(ic * ib + ii, oc * ob + oo, *taps)]
+
+    return te.compute((i // ib, o // ob, *window, ib, ob), pack, name="bmlib_kernel_pack")
 
 
 def _phase_kernel(kernel: te.Tensor, strides, dilation) -> te.Tensor:
     """The blocked kernel with its taps dilated and padded with zero taps to whole
     stride phases (``ceil((d*(K-1)+1) / s) * s`` taps per axis); ``kernel`` itself
     when that changes nothing."""
-    icb, ocb, kh, kw, ib, ob = (int(d) for d in kernel.shape)
-    extents = [-(-(d * (k - 1) + 1) // s) * s for k, s, d in
-               zip((kh, kw), strides, dilation)]
-    if extents == [kh, kw] and list(dilation) == [1, 1]:
+    icb, ocb, *window, ib, ob = (int(d) for d in kernel.shape)
+    extents = [-(-(d * (k - 1) + 1) // s) * s for k, s, d in zip(window, strides, dilation)]
+    if extents == window and all(d == 1 for d in dilation):
         return kernel
-    dy, dx = dilation
     zero = tirx.const(0, kernel.dtype)
 
-    def tap(ic, oc, y, x, ii, oo):
-        real = tirx.all(y % dy == 0, y // dy < kh, x % dx == 0, x // dx < kw)
-        return tirx.if_then_else(real, kernel[ic, oc, tirx.min(y // dy, kh - 1),
-                                              tirx.min(x // dx, kw - 1), ii, oo], zero)
+    def tap(ic, oc, *rest):
+        *taps, ii, oo = rest
+        real = tirx.all(*[t % d == 0 for t, d in zip(taps, dilation)],
+                        *[t // d < k for t, d, k in zip(taps, dilation, window)])
+        index = [tirx.min(t // d, k - 1) for t, d, k in zip(taps, dilation, window)]
+        return tirx.if_then_else(real, kernel[(ic, oc, *index, ii, oo)], zero)
 
     return te.compute((icb, ocb, *extents, ib, ob), tap, name="bmlib_kernel_phases")
 
@@ -141,53 +148,128 @@ def _phase_kernel(kernel: te.Tensor, strides, dilation) -> te.Tensor:
 def transposed_conv2d(data, weight, blocking, out_shape, strides, padding, dilation,
                       groups: int, dtype: str, lanes: int) -> te.Tensor:
     """NCHW data, IOHW (or ``IOHW{ib}i{ob}o``, ``blocking``) weight → NCHW ``out_shape``."""
-    n, channels, h, w = (int(d) for d in data.shape)
-    _, out_channels, oh, ow = out_shape
+    channels = int(data.shape[1])
     if blocking is None:
-        blocking = transpose_blocking(channels, out_channels, groups, lanes)
+        blocking = transpose_blocking(channels, out_shape[1], groups, lanes)
         weight = pack_transpose_kernel(weight, *blocking)
     ib, ob = blocking
-    top, left = conv._padding4(padding)[:2]
-    sy, sx = strides
-    kernel = _phase_kernel(weight, strides, dilation)
-    taps_y, taps_x = int(kernel.shape[2]) // sy, int(kernel.shape[3]) // sx
+    out = gather_transposed(data, weight, out_shape, strides, conv._padding4(padding)[:2],
+                            dilation, groups, dtype, ib, ob)
+    return conv._unpack(out, ob, dtype)
+
+
+_TAP_AXES = ("jd", "jy", "jx")  # reduce axes over the taps of a stride phase
+_PACK_RULES = {2: "bmlib.pack_nchwc", 3: "bmlib.pack_ncdhwc"}
+_GATHER_RULES = {2: "bmlib.conv2d_transpose_nchwc", 3: "bmlib.conv3d_transpose_ncdhwc"}
+
+
+def gather_transposed(data, kernel, out_shape, strides, begin, dilation, groups: int,
+                      dtype: str, ib: int, ob: int) -> te.Tensor:
+    """The gather: channel-blocked output ``[N, O/ob, *spatial, ob]``.
+
+    ``kernel`` is ``[I/ib, O/groups/ob, *K, ib, ob]``, ``begin`` the leading padding
+    of each spatial axis.  Row tiles only (no flat-pixel variant): with the output
+    pixels flattened, ``(x + pad) // s`` on ``x = p % W`` is an index TVM 0.27
+    mis-simplifies (see docs: it behaves like ``((p + pad) % W) // s``).
+    """
+    n, channels, *size = (int(d) for d in data.shape)
+    _, out_channels, *out_size = out_shape
+    rank = len(size)
+    kernel = _phase_kernel(kernel, strides, dilation)
+    taps = [int(k) // s for k, s in zip(kernel.shape[2:2 + rank], strides)]
     ic_per_group = channels // groups // ib
     oc_per_group = out_channels // groups // ob
 
-    # Packed rows r hold input row r - (taps_y - 1); zero outside the input.
-    rows = (oh - 1 + top) // sy + taps_y
-    cols = (ow - 1 + left) // sx + taps_x
+    # Packed position r holds input position r - (taps - 1); zero outside the input.
+    extents = [(o - 1 + b) // s + t for o, b, s, t in zip(out_size, begin, strides, taps)]
     zero = tirx.const(0, data.dtype)
 
-    def pack(nn, cb, r, c, ci):
-        y, x = r - (taps_y - 1), c - (taps_x - 1)
-        inside = tirx.all(y >= 0, y < h, x >= 0, x < w)
-        return tirx.if_then_else(inside, data[nn, cb * ib + ci, tirx.min(tirx.max(y, 0), h - 1),
-                                              tirx.min(tirx.max(x, 0), w - 1)], zero)
+    def pack(nn, cb, *rest):
+        *pos, ci = rest
+        src = [r - (t - 1) for r, t in zip(pos, taps)]
+        inside = tirx.all(*[v >= 0 for v in src], *[v < e for v, e in zip(src, size)])
+        index = [tirx.min(tirx.max(v, 0), e - 1) for v, e in zip(src, size)]
+        return tirx.if_then_else(inside, data[(nn, cb * ib + ci, *index)], zero)
 
-    packed = te.compute((n, channels // ib, rows, cols, ib), pack, name="bmlib_data_pack",
-                        attrs={SCHEDULE_ATTR: "bmlib.pack_nchwc"})
-    axes = conv._reduce_axes(ico=ic_per_group, jy=taps_y, jx=taps_x, ici=ib)
-    ico, jy, jx, ici = (axes.get(k, 0) for k in ("ico", "jy", "jx", "ici"))
+    packed = te.compute((n, channels // ib, *extents, ib), pack, name="bmlib_data_pack",
+                        attrs={SCHEDULE_ATTR: _PACK_RULES[rank]})
+    names = _TAP_AXES[-rank:]
+    axes = conv._reduce_axes(ico=ic_per_group, **dict(zip(names, taps)), ici=ib)
+    ico, ici = axes.get("ico", 0), axes.get("ici", 0)
+    js = [axes.get(name, 0) for name in names]
 
-    def gather(nn, oc, y, x, oo):
+    def gather(nn, oc, *rest):
+        *pos, oo = rest
         in_block = oc // oc_per_group * ic_per_group + ico
-        ty, tx = y + top, x + left
-        value = packed[nn, in_block, ty // sy - jy + (taps_y - 1),
-                       tx // sx - jx + (taps_x - 1), ici].astype(dtype)
-        tap = kernel[in_block, oc % oc_per_group, ty % sy + jy * sy, tx % sx + jx * sx, ici, oo]
+        shifted = [p + b for p, b in zip(pos, begin)]
+        source = [t // s - j + (k - 1) for t, s, j, k in zip(shifted, strides, js, taps)]
+        tap_index = [t % s + j * s for t, s, j in zip(shifted, strides, js)]
+        value = packed[(nn, in_block, *source, ici)].astype(dtype)
+        tap = kernel[(in_block, oc % oc_per_group, *tap_index, ici, oo)]
         return conv._sum(value * tap.astype(dtype), axes)
 
-    # Row tiles only, no flat-pixel variant: with the output pixels flattened (phase
-    # arithmetic on div/mod of the flat index) the built code gave wrong pixels on
-    # 10x10 stride-2 outputs, even unscheduled; cause not pinned down.  Output widths
-    # of transposed convolutions are mostly even, so row tiles fit them anyway.
-    return blocked_output(gather, (n, out_channels // ob, oh, ow, ob), dtype,
-                          "bmlib_conv2d_transpose_nchwc", "bmlib.conv2d_transpose_nchwc",
-                          row_tile=0)
+    return te.compute((n, out_channels // ob, *out_size, ob), gather,
+                      name=_GATHER_RULES[rank].replace(".", "_"),
+                      attrs={SCHEDULE_ATTR: _GATHER_RULES[rank]})
 
 
-@register_schedule("bmlib.conv2d_transpose_nchwc")
-def schedule_conv2d_transpose_nchwc(sch, block, ctx):
-    """The direct convolution's NCHW[ob]c register tiling (see ``conv._tile_conv``)."""
-    conv._tile_conv(sch, block, ctx)
+def _unpack_nd(out: te.Tensor, dtype: str) -> te.Tensor:
+    n, blocks, *size, block = (int(d) for d in out.shape)
+
+    def unpack(nn, c, *pos):
+        return out[(nn, c // block, *pos, c % block)].astype(dtype)
+
+    return te.compute((n, blocks * block, *size), unpack, name="bmlib_unpack")
+
+
+# Below this many (batch x output-channel block) tiles, the first row loop runs in
+# parallel instead (2-vCPU runners: two blocks already keep both cores busy).
+MIN_PARALLEL_BLOCKS = 2
+
+
+def _tile_transposed(sch, block, ctx) -> None:
+    """``conv._tile_conv`` for the gathers, with the output rows kept loop variables.
+
+    The unpack + epilogue (NCHW or NCDHW) is tiled (n, C/ob, [OD,] OH, OW/reg |
+    reg, ob) and the gather computed per tile: reduction outside, ``reg`` columns
+    unrolled x ``ob`` channels vectorized.  Unlike the direct convolution, the rows
+    are not fused into the parallel loop: the gather divides ``row + pad`` by the
+    stride, and on a fused loop that is ``(f % OH + pad) // s``, an index TVM 0.27
+    mis-simplifies (wrong voxels, measured on 3-D outputs; see the docs).  The
+    parallel loop is (batch x channel blocks), or the first row loop when there are
+    too few blocks.
+    """
+    epilogue = inline_epilogue(sch, block)
+    if epilogue is None:
+        raise ValueError("transposed convolution without its unpack block")
+    *_, ow_extent, ob_extent = (int(d) for d in sch.get(block).writes[0].source.shape)
+    lanes = ctx.lanes(str(sch.get(block).writes[0].source.dtype))
+    reg = divisor_at_most(ow_extent, conv.tile_pixels(ob_extent, lanes))
+    n, c, *rows, w = sch.get_loops(epilogue)
+    cb, ci = sch.split(c, [None, ob_extent])
+    wo, wi = sch.split(w, [None, reg])
+    sch.reorder(n, cb, *rows, wo, wi, ci)
+    blocks = sch.fuse(n, cb)
+    sch.parallel(blocks if int(sch.get(blocks).extent) >= MIN_PARALLEL_BLOCKS else rows[0])
+    sch.compute_at(block, wo)
+    ctx.done.add(str(sch.get(epilogue).name_hint))
+    inner = int(reg > 1) + int(ob_extent > 1) + \
+        sum(int(iv.iter_type) != 0 for iv in sch.get(block).iter_vars)
+    loops = sch.get_loops(block)
+    conv._tile_under(sch, block, loops[len(loops) - inner:], reg, ob_extent)
+    sch.unroll(wi)
+    if ob_extent > 1:
+        sch.vectorize(ci)
+
+
+@register_schedule("bmlib.conv2d_transpose_nchwc", "bmlib.conv3d_transpose_ncdhwc")
+def schedule_transposed(sch, block, ctx):
+    _tile_transposed(sch, block, ctx)
+
+
+@register_schedule("bmlib.pack_ncdhwc")
+def schedule_pack_ncdhwc(sch, block, ctx):
+    """Padding + packing in 3-D: parallel over (batch, channel block, depth, row)."""
+    n, cb, d, y, x, c = sch.get_loops(block)
+    sch.unroll(c)
+    sch.parallel(sch.fuse(n, cb, d, y))
