@@ -47,6 +47,9 @@ LAYERS = {
     "t3x3_s2_g4_dil2": ("conv2d_transpose", (1, 64, 16, 16), (64, 16, 3, 3),
                         dict(strides=2, padding=1, dilation=2, groups=4)),
     "audio_t1d_k8_s4": ("conv1d_transpose", (1, 64, 256), (64, 32, 8), dict(strides=4, padding=2)),
+    "unet3d_t2x2x2_s2": ("conv3d_transpose", (1, 64, 8, 8, 8), (64, 32, 2, 2, 2), dict(strides=2)),
+    "t3x3x3_s2_op1": ("conv3d_transpose", (1, 32, 6, 6, 6), (32, 16, 3, 3, 3),
+                      dict(strides=2, padding=1, output_padding=1)),
     # EfficientNet-B0's classifier: 1x1 conv, 1280 -> 1000 channels on the 1x1 pooled map
     "effnet_classifier_1x1": ("conv2d", (1, 1280, 1, 1), (1000, 1280, 1, 1), {}),
 }

@@ -40,6 +40,8 @@ CASES = {
     "batch2_blocks_k3_s2_p1_op1": ((2, 8, 4, 4), (8, 64, 3, 3),
                                    dict(strides=2, padding=1, output_padding=1)),
     "batch2_blocks_k4_s2_p1": ((2, 8, 5, 5), (8, 64, 4, 4), dict(strides=2, padding=1)),
+    # >= MIN_PARALLEL_BLOCKS (batch x channel blocks): those run in parallel, not rows
+    "batch2_many_blocks_k3_s2_p1": ((2, 8, 4, 4), (8, 256, 3, 3), dict(strides=2, padding=1)),
 }
 
 

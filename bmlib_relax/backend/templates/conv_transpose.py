@@ -223,8 +223,8 @@ def _unpack_nd(out: te.Tensor, dtype: str) -> te.Tensor:
 
 
 # Below this many (batch x output-channel block) tiles, the first row loop runs in
-# parallel instead (2-vCPU runners: two blocks already keep both cores busy).
-MIN_PARALLEL_BLOCKS = 2
+# parallel instead (one parallel region per block: more, smaller tasks to share).
+MIN_PARALLEL_BLOCKS = 16
 
 
 def _tile_transposed(sch, block, ctx) -> None:
@@ -250,7 +250,10 @@ def _tile_transposed(sch, block, ctx) -> None:
     wo, wi = sch.split(w, [None, reg])
     sch.reorder(n, cb, *rows, wo, wi, ci)
     blocks = sch.fuse(n, cb)
-    sch.parallel(blocks if int(sch.get(blocks).extent) >= MIN_PARALLEL_BLOCKS else rows[0])
+    if int(sch.get(blocks).extent) >= MIN_PARALLEL_BLOCKS:
+        sch.parallel(blocks)
+    else:
+        sch.parallel(rows[0])
     sch.compute_at(block, wo)
     ctx.done.add(str(sch.get(epilogue).name_hint))
     inner = int(reg > 1) + int(ob_extent > 1) + \
