@@ -19,13 +19,13 @@ padded and packed to NCHW[ib]c (``TY - 1`` zero rows in front, since ``h`` may
 be negative, and zero rows behind for the output padding), the weight is
 ``IOHW{ib}i{ob}o`` — ``[I/ib, O/groups/ob, KH, KW, ib, ob]``, packed at compile
 time by :mod:`..rewrite` for constant weights — and the convolution writes
-NCHW[ob]c, tiled by the direct convolution's schedule (``ob`` vectorized, a
-tile of output columns unrolled, reduction outside, rows in parallel, the
-unpack and epilogue per tile).
+NCHW[ob]c, tiled like the direct convolution (``ob`` vectorized, a tile of
+output columns unrolled, reduction outside, the unpack and epilogue per tile;
+see :func:`_tile_transposed` for what runs in parallel).
 
 ``nn.conv1d_transpose`` runs through the same template as a 1-row image;
 ``nn.conv3d_transpose`` is the same gather with a depth axis (NCDHW[ob]c, its weight
-packed inside the PrimFunc), tiled like the 2-D one with depth and rows in parallel.
+packed inside the PrimFunc).
 """
 from __future__ import annotations
 
