@@ -37,6 +37,8 @@ LAYERS = {
     "shufflenet_g3_1x1": ("conv2d", (1, 240, 28, 28), (240, 80, 1, 1), dict(groups=3)),
     "regnet_g4_dil2": ("conv2d", (1, 64, 28, 28), (64, 16, 3, 3),
                        dict(padding=2, dilation=2, groups=4)),
+    # Depthwise with a channel multiplier of 2 (groups == channels, 2 outputs each)
+    "depthwise_mult2": ("conv2d", (1, 32, 56, 56), (64, 1, 3, 3), dict(padding=1, groups=32)),
     # Transposed convolutions: DCGAN 4x4/2, U-Net 2x2/2, decoder 3x3/2 (+output_padding), 3x3/1
     "dcgan_t4x4_s2": ("conv2d_transpose", (1, 256, 8, 8), (256, 128, 4, 4),
                       dict(strides=2, padding=1)),
