@@ -32,6 +32,9 @@ CASES = {
     "g2_asym_pad_s_hw": ((1, 8, 7, 10), (12, 4, 3, 2),
                          dict(strides=(1, 2), padding=(1, 0, 2, 1), groups=2)),
     "g4_out_ne_in": ((1, 16, 6, 6), (8, 4, 3, 3), dict(strides=2, padding=1, groups=4)),
+    # groups two vectors wide on a 7x7 map: no divisor of 7 fills half a 4-pixel tile,
+    # so the output pixels are tiled flat (bmlib.group_conv2d_nchwc_flat)
+    "g2_width32_7x7": ((1, 64, 7, 7), (64, 32, 3, 3), dict(padding=1, groups=2)),
 }
 
 
@@ -62,7 +65,7 @@ def test_grouped_conv2d_matches_legalization_and_numpy(name):
 
 
 @pytest.mark.parametrize("name", ["g4_pad1", "resnext_g8_width4", "g2_s2_d2_batch2",
-                                  "g2_asym_pad_s_hw"])
+                                  "g2_asym_pad_s_hw", "g2_width32_7x7"])
 def test_grouped_conv2d_structure(name):
     """Packed weight (blocked inside a group), the block tagged with the grouped
     rule, scheduled (parallel + vectorized), nothing rolled back, no topi compute."""
@@ -81,6 +84,10 @@ def test_grouped_conv2d_structure(name):
     assert rules in ({"bmlib.group_conv2d_nchwc", "bmlib.pack_nchwc"},
                      {"bmlib.group_conv2d_nchwc_flat", "bmlib.pack_nchwc"})
     assert "T.parallel" in script and "T.vectorized" in script
+    if name == "g2_width32_7x7":
+        assert "bmlib.group_conv2d_nchwc_flat" in rules
+    if name == "resnext_g8_width4":  # 8 columns: whole row tiles
+        assert "bmlib.group_conv2d_nchwc" in rules
 
 
 def test_grouped_conv2d_with_a_weight_input_packs_it_inside():

@@ -21,6 +21,7 @@ from __future__ import annotations
 from tvm import te, tirx
 
 from ..rewrite import conv2d_blocking
+from ..schedule import divisor_at_most
 from . import conv
 from .registry import SCHEDULE_ATTR, register_schedule
 
@@ -70,14 +71,14 @@ def blocked_output(window, shape, dtype: str, name: str, rule: str, row_tile: in
     """The NCHW[ob]c output block computing ``window(n, oc, y, x, oo)``, tagged
     ``rule``, and its NCHW unpack.
 
-    When the output width is not a multiple of the register tile (7x7 and 14x14
-    maps), the output pixels become one flat axis padded to whole tiles, tagged
+    When no divisor of the output width fills half a register tile (7x7 maps, 14x14
+    with 4-pixel tiles), the output pixels become one flat axis padded to whole tiles, tagged
     ``rule + "_flat"``: the layout of ``conv.conv2d_nchwc``'s flat convolution, so
     its schedule applies (the padding pixels recompute the last real one).
     ``row_tile=0`` keeps rows (the schedule then tiles by a divisor of the width).
     """
     n, oc_blocks, oh, ow, ob = shape
-    if not row_tile or ow % row_tile == 0:
+    if not row_tile or 2 * divisor_at_most(ow, row_tile) > row_tile:
         out = te.compute(shape, window, name=name, attrs={SCHEDULE_ATTR: rule})
         return conv._unpack(out, ob, dtype)
     pixels = oh * ow
