@@ -48,7 +48,7 @@ def group_conv2d_nchwc(data, kernel, strides, padding, dilation, groups, dtype, 
     """``kernel`` is ``[O/ob, I/groups/ib, KH, KW, ib, ob]``; output block ``oc``
     belongs to group ``oc // (O/groups/ob)`` and reads that group's input blocks."""
     padding = conv._padding4(padding)
-    n = int(data.shape[0])
+    n = data.shape[0]  # left symbolic if it is (a free batch): no int()
     kh, kw = int(kernel.shape[2]), int(kernel.shape[3])
     oc_blocks, ic_blocks = int(kernel.shape[0]), int(kernel.shape[1])
     blocks_per_group = oc_blocks // groups
