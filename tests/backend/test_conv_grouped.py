@@ -103,3 +103,18 @@ def test_grouped_conv2d_with_a_weight_input_packs_it_inside():
     want = conv_reference.conv2d(arrays[0], arrays[1], padding=1, groups=4)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(got, run_plain(mod, arrays)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_blocked_layout_across_groups_is_a_clear_error():
+    """A user-blocked weight whose output block spans two groups (16 channels per block,
+    8 per group) cannot be computed group by group: the build names the op and layouts."""
+    from bmlib_relax.errors import CodegenError
+
+    mod, _ = make_module(lambda x, w: R.nn.conv2d(x, w, groups=8, kernel_layout="OIHW4i16o"),
+                         [(1, 32, 6, 6)], [(4, 1, 3, 3, 4, 16)])
+    partitioned = partition_for_bmlib(mod)
+    assert offloaded_partitions(partitioned)
+    with pytest.raises(CodegenError, match=r"op relax.nn.conv2d: grouped conv2d: kernel layout "
+                                           r"OIHW4i16o blocks 16 output channels, which does "
+                                           r"not divide the 8 of a group \(groups=8\)"):
+        lower_and_verify(partitioned)

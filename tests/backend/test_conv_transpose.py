@@ -171,3 +171,18 @@ def test_conv3d_transpose_gather(name):
     (const,) = [b.value.args[1] for b in mod["main"].body.blocks[0].bindings]
     want = conv_reference.conv3d_transpose(arrays[0], const.value.numpy(), **attrs)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_blocked_layout_across_groups_is_a_clear_error():
+    """A user-blocked weight whose input block spans two groups is refused by name."""
+    from bmlib_relax.errors import CodegenError
+
+    mod, _ = make_module(
+        lambda x, w: R.nn.conv2d_transpose(x, w, strides=2, groups=4, kernel_layout="IOHW8i4o"),
+        [(1, 16, 4, 4)], [(2, 1, 3, 3, 8, 4)])
+    partitioned = partition_for_bmlib(mod)
+    assert offloaded_partitions(partitioned)
+    with pytest.raises(CodegenError, match=r"op relax.nn.conv2d_transpose: conv2d_transpose: "
+                                           r"kernel layout IOHW8i4o blocks 8 input channels, "
+                                           r"which does not divide the 4 of a group"):
+        lower_and_verify(partitioned)

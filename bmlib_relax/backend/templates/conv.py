@@ -69,7 +69,7 @@ def conv2d(call, inputs, ctx):
         kernel = topi.reshape(weight, [channels, multiplier] + [int(d) for d in weight.shape[2:]])
         return topi.nn.depthwise_conv2d_nchw(data, kernel, strides, padding, dilation, dtype)
     from .conv_grouped import group_conv2d  # builds on this module, so imported here
-    return group_conv2d(data, weight, blocking, strides, padding, dilation, groups, dtype, lanes)
+    return group_conv2d(data, weight, blocking, strides, padding, dilation, groups, dtype, ctx)
 
 
 def _direct_conv(data_layout: str, kernel_layout: str):

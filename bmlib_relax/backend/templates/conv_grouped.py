@@ -32,14 +32,21 @@ def group_blocking(channels: int, out_channels: int, groups: int, lanes: int) ->
 
 
 def group_conv2d(data: te.Tensor, weight: te.Tensor, blocking, strides, padding, dilation,
-                 groups: int, dtype: str, lanes: int) -> te.Tensor:
+                 groups: int, dtype: str, ctx) -> te.Tensor:
     """NCHW data, OIHW or ``OIHW{ib}i{ob}o`` weight (``blocking``) → NCHW output."""
     channels = int(data.shape[1])
+    lanes = ctx.lanes(dtype)
     if blocking is None:
         out_channels = int(weight.shape[0])
         blocking = group_blocking(channels, out_channels, groups, lanes)
         weight = conv.pack_kernel(weight, *blocking)
     ib, ob = blocking
+    out_channels = int(weight.shape[0]) * ob
+    if (out_channels // groups) % ob:
+        # A block of output channels spanning two groups would read one group's inputs.
+        raise ctx.error(f"grouped conv2d: kernel layout OIHW{ib}i{ob}o blocks {ob} output "
+                        f"channels, which does not divide the {out_channels // groups} "
+                        f"of a group (groups={groups})")
     return group_conv2d_nchwc(data, weight, strides, padding, dilation, groups, dtype, ib, ob,
                               lanes)
 

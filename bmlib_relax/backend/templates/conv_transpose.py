@@ -66,6 +66,12 @@ def conv2d_transpose(call, inputs, ctx):
         raise ctx.error(f"layout {attrs.data_layout}/{kernel_layout} has no template")
     dtype = out_dtype(attrs, data.dtype)
     out_shape = [int(d) for d in call.ty.shape.values]
+    groups = int(attrs.groups)
+    if blocking is not None and (int(data.shape[1]) // groups) % blocking[0]:
+        # A block of input channels spanning two groups would feed the wrong outputs.
+        raise ctx.error(f"conv2d_transpose: kernel layout {kernel_layout} blocks "
+                        f"{blocking[0]} input channels, which does not divide the "
+                        f"{int(data.shape[1]) // groups} of a group (groups={groups})")
     return transposed_conv2d(data, weight, blocking, out_shape, attr_ints(attrs.strides),
                              attr_ints(attrs.padding), attr_ints(attrs.dilation),
                              int(attrs.groups), dtype, ctx.lanes(dtype))
