@@ -118,3 +118,31 @@ def test_blocked_layout_across_groups_is_a_clear_error():
                                            r"OIHW4i16o blocks 16 output channels, which does "
                                            r"not divide the 8 of a group \(groups=8\)"):
         lower_and_verify(partitioned)
+
+
+@pytest.mark.parametrize("groups", [2, 4])
+def test_int8_grouped_conv_is_exact(groups):
+    """QNN grouped conv (int8 weights packed inside a group, int32 accumulator) through
+    the Relay front door: bit-exact with the plain build and a NumPy integer conv."""
+    import bmlib_relax
+    from bmlib_relax import relay
+    from bmlib_relax.relay import ast
+
+    rng = np.random.default_rng(groups)
+    x = rng.integers(-128, 128, size=(1, 8, 7, 7)).astype("int8")
+    w = rng.integers(-127, 128, size=(16, 8 // groups, 3, 3)).astype("int8")
+    xv, wv = relay.var("x", shape=x.shape, dtype="int8"), relay.var("w", shape=w.shape,
+                                                                     dtype="int8")
+    conv = relay.qnn.op.conv2d(xv, wv, relay.const(3), relay.const(0), relay.const(0.05),
+                               relay.const(0.02), kernel_size=(3, 3), channels=16,
+                               padding=(1, 1), groups=groups)
+    module = ast.IRModule({"main": relay.Function([xv, wv], conv)})
+    model = bmlib_relax.compile(module, {"w": w})
+    assert offloaded_partitions(model.relax_module)
+    assert re.search(rf'groups={groups}, data_layout="NCHW", kernel_layout="OIHW\d+i\d+o"',
+                     model.relax_module.script())  # packed at compile time
+    got = model(x=x)
+    want = conv_reference.conv2d(x.astype("int64") - 3, w, padding=1, groups=groups)
+    np.testing.assert_array_equal(got, want.astype("int32"))
+    np.testing.assert_array_equal(
+        got, run_plain(bmlib_relax.import_relay(module, {"w": w}), [x])[0])
