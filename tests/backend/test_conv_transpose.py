@@ -151,6 +151,9 @@ CASES_3D = {
                         dict(strides=(1, 2, 2), padding=(0, 1, 1, 1, 0, 2), groups=2,
                              dilation=(1, 2, 1))),
     "k2_s2_unet3d": ((1, 16, 3, 3, 3), (16, 8, 2, 2, 2), dict(strides=2)),
+    # >= MIN_PARALLEL_BLOCKS (batch x channel blocks) tiles: blocks in parallel, not depth
+    "batch2_many_blocks": ((2, 8, 2, 3, 3), (8, 256, 3, 3, 3),
+                           dict(strides=2, padding=1, output_padding=1)),
 }
 
 
