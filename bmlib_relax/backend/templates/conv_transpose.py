@@ -10,7 +10,8 @@ flipped kernel: ``s*s`` times the work, most of it multiplying zeros.
 Here each output pixel gathers only the taps that reach it.  With
 ``t = y + pad_top``, the taps are ``ky = t % s + j*s`` and the input row
 ``h = t // s - j`` for ``j = 0, 1, ...``: the phase ``t % s`` picks a sub-kernel
-and the row walks backwards, so the flip is in the index arithmetic, not a copy.
+and the row walks backwards, so the flip is in the index arithmetic, not a copy
+(the loop runs ``j`` from the last tap down, so the input is read forwards).
 A dilated kernel (or one whose size is not a multiple of the stride) is first
 widened with zero taps to whole phases, inside the PrimFunc (a weight-sized copy).
 
@@ -208,8 +209,10 @@ def gather_transposed(data, kernel, out_shape, strides, begin, dilation, groups:
         *pos, oo = rest
         in_block = oc // oc_per_group * ic_per_group + ico
         shifted = [p + b for p, b in zip(pos, begin)]
-        source = [t // s - j + (k - 1) for t, s, j, k in zip(shifted, strides, js, taps)]
-        tap_index = [t % s + j * s for t, s, j in zip(shifted, strides, js)]
+        # j walks the input forwards (row t // s - (taps - 1) + j, stored at t // s + j)
+        # and the phase's taps backwards: a backward walk over the data ran 1.9x slower.
+        source = [t // s + j for t, s, j in zip(shifted, strides, js)]
+        tap_index = [t % s + (k - 1 - j) * s for t, s, j, k in zip(shifted, strides, js, taps)]
         value = packed[(nn, in_block, *source, ici)].astype(dtype)
         tap = kernel[(in_block, oc % oc_per_group, *tap_index, ici, oo)]
         return conv._sum(value * tap.astype(dtype), axes)
@@ -254,11 +257,12 @@ def _tile_transposed(sch, block, ctx) -> None:
     n, c, *rows, w = sch.get_loops(epilogue)
     cb, ci = sch.split(c, [None, ob_extent])
     wo, wi = sch.split(w, [None, reg])
-    sch.reorder(n, cb, *rows, wo, wi, ci)
-    blocks = sch.fuse(n, cb)
-    if int(sch.get(blocks).extent) >= MIN_PARALLEL_BLOCKS:
-        sch.parallel(blocks)
+    blocks = int(sch.get(n).extent) * int(sch.get(cb).extent)
+    if blocks >= MIN_PARALLEL_BLOCKS:
+        sch.reorder(n, cb, *rows, wo, wi, ci)
+        sch.parallel(sch.fuse(n, cb))
     else:
+        sch.reorder(rows[0], n, cb, *rows[1:], wo, wi, ci)
         sch.parallel(rows[0])
     sch.compute_at(block, wo)
     ctx.done.add(str(sch.get(epilogue).name_hint))
