@@ -40,7 +40,7 @@ CASES = {
     "batch2_blocks_k3_s2_p1_op1": ((2, 8, 4, 4), (8, 64, 3, 3),
                                    dict(strides=2, padding=1, output_padding=1)),
     "batch2_blocks_k4_s2_p1": ((2, 8, 5, 5), (8, 64, 4, 4), dict(strides=2, padding=1)),
-    # >= MIN_PARALLEL_BLOCKS (batch x channel blocks): those run in parallel, not rows
+    # many (batch x channel-block) tiles (>= MIN_PARALLEL_BLOCKS): blocks in parallel
     "batch2_many_blocks_k3_s2_p1": ((2, 8, 4, 4), (8, 256, 3, 3), dict(strides=2, padding=1)),
 }
 
@@ -151,7 +151,7 @@ CASES_3D = {
                         dict(strides=(1, 2, 2), padding=(0, 1, 1, 1, 0, 2), groups=2,
                              dilation=(1, 2, 1))),
     "k2_s2_unet3d": ((1, 16, 3, 3, 3), (16, 8, 2, 2, 2), dict(strides=2)),
-    # >= MIN_PARALLEL_BLOCKS (batch x channel blocks) tiles: blocks in parallel, not depth
+    # many (batch x channel-block) tiles (>= MIN_PARALLEL_BLOCKS): blocks in parallel
     "batch2_many_blocks": ((2, 8, 2, 3, 3), (8, 256, 3, 3, 3),
                            dict(strides=2, padding=1, output_padding=1)),
 }
