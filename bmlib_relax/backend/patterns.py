@@ -227,9 +227,9 @@ def check_conv2d_transpose(context: PatternCheckContext) -> bool:
     if not check_tensors(context):
         return False
     attrs = context.annotated_expr["conv"].attrs
-    # topi's transposed convolution: NCHW data, IOHW weights, no dilation.
-    return (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout)) == \
-        ("NCHW", "IOHW", "NCHW") and all(int(d) == 1 for d in attrs.dilation)
+    # templates/conv_transpose.py: NCHW data, IOHW or packed IOHW{ib}i{ob}o weights.
+    return (str(attrs.data_layout), str(attrs.out_layout)) == ("NCHW", "NCHW") and \
+        re.fullmatch(r"IOHW(\d+i\d+o)?", str(attrs.kernel_layout)) is not None
 
 
 def check_matmul(context: PatternCheckContext) -> bool:

@@ -90,6 +90,8 @@ class _WeightPacker(PyExprMutator):
             return call
         if call.op.name == "relax.nn.conv2d":
             return self._conv2d(call)
+        if call.op.name == "relax.nn.conv2d_transpose":
+            return self._conv2d_transpose(call)
         if call.op.name == "relax.permute_dims":
             return self._transpose(call)
         return call
@@ -113,8 +115,11 @@ class _WeightPacker(PyExprMutator):
             ib, ob = conv2d_blocking(in_channels, out_channels, lanes)
         elif groups == in_channels == out_channels and array.shape[1] == 1:
             ib, ob = 1, depthwise_blocking(out_channels, lanes)  # depthwise, multiplier 1
+        elif groups < in_channels and in_channels % groups == 0 and out_channels % groups == 0:
+            # grouped: blocked inside a group (templates/conv_grouped.py)
+            ib, ob = conv2d_blocking(in_channels // groups, out_channels // groups, lanes)
         else:
-            return call  # grouped: the template reads OIHW
+            return call  # depthwise with a multiplier: the template reads OIHW
         packed = relax.const(pack_conv2d_weight(array, ib, ob))
         self.packed += 1
         return relax.op.nn.conv2d(
@@ -122,6 +127,27 @@ class _WeightPacker(PyExprMutator):
             dilation=attrs.dilation, groups=groups, data_layout="NCHW",
             kernel_layout=f"OIHW{ib}i{ob}o", out_layout="NCHW",
             out_dtype=attrs.out_dtype)
+
+    def _conv2d_transpose(self, call: relax.Call) -> relax.Expr:
+        """IOHW → ``IOHW{ib}i{ob}o`` for templates/conv_transpose.py (blocked in a group)."""
+        attrs = call.attrs
+        data, weight = call.args
+        array = const_array(weight)
+        if array is None or array.ndim != 4 or str(array.dtype) not in PACKABLE_DTYPES or \
+                (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout)) != \
+                ("NCHW", "IOHW", "NCHW") or not _static(data.ty) or not _static(call.ty):
+            return call
+        groups = int(attrs.groups)
+        lanes = vector_lanes(self.target, str(array.dtype))
+        ib, ob = conv2d_blocking(array.shape[0] // groups, array.shape[1], lanes)
+        i, o, kh, kw = array.shape
+        packed = array.reshape(i // ib, ib, o // ob, ob, kh, kw).transpose(0, 2, 4, 5, 1, 3)
+        self.packed += 1
+        return relax.op.nn.conv2d_transpose(
+            data, relax.const(np.ascontiguousarray(packed)), strides=attrs.strides,
+            padding=attrs.padding, output_padding=attrs.output_padding,
+            dilation=attrs.dilation, groups=groups, data_layout="NCHW",
+            kernel_layout=f"IOHW{ib}i{ob}o", out_layout="NCHW", out_dtype=attrs.out_dtype)
 
     def _transpose(self, call: relax.Call) -> relax.Expr:
         array = const_array(call.args[0])

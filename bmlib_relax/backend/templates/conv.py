@@ -75,50 +75,13 @@ def conv2d(call, inputs, ctx):
             blocking = (1, depthwise_blocking(channels, lanes))
             weight = pack_kernel(weight, *blocking)
         return depthwise_nchwc(data, weight, strides, padding, dilation, dtype, blocking[1])
-    if blocking is not None:
-        raise ctx.error(f"grouped conv2d with kernel layout {kernel_layout} has no template")
-    if groups == channels and int(weight.shape[1]) == 1:
+    if blocking is None and groups == channels and int(weight.shape[1]) == 1:
         # Depthwise with a multiplier: OIHW (C*M, 1, KH, KW) is topi's (C, M, KH, KW).
         multiplier = int(weight.shape[0]) // groups
         kernel = topi.reshape(weight, [channels, multiplier] + [int(d) for d in weight.shape[2:]])
         return topi.nn.depthwise_conv2d_nchw(data, kernel, strides, padding, dilation, dtype)
-    return topi.nn.group_conv2d_nchw(data, weight, strides, padding, dilation, groups, dtype)
-
-
-@register_template("relax.nn.conv2d_transpose")
-def conv2d_transpose(call, inputs, ctx):
-    attrs = call.attrs
-    data, weight = inputs
-    if str(attrs.data_layout) != "NCHW" or str(attrs.kernel_layout) != "IOHW":
-        raise ctx.error(f"layout {attrs.data_layout}/{attrs.kernel_layout} has no template")
-    if any(d != 1 for d in attr_ints(attrs.dilation)):
-        raise ctx.error("dilated conv2d_transpose has no template")
-    return topi.nn.group_conv2d_transpose_nchw(
-        data, weight, attr_ints(attrs.strides), attr_ints(attrs.padding),
-        out_dtype(attrs, data.dtype), attr_ints(attrs.output_padding), int(attrs.groups))
-
-
-def _transposed_conv(topi_fn, layouts: tuple):
-    """conv1d/conv3d_transpose as TVM's legalization computes them (a dilation is a
-    kernel dilated with zeros)."""
-    def template(call, inputs, ctx):
-        attrs = call.attrs
-        data, weight = inputs
-        if (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout)) != layouts:
-            raise ctx.error(f"layout {attrs.data_layout}/{attrs.kernel_layout} has no template")
-        dilation = attr_ints(attrs.dilation)
-        if any(d != 1 for d in dilation):
-            weight = topi.nn.dilate(weight, [1, 1, *dilation], name="kernel_dilate")
-        return topi_fn(data, weight, attr_ints(attrs.strides), attr_ints(attrs.padding),
-                       str(call.ty.dtype), attr_ints(attrs.output_padding), int(attrs.groups))
-
-    return template
-
-
-register_template("relax.nn.conv1d_transpose")(_transposed_conv(
-    topi.nn.group_conv1d_transpose_ncw, ("NCW", "IOW", "NCW")))
-register_template("relax.nn.conv3d_transpose")(_transposed_conv(
-    topi.nn.group_conv3d_transpose_ncdhw, ("NCDHW", "IODHW", "NCDHW")))
+    from .conv_grouped import group_conv2d  # builds on this module, so imported here
+    return group_conv2d(data, weight, blocking, strides, padding, dilation, groups, dtype, ctx)
 
 
 def _direct_conv(data_layout: str, kernel_layout: str):
@@ -442,7 +405,12 @@ def schedule_conv2d_nchwc_flat(sch, block, ctx):
     sch.parallel(outer)
     sch.compute_at(block, outer)
     ctx.done.add(str(sch.get(epilogue).name_hint))
-    _tile_under(sch, block, sch.get_loops(block)[1:], tile, ob_extent)
+    # compute_at makes no unit loop: a 1-pixel output (a classifier's 1x1 conv on a
+    # 1x1 map) needs one pixel of the tile, so its pixel loop is absent.
+    loops = sch.get_loops(block)[1:]
+    spatial = len(loops) - sum(int(iv.iter_type) != 0 for iv in sch.get(block).iter_vars)
+    has_pixels = spatial > int(ob_extent > 1)
+    _tile_under(sch, block, loops, tile if has_pixels else 1, ob_extent)
     sch.unroll(pi)
     if ob_extent > 1:
         sch.vectorize(ci)

@@ -31,7 +31,8 @@ SCHEDULE_ATTR = "bmlib_schedule"  # block annotation naming the block's schedule
 
 def _load_families() -> None:
     from . import (  # noqa: F401  (each registers)
-        conv, elemwise, image, linalg, norm, pool, qnn, reduce, select, tensor)
+        conv, conv_grouped, conv_transpose, elemwise, image, linalg, norm, pool, qnn, reduce,
+        select, tensor)
 
 
 TEMPLATES: Registry[Template] = Registry("bmlib template for Relax op", _load_families)
