@@ -86,7 +86,7 @@ def blocked_output(window, shape, dtype: str, name: str, rule: str, row_tile: in
     """
     n, oc_blocks, oh, ow, ob = shape
     if not row_tile or 2 * divisor_at_most(ow, row_tile) > row_tile:
-        out = te.compute(shape, window, name=name, attrs={SCHEDULE_ATTR: rule})
+        out = te.compute(conv.batched(n, oc_blocks, oh, ow, ob), window, name=name, attrs={SCHEDULE_ATTR: rule})
         return conv._unpack(out, ob, dtype)
     pixels = oh * ow
     padded = -(-pixels // row_tile) * row_tile
@@ -95,9 +95,9 @@ def blocked_output(window, shape, dtype: str, name: str, rule: str, row_tile: in
         real = tirx.min(p, pixels - 1)
         return window(nn, oc, real // ow, real % ow, oo)
 
-    out = te.compute((n, oc_blocks, padded, ob), flat, name=name + "_flat",
+    out = te.compute(conv.batched(n, oc_blocks, padded, ob), flat, name=name + "_flat",
                      attrs={SCHEDULE_ATTR: rule + "_flat", "bmlib_tile_pixels": row_tile})
-    return te.compute((n, oc_blocks * ob, oh, ow),
+    return te.compute(conv.batched(n, oc_blocks * ob, oh, ow),
                       lambda nn, c, y, x: out[nn, c // ob, y * ow + x, c % ob].astype(dtype),
                       name="bmlib_unpack")
 
