@@ -1,0 +1,500 @@
+"""int8 conv2d and matmul on the target's dot-product instruction (issue #18).
+
+The quantized composites (:mod:`..qnn_patterns`) hold a ``conv2d`` or
+``matmul`` of int8/uint8 operands with an int32 accumulator.  When the target
+has an int8 dot-product instruction (:mod:`..dot_product`: ``vpdpbusd`` on
+AVX-512 VNNI, ``vpmaddwd`` on AVX-512BW/AVX2), these templates replace the
+generic ones for such calls:
+
+* the data is padded and packed to ``[N, ceil(C/g), H, W, g]`` (``g`` values
+  of the reduction contiguous: one broadcast operand), int8 data shifted to
+  uint8 for ``vpdpbusd``;
+* the weight is ``[O/ob, ceil(I/g), KH, KW, ob, g]`` (``OIHW{ob}o{g}i``,
+  packed at compile time by :mod:`..rewrite`, or here for a non-constant or
+  channel-padded one): ``lanes x g`` weights are one vector;
+* the blocked int32 result is computed a register tile at a time whose
+  innermost ``lanes x g`` step is the instruction (an LLVM intrinsic call:
+  ``vpdpbusd`` / ``vpmaddwd``, see :func:`lower_dot_products`);
+* the unpack back to NCHW subtracts the shift's compensation
+  (``128 * sum(w)`` per output channel, a small reduction over the weights)
+  and carries the requantize epilogue, fused per tile as in :mod:`.conv`.
+
+Everything is integer arithmetic, so the results are bit-exact with the
+generic path.  Calls the instruction cannot take (uint8 weights on VNNI,
+output channels that are not whole vectors, grouped convolutions, a target
+without the instruction) go to the generic templates, unchanged.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Optional
+
+import tvm
+from tvm import te, tirx
+
+from ..dot_product import DotProduct, dot_kernel_layout, dot_product_for, output_block
+from ..schedule import divisor_at_most, inline_epilogue
+from ._utils import attr_ints, out_dtype
+from .registry import SCHEDULE_ATTR, TEMPLATES, register_schedule
+
+# int32 accumulators of a register tile (pixels x vectors); under 1 KiB so the
+# tile stays a stack buffer LLVM keeps in registers (see ..schedule).
+TILE_VECTORS = 12
+SHIFT = 128  # int8 -> uint8
+
+
+# --------------------------------------------------------------------------- instructions
+# TVM's ``sch.tensorize`` cannot be used with this wheel: it deep-copies the
+# intrinsic through ``save_json``, which crashes (SIGSEGV) for any TIR node.  The
+# schedule therefore marks the loop of one instruction (``lanes`` accumulators x
+# ``group`` products, a plain multiply-add loop nest: correct as it is), and
+# :func:`lower_dot_products` replaces that loop by the instruction once the
+# PrimFunc is flattened, after checking the accesses are the contiguous ones the
+# instruction reads.
+DOT_ANNOTATION = "bmlib_dot_product"
+
+
+def _vnni(acc, data, weight, lanes: int):
+    """``vpdpbusd``: acc[i] += sum_k data[k] (uint8) * weight[i, k] (int8), k < 4.
+
+    (LLVM 22 declares the operands ``<64 x i8>``; older LLVMs took ``<16 x i32>``.)"""
+    return tirx.call_llvm_pure_intrin(
+        f"int32x{lanes}", "llvm.x86.avx512.vpdpbusd.512", acc,
+        tirx.reinterpret(f"int8x{4 * lanes}",
+                         tirx.Broadcast(tirx.reinterpret("int32", data), lanes)),
+        tirx.reinterpret(f"int8x{4 * lanes}", weight))
+
+
+def _madd(llvm_name: str):
+    def emit(acc, data, weight, lanes: int):
+        """``vpmaddwd`` on int16-extended operands: acc[i] += sum_k data[k] * weight[i, k]."""
+        pair = tirx.reinterpret("int32", tirx.Cast("int16x2", data))
+        product = tirx.call_llvm_pure_intrin(
+            f"int32x{lanes}", llvm_name,
+            tirx.reinterpret(f"int16x{2 * lanes}", tirx.Broadcast(pair, lanes)),
+            tirx.Cast(f"int16x{2 * lanes}", weight))
+        return acc + product
+
+    return emit
+
+
+INSTRUCTIONS = {
+    "vnni": _vnni,
+    "avx512_madd": _madd("llvm.x86.avx512.pmaddw.d.512"),
+    "avx2_madd": _madd("llvm.x86.avx2.pmadd.wd"),
+}
+
+def _prelower_passes() -> list:
+    from tvm import s_tir
+
+    return [s_tir.transform.LowerInitBlock(),
+            s_tir.transform.PlanAndUpdateBufferAllocationLocation(),
+            s_tir.transform.ConvertBlocksToOpaque(), s_tir.transform.CompactBufferAllocation(),
+            s_tir.transform.LowerMatchBuffer(), s_tir.transform.LowerOpaqueBlock(),
+            tirx.transform.FlattenBuffer()]
+
+
+def _has_dot_loop(stmt) -> bool:
+    found = []
+
+    def visit(node):
+        if isinstance(node, tirx.For) and DOT_ANNOTATION in node.annotations:
+            found.append(node)
+
+    _walk(stmt, visit)
+    return bool(found)
+
+
+def _walk(stmt, visit) -> None:
+    visit(stmt)
+    for child in _children(stmt):
+        _walk(child, visit)
+
+
+def _children(stmt) -> list:
+    if isinstance(stmt, tirx.SeqStmt):
+        return list(stmt.seq)
+    children = [getattr(stmt, name, None) for name in ("block", "init", "body", "then_case",
+                                                       "else_case")]
+    return [c for c in children if isinstance(c, tirx.Stmt)]
+
+
+def _linear(expr, variables) -> list:
+    coefficients = tvm.sym.detect_linear_equation(expr, variables)
+    if len(coefficients) != len(variables) + 1:
+        raise ValueError(f"index {expr} is not linear in {variables}")
+    return list(coefficients)
+
+
+def _is_const(expr, value: int) -> bool:
+    return isinstance(expr, tirx.IntImm) and int(expr.value) == value
+
+
+def _instruction(loop: tirx.For) -> tirx.Stmt:
+    """The instruction replacing a marked ``for lane: for k: C[c] += A[a] * B[b]`` nest."""
+    emit = INSTRUCTIONS[str(loop.annotations[DOT_ANNOTATION])]
+    inner = loop.body
+    if not isinstance(inner, tirx.For) or not isinstance(inner.body, tirx.BufferStore):
+        raise ValueError("the marked loop is not one multiply-add nest")
+    lanes, group = int(loop.extent), int(inner.extent)
+    store = inner.body
+    value = store.value
+    if not isinstance(value, tirx.Add) or not isinstance(value.b, tirx.Mul):
+        raise ValueError(f"not a multiply-add: {value}")
+    loads = []
+    for operand in (value.b.a, value.b.b):
+        operand = operand.value if isinstance(operand, tirx.Cast) else operand
+        if not isinstance(operand, tvm.ir.TensorLoad):
+            raise ValueError(f"operand {operand} is not a load")
+        loads.append(operand)
+    data, weight = loads
+    lane, k = loop.loop_var, inner.loop_var
+    c = _linear(store.indices[0], [lane, k])
+    a = _linear(data.indices[0], [lane, k])
+    b = _linear(weight.indices[0], [lane, k])
+    if not (_is_const(c[0], 1) and _is_const(c[1], 0) and _is_const(a[0], 0) and
+            _is_const(a[1], 1) and _is_const(b[0], group) and _is_const(b[1], 1)) or \
+            len(store.indices) != 1 or not value.a.source.same_as(store.buffer):
+        raise ValueError("the accesses are not the instruction's contiguous vectors")
+    acc = tirx.BufferLoad(store.buffer, [tirx.Ramp(c[2], 1, lanes)])
+    result = emit(acc, tirx.BufferLoad(data.source, [tirx.Ramp(a[2], 1, group)]),
+                  tirx.BufferLoad(weight.source, [tirx.Ramp(b[2], 1, lanes * group)]), lanes)
+    return tirx.BufferStore(store.buffer, result, [tirx.Ramp(c[2], 1, lanes)])
+
+
+def _replace(stmt):
+    if isinstance(stmt, tirx.For) and DOT_ANNOTATION in stmt.annotations:
+        return _instruction(stmt)
+    if isinstance(stmt, tirx.SeqStmt):
+        return tirx.SeqStmt([_replace(s) for s in stmt.seq])
+    if isinstance(stmt, tirx.For):
+        return tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, _replace(stmt.body),
+                        stmt.thread_binding, stmt.annotations)
+    if isinstance(stmt, tirx.IfThenElse):
+        return tirx.IfThenElse(stmt.condition, _replace(stmt.then_case),
+                               None if stmt.else_case is None else _replace(stmt.else_case))
+    if isinstance(stmt, tirx.AttrStmt):
+        return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, _replace(stmt.body))
+    return stmt
+
+
+def lower_dot_products(prim: tirx.PrimFunc) -> tirx.PrimFunc:
+    """Emit the int8 dot-product instructions of a scheduled PrimFunc (unchanged when
+    it marks none).  The function is flattened first (block lowering and buffer
+    flattening, the first steps of TVM's own pipeline, which then finds nothing
+    left to do for them)."""
+    if not _has_dot_loop(prim.body):
+        return prim
+    flat = tvm.transform.Sequential(_prelower_passes())(tvm.IRModule({"main": prim}))["main"]
+    return flat.with_body(_replace(flat.body))
+
+
+# --------------------------------------------------------------------------- packing
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _stored(value, dot: DotProduct, dtype: str):
+    """A data value as the instruction reads it (int8 shifted to uint8 for vpdpbusd)."""
+    if dot.shifts(dtype):
+        return (value.astype("int32") + SHIFT).astype("uint8")
+    return value
+
+
+def pack_weight(weight: te.Tensor, ob: int, group: int) -> te.Tensor:
+    """OIHW → ``[O/ob, ceil(I/g), KH, KW, ob, g]`` inside the PrimFunc, zero-padded."""
+    o, i, kh, kw = (int(d) for d in weight.shape)
+    zero = tirx.const(0, weight.dtype)
+
+    def compute(oc, ic, y, x, oo, g):
+        c = ic * group + g
+        return tirx.if_then_else(c < i, weight[oc * ob + oo, tirx.min(c, i - 1), y, x], zero)
+
+    return te.compute((o // ob, _ceil_div(i, group), kh, kw, ob, group), compute,
+                      name="bmlib_int8_weight_pack")
+
+
+def compensation(kernel: te.Tensor, out_channels: int) -> te.Tensor:
+    """``sum(w)`` per output channel: shifting int8 data by +128 added 128 times it."""
+    blocks, groups_, kh, kw, ob, group = (int(d) for d in kernel.shape)
+    axes = [te.reduce_axis((0, ext), name=name) for name, ext in
+            (("ic", groups_), ("kh", kh), ("kw", kw), ("g", group)) if ext > 1]
+    index = {name: 0 for name in ("ic", "kh", "kw", "g")}
+
+    def compute(c):
+        at = dict(index, **{ax.var.name: ax for ax in axes})
+        return te.sum(kernel[c // ob, at["ic"], at["kh"], at["kw"], c % ob,
+                             at["g"]].astype("int32"), axis=axes)
+
+    return te.compute((out_channels,), compute, name="bmlib_int8_compensation")
+
+
+def _pack_data(data: te.Tensor, dot: DotProduct, padding, reach, strides, pad_value):
+    """Pad NCHW data and pack it to ``[N, ceil(C/g), PH, PW, g]`` (shifted for vpdpbusd)."""
+    n, c, h, w = (int(d) for d in data.shape)
+    group = dot.group
+    top, left = padding[0], padding[1]
+    ph, pw = reach
+    pad = tirx.const(pad_value, data.dtype)
+
+    def compute(nn, cb, y, x, g):
+        yy, xx, cc = y - top, x - left, cb * group + g
+        inside = tirx.all(yy >= 0, yy < h, xx >= 0, xx < w, cc < c)
+        value = data[nn, tirx.min(cc, c - 1), tirx.max(tirx.min(yy, h - 1), 0),
+                     tirx.max(tirx.min(xx, w - 1), 0)]
+        return _stored(tirx.if_then_else(inside, value, pad), dot, data.dtype)
+
+    return te.compute((n, _ceil_div(c, group), ph, pw, group), compute,
+                      name="bmlib_int8_data_pack", attrs={SCHEDULE_ATTR: "bmlib.int8_pack"})
+
+
+# --------------------------------------------------------------------------- conv2d
+def _padding4(padding):
+    return [padding[0], padding[1], padding[0], padding[1]] if len(padding) == 2 else padding
+
+
+def conv2d_dot(call, inputs, ctx) -> Optional[te.Tensor]:
+    """The int8 conv2d on the dot-product instruction, or None when it does not apply."""
+    attrs = call.attrs
+    data, weight = inputs
+    if str(attrs.data_layout) != "NCHW" or str(attrs.out_layout) != "NCHW" or \
+            int(attrs.groups) != 1 or any(not isinstance(d, int) and not hasattr(d, "value")
+                                          for d in data.shape):
+        return None
+    dtype = out_dtype(attrs, data.dtype)
+    if dtype != "int32":
+        return None
+    kernel_layout = str(attrs.kernel_layout)
+    packed_as = dot_kernel_layout(kernel_layout)
+    if packed_as is None and kernel_layout != "OIHW":
+        return None
+    dot = dot_product_for(ctx.target, str(data.dtype), str(weight.dtype))
+    if dot is None:
+        return None
+    out_channels = int(call.ty.shape.values[1])
+    if packed_as is not None:
+        ob, group = packed_as
+        if group != dot.group or ob % dot.lanes:
+            return None  # packed for another target's instruction
+        kernel = weight
+    else:
+        ob = output_block(dot, out_channels)
+        if ob is None:
+            return None
+        kernel = pack_weight(weight, ob, dot.group)
+    strides, dilation = attr_ints(attrs.strides), attr_ints(attrs.dilation)
+    padding = _padding4(attr_ints(attrs.padding))
+    n, _, h, w = (int(d) for d in data.shape)
+    kh, kw = int(kernel.shape[2]), int(kernel.shape[3])
+    oh = (h + padding[0] + padding[2] - (kh - 1) * dilation[0] - 1) // strides[0] + 1
+    ow = (w + padding[1] + padding[3] - (kw - 1) * dilation[1] - 1) // strides[1] + 1
+    reach = ((oh - 1) * strides[0] + (kh - 1) * dilation[0] + 1,
+             (ow - 1) * strides[1] + (kw - 1) * dilation[1] + 1)
+    packed = _pack_data(data, dot, padding, reach, strides, 0)
+    groups_ = int(kernel.shape[1])
+    axes = {name: te.reduce_axis((0, ext), name=name) for name, ext in
+            (("ic", groups_), ("kh", kh), ("kw", kw)) if ext > 1}
+    axes["g"] = te.reduce_axis((0, dot.group), name="g")
+    ic, ry, rx = (axes.get(k, 0) for k in ("ic", "kh", "kw"))
+    g = axes["g"]
+
+    def compute(nn, oc, y, x, oo):
+        value = packed[nn, ic, y * strides[0] + ry * dilation[0],
+                       x * strides[1] + rx * dilation[1], g].astype("int32")
+        return te.sum(value * kernel[oc, ic, ry, rx, oo, g].astype("int32"),
+                      axis=list(axes.values()))
+
+    conv = te.compute((n, out_channels // ob, oh, ow, ob), compute,
+                      name="bmlib_int8_conv2d_dot",
+                      attrs={SCHEDULE_ATTR: "bmlib.int8_conv2d_dot",
+                             "bmlib_dot": [dot.lanes, len(axes)], "bmlib_intrin": dot.name})
+    if dot.shifts(str(data.dtype)):
+        comp = compensation(kernel, out_channels)
+        return te.compute((n, out_channels, oh, ow),
+                          lambda nn, c, y, x: conv[nn, c // ob, y, x, c % ob] - comp[c] * SHIFT,
+                          name="bmlib_unpack")
+    return te.compute((n, out_channels, oh, ow),
+                      lambda nn, c, y, x: conv[nn, c // ob, y, x, c % ob],
+                      name="bmlib_unpack")
+
+
+def _tile_pixels(ow: int, ob: int, lanes: int) -> int:
+    return divisor_at_most(ow, max(1, TILE_VECTORS // (ob // lanes)))
+
+
+@register_schedule("bmlib.int8_pack")
+def schedule_int8_pack(sch, block, ctx):
+    """Pad + pack + shift: parallel over (batch, channel groups, rows), groups unrolled."""
+    n, cb, y, x, g = sch.get_loops(block)
+    sch.unroll(g)
+    sch.parallel(sch.fuse(n, cb, y))
+
+
+def _tensorize_tile(sch, block, own_loops, tile_loops: int, lanes: int, dot_name: str) -> None:
+    """``own_loops``: the block's loops under its compute_at point — the register tile's
+    spatial loops (``tile_loops`` of them, the channel one last) then the reduction
+    (the ``g`` group last).  Reduction outside the tile but ``g``, the channel loop
+    split into instructions, the init split off, each ``lanes x g`` step marked as
+    one instruction (see :func:`lower_dot_products`)."""
+    tile, reduce = own_loops[:tile_loops], own_loops[tile_loops:]
+    *outer_reduce, g = reduce
+    *pixels, channels = tile
+    sch.reorder(*outer_reduce, *pixels, channels, g)
+    vectors, lane = sch.split(channels, [None, lanes])
+    if outer_reduce:
+        sch.decompose_reduction(block, outer_reduce[0])
+    else:
+        sch.decompose_reduction(block, pixels[0] if pixels else vectors)
+    sch.annotate(lane, DOT_ANNOTATION, dot_name)
+    for loop in pixels:
+        sch.unroll(loop)
+    sch.unroll(vectors)
+
+
+@register_schedule("bmlib.int8_conv2d_dot")
+def schedule_int8_conv2d_dot(sch, block, ctx):
+    """(batch, channel blocks, rows) parallel | column tiles | reduction (channel
+    groups, kernel window) | tile columns (unrolled) x channel vectors | one
+    instruction; the unpack (+ compensation) and requantize epilogue per tile."""
+    lanes, _ = (int(v) for v in sch.get(block).annotations["bmlib_dot"])
+    dot_name = str(sch.get(block).annotations["bmlib_intrin"])
+    epilogue = inline_epilogue(sch, block)
+    if epilogue is None:
+        raise ValueError("int8 conv2d without its unpack block")
+    _, _, _, ow, ob = (int(d) for d in sch.get(block).writes[0].source.shape)
+    reg = _tile_pixels(ow, ob, lanes)
+    n, c, h, w = sch.get_loops(epilogue)
+    cb, ci = sch.split(c, [None, ob])
+    wo, wi = sch.split(w, [None, reg])
+    sch.reorder(n, cb, h, wo, wi, ci)
+    sch.parallel(sch.fuse(n, cb, h))
+    sch.compute_at(block, wo)
+    ctx.done.add(str(sch.get(epilogue).name_hint))
+    own = sch.get_loops(block)[2:]
+    _tensorize_tile(sch, block, own, int(reg > 1) + 1, lanes, dot_name)
+    sch.unroll(wi)
+    sch.vectorize(ci)
+
+
+# --------------------------------------------------------------------------- matmul
+def matmul_dot(call, inputs, ctx) -> Optional[te.Tensor]:
+    """``matmul(A[..., M, K], B[..., K, N])`` of int8/uint8 on the dot-product
+    instruction (B packed to ``[..., N/ob, ceil(K/g), ob, g]`` here), or None."""
+    a, b = inputs
+    if len(a.shape) < 2 or len(b.shape) < 2 or \
+            any(not hasattr(d, "value") and not isinstance(d, int)
+                for d in list(a.shape) + list(b.shape)):
+        return None
+    dtype = out_dtype(call.attrs, a.dtype)
+    if dtype != "int32":
+        return None
+    dot = dot_product_for(ctx.target, str(a.dtype), str(b.dtype))
+    if dot is None:
+        return None
+    out_shape = [int(d) for d in call.ty.shape.values]
+    m, k, n = int(a.shape[-2]), int(a.shape[-1]), int(b.shape[-1])
+    ob = output_block(dot, n)
+    if ob is None:
+        return None
+    group = dot.group
+    kg = _ceil_div(k, group)
+    batch_a = [int(d) for d in a.shape[:-2]]
+    batch_b = [int(d) for d in b.shape[:-2]]
+    nbatch = max(len(batch_a), len(batch_b))
+    batch = [max(x, y) for x, y in zip([1] * (nbatch - len(batch_a)) + batch_a,
+                                       [1] * (nbatch - len(batch_b)) + batch_b)]
+    if batch + [m, n] != out_shape:
+        return None
+
+    def at(shape, idx):
+        offset = nbatch - len(shape)
+        return tuple(0 if d == 1 else idx[offset + i] for i, d in enumerate(shape))
+
+    zero_b = tirx.const(0, b.dtype)
+    packed_b = te.compute(
+        tuple(batch_b) + (n // ob, kg, ob, group),
+        lambda *i: tirx.if_then_else(
+            i[-3] * group + i[-1] < k,
+            b[i[:-4] + (tirx.min(i[-3] * group + i[-1], k - 1), i[-4] * ob + i[-2])],
+            zero_b),
+        name="bmlib_int8_matmul_b_pack")
+    pad = tirx.const(0, a.dtype)
+    packed_a = te.compute(
+        tuple(batch_a) + (m, kg, group),
+        lambda *i: _stored(tirx.if_then_else(
+            i[-2] * group + i[-1] < k,
+            a[i[:-2] + (tirx.min(i[-2] * group + i[-1], k - 1),)], pad), dot, str(a.dtype)),
+        name="bmlib_int8_matmul_a_pack")
+    axes = {}
+    if kg > 1:
+        axes["kg"] = te.reduce_axis((0, kg), name="kg")
+    axes["g"] = te.reduce_axis((0, group), name="g")
+    rk, g = axes.get("kg", 0), axes["g"]
+
+    def compute(*idx):
+        bidx, i, nb, nn = idx[:nbatch], idx[nbatch], idx[nbatch + 1], idx[nbatch + 2]
+        lhs = packed_a[at(batch_a, bidx) + (i, rk, g)].astype("int32")
+        rhs = packed_b[at(batch_b, bidx) + (nb, rk, nn, g)].astype("int32")
+        return te.sum(lhs * rhs, axis=list(axes.values()))
+
+    result = te.compute(tuple(batch) + (m, n // ob, ob), compute, name="bmlib_int8_matmul_dot",
+                        attrs={SCHEDULE_ATTR: "bmlib.int8_matmul_dot",
+                               "bmlib_dot": [dot.lanes, len(axes)], "bmlib_intrin": dot.name})
+    if dot.shifts(str(a.dtype)):
+        r = te.reduce_axis((0, k), name="k")
+        comp = te.compute(tuple(batch_b) + (n,), lambda *i: te.sum(
+            b[i[:-1] + (r, i[-1])].astype("int32"), axis=r),
+            name="bmlib_int8_compensation")
+        return te.compute(tuple(batch) + (m, n), lambda *i: result[
+            i[:-1] + (i[-1] // ob, i[-1] % ob)] - comp[at(batch_b, i[:-2]) + (i[-1],)] * SHIFT,
+            name="bmlib_unpack")
+    return te.compute(tuple(batch) + (m, n),
+                      lambda *i: result[i[:-1] + (i[-1] // ob, i[-1] % ob)],
+                      name="bmlib_unpack")
+
+
+@register_schedule("bmlib.int8_matmul_dot")
+def schedule_int8_matmul_dot(sch, block, ctx):
+    """(batch, column blocks, row tiles) parallel | reduction | rows (unrolled) x
+    channel vectors | one instruction; unpack and epilogue per tile."""
+    lanes, _ = (int(v) for v in sch.get(block).annotations["bmlib_dot"])
+    dot_name = str(sch.get(block).annotations["bmlib_intrin"])
+    shape = [int(d) for d in sch.get(block).writes[0].source.shape]
+    m, ob = shape[-3], shape[-1]
+    epilogue = inline_epilogue(sch, block)
+    if epilogue is None:
+        raise ValueError("int8 matmul without its unpack block")
+    rows = divisor_at_most(m, max(1, TILE_VECTORS // (ob // lanes)))
+    loops = sch.get_loops(epilogue)
+    batch, i, j = loops[:-2], loops[-2], loops[-1]
+    jo, ji = sch.split(j, [None, ob])
+    io, ii = sch.split(i, [None, rows])
+    sch.reorder(*batch, jo, io, ii, ji)
+    sch.parallel(sch.fuse(*batch, jo, io))
+    fused = sch.get_loops(epilogue)[0]
+    sch.compute_at(block, fused)
+    ctx.done.add(str(sch.get(epilogue).name_hint))
+    own = sch.get_loops(block)[1:]
+    _tensorize_tile(sch, block, own, int(rows > 1) + 1, lanes, dot_name)
+    if rows > 1:
+        sch.unroll(ii)
+    sch.vectorize(ji)
+
+
+# --------------------------------------------------------------------------- dispatch
+def specialize(op_name: str, special) -> None:
+    """Make ``special(call, inputs, ctx)`` the template of ``op_name`` where it
+    applies (it returns None elsewhere), the registered template otherwise."""
+    generic = TEMPLATES.get(op_name)
+
+    @functools.wraps(generic)
+    def template(call, inputs, ctx):
+        result = special(call, inputs, ctx)
+        return generic(call, inputs, ctx) if result is None else result
+
+    template.generic = generic
+    TEMPLATES.register(op_name, override=True)(template)
+
+
+specialize("relax.nn.conv2d", conv2d_dot)
+specialize("relax.matmul", matmul_dot)
