@@ -1,10 +1,12 @@
 #!/usr/bin/env python
-"""int8 (QNN) vs fp32 on bmlib: the qnn_mobilenet_tiny golden and single conv layers.
+"""int8 (QNN) vs fp32 on bmlib: qnn_mobilenet_tiny, an int8 ResNet-18 and single conv layers.
 
 Not a test: prints median latencies (bmlib_relax.bench.harness.time_it) of
 
 * ``qnn_mobilenet_tiny`` (Relay QNN, int8 convs with fused requantize) against the
   same network in fp32 (conv + bias + ReLU, the float weights the golden quantizes);
+* ``resnet18_int8`` against ``resnet18_fp32`` (:func:`bmlib_relax.bench.models.resnet18_text`:
+  ResNet-18-shaped, 224x224, quantized in the graph as the goldens are);
 * one int8 ``qnn.conv2d + requantize`` layer against the fp32 conv of that shape,
   with GFLOP/s (a multiply-add is 2 FLOPs).
 
@@ -87,8 +89,19 @@ def main() -> int:
     print(f"qnn_mobilenet_tiny  int8 {t_int8:.3f} ms  fp32 {t_fp32:.3f} ms  "
           f"fp32/int8 {t_fp32 / t_int8:.2f}x")
 
+    from bmlib_relax.bench.models import load_model
+
+    times = {}
+    for name in ("resnet18_int8", "resnet18_fp32"):
+        bench = load_model(name, Path(args.golden), None)
+        model = bmlib_relax.compile(parse(bench.text), bench.params, target=target)
+        times[name] = _time(model, bench.inputs, args.seconds)
+    t_int8, t_fp32 = times["resnet18_int8"], times["resnet18_fp32"]
+    print(f"resnet18 224x224    int8 {t_int8:.3f} ms  fp32 {t_fp32:.3f} ms  "
+          f"fp32/int8 {t_fp32 / t_int8:.2f}x")
+
     rng = np.random.default_rng(0)
-    for c, o, h in ((64, 64, 56), (128, 128, 28), (256, 256, 14)):
+    for c, o, h in ((64, 64, 56), (128, 128, 28), (256, 256, 14), (512, 512, 7)):
         flops = 2 * o * c * 9 * h * h
         x8 = rng.integers(-128, 128, size=(1, c, h, h)).astype("int8")
         w8 = rng.integers(-127, 128, size=(o, c, 3, 3)).astype("int8")

@@ -191,3 +191,23 @@ def test_goldens_through_the_instruction(case):
         np.testing.assert_array_equal(out, want)
     else:
         np.testing.assert_allclose(out, want, **golden.tolerance)
+
+
+def test_report_gives_partition_dtypes_and_why_an_int8_op_stays_on_host():
+    x, w = _data("int8", (1, 8, 6, 6)), _weight((16, 8, 3, 3))
+
+    def build(x, w):
+        conv = qnn.conv2d(x, w, c(0), c(0), c(0.05), c(0.01), kernel_size=(3, 3), channels=16,
+                          padding=(1, 1))
+        req = qnn.requantize(conv, c(0.0005), c(0), c(0.1), c(0), out_dtype="int8")
+        return relay.nn.max_pool2d(req, pool_size=(2, 2), strides=(2, 2))  # int8, no QNN op
+
+    model = bmlib_relax.compile(_module(build, _variables({"x": x, "w": w})), {"w": w})
+    report = model.report.to_dict()
+    (partition,) = report["partitions"]
+    assert partition["dtypes"]["outputs"] == ["int8"]
+    assert partition["dtypes"]["inputs"][0] == "int8"  # data and weight; then int scalars
+    assert "float32" not in partition["dtypes"]["inputs"]
+    reasons = {r["op"]: r for r in report["host_ops"]}
+    assert reasons["relax.nn.max_pool2d"]["reason"] == "dtype_not_supported"
+    assert "quantized composites" in reasons["relax.nn.max_pool2d"]["detail"]
