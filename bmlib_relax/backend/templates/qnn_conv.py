@@ -37,9 +37,10 @@ from ..schedule import divisor_at_most, inline_epilogue
 from ._utils import attr_ints, out_dtype
 from .registry import SCHEDULE_ATTR, TEMPLATES, register_schedule
 
-# int32 accumulators of a register tile (pixels x vectors); under 1 KiB so the
-# tile stays a stack buffer LLVM keeps in registers (see ..schedule).
-TILE_VECTORS = 12
+# int32 accumulator vectors of a register tile (pixels x vectors): most of the
+# 32 zmm registers of AVX-512 (16 ymm of AVX2), and under 1 KiB so the tile stays
+# a stack buffer LLVM keeps in registers (see ..schedule).
+TILE_VECTORS = {16: 15, 8: 12}  # by int32 lanes per vector
 SHIFT = 128  # int8 -> uint8
 
 
@@ -54,25 +55,22 @@ SHIFT = 128  # int8 -> uint8
 DOT_ANNOTATION = "bmlib_dot_product"
 
 
-def _vnni(acc, data, weight, lanes: int):
-    """``vpdpbusd``: acc[i] += sum_k data[k] (uint8) * weight[i, k] (int8), k < 4.
+def _vnni(acc, unsigned, signed, lanes: int):
+    """``vpdpbusd``: acc[i] += sum_k unsigned[i, k] (uint8) * signed[i, k] (int8), k < 4.
 
     (LLVM 22 declares the operands ``<64 x i8>``; older LLVMs took ``<16 x i32>``.)"""
     return tirx.call_llvm_pure_intrin(
         f"int32x{lanes}", "llvm.x86.avx512.vpdpbusd.512", acc,
-        tirx.reinterpret(f"int8x{4 * lanes}",
-                         tirx.Broadcast(tirx.reinterpret("int32", data), lanes)),
-        tirx.reinterpret(f"int8x{4 * lanes}", weight))
+        tirx.reinterpret(f"int8x{4 * lanes}", unsigned),
+        tirx.reinterpret(f"int8x{4 * lanes}", signed))
 
 
 def _madd(llvm_name: str):
-    def emit(acc, data, weight, lanes: int):
-        """``vpmaddwd`` on int16-extended operands: acc[i] += sum_k data[k] * weight[i, k]."""
-        pair = tirx.reinterpret("int32", tirx.Cast("int16x2", data))
+    def emit(acc, first, second, lanes: int):
+        """``vpmaddwd`` on int16-extended operands: acc[i] += sum_k first[i, k] * second[i, k]."""
         product = tirx.call_llvm_pure_intrin(
-            f"int32x{lanes}", llvm_name,
-            tirx.reinterpret(f"int16x{2 * lanes}", tirx.Broadcast(pair, lanes)),
-            tirx.Cast(f"int16x{2 * lanes}", weight))
+            f"int32x{lanes}", llvm_name, tirx.Cast(f"int16x{2 * lanes}", first),
+            tirx.Cast(f"int16x{2 * lanes}", second))
         return acc + product
 
     return emit
@@ -147,18 +145,31 @@ def _instruction(loop: tirx.For) -> tirx.Stmt:
         if not isinstance(operand, tvm.ir.TensorLoad):
             raise ValueError(f"operand {operand} is not a load")
         loads.append(operand)
-    data, weight = loads
     lane, k = loop.loop_var, inner.loop_var
     c = _linear(store.indices[0], [lane, k])
-    a = _linear(data.indices[0], [lane, k])
-    b = _linear(weight.indices[0], [lane, k])
-    if not (_is_const(c[0], 1) and _is_const(c[1], 0) and _is_const(a[0], 0) and
-            _is_const(a[1], 1) and _is_const(b[0], group) and _is_const(b[1], 1)) or \
-            len(store.indices) != 1 or not value.a.source.same_as(store.buffer):
-        raise ValueError("the accesses are not the instruction's contiguous vectors")
+    if not (_is_const(c[0], 1) and _is_const(c[1], 0)) or len(store.indices) != 1 or \
+            not value.a.source.same_as(store.buffer):
+        raise ValueError("the accumulator is not one contiguous vector")
+    operands = []
+    for load in loads:
+        # One operand is a vector (lanes x group contiguous values), the other one
+        # group of values broadcast to every lane.
+        a = _linear(load.indices[0], [lane, k])
+        if not _is_const(a[1], 1) or not (_is_const(a[0], 0) or _is_const(a[0], group)):
+            raise ValueError(f"operand {load} is neither a vector nor a broadcast group")
+        values = tirx.BufferLoad(load.source, [tirx.Ramp(a[2], 1, group)])
+        if _is_const(a[0], 0):
+            word = tirx.reinterpret(f"int{8 * group}", values) if group == 4 else \
+                tirx.reinterpret("int32", tirx.Cast("int16x2", values))
+            values = tirx.reinterpret(f"{load.source.dtype}x{lanes * group}" if group == 4 else
+                                      f"int16x{lanes * group}", tirx.Broadcast(word, lanes))
+        else:
+            values = tirx.BufferLoad(load.source, [tirx.Ramp(a[2], 1, lanes * group)])
+        operands.append((str(load.source.dtype), values))
+    if group == 4:  # vpdpbusd: the uint8 operand first
+        operands.sort(key=lambda item: item[0] != "uint8")
     acc = tirx.BufferLoad(store.buffer, [tirx.Ramp(c[2], 1, lanes)])
-    result = emit(acc, tirx.BufferLoad(data.source, [tirx.Ramp(a[2], 1, group)]),
-                  tirx.BufferLoad(weight.source, [tirx.Ramp(b[2], 1, lanes * group)]), lanes)
+    result = emit(acc, operands[0][1], operands[1][1], lanes)
     return tirx.BufferStore(store.buffer, result, [tirx.Ramp(c[2], 1, lanes)])
 
 
@@ -290,6 +301,9 @@ def conv2d_dot(call, inputs, ctx) -> Optional[te.Tensor]:
     ow = (w + padding[1] + padding[3] - (kw - 1) * dilation[1] - 1) // strides[1] + 1
     reach = ((oh - 1) * strides[0] + (kh - 1) * dilation[0] + 1,
              (ow - 1) * strides[1] + (kw - 1) * dilation[1] + 1)
+    if (kh, kw) == (1, 1) and not any(padding) and list(strides) == [1, 1] and \
+            (h * w) % dot.lanes == 0:
+        return conv2d_1x1_dot_gemm(data, kernel, dot, ob, out_channels)
     packed = _pack_data(data, dot, padding, reach, strides, 0)
     groups_ = int(kernel.shape[1])
     axes = {name: te.reduce_axis((0, ext), name=name) for name, ext in
@@ -318,8 +332,114 @@ def conv2d_dot(call, inputs, ctx) -> Optional[te.Tensor]:
                       name="bmlib_unpack")
 
 
-def _tile_pixels(ow: int, ob: int, lanes: int) -> int:
-    return divisor_at_most(ow, max(1, TILE_VECTORS // (ob // lanes)))
+def conv2d_1x1_dot_gemm(data, kernel, dot: DotProduct, ob: int, out_channels: int):
+    """A stride-1 1x1 conv as a GEMM whose vector lanes are output *pixels*:
+    ``out[o, p:p+lanes] += w[o, k:k+g] (broadcast) . x[k:k+g, p:p+lanes]``.
+
+    The data is packed ``[N, ceil(C/g), H*W, g]`` (a vector of ``lanes`` pixels x
+    ``g`` channels is contiguous), and the accumulators are NCHW rows, so the
+    requantize epilogue stores whole vectors of int8 pixels instead of scattering
+    bytes to channel planes (which cost more than the convolution itself).
+    """
+    n, c, h, w = (int(d) for d in data.shape)
+    group = dot.group
+    groups_ = int(kernel.shape[1])
+    zero = tirx.const(0, data.dtype)
+    packed = te.compute(
+        (n, groups_, h * w, group),
+        lambda nn, k, p, gi: _stored(tirx.if_then_else(
+            k * group + gi < c, data[nn, tirx.min(k * group + gi, c - 1), p // w, p % w], zero),
+            dot, str(data.dtype)),
+        name="bmlib_int8_data_pack", attrs={SCHEDULE_ATTR: "bmlib.int8_pack_flat"})
+    axes = {}
+    if groups_ > 1:
+        axes["ic"] = te.reduce_axis((0, groups_), name="ic")
+    axes["g"] = te.reduce_axis((0, group), name="g")
+    ic, g = axes.get("ic", 0), axes["g"]
+
+    def compute(nn, o, p):
+        return te.sum(packed[nn, ic, p, g].astype("int32") *
+                      kernel[o // ob, ic, 0, 0, o % ob, g].astype("int32"),
+                      axis=list(axes.values()))
+
+    conv = te.compute((n, out_channels, h * w), compute, name="bmlib_int8_conv2d_1x1_dot",
+                      attrs={SCHEDULE_ATTR: "bmlib.int8_conv2d_1x1_dot",
+                             "bmlib_dot": [dot.lanes, len(axes)], "bmlib_intrin": dot.name})
+    if dot.shifts(str(data.dtype)):
+        comp = compensation(kernel, out_channels)
+        return te.compute((n, out_channels, h, w),
+                          lambda nn, o, y, x: conv[nn, o, y * w + x] - comp[o] * SHIFT,
+                          name="bmlib_unflatten")
+    return te.compute((n, out_channels, h, w), lambda nn, o, y, x: conv[nn, o, y * w + x],
+                      name="bmlib_unflatten")
+
+
+@register_schedule("bmlib.int8_pack_flat")
+def schedule_int8_pack_flat(sch, block, ctx):
+    """Pack (+ shift) to pixel-major groups: parallel over (batch, channel groups)."""
+    n, k, p, g = sch.get_loops(block)
+    sch.unroll(g)
+    sch.parallel(sch.fuse(n, k))
+
+
+def gemm_tile(rows: int, pixels: int, lanes: int) -> tuple[int, int]:
+    """``(channels, pixel vectors)`` of a 1x1 GEMM register tile: most accumulators
+    within the budget, each a divisor of its extent."""
+    budget = min(TILE_VECTORS.get(lanes, 12), 1023 // (4 * lanes))
+    best = (1, 1)
+    for vectors in range(1, budget + 1):
+        if (pixels // lanes) % vectors:
+            continue
+        channels = divisor_at_most(rows, budget // vectors)
+        if channels * vectors > best[0] * best[1]:
+            best = (channels, vectors)
+    return best
+
+
+@register_schedule("bmlib.int8_conv2d_1x1_dot")
+def schedule_int8_conv2d_1x1_dot(sch, block, ctx):
+    """(batch, pixel tiles) parallel | channel tiles | reduction | channels (unrolled)
+    x pixel vectors (unrolled) | one instruction; the NCHW epilogue per tile, stored
+    as whole vectors of pixels."""
+    lanes, _ = (int(v) for v in sch.get(block).annotations["bmlib_dot"])
+    dot_name = str(sch.get(block).annotations["bmlib_intrin"])
+    _, rows, pixels = (int(d) for d in sch.get(block).writes[0].source.shape)
+    channels, vectors = gemm_tile(rows, pixels, lanes)
+    epilogue = inline_epilogue(sch, block)
+    if epilogue is None:
+        raise ValueError("int8 1x1 conv without its epilogue")
+    width = int(sch.get(epilogue).writes[0].source.shape[3])
+    sch.transform_block_layout(epilogue, lambda n, c, h, w: (n, c, h * width + w))
+    n, o, p = sch.get_loops(epilogue)
+    oo, oi = sch.split(o, [None, channels])
+    po, pi = sch.split(p, [None, vectors * lanes])
+    sch.reorder(n, po, oo, oi, pi)
+    sch.parallel(sch.fuse(n, po))
+    sch.compute_at(block, oo)
+    ctx.done.add(str(sch.get(epilogue).name_hint))
+    own = sch.get_loops(block)[2:]
+    tile, reduce = own[:int(channels > 1) + 1], own[int(channels > 1) + 1:]
+    *outer_reduce, g = reduce
+    *row, pixel = tile
+    sch.reorder(*outer_reduce, *row, pixel, g)
+    vector, lane = sch.split(pixel, [None, lanes])
+    sch.decompose_reduction(block, (outer_reduce or row or [vector])[0])
+    sch.annotate(lane, DOT_ANNOTATION, dot_name)
+    for loop in (*row, vector):
+        sch.unroll(loop)
+    if channels > 1:
+        sch.unroll(oi)
+    pv, pl = sch.split(pi, [None, lanes])
+    sch.unroll(pv)
+    sch.vectorize(pl)
+
+
+def tile_rows(extent: int, ob: int, lanes: int) -> int:
+    """Pixels (or matmul rows) of a register tile: the largest divisor of ``extent``
+    the accumulator budget allows with ``ob // lanes`` vectors each (7 for the 7, 14,
+    28 and 56 wide ResNet rows with two vectors)."""
+    budget = min(TILE_VECTORS.get(lanes, 12), 1023 // (4 * lanes))
+    return divisor_at_most(extent, max(1, budget // (ob // lanes)))
 
 
 @register_schedule("bmlib.int8_pack")
@@ -362,7 +482,7 @@ def schedule_int8_conv2d_dot(sch, block, ctx):
     if epilogue is None:
         raise ValueError("int8 conv2d without its unpack block")
     _, _, _, ow, ob = (int(d) for d in sch.get(block).writes[0].source.shape)
-    reg = _tile_pixels(ow, ob, lanes)
+    reg = tile_rows(ow, ob, lanes)
     n, c, h, w = sch.get_loops(epilogue)
     cb, ci = sch.split(c, [None, ob])
     wo, wi = sch.split(w, [None, reg])
@@ -464,7 +584,7 @@ def schedule_int8_matmul_dot(sch, block, ctx):
     epilogue = inline_epilogue(sch, block)
     if epilogue is None:
         raise ValueError("int8 matmul without its unpack block")
-    rows = divisor_at_most(m, max(1, TILE_VECTORS // (ob // lanes)))
+    rows = tile_rows(m, ob, lanes)
     loops = sch.get_loops(epilogue)
     batch, i, j = loops[:-2], loops[-2], loops[-1]
     jo, ji = sch.split(j, [None, ob])
