@@ -211,3 +211,27 @@ def test_report_gives_partition_dtypes_and_why_an_int8_op_stays_on_host():
     reasons = {r["op"]: r for r in report["host_ops"]}
     assert reasons["relax.nn.max_pool2d"]["reason"] == "dtype_not_supported"
     assert "quantized composites" in reasons["relax.nn.max_pool2d"]["detail"]
+
+
+@pytest.mark.parametrize("x_zp,strides,pixel_vectors", [(0, (1, 1), True), (-128, (1, 1), True),
+                                                        (3, (2, 2), False)])
+def test_depthwise_int8_is_bit_exact(x_zp, strides, pixel_vectors):
+    """Depthwise has no channel group for a dot product: rows of a whole vector or more
+    are vectorized along output pixels (whole-vector int8 stores), others keep the
+    channel-blocked template; both exact."""
+    x, w = _data("int8", (1, 16, 16, 16)), _weight((16, 1, 3, 3))
+
+    def build(x, w):
+        conv = qnn.conv2d(x, w, c(x_zp), c(0), c(0.05), c(0.01), kernel_size=(3, 3),
+                          channels=16, groups=16, strides=strides, padding=(1, 1))
+        return qnn.requantize(conv, c(0.0005), c(0), c(0.1), c(3), out_dtype="int8")
+
+    model = bmlib_relax.compile(_module(build, _variables({"x": x, "w": w})), {"w": w})
+    (gvar, func), = [(g, f) for g, f in model.relax_module.functions.items()
+                     if is_bmlib_partition(f)]
+    prim, record = lower_partition(func, gvar.name_hint)
+    assert not record.unscheduled
+    assert ("bmlib_int8_depthwise" in prim.script()) == pixel_vectors
+    acc = ref.conv2d_nchw(x, w, x_zp, 0, strides, (1, 1, 1, 1), 16)
+    want = ref.requantize(acc, 0.0005, 0, 0.1, 3, "int8", "UPWARD").astype("int8")
+    np.testing.assert_array_equal(model(x=x), want)

@@ -601,6 +601,123 @@ def schedule_int8_matmul_dot(sch, block, ctx):
     sch.vectorize(ji)
 
 
+# --------------------------------------------------------------------------- depthwise
+def depthwise_int8(call, inputs, ctx) -> Optional[te.Tensor]:
+    """int8/uint8 depthwise conv2d (multiplier 1) vectorized along output *pixels*.
+
+    A depthwise convolution reduces over its kernel window only, so there is no
+    channel group for a dot-product instruction; what dominates an int8 one is
+    the epilogue instead: with channel vectors (the float layout) every int8
+    result is a scattered byte store.  Here each vector is ``lanes`` output
+    pixels of one channel row: int32 products, the requantize epilogue, and
+    whole-vector stores, as the NCHW output is laid out.
+    """
+    attrs = call.attrs
+    data, weight = inputs
+    if str(attrs.data_layout) != "NCHW" or str(attrs.out_layout) != "NCHW" or \
+            str(data.dtype) not in ("int8", "uint8") or \
+            str(weight.dtype) not in ("int8", "uint8") or \
+            out_dtype(attrs, data.dtype) != "int32" or ctx.target is None or \
+            any(not hasattr(d, "value") and not isinstance(d, int) for d in data.shape):
+        return None
+    n, c, h, w = (int(d) for d in data.shape)
+    groups = int(attrs.groups)
+    if groups != c or int(call.ty.shape.values[1]) != c:
+        return None
+    layout = str(attrs.kernel_layout)
+    from ..patterns import blocked_kernel_layout
+
+    blocking = blocked_kernel_layout(layout)
+    if layout == "OIHW" and int(weight.shape[1]) == 1:
+        def tap(ch, y, x):
+            return weight[ch, 0, y, x]
+    elif blocking is not None and blocking[0] == 1:
+        cb = blocking[1]
+
+        def tap(ch, y, x):
+            return weight[ch // cb, 0, y, x, 0, ch % cb]
+    else:
+        return None
+    kh, kw = (int(d) for d in weight.shape[2:4])
+    strides, dilation = attr_ints(attrs.strides), attr_ints(attrs.dilation)
+    padding = _padding4(attr_ints(attrs.padding))
+    oh = (h + padding[0] + padding[2] - (kh - 1) * dilation[0] - 1) // strides[0] + 1
+    ow = (w + padding[1] + padding[3] - (kw - 1) * dilation[1] - 1) // strides[1] + 1
+    lanes = ctx.lanes("int32")
+    if ow < lanes:
+        return None  # rows shorter than a vector: the channel-blocked template (measured)
+    reach_h = (oh - 1) * strides[0] + (kh - 1) * dilation[0] + 1
+    reach_w = (ow - 1) * strides[1] + (kw - 1) * dilation[1] + 1
+    top, left = padding[0], padding[1]
+    zero = tirx.const(0, data.dtype)
+    # Columns split by phase (x = q * sx + phase), so that a strided window reads
+    # consecutive columns of one phase: whole vectors, no gather.
+    sx = strides[1]
+    phase_w = -(-reach_w // sx)
+
+    def pad(nn, ch, y, phase, q):
+        yy, xx = y - top, q * sx + phase - left
+        inside = tirx.all(yy >= 0, yy < h, xx >= 0, xx < w)
+        return tirx.if_then_else(inside, data[nn, ch, yy, xx], zero)
+
+    padded = te.compute((n, c, reach_h, sx, phase_w), pad, name="bmlib_int8_dw_pad",
+                        attrs={SCHEDULE_ATTR: "bmlib.int8_dw_pad"})
+    axes = [te.reduce_axis((0, ext), name=name) for name, ext in (("kh", kh), ("kw", kw))
+            if ext > 1]
+    by_name = {ax.var.name: ax for ax in axes}
+    ry, rx = by_name.get("kh", 0), by_name.get("kw", 0)
+
+    def compute(nn, ch, y, x):
+        column = rx * dilation[1]
+        value = padded[nn, ch, y * strides[0] + ry * dilation[0], column % sx,
+                       x + column // sx].astype("int32") * \
+            tap(ch, ry, rx).astype("int32")
+        return te.sum(value, axis=axes) if axes else value
+
+    return te.compute((n, c, oh, ow), compute, name="bmlib_int8_depthwise",
+                      attrs={SCHEDULE_ATTR: "bmlib.int8_depthwise", "bmlib_lanes": lanes})
+
+
+@register_schedule("bmlib.int8_dw_pad")
+def schedule_int8_dw_pad(sch, block, ctx):
+    n, c, *_ = sch.get_loops(block)
+    sch.parallel(sch.fuse(n, c))
+
+
+@register_schedule("bmlib.int8_depthwise")
+def schedule_int8_depthwise(sch, block, ctx):
+    """(batch, channels, rows) parallel | pixel vectors | window | one vector of
+    pixels, with the epilogue per row tile."""
+    lanes = int(sch.get(block).annotations["bmlib_lanes"])
+    _, _, _, ow = (int(d) for d in sch.get(block).writes[0].source.shape)
+    vector = lanes
+    epilogue = inline_epilogue(sch, block)
+    anchor = epilogue if epilogue is not None else block
+    n, c, y, x = sch.get_loops(anchor)[:4]
+    xo, xi = sch.split(x, [None, vector])
+    sch.parallel(sch.fuse(n, c, y))
+    if epilogue is None:
+        raise ValueError("int8 depthwise without its epilogue")
+    sch.compute_at(block, xo)
+    ctx.done.add(str(sch.get(epilogue).name_hint))
+    own = sch.get_loops(block)[2:]
+    pixels, reduce = own[0], own[1:]
+    if reduce:
+        sch.reorder(*reduce, pixels)
+    sch.vectorize(pixels)  # before splitting off the init (its loops are copies)
+    if reduce:
+        sch.decompose_reduction(block, reduce[0])
+    sch.vectorize(xi)
+
+
+def _conv2d_int8(call, inputs, ctx) -> Optional[te.Tensor]:
+    """The dot-product conv2d, else (depthwise) the pixel-vectorized one, else None."""
+    result = conv2d_dot(call, inputs, ctx)
+    if result is None and int(call.attrs.groups) > 1:
+        result = depthwise_int8(call, inputs, ctx)
+    return result
+
+
 # --------------------------------------------------------------------------- dispatch
 def specialize(op_name: str, special) -> None:
     """Make ``special(call, inputs, ctx)`` the template of ``op_name`` where it
@@ -616,5 +733,5 @@ def specialize(op_name: str, special) -> None:
     TEMPLATES.register(op_name, override=True)(template)
 
 
-specialize("relax.nn.conv2d", conv2d_dot)
+specialize("relax.nn.conv2d", _conv2d_int8)
 specialize("relax.matmul", matmul_dot)
