@@ -304,6 +304,9 @@ def conv2d_dot(call, inputs, ctx) -> Optional[te.Tensor]:
     if (kh, kw) == (1, 1) and not any(padding) and list(strides) == [1, 1] and \
             (h * w) % dot.lanes == 0:
         return conv2d_1x1_dot_gemm(data, kernel, dot, ob, out_channels)
+    if ow >= dot.lanes:
+        return conv2d_dot_rows(data, kernel, dot, ob, out_channels, strides, padding,
+                               dilation, (oh, ow))
     packed = _pack_data(data, dot, padding, reach, strides, 0)
     groups_ = int(kernel.shape[1])
     axes = {name: te.reduce_axis((0, ext), name=name) for name, ext in
@@ -372,6 +375,110 @@ def conv2d_1x1_dot_gemm(data, kernel, dot: DotProduct, ob: int, out_channels: in
                           name="bmlib_unflatten")
     return te.compute((n, out_channels, h, w), lambda nn, o, y, x: conv[nn, o, y * w + x],
                       name="bmlib_unflatten")
+
+
+def conv2d_dot_rows(data, kernel, dot: DotProduct, ob: int, out_channels: int, strides,
+                    padding, dilation, out_size):
+    """A KxK conv whose vector lanes are consecutive output *pixels of a row*:
+    ``out[o, y, x:x+lanes] += w[o, k:k+g, ry, rx] (broadcast) . x[k:k+g, row, cols]``.
+
+    The data is packed ``[N, ceil(C/g), PH, sx, ceil(PW/sx), g]``: columns split by
+    phase (``col = q * sx + phase``), so a strided row's window columns are
+    consecutive ``q`` — one contiguous vector of ``lanes`` pixels x ``g`` channels.
+    Rows are computed in whole vectors (the width padded up; the extra columns
+    read the padding and are dropped), and the requantize epilogue stores whole
+    vectors of int8 pixels.
+    """
+    n, c, h, w = (int(d) for d in data.shape)
+    oh, ow = out_size
+    lanes, group = dot.lanes, dot.group
+    owp = -(-ow // lanes) * lanes
+    kh, kw = int(kernel.shape[2]), int(kernel.shape[3])
+    sy, sx = strides
+    reach_h = (oh - 1) * sy + (kh - 1) * dilation[0] + 1
+    reach_w = (owp - 1) * sx + (kw - 1) * dilation[1] + 1
+    phase_w = -(-reach_w // sx)
+    top, left = padding[0], padding[1]
+    zero = tirx.const(0, data.dtype)
+
+    def pack(nn, k, y, phase, q, gi):
+        yy, xx, cc = y - top, q * sx + phase - left, k * group + gi
+        inside = tirx.all(yy >= 0, yy < h, xx >= 0, xx < w, cc < c)
+        value = data[nn, tirx.min(cc, c - 1), tirx.max(tirx.min(yy, h - 1), 0),
+                     tirx.max(tirx.min(xx, w - 1), 0)]
+        return _stored(tirx.if_then_else(inside, value, zero), dot, str(data.dtype))
+
+    groups_ = int(kernel.shape[1])
+    packed = te.compute((n, groups_, reach_h, sx, phase_w, group), pack,
+                        name="bmlib_int8_data_pack", attrs={SCHEDULE_ATTR: "bmlib.int8_pack_rows"})
+    axes = {name: te.reduce_axis((0, ext), name=name) for name, ext in
+            (("ic", groups_), ("kh", kh), ("kw", kw)) if ext > 1}
+    axes["g"] = te.reduce_axis((0, group), name="g")
+    ic, ry, rx = (axes.get(k, 0) for k in ("ic", "kh", "kw"))
+    g = axes["g"]
+
+    def compute(nn, o, y, x):
+        column = rx * dilation[1]
+        value = packed[nn, ic, y * sy + ry * dilation[0], column % sx, x + column // sx, g]
+        return te.sum(value.astype("int32") *
+                      kernel[o // ob, ic, ry, rx, o % ob, g].astype("int32"),
+                      axis=list(axes.values()))
+
+    conv = te.compute((n, out_channels, oh, owp), compute, name="bmlib_int8_conv2d_rows",
+                      attrs={SCHEDULE_ATTR: "bmlib.int8_conv2d_rows",
+                             "bmlib_dot": [dot.lanes, len(axes)], "bmlib_intrin": dot.name})
+    if dot.shifts(str(data.dtype)):
+        comp = compensation(kernel, out_channels)
+        return te.compute((n, out_channels, oh, ow),
+                          lambda nn, o, y, x: conv[nn, o, y, x] - comp[o] * SHIFT,
+                          name="bmlib_unpack")
+    return te.compute((n, out_channels, oh, ow), lambda nn, o, y, x: conv[nn, o, y, x],
+                      name="bmlib_unpack")
+
+
+@register_schedule("bmlib.int8_pack_rows")
+def schedule_int8_pack_rows(sch, block, ctx):
+    n, k, y, *_, g = sch.get_loops(block)
+    sch.unroll(g)
+    sch.parallel(sch.fuse(n, k, y))
+
+
+@register_schedule("bmlib.int8_conv2d_rows")
+def schedule_int8_conv2d_rows(sch, block, ctx):
+    """(batch, channel tiles, rows) parallel | column tiles | reduction (channel
+    groups, window) | channels (unrolled) x pixel vectors (unrolled) | one
+    instruction; the epilogue per tile, whole vectors of pixels."""
+    lanes, _ = (int(v) for v in sch.get(block).annotations["bmlib_dot"])
+    dot_name = str(sch.get(block).annotations["bmlib_intrin"])
+    _, rows, _, owp = (int(d) for d in sch.get(block).writes[0].source.shape)
+    channels, vectors = gemm_tile(rows, owp, lanes)
+    epilogue = inline_epilogue(sch, block)
+    if epilogue is None:
+        raise ValueError("int8 conv2d without its epilogue")
+    ow = int(sch.get(epilogue).writes[0].source.shape[3])
+    n, o, y, x = sch.get_loops(epilogue)
+    oo, oi = sch.split(o, [None, channels])
+    xo, xi = sch.split(x, [-(-ow // (vectors * lanes)), vectors * lanes])
+    sch.reorder(n, oo, y, xo, oi, xi)
+    sch.parallel(sch.fuse(n, oo, y))
+    sch.compute_at(block, xo)
+    ctx.done.add(str(sch.get(epilogue).name_hint))
+    own = sch.get_loops(block)[2:]
+    tile, reduce = own[:int(channels > 1) + 1], own[int(channels > 1) + 1:]
+    *outer_reduce, g = reduce
+    *row, pixel = tile
+    sch.reorder(*outer_reduce, *row, pixel, g)
+    vector, lane = sch.split(pixel, [None, lanes])
+    sch.decompose_reduction(block, (outer_reduce or row or [vector])[0])
+    sch.annotate(lane, DOT_ANNOTATION, dot_name)
+    for loop in (*row, vector):
+        sch.unroll(loop)
+    if channels > 1:
+        sch.unroll(oi)
+    if ow % (vectors * lanes) == 0:
+        pv, pl = sch.split(xi, [None, lanes])
+        sch.unroll(pv)
+        sch.vectorize(pl)
 
 
 @register_schedule("bmlib.int8_pack_flat")
