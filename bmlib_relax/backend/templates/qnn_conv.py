@@ -787,8 +787,9 @@ def depthwise_int8(call, inputs, ctx) -> Optional[te.Tensor]:
 
 @register_schedule("bmlib.int8_dw_pad")
 def schedule_int8_dw_pad(sch, block, ctx):
-    n, c, *_ = sch.get_loops(block)
+    n, c, *_, q = sch.get_loops(block)
     sch.parallel(sch.fuse(n, c))
+    sch.vectorize(q)
 
 
 @register_schedule("bmlib.int8_depthwise")
