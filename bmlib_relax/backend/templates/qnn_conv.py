@@ -304,7 +304,7 @@ def conv2d_dot(call, inputs, ctx) -> Optional[te.Tensor]:
     if (kh, kw) == (1, 1) and not any(padding) and list(strides) == [1, 1] and \
             (h * w) % dot.lanes == 0:
         return conv2d_1x1_dot_gemm(data, kernel, dot, ob, out_channels)
-    if ow >= dot.lanes:
+    if ow % dot.lanes == 0:  # else the padded columns' epilogue is not a whole vector
         return conv2d_dot_rows(data, kernel, dot, ob, out_channels, strides, padding,
                                dilation, (oh, ow))
     packed = _pack_data(data, dot, padding, reach, strides, 0)
