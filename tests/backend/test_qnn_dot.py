@@ -235,3 +235,22 @@ def test_depthwise_int8_is_bit_exact(x_zp, strides, pixel_vectors):
     acc = ref.conv2d_nchw(x, w, x_zp, 0, strides, (1, 1, 1, 1), 16)
     want = ref.requantize(acc, 0.0005, 0, 0.1, 3, "int8", "UPWARD").astype("int8")
     np.testing.assert_array_equal(model(x=x), want)
+
+
+def test_unmatched_instruction_loop_falls_back_to_correct_scalar_code(monkeypatch):
+    """If the marked loop is not the contiguous form the instruction needs, the build
+    warns and keeps the (correct) multiply-add loops instead of failing or guessing."""
+    from bmlib_relax.backend.schedule import UnscheduledBlockWarning
+    from bmlib_relax.backend.templates import qnn_conv
+
+    def refuse(loop):
+        raise ValueError("test: not contiguous")
+
+    monkeypatch.setattr(qnn_conv, "_instruction", refuse)
+    x, w = _data("int8", (1, 8, 6, 6)), _weight((16, 8, 3, 3))
+    with pytest.warns(UnscheduledBlockWarning, match="not emitted"):
+        model = _conv_model(x, w, 3, (1, 1), (1, 1), VNNI_TARGET, "int8")
+    with pytest.warns(UnscheduledBlockWarning, match="not emitted"):
+        assert _instructions(model, VNNI_TARGET)["vpdpbusd"] == 0
+    if _host_has("avx512vnni"):
+        np.testing.assert_array_equal(model(x=x), _conv_want(x, w, 3, (1, 1), (1, 1), "int8"))

@@ -27,13 +27,14 @@ without the instruction) go to the generic templates, unchanged.
 from __future__ import annotations
 
 import functools
+import warnings
 from typing import Optional
 
 import tvm
 from tvm import te, tirx
 
 from ..dot_product import DotProduct, dot_kernel_layout, dot_product_for, output_block
-from ..schedule import divisor_at_most, inline_epilogue
+from ..schedule import UnscheduledBlockWarning, divisor_at_most, inline_epilogue
 from ._utils import attr_ints, out_dtype
 from .registry import SCHEDULE_ATTR, TEMPLATES, register_schedule
 
@@ -197,7 +198,13 @@ def lower_dot_products(prim: tirx.PrimFunc) -> tirx.PrimFunc:
     if not _has_dot_loop(prim.body):
         return prim
     flat = tvm.transform.Sequential(_prelower_passes())(tvm.IRModule({"main": prim}))["main"]
-    return flat.with_body(_replace(flat.body))
+    try:
+        return flat.with_body(_replace(flat.body))
+    except ValueError as exc:  # the marked loops stay plain multiply-adds: correct, slow
+        warnings.warn(f"int8 dot-product instruction not emitted ({exc}); the loop runs as "
+                      "scalar multiply-adds (correct, but slow)", UnscheduledBlockWarning,
+                      stacklevel=2)
+        return prim
 
 
 # --------------------------------------------------------------------------- packing
