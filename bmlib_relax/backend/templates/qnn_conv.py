@@ -34,7 +34,8 @@ import tvm
 from tvm import te, tirx
 
 from ..dot_product import DotProduct, dot_kernel_layout, dot_product_for, output_block
-from ..schedule import UnscheduledBlockWarning, divisor_at_most, inline_epilogue
+from ..schedule import (UnscheduledBlockWarning, divisor_at_most, inline_epilogue,
+                        loop_extents, parallelize)
 from ._utils import attr_ints, out_dtype
 from .registry import SCHEDULE_ATTR, TEMPLATES, register_schedule
 
@@ -445,9 +446,9 @@ def conv2d_dot_rows(data, kernel, dot: DotProduct, ob: int, out_channels: int, s
 
 @register_schedule("bmlib.int8_pack_rows")
 def schedule_int8_pack_rows(sch, block, ctx):
-    n, k, y, *_, g = sch.get_loops(block)
-    sch.unroll(g)
-    sch.parallel(sch.fuse(n, k, y))
+    loops = sch.get_loops(block)
+    sch.unroll(loops[-1])
+    _parallel_if_worth_it(sch, block, 3)
 
 
 @register_schedule("bmlib.int8_conv2d_rows")
@@ -491,9 +492,9 @@ def schedule_int8_conv2d_rows(sch, block, ctx):
 @register_schedule("bmlib.int8_pack_flat")
 def schedule_int8_pack_flat(sch, block, ctx):
     """Pack (+ shift) to pixel-major groups: parallel over (batch, channel groups)."""
-    n, k, p, g = sch.get_loops(block)
-    sch.unroll(g)
-    sch.parallel(sch.fuse(n, k))
+    loops = sch.get_loops(block)
+    sch.unroll(loops[-1])
+    _parallel_if_worth_it(sch, block, 2)
 
 
 def gemm_tile(rows: int, pixels: int, lanes: int) -> tuple[int, int]:
@@ -556,12 +557,23 @@ def tile_rows(extent: int, ob: int, lanes: int) -> int:
     return divisor_at_most(extent, max(1, budget // (ob // lanes)))
 
 
+def _parallel_if_worth_it(sch, block, outer: int) -> None:
+    """A data-movement block runs its ``outer`` loops in parallel only when it is big
+    enough to pay the thread-pool launch (``..schedule.parallelize``; a MobileNet-sized
+    pack is not)."""
+    loops = sch.get_loops(block)
+    work = 1
+    for extent in loop_extents(sch, loops):
+        work *= extent
+    parallelize(sch, list(loops[:outer]), work)
+
+
 @register_schedule("bmlib.int8_pack")
 def schedule_int8_pack(sch, block, ctx):
     """Pad + pack + shift: parallel over (batch, channel groups, rows), groups unrolled."""
-    n, cb, y, x, g = sch.get_loops(block)
-    sch.unroll(g)
-    sch.parallel(sch.fuse(n, cb, y))
+    loops = sch.get_loops(block)
+    sch.unroll(loops[-1])
+    _parallel_if_worth_it(sch, block, 3)
 
 
 def _tensorize_tile(sch, block, own_loops, tile_loops: int, lanes: int, dot_name: str) -> None:
@@ -794,9 +806,9 @@ def depthwise_int8(call, inputs, ctx) -> Optional[te.Tensor]:
 
 @register_schedule("bmlib.int8_dw_pad")
 def schedule_int8_dw_pad(sch, block, ctx):
-    n, c, *_, q = sch.get_loops(block)
-    sch.parallel(sch.fuse(n, c))
-    sch.vectorize(q)
+    loops = sch.get_loops(block)
+    sch.vectorize(loops[-1])
+    _parallel_if_worth_it(sch, block, 2)
 
 
 @register_schedule("bmlib.int8_depthwise")
