@@ -213,13 +213,14 @@ def test_report_gives_partition_dtypes_and_why_an_int8_op_stays_on_host():
     assert "quantized composites" in reasons["relax.nn.max_pool2d"]["detail"]
 
 
-@pytest.mark.parametrize("x_zp,strides,pixel_vectors", [(0, (1, 1), True), (-128, (1, 1), True),
-                                                        (3, (2, 2), False)])
-def test_depthwise_int8_is_bit_exact(x_zp, strides, pixel_vectors):
-    """Depthwise has no channel group for a dot product: rows of a whole vector or more
-    are vectorized along output pixels (whole-vector int8 stores), others keep the
-    channel-blocked template; both exact."""
-    x, w = _data("int8", (1, 16, 16, 16)), _weight((16, 1, 3, 3))
+@pytest.mark.parametrize("size,x_zp,strides,pixel_vectors", [
+    (16, 0, (1, 1), True), (16, -128, (1, 1), True), (16, 3, (2, 2), True),
+    (11, 3, (2, 2), False)])
+def test_depthwise_int8_is_bit_exact(size, x_zp, strides, pixel_vectors):
+    """Depthwise has no channel group for a dot product: rows of half a vector or more
+    are vectorized along output pixels (whole-vector int8 stores; strided windows read
+    phase-split columns), narrower ones keep the channel-blocked template; both exact."""
+    x, w = _data("int8", (1, 16, size, size)), _weight((16, 1, 3, 3))
 
     def build(x, w):
         conv = qnn.conv2d(x, w, c(x_zp), c(0), c(0.05), c(0.01), kernel_size=(3, 3),

@@ -770,8 +770,8 @@ def depthwise_int8(call, inputs, ctx) -> Optional[te.Tensor]:
     oh = (h + padding[0] + padding[2] - (kh - 1) * dilation[0] - 1) // strides[0] + 1
     ow = (w + padding[1] + padding[3] - (kw - 1) * dilation[1] - 1) // strides[1] + 1
     lanes = ctx.lanes("int32")
-    if ow < lanes:
-        return None  # rows shorter than a vector: the channel-blocked template (measured)
+    if ow < lanes // 2:
+        return None  # rows shorter than half a vector: the channel-blocked template
     reach_h = (oh - 1) * strides[0] + (kh - 1) * dilation[0] + 1
     reach_w = (ow - 1) * strides[1] + (kw - 1) * dilation[1] + 1
     top, left = padding[0], padding[1]
@@ -817,7 +817,7 @@ def schedule_int8_depthwise(sch, block, ctx):
     pixels, with the epilogue per row tile."""
     lanes = int(sch.get(block).annotations["bmlib_lanes"])
     _, _, _, ow = (int(d) for d in sch.get(block).writes[0].source.shape)
-    vector = lanes
+    vector = lanes if ow >= lanes else lanes // 2
     epilogue = inline_epilogue(sch, block)
     anchor = epilogue if epilogue is not None else block
     n, c, y, x = sch.get_loops(anchor)[:4]
