@@ -233,19 +233,45 @@ def pack_weight(weight: te.Tensor, ob: int, group: int) -> te.Tensor:
                       name="bmlib_int8_weight_pack")
 
 
-def compensation(kernel: te.Tensor, out_channels: int) -> te.Tensor:
-    """``sum(w)`` per output channel: shifting int8 data by +128 added 128 times it."""
+def compensation(kernel: te.Tensor, dot: DotProduct) -> te.Tensor:
+    """``sum(w)`` per output channel ``[O/ob, ob]``: shifting int8 data by +128 added
+    128 times it.  Computed on the instruction itself (a dot product with ones): it
+    reads every weight once per call, which at 7x7 outputs costs as much as the
+    convolution when done one weight at a time."""
     blocks, groups_, kh, kw, ob, group = (int(d) for d in kernel.shape)
-    axes = [te.reduce_axis((0, ext), name=name) for name, ext in
-            (("ic", groups_), ("kh", kh), ("kw", kw), ("g", group)) if ext > 1]
-    index = {name: 0 for name in ("ic", "kh", "kw", "g")}
+    ones = te.compute((group,), lambda g: tirx.const(1, "uint8"), name="bmlib_int8_ones")
+    axes = {name: te.reduce_axis((0, ext), name=name) for name, ext in
+            (("ic", groups_), ("kh", kh), ("kw", kw)) if ext > 1}
+    axes["g"] = te.reduce_axis((0, group), name="g")
+    ic, ry, rx = (axes.get(k, 0) for k in ("ic", "kh", "kw"))
+    g = axes["g"]
 
-    def compute(c):
-        at = dict(index, **{ax.var.name: ax for ax in axes})
-        return te.sum(kernel[c // ob, at["ic"], at["kh"], at["kw"], c % ob,
-                             at["g"]].astype("int32"), axis=axes)
+    def compute(cb, oo):
+        return te.sum(ones[g].astype("int32") * kernel[cb, ic, ry, rx, oo, g].astype("int32"),
+                      axis=list(axes.values()))
 
-    return te.compute((out_channels,), compute, name="bmlib_int8_compensation")
+    return te.compute((blocks, ob), compute, name="bmlib_int8_compensation",
+                      attrs={SCHEDULE_ATTR: "bmlib.int8_compensation",
+                             "bmlib_dot": [dot.lanes, len(axes)], "bmlib_intrin": dot.name})
+
+
+@register_schedule("bmlib.int8_compensation")
+def schedule_int8_compensation(sch, block, ctx):
+    """Output-channel blocks (parallel when big) | reduction | vectors | one instruction."""
+    lanes, _ = (int(v) for v in sch.get(block).annotations["bmlib_dot"])
+    dot_name = str(sch.get(block).annotations["bmlib_intrin"])
+    cb, oo, *reduce = sch.get_loops(block)
+    *outer_reduce, g = reduce
+    sch.reorder(cb, *outer_reduce, oo, g)
+    vector, lane = sch.split(oo, [None, lanes])
+    work = 1
+    for extent in loop_extents(sch, sch.get_loops(block)):
+        work *= extent
+    if work >= 1 << 16 and int(sch.get(cb).extent) > 1:
+        sch.parallel(cb)  # before splitting off the init (its loops are copies)
+    sch.decompose_reduction(block, (outer_reduce or [vector])[0])
+    sch.annotate(lane, DOT_ANNOTATION, dot_name)
+    sch.unroll(vector)
 
 
 def _pack_data(data: te.Tensor, dot: DotProduct, padding, reach, strides, pad_value):
@@ -334,9 +360,9 @@ def conv2d_dot(call, inputs, ctx) -> Optional[te.Tensor]:
                       attrs={SCHEDULE_ATTR: "bmlib.int8_conv2d_dot",
                              "bmlib_dot": [dot.lanes, len(axes)], "bmlib_intrin": dot.name})
     if dot.shifts(str(data.dtype)):
-        comp = compensation(kernel, out_channels)
+        comp = compensation(kernel, dot)
         return te.compute((n, out_channels, oh, ow),
-                          lambda nn, c, y, x: conv[nn, c // ob, y, x, c % ob] - comp[c] * SHIFT,
+                          lambda nn, c, y, x: conv[nn, c // ob, y, x, c % ob] - comp[c // ob, c % ob] * SHIFT,
                           name="bmlib_unpack")
     return te.compute((n, out_channels, oh, ow),
                       lambda nn, c, y, x: conv[nn, c // ob, y, x, c % ob],
@@ -377,9 +403,9 @@ def conv2d_1x1_dot_gemm(data, kernel, dot: DotProduct, ob: int, out_channels: in
                       attrs={SCHEDULE_ATTR: "bmlib.int8_conv2d_1x1_dot",
                              "bmlib_dot": [dot.lanes, len(axes)], "bmlib_intrin": dot.name})
     if dot.shifts(str(data.dtype)):
-        comp = compensation(kernel, out_channels)
+        comp = compensation(kernel, dot)
         return te.compute((n, out_channels, h, w),
-                          lambda nn, o, y, x: conv[nn, o, y * w + x] - comp[o] * SHIFT,
+                          lambda nn, o, y, x: conv[nn, o, y * w + x] - comp[o // ob, o % ob] * SHIFT,
                           name="bmlib_unflatten")
     return te.compute((n, out_channels, h, w), lambda nn, o, y, x: conv[nn, o, y * w + x],
                       name="bmlib_unflatten")
@@ -436,9 +462,9 @@ def conv2d_dot_rows(data, kernel, dot: DotProduct, ob: int, out_channels: int, s
                       attrs={SCHEDULE_ATTR: "bmlib.int8_conv2d_rows",
                              "bmlib_dot": [dot.lanes, len(axes)], "bmlib_intrin": dot.name})
     if dot.shifts(str(data.dtype)):
-        comp = compensation(kernel, out_channels)
+        comp = compensation(kernel, dot)
         return te.compute((n, out_channels, oh, ow),
-                          lambda nn, o, y, x: conv[nn, o, y, x] - comp[o] * SHIFT,
+                          lambda nn, o, y, x: conv[nn, o, y, x] - comp[o // ob, o % ob] * SHIFT,
                           name="bmlib_unpack")
     return te.compute((n, out_channels, oh, ow), lambda nn, o, y, x: conv[nn, o, y, x],
                       name="bmlib_unpack")
