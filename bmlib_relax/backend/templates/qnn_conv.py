@@ -362,7 +362,8 @@ def conv2d_dot(call, inputs, ctx) -> Optional[te.Tensor]:
     if dot.shifts(str(data.dtype)):
         comp = compensation(kernel, dot)
         return te.compute((n, out_channels, oh, ow),
-                          lambda nn, c, y, x: conv[nn, c // ob, y, x, c % ob] - comp[c // ob, c % ob] * SHIFT,
+                          lambda nn, c, y, x:
+                          conv[nn, c // ob, y, x, c % ob] - comp[c // ob, c % ob] * SHIFT,
                           name="bmlib_unpack")
     return te.compute((n, out_channels, oh, ow),
                       lambda nn, c, y, x: conv[nn, c // ob, y, x, c % ob],
@@ -405,7 +406,8 @@ def conv2d_1x1_dot_gemm(data, kernel, dot: DotProduct, ob: int, out_channels: in
     if dot.shifts(str(data.dtype)):
         comp = compensation(kernel, dot)
         return te.compute((n, out_channels, h, w),
-                          lambda nn, o, y, x: conv[nn, o, y * w + x] - comp[o // ob, o % ob] * SHIFT,
+                          lambda nn, o, y, x:
+                          conv[nn, o, y * w + x] - comp[o // ob, o % ob] * SHIFT,
                           name="bmlib_unflatten")
     return te.compute((n, out_channels, h, w), lambda nn, o, y, x: conv[nn, o, y * w + x],
                       name="bmlib_unflatten")
@@ -602,7 +604,8 @@ def schedule_int8_pack(sch, block, ctx):
     _parallel_if_worth_it(sch, block, 3)
 
 
-def _tensorize_tile(sch, block, own_loops, tile_loops: int, lanes: int, dot_name: str) -> None:
+def _mark_instruction_tile(sch, block, own_loops, tile_loops: int, lanes: int,
+                           dot_name: str) -> None:
     """``own_loops``: the block's loops under its compute_at point — the register tile's
     spatial loops (``tile_loops`` of them, the channel one last) then the reduction
     (the ``g`` group last).  Reduction outside the tile but ``g``, the channel loop
@@ -643,7 +646,7 @@ def schedule_int8_conv2d_dot(sch, block, ctx):
     sch.compute_at(block, wo)
     ctx.done.add(str(sch.get(epilogue).name_hint))
     own = sch.get_loops(block)[2:]
-    _tensorize_tile(sch, block, own, int(reg > 1) + 1, lanes, dot_name)
+    _mark_instruction_tile(sch, block, own, int(reg > 1) + 1, lanes, dot_name)
     sch.unroll(wi)
     sch.vectorize(ci)
 
@@ -747,7 +750,7 @@ def schedule_int8_matmul_dot(sch, block, ctx):
     sch.compute_at(block, fused)
     ctx.done.add(str(sch.get(epilogue).name_hint))
     own = sch.get_loops(block)[1:]
-    _tensorize_tile(sch, block, own, int(rows > 1) + 1, lanes, dot_name)
+    _mark_instruction_tile(sch, block, own, int(rows > 1) + 1, lanes, dot_name)
     if rows > 1:
         sch.unroll(ii)
     sch.vectorize(ji)
