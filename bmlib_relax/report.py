@@ -34,6 +34,8 @@ class PartitionInfo:
     calls: int = 1  # structurally equal partitions are one function called several times
     # "block (rule: reason)" of blocks whose schedule rule was rolled back (slow, correct)
     unscheduled: list[str] = field(default_factory=list)
+    # element types it computes in: {"inputs": [...], "outputs": [...]} (int8 vs float32)
+    dtypes: dict = field(default_factory=dict)
 
     @property
     def unscheduled_blocks(self) -> int:
@@ -44,7 +46,7 @@ class PartitionInfo:
                 "num_params": self.num_params, "num_args": self.num_args,
                 "flops": self.flops, "calls": self.calls,
                 "unscheduled_blocks": self.unscheduled_blocks,
-                "unscheduled": list(self.unscheduled)}
+                "unscheduled": list(self.unscheduled), "dtypes": dict(self.dtypes)}
 
 
 @dataclass
@@ -286,6 +288,20 @@ def function_counts(mod: tvm.IRModule, records: Mapping[str, PartitionRecord]) -
     return counts
 
 
+def partition_dtypes(func: relax.Function) -> dict[str, list[str]]:
+    """The distinct dtypes of a partition's tensor inputs and outputs, in order seen."""
+    def dtypes(types) -> list[str]:
+        seen: list[str] = []
+        for ty in types:
+            fields = ty.fields if isinstance(ty, relax.TupleType) else [ty]
+            for f in fields:
+                if isinstance(f, relax.TensorType) and str(f.dtype) not in seen:
+                    seen.append(str(f.dtype))
+        return seen
+
+    return {"inputs": dtypes(p.ty for p in func.params), "outputs": dtypes([func.body.ty])}
+
+
 def output_specs(func: relax.Function) -> list[dict]:
     """``[{name, shape, dtype}]`` of a Relax function's results (``out0``, ``out1`` ...)."""
     ret = func.ret_ty
@@ -333,7 +349,7 @@ def build_report(partitioned: tvm.IRModule,
         report.partitions.append(PartitionInfo(
             name=record.name, composites=list(record.composites), ops=list(record.ops),
             num_params=record.num_params, num_args=record.num_args, flops=flops, calls=count,
-            unscheduled=[str(b) for b in record.unscheduled]))
+            unscheduled=[str(b) for b in record.unscheduled], dtypes=partition_dtypes(func)))
         for _ in range(count):
             report.ops_offloaded.update(record.ops)
         report.flops_offloaded += flops * count

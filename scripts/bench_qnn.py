@@ -1,14 +1,17 @@
 #!/usr/bin/env python
-"""int8 (QNN) vs fp32 on bmlib: the qnn_mobilenet_tiny golden and single conv layers.
+"""int8 (QNN) vs fp32 on bmlib: qnn_mobilenet_tiny, an int8 ResNet-18 and single conv layers.
 
-Not a test: prints median latencies (bmlib_relax.bench.harness.time_it) of
+Not a test: prints median latencies (bmlib_relax.bench.harness.time_it; int8 and fp32
+timed in alternating rounds, medians of the rounds) of
 
 * ``qnn_mobilenet_tiny`` (Relay QNN, int8 convs with fused requantize) against the
   same network in fp32 (conv + bias + ReLU, the float weights the golden quantizes);
+* ``resnet18_int8`` against ``resnet18_fp32`` (:func:`bmlib_relax.bench.models.resnet18_text`:
+  ResNet-18-shaped, 224x224, quantized in the graph as the goldens are);
 * one int8 ``qnn.conv2d + requantize`` layer against the fp32 conv of that shape,
   with GFLOP/s (a multiply-add is 2 FLOPs).
 
-    TVM_NUM_THREADS=2 python scripts/bench_qnn.py [--golden DIR] [--seconds S]
+    TVM_NUM_THREADS=2 python scripts/bench_qnn.py [--golden DIR] [--seconds S] [--skip-layers]
 """
 from __future__ import annotations
 
@@ -67,11 +70,25 @@ def _time(model, feed, seconds):
     return time_it(lambda: model(**feed), min_seconds=seconds).median_ms
 
 
+LAYERS = ((64, 64, 56), (128, 128, 28), (256, 256, 14), (512, 512, 7))  # ResNet-18's 3x3s
+ROUNDS = 5  # int8 and fp32 timed in alternation, so load drift hits both alike
+
+
+def _pair(int8, int8_feed, fp32, fp32_feed, seconds):
+    """Median latencies (ms) of the two builds over ``ROUNDS`` alternating rounds."""
+    q, f = [], []
+    for _ in range(ROUNDS):
+        q.append(_time(int8, int8_feed, seconds / ROUNDS))
+        f.append(_time(fp32, fp32_feed, seconds / ROUNDS))
+    return float(np.median(q)), float(np.median(f))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--golden", default=os.environ.get("BMLIB_RELAY_GOLDEN",
                                                            "../shared/relay_golden"))
     parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--skip-layers", action="store_true", help="networks only")
     args = parser.parse_args()
 
     import bmlib_relax
@@ -83,12 +100,24 @@ def main() -> int:
     text, params, inputs = _golden(Path(args.golden) / "qnn_mobilenet_tiny")
     int8 = bmlib_relax.compile(parse(text), params, target=target)
     fp32 = bmlib_relax.compile(parse(FP32_MOBILENET), params, target=target)
-    t_int8, t_fp32 = _time(int8, inputs, args.seconds), _time(fp32, inputs, args.seconds)
+    t_int8, t_fp32 = _pair(int8, inputs, fp32, inputs, args.seconds)
     print(f"qnn_mobilenet_tiny  int8 {t_int8:.3f} ms  fp32 {t_fp32:.3f} ms  "
           f"fp32/int8 {t_fp32 / t_int8:.2f}x")
 
+    from bmlib_relax.bench.models import load_model
+
+    built = {}
+    for name in ("resnet18_int8", "resnet18_fp32"):
+        bench = load_model(name, Path(args.golden), None)
+        built[name] = (bmlib_relax.compile(parse(bench.text), bench.params, target=target),
+                       bench.inputs)
+    t_int8, t_fp32 = _pair(*built["resnet18_int8"], *built["resnet18_fp32"], args.seconds)
+    print(f"resnet18 224x224    int8 {t_int8:.3f} ms  fp32 {t_fp32:.3f} ms  "
+          f"fp32/int8 {t_fp32 / t_int8:.2f}x")
+
     rng = np.random.default_rng(0)
-    for c, o, h in ((64, 64, 56), (128, 128, 28), (256, 256, 14)):
+    layers = () if args.skip_layers else LAYERS
+    for c, o, h in layers:
         flops = 2 * o * c * 9 * h * h
         x8 = rng.integers(-128, 128, size=(1, c, h, h)).astype("int8")
         w8 = rng.integers(-127, 128, size=(o, c, 3, 3)).astype("int8")
@@ -96,8 +125,7 @@ def main() -> int:
                                 target=target)
         f = bmlib_relax.compile(parse(LAYER_FP32.format(c=c, o=o, h=h)),
                                 {"w": w8.astype("float32") * 0.01}, target=target)
-        tq = _time(q, {"x": x8}, args.seconds)
-        tf = _time(f, {"x": x8.astype("float32")}, args.seconds)
+        tq, tf = _pair(q, {"x": x8}, f, {"x": x8.astype("float32")}, args.seconds)
         print(f"conv3x3 {c}x{h}x{h}->{o}  int8 {tq:.3f} ms ({flops / tq / 1e6:.1f} GOP/s)  "
               f"fp32 {tf:.3f} ms ({flops / tf / 1e6:.1f} GFLOP/s)  fp32/int8 {tf / tq:.2f}x")
     return 0

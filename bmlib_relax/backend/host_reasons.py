@@ -16,6 +16,7 @@ import tvm
 from tvm import relax
 
 from .patterns import SUPPORTED_DTYPES
+from .qnn_patterns import QNN_DTYPES
 from .templates import get_template, supports_symbolic_dims, symbolic_batch_only
 
 NO_TEMPLATE = "no_template"
@@ -67,6 +68,10 @@ def host_reason(call: relax.Call, table: Sequence[Any], var2val: dict) -> HostRe
         return HostReason(op, DYNAMIC, f"dynamic shape {beyond_batch[0].shape} (the template "
                                        "takes a symbolic batch, the first dim, only)")
     dtypes = sorted({str(ty.dtype) for ty in types} - set(SUPPORTED_DTYPES))
+    if dtypes and set(dtypes) <= set(QNN_DTYPES):
+        return HostReason(op, DTYPE, f"dtype {', '.join(dtypes)}: integer tensors are "
+                                     "offloaded only inside the quantized composites "
+                                     "(bmlib.qnn_*), and none covers this op here")
     if dtypes:
         return HostReason(op, DTYPE, f"dtype {', '.join(dtypes)} (bmlib takes "
                                      f"{', '.join(SUPPORTED_DTYPES)})")

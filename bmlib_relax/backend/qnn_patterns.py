@@ -75,10 +75,12 @@ def check_qnn(context: PatternCheckContext) -> bool:
             return False
         if key == "conv":
             attrs = acc.attrs
+            from .dot_product import dot_kernel_layout
             from .patterns import is_conv2d_kernel_layout
 
+            layout = str(attrs.kernel_layout)
             if (str(attrs.data_layout), str(attrs.out_layout)) != ("NCHW", "NCHW") or \
-                    not is_conv2d_kernel_layout(str(attrs.kernel_layout)):
+                    not (is_conv2d_kernel_layout(layout) or dot_kernel_layout(layout)):
                 return False
     return not has_leaking_intermediate_variables(context)
 

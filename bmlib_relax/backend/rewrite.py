@@ -23,6 +23,7 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from .dot_product import conv2d_dot_layout, conv2d_packs_own_weight, pack_dot_weight
 from .target import vector_lanes
 
 PACKABLE_DTYPES = ("float32", "float16")
@@ -111,7 +112,12 @@ class _WeightPacker(PyExprMutator):
         out_channels = array.shape[0]
         lanes = vector_lanes(self.target, str(call.ty.dtype) if str(array.dtype) in
                              QUANTIZED_DTYPES else str(array.dtype))
-        if groups == 1:
+        dot = conv2d_dot_layout(self.target, str(data.ty.dtype), array, groups)
+        if conv2d_packs_own_weight(self.target, str(data.ty.dtype), array, groups):
+            return call
+        if dot is not None:  # int8 for a dot-product instruction (see .dot_product)
+            packed, layout = pack_dot_weight(array, *dot), "OIHW{}o{}i".format(*dot)
+        elif groups == 1:
             ib, ob = conv2d_blocking(in_channels, out_channels, lanes)
         elif groups == in_channels == out_channels and array.shape[1] == 1:
             ib, ob = 1, depthwise_blocking(out_channels, lanes)  # depthwise, multiplier 1
@@ -120,12 +126,13 @@ class _WeightPacker(PyExprMutator):
             ib, ob = conv2d_blocking(in_channels // groups, out_channels // groups, lanes)
         else:
             return call  # depthwise with a multiplier: the template reads OIHW
-        packed = relax.const(pack_conv2d_weight(array, ib, ob))
+        if dot is None:
+            packed, layout = pack_conv2d_weight(array, ib, ob), f"OIHW{ib}i{ob}o"
         self.packed += 1
         return relax.op.nn.conv2d(
-            data, packed, strides=attrs.strides, padding=attrs.padding,
+            data, relax.const(packed), strides=attrs.strides, padding=attrs.padding,
             dilation=attrs.dilation, groups=groups, data_layout="NCHW",
-            kernel_layout=f"OIHW{ib}i{ob}o", out_layout="NCHW",
+            kernel_layout=layout, out_layout="NCHW",
             out_dtype=attrs.out_dtype)
 
     def _conv2d_transpose(self, call: relax.Call) -> relax.Expr:

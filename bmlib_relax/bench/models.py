@@ -147,3 +147,100 @@ def _bert_layer(goldens: Optional[Path], corpus: Optional[Path]) -> BenchModel:
     x = main.params[0]
     inputs = {x.name: recipe_tensor(x.name, x.type_annotation.shape, role="input")}
     return BenchModel("bert_layer", text, params, inputs, "generated: bert_layer_text()")
+
+
+# ResNet-18 stages: (channels, first stride) of the two basic blocks each.
+_RESNET18_STAGES = ((64, 1), (128, 2), (256, 2), (512, 2))
+
+
+def resnet18_text(quantized: bool, size: int = 224, classes: int = 1000) -> str:
+    """A ResNet-18-shaped network (no batch norm: conv + bias + ReLU, residual adds),
+    in fp32, or quantized in the graph as the ``qnn_*`` goldens are.
+
+    Quantized: the float input is ``qnn.quantize``d, every conv weight is
+    ``qnn.quantize(param)`` (per-tensor int8; constant-folded to an int8 constant,
+    like a prequantized import), each conv has an int32 bias (``qnn.quantize`` at
+    the accumulator scale) and a ``qnn.requantize`` to int8 with ReLU as a clip;
+    the residual is a ``qnn.add`` of two int8 tensors; the head dequantizes
+    before the (float) average pool and classifier.  The same float parameters
+    feed both variants, so they compute the same network.
+    """
+    act, wscale = 0.05, 0.01  # activation and weight scales (zero points 0)
+    params: list[str] = ["%data: Tensor[(1, 3, {0}, {0}), float32]".format(size)]
+    lines: list[str] = []
+    counter = [0]
+
+    def emit(expr: str) -> str:
+        name = f"%{counter[0]}"
+        counter[0] += 1
+        lines.append(f"  {name} = {expr};")
+        return name
+
+    def conv(x: str, name: str, cin: int, cout: int, k: int, stride: int, relu: bool) -> str:
+        params.append(f"%{name}_weight: Tensor[({cout}, {cin}, {k}, {k}), float32]")
+        params.append(f"%{name}_bias: Tensor[({cout}), float32]")
+        attrs = (f"strides=[{stride}, {stride}], padding=[{k // 2}, {k // 2}, {k // 2}, "
+                 f"{k // 2}], channels={cout}, kernel_size=[{k}, {k}]")
+        if not quantized:
+            y = emit(f"nn.bias_add(nn.conv2d({x}, %{name}_weight, {attrs}), %{name}_bias)")
+            return emit(f"nn.relu({y})") if relu else y
+        w = emit(f'qnn.quantize(%{name}_weight, {wscale}f, 0, out_dtype="int8")')
+        b = emit(f'qnn.quantize(%{name}_bias, {act * wscale:.8g}f, 0, out_dtype="int32")')
+        y = emit(f'qnn.conv2d({x}, {w}, 0, 0, {act}f, {wscale}f, {attrs}, '
+                 f'out_dtype="int32")')
+        y = emit(f"nn.bias_add({y}, {b})")
+        y = emit(f'qnn.requantize({y}, {act * wscale:.8g}f, 0, {act}f, 0, out_dtype="int8")')
+        return emit(f"clip({y}, a_min={0 if relu else -128}f, a_max=127f)")
+
+    def add_relu(a: str, b: str) -> str:
+        if not quantized:
+            return emit(f"nn.relu(add({a}, {b}))")
+        y = emit(f"qnn.add({a}, {b}, {act}f, 0, {act}f, 0, {act}f, 0)")
+        return emit(f"clip({y}, a_min=0f, a_max=127f)")
+
+    x = "%data"
+    if quantized:
+        x = emit(f'qnn.quantize(%data, {act}f, 0, out_dtype="int8")')
+    x = conv(x, "conv1", 3, 64, 7, 2, True)
+    x = emit(f"nn.max_pool2d({x}, pool_size=[3, 3], strides=[2, 2], padding=[1, 1, 1, 1])")
+    cin = 64
+    for stage, (cout, stride) in enumerate(_RESNET18_STAGES, 1):
+        for block in range(2):
+            s = stride if block == 0 else 1
+            name = f"layer{stage}_{block}"
+            y = conv(x, f"{name}_conv1", cin, cout, 3, s, True)
+            y = conv(y, f"{name}_conv2", cout, cout, 3, 1, False)
+            shortcut = conv(x, f"{name}_down", cin, cout, 1, s, False) \
+                if (s != 1 or cin != cout) else x
+            x = add_relu(y, shortcut)
+            cin = cout
+    if quantized:
+        x = emit(f"qnn.dequantize({x}, {act}f, 0)")
+    x = emit(f"nn.batch_flatten(nn.global_avg_pool2d({x}))")
+    params.append(f"%fc_weight: Tensor[({classes}, 512), float32]")
+    params.append(f"%fc_bias: Tensor[({classes}), float32]")
+    lines.append(f"  nn.bias_add(nn.dense({x}, %fc_weight, units=None), %fc_bias)")
+    body = "\n".join(lines)
+    return f'#[version = "0.0.5"]\ndef @main({", ".join(params)}) {{\n{body}\n}}\n'
+
+
+def _resnet18_model(quantized: bool) -> BenchModel:
+    from ..relay import parse
+
+    name = "resnet18_int8" if quantized else "resnet18_fp32"
+    text = resnet18_text(quantized)
+    main = parse(text, source_name=name)["main"]
+    params = {v.name: recipe_tensor(v.name, v.type_annotation.shape) for v in main.params[1:]}
+    x = main.params[0]
+    inputs = {x.name: recipe_tensor(x.name, x.type_annotation.shape, role="input")}
+    return BenchModel(name, text, params, inputs, f"generated: resnet18_text({quantized})")
+
+
+@model_source("resnet18_int8")
+def _resnet18_int8(goldens: Optional[Path], corpus: Optional[Path]) -> BenchModel:
+    return _resnet18_model(True)
+
+
+@model_source("resnet18_fp32")
+def _resnet18_fp32(goldens: Optional[Path], corpus: Optional[Path]) -> BenchModel:
+    return _resnet18_model(False)

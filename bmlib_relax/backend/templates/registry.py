@@ -33,6 +33,7 @@ def _load_families() -> None:
     from . import (  # noqa: F401  (each registers)
         conv, conv_grouped, conv_transpose, elemwise, image, linalg, norm, pool, qnn, reduce,
         select, tensor)
+    from . import qnn_conv  # noqa: F401  (specializes conv2d/matmul: after conv, linalg)
 
 
 TEMPLATES: Registry[Template] = Registry("bmlib template for Relax op", _load_families)
