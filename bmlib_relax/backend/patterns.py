@@ -77,6 +77,30 @@ def _shape(expr) -> Optional[list[int]]:
     return [int(d.value) for d in shape.values]
 
 
+def _dims(expr) -> Optional[list[Optional[int]]]:
+    """Dims of a tensor expression, None for each symbolic one; None if not a tensor
+    of known rank."""
+    ty = getattr(expr, "ty", None)
+    shape = getattr(ty, "shape", None)
+    if not isinstance(ty, relax.TensorType) or shape is None or not hasattr(shape, "values"):
+        return None
+    return [int(d.value) if hasattr(d, "value") else None for d in shape.values]
+
+
+def only_batch_symbolic(context: PatternCheckContext) -> bool:
+    """Every tensor of the match is static but for its first dim (a free batch): what
+    the conv and pool templates take (their spatial and channel dims size the
+    blocking, the tiles and the packed weights)."""
+    exprs = [context.matched_expr, *context.annotated_expr.values(),
+             *context.matched_bindings.values()]
+    for expr in exprs:
+        for item in (expr, *(getattr(expr, "args", None) or ())):
+            dims = _dims(item)
+            if dims is not None and None in dims[1:]:
+                return False
+    return True
+
+
 def _is_static_dim(d) -> bool:
     return hasattr(d, "value")
 
@@ -148,7 +172,7 @@ def _bias_ok(context: PatternCheckContext, producer: str, axis: int) -> bool:
     if "bias" not in context.annotated_expr:
         return True
     bias = _shape(context.annotated_expr["bias"])
-    out = _shape(context.annotated_expr[producer])
+    out = _dims(context.annotated_expr[producer])  # a symbolic dim takes no bias but 1
     return bias is not None and out is not None and _per_channel(bias, out, axis)
 
 

@@ -90,8 +90,21 @@ def is_spatial(sch: s_tir.Schedule, block) -> bool:
     return all(int(iv.iter_type) == 0 for iv in sch.get(block).iter_vars)
 
 
+def static_extent(extent) -> Optional[int]:
+    """The value of a static loop extent or buffer dim, None for a symbolic one."""
+    return int(extent) if isinstance(extent, tvm.tirx.IntImm) else None
+
+
 def loop_extents(sch: s_tir.Schedule, loops) -> list[int]:
-    return [int(sch.get(loop).extent) for loop in loops]
+    """Loop extents, a symbolic one (a free batch) counted as 1: the work of one sample."""
+    return [static_extent(sch.get(loop).extent) or 1 for loop in loops]
+
+
+def same_shape(a, b) -> bool:
+    """Two buffer shapes are equal (symbolic dims: the same expression object)."""
+    return len(a) == len(b) and all(
+        x.same_as(y) if static_extent(x) is None or static_extent(y) is None
+        else int(x) == int(y) for x, y in zip(a, b))
 
 
 def write_buffer(sch: s_tir.Schedule, block):
@@ -112,12 +125,14 @@ def parallelize(sch: s_tir.Schedule, loops, work: int) -> None:
         return
     extents = loop_extents(sch, loops)
     count, total = 0, 1
-    for ext in extents:
+    symbolic = False
+    for loop, ext in zip(loops, extents):
         count += 1
         total *= ext
+        symbolic |= static_extent(sch.get(loop).extent) is None
         if total >= PARALLEL_MIN_ITERS:
             break
-    if total < 2:
+    if total < 2 and not symbolic:
         return
     fused = sch.fuse(*loops[:count]) if count > 1 else loops[0]
     sch.parallel(fused)
@@ -127,8 +142,8 @@ def vectorize_innermost(sch: s_tir.Schedule, block, lanes: int) -> list:
     """Vectorize the innermost loop by ``lanes`` (split off when it divides); returns
     the remaining outer loops."""
     loops = list(sch.get_loops(block))
-    if not loops:
-        return loops
+    if not loops or static_extent(sch.get(loops[-1]).extent) is None:
+        return loops  # vectorized axes are static ones only
     ext = int(sch.get(loops[-1]).extent)
     if ext % lanes == 0 and ext > lanes:
         outer, inner = sch.split(loops[-1], [None, lanes])
@@ -160,8 +175,7 @@ def inline_epilogue(sch: s_tir.Schedule, producer) -> Optional[Any]:
         if len(nxt) != 1 or block_rule(sch, nxt[0]) is not None or \
                 not is_spatial(sch, nxt[0]) or len(sch.get(nxt[0]).writes) != 1:
             break
-        shape = [int(d) for d in write_buffer(sch, chain[-1]).shape]
-        if [int(d) for d in write_buffer(sch, nxt[0]).shape] != shape:
+        if not same_shape(write_buffer(sch, nxt[0]).shape, write_buffer(sch, chain[-1]).shape):
             break
         chain.append(nxt[0])
     for block in chain[:-1]:
@@ -210,13 +224,13 @@ def inline_into_elementwise(sch: s_tir.Schedule, block, ctx: ScheduleContext) ->
     outputs = {block_name(sch, b) for b in sch.get_output_blocks(sch.get_sblock("root"))}
     if block_name(sch, block) in outputs:
         return
-    shape = [int(d) for d in write_buffer(sch, block).shape]
+    shape = write_buffer(sch, block).shape
     consumers = sch.get_consumers(block)
     if not consumers:
         return
     for consumer in consumers:
         if block_rule(sch, consumer) is not None or not is_spatial(sch, consumer) or \
-                [int(d) for d in write_buffer(sch, consumer).shape] != shape or \
+                not same_shape(write_buffer(sch, consumer).shape, shape) or \
                 block_name(sch, consumer) in ctx.done:
             return
     sch.compute_inline(block)

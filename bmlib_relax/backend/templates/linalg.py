@@ -12,28 +12,30 @@ import tvm
 from tvm import te, topi
 
 from ..schedule import divisor_at_most, inline_epilogue
-from ._utils import out_dtype
+from ._utils import dims, out_dtype, result_shape, same_dim, same_shape, static_dim
 from .registry import SCHEDULE_ATTR, register_schedule, register_template
 
 MAX_ACCUMULATORS = 12  # vector registers held by a register tile
 
 
-@register_template("relax.matmul")
+@register_template("relax.matmul", symbolic_dims=True)
 def matmul(call, inputs, ctx):
+    """Batched ``a @ b``; any dim but the static ones the schedule tiles by may be
+    symbolic (a free batch, a sequence length as rows, columns or reduction)."""
     a, b = inputs
     dtype = out_dtype(call.attrs, a.dtype)
     # 1-D operands are promoted to matrices and the added axis dropped at the end.
     a2 = topi.expand_dims(a, 0) if len(a.shape) == 1 else a
     b2 = topi.expand_dims(b, 1) if len(b.shape) == 1 else b
-    out_shape = [int(d) for d in call.ty.shape.values]
+    out_shape = result_shape(call)
     batch_a, batch_b = list(a2.shape[:-2]), list(b2.shape[:-2])
     nbatch = max(len(batch_a), len(batch_b))
     k = te.reduce_axis((0, a2.shape[-1]), name="k")
 
     def operand_index(batch, idx):
-        # Right-aligned broadcast of the batch axes; size-1 axes index 0.
+        # Right-aligned broadcast of the batch axes; (static) size-1 axes index 0.
         offset = nbatch - len(batch)
-        return [0 if int(d) == 1 else idx[offset + i] for i, d in enumerate(batch)]
+        return [0 if static_dim(d) == 1 else idx[offset + i] for i, d in enumerate(batch)]
 
     def compute(*idx):
         bidx, i, j = idx[:nbatch], idx[nbatch], idx[nbatch + 1]
@@ -41,19 +43,31 @@ def matmul(call, inputs, ctx):
         rhs = b2[tuple(operand_index(batch_b, bidx)) + (k, j)]
         return te.sum(lhs.astype(dtype) * rhs.astype(dtype), axis=k)
 
-    full = [*(_broadcast(batch_a, batch_b)), a2.shape[-2], b2.shape[-1]]
+    full = [*_broadcast(batch_a, batch_b, ctx), a2.shape[-2], b2.shape[-1]]
     result = te.compute(full, compute, name="bmlib_matmul",
                         attrs={SCHEDULE_ATTR: "bmlib.matmul"})
-    if [int(d) for d in result.shape] != out_shape:
+    if not same_shape(dims(result.shape), out_shape):
         result = topi.reshape(result, out_shape)
     return result
 
 
-def _broadcast(batch_a, batch_b):
+def _broadcast(batch_a, batch_b, ctx):
+    """The broadcast batch dims: a static 1 takes the other side's dim, equal dims
+    stay; two different symbolic dims cannot be broadcast at compile time."""
     n = max(len(batch_a), len(batch_b))
-    pa = [1] * (n - len(batch_a)) + [int(d) for d in batch_a]
-    pb = [1] * (n - len(batch_b)) + [int(d) for d in batch_b]
-    return [max(x, y) for x, y in zip(pa, pb)]
+    pa = [1] * (n - len(batch_a)) + dims(batch_a)
+    pb = [1] * (n - len(batch_b)) + dims(batch_b)
+    out = []
+    for x, y in zip(pa, pb):
+        if static_dim(x) == 1:
+            out.append(y)
+        elif static_dim(y) == 1 or same_dim(x, y):
+            out.append(x)
+        elif static_dim(x) is not None and static_dim(y) is not None:
+            out.append(max(static_dim(x), static_dim(y)))
+        else:
+            raise ctx.error(f"batch dims {x} and {y} do not broadcast at compile time")
+    return out
 
 
 # A register tile is a small "global" buffer that LLVM keeps in registers; at
@@ -94,15 +108,24 @@ def schedule_matmul(sch, block, ctx):
     its rows lie ``N`` elements apart, and for ``N`` a multiple of 1024 bytes
     they map to a handful of cache sets, so a large ``K`` missed in every
     cache level (a 128x768x3072 dense ran at 2 GFLOP/s).
+
+    Symbolic extents: a symbolic batch or reduction changes nothing (they are
+    outer loops); symbolic rows take a tile of one row (every split exact, no
+    tail); symbolic columns cannot be a vector tile and go to
+    :func:`_schedule_symbolic_columns`.
     """
-    shape = [int(d) for d in sch.get(block).writes[0].source.shape]
-    rows, cols = shape[-2], shape[-1]
+    shape = dims(sch.get(block).writes[0].source.shape)
+    rows, cols = static_dim(shape[-2]), static_dim(shape[-1])
+    if cols is None:
+        _schedule_symbolic_columns(sch, block, len(shape))
+        return
     dtype = str(sch.get(block).writes[0].source.dtype)
     lanes = ctx.lanes(dtype)
-    rows_tile, cols_tile = matmul_tile(rows, cols, lanes, tvm.runtime.DataType(dtype).bits // 8)
+    rows_tile, cols_tile = matmul_tile(1 if rows is None else rows, cols, lanes,
+                                       tvm.runtime.DataType(dtype).bits // 8)
     epilogue = inline_epilogue(sch, block)
     if epilogue is not None and \
-            [int(d) for d in sch.get(epilogue).writes[0].source.shape] != shape:
+            not same_shape(dims(sch.get(epilogue).writes[0].source.shape), shape):
         epilogue = None  # a reshape follows: schedule the matmul on its own
     anchor = epilogue if epilogue is not None else block
     loops = sch.get_loops(anchor)
@@ -116,7 +139,8 @@ def schedule_matmul(sch, block, ctx):
     reduction = 1
     for iv in sch.get(block).iter_vars:
         if int(iv.iter_type) != 0:
-            reduction *= int(iv.dom.extent)
+            extent = static_dim(iv.dom.extent)
+            reduction = None if extent is None or reduction is None else reduction * extent
     if epilogue is not None:
         sch.compute_at(block, io)
         ctx.done.add(str(sch.get(epilogue).name_hint))
@@ -136,7 +160,23 @@ def schedule_matmul(sch, block, ctx):
         k = rest[0]
         _register_tile(sch, ii, ji, rows_tile, cols_tile, lanes)
     sch.decompose_reduction(block, k)
-    _pack_b_panel(sch, block, outer, rows // rows_tile, cols_tile, lanes)
+    if rows is not None:  # with symbolic rows the panel's reuse is unknown: read in place
+        _pack_b_panel(sch, block, outer, rows // rows_tile, cols_tile, lanes)
+
+
+def _schedule_symbolic_columns(sch, block, rank: int) -> None:
+    """(batch, rows) parallel | reduction | columns: a symbolic column extent is never
+    a TIR vector (a guarded vector loop is scalarised); left as the innermost serial
+    loop of unit-stride accesses, LLVM's loop vectorizer turns it into vector code
+    with a runtime remainder.  The epilogue is left to the generic rules."""
+    loops = sch.get_loops(block)
+    spatial, reduction = loops[:rank], loops[rank:]
+    batch_rows, j = spatial[:-1], spatial[-1]
+    sch.reorder(*batch_rows, *reduction, j)
+    outer = sch.fuse(*batch_rows) if len(batch_rows) > 1 else batch_rows[0]
+    sch.parallel(outer)
+    if reduction:
+        sch.decompose_reduction(block, reduction[0])
 
 
 def _register_tile(sch, ii, ji, rows_tile: int, cols_tile: int, lanes: int) -> None:
@@ -157,8 +197,8 @@ def _register_tile(sch, ii, ji, rows_tile: int, cols_tile: int, lanes: int) -> N
 def _pack_b_panel(sch, block, outer, row_tiles: int, cols_tile: int, lanes: int) -> None:
     """Copy B's ``K x cols_tile`` panel to a contiguous buffer at the parallel loop."""
     b_buffer = sch.get(block).reads[-1].source
-    b_shape = [int(d) for d in b_buffer.shape]
-    if row_tiles < 2 or len(b_shape) < 2 or cols_tile % lanes:
+    b_shape = [static_dim(d) for d in b_buffer.shape]
+    if row_tiles < 2 or None in b_shape[-2:] or len(b_shape) < 2 or cols_tile % lanes:
         return  # no reuse across row tiles, or a 1-D operand
     panel_bytes = b_shape[-2] * cols_tile * tvm.runtime.DataType(str(b_buffer.dtype)).bits // 8
     if panel_bytes < PACK_MIN_PANEL_BYTES:

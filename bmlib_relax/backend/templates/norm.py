@@ -56,7 +56,7 @@ def batch_norm(call, inputs, ctx):
     return out, mean, var
 
 
-@register_template("relax.nn.layer_norm")
+@register_template("relax.nn.layer_norm", symbolic_dims=True)
 def layer_norm(call, inputs, ctx):
     attrs = call.attrs
     data, gamma, beta = inputs
@@ -65,12 +65,12 @@ def layer_norm(call, inputs, ctx):
     return topi.nn.layer_norm(data, gamma, beta, attr_ints(attrs.axes), float(attrs.epsilon))
 
 
-@register_template("relax.nn.softmax")
+@register_template("relax.nn.softmax", symbolic_dims=True)
 def softmax(call, inputs, ctx):
     return topi.nn.softmax(inputs[0], axis=int(call.attrs.axis))
 
 
-@register_template("relax.nn.log_softmax")
+@register_template("relax.nn.log_softmax", symbolic_dims=True)
 def log_softmax(call, inputs, ctx):
     return topi.nn.log_softmax(inputs[0], axis=int(call.attrs.axis))
 

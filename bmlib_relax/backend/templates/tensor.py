@@ -3,27 +3,30 @@ from __future__ import annotations
 
 from tvm import topi
 
-from ._utils import attr_ints
+from ._utils import attr_ints, result_shape
 from .registry import register_template
 
 
-def _static_shape(call) -> list[int]:
-    return [int(d) for d in call.ty.shape.values]
+def _static_shape(call) -> list:
+    """The result shape from the call's Relax type: static dims as ints, symbolic ones
+    (a free batch, a sequence length) as their PrimExpr."""
+    return result_shape(call)
 
 
-@register_template("relax.reshape", "relax.expand_dims", "relax.squeeze", "relax.flatten")
+@register_template("relax.reshape", "relax.expand_dims", "relax.squeeze", "relax.flatten",
+                   symbolic_dims=True)
 def reshape_like(call, inputs, ctx):
     # Every reshape-like only relabels memory: the result type already holds the shape.
     return topi.reshape(inputs[0], _static_shape(call))
 
 
-@register_template("relax.permute_dims")
+@register_template("relax.permute_dims", symbolic_dims=True)
 def permute_dims(call, inputs, ctx):
     axes = call.attrs.axes
     return topi.transpose(inputs[0], None if axes is None else attr_ints(axes))
 
 
-@register_template("relax.concat")
+@register_template("relax.concat", symbolic_dims=True)
 def concat(call, inputs, ctx):
     axis = call.attrs.axis
     return topi.concatenate(list(inputs[0]), 0 if axis is None else int(axis))
@@ -73,7 +76,7 @@ def repeat(call, inputs, ctx):
     return topi.repeat(data, int(call.attrs.repeats), int(axis))
 
 
-@register_template("relax.flip")
+@register_template("relax.flip", symbolic_dims=True)
 def flip(call, inputs, ctx):
     return topi.flip(inputs[0], int(call.attrs.axis))
 
@@ -85,12 +88,12 @@ def _elements(shape) -> int:
     return count
 
 
-@register_template("relax.broadcast_to")
+@register_template("relax.broadcast_to", symbolic_dims=True)
 def broadcast_to(call, inputs, ctx):
     return topi.broadcast_to(inputs[0], _static_shape(call))
 
 
-@register_template("relax.stack")
+@register_template("relax.stack", symbolic_dims=True)
 def stack(call, inputs, ctx):
     axis = call.attrs.axis
     return topi.stack(list(inputs[0]), 0 if axis is None else int(axis))
