@@ -125,6 +125,10 @@ class PartitionLowerer:
         return te.placeholder(shape, str(ty.dtype), name=var.name)
 
     def lower(self) -> tvm.tirx.PrimFunc:
+        from .verify import check_shape_vars  # local: verify imports this module
+
+        # Symbolic dims reach the PrimFunc through its parameters' buffers only.
+        check_shape_vars(self.func, self.symbol)
         params = self.signature()
         placeholders = [self.placeholder(v) for v in params]
         env: dict[Any, Any] = dict(zip(params, placeholders))

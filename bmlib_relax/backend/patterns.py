@@ -121,6 +121,28 @@ def _tensor_ok(ty, dtypes: tuple = SUPPORTED_DTYPES, symbolic: bool = False) -> 
     return all(symbolic or _is_static_dim(d) for d in ty.shape.values)
 
 
+def _tensor_dims(ty) -> list:
+    if isinstance(ty, relax.TupleType):
+        return [d for f in ty.fields for d in _tensor_dims(f)]
+    shape = getattr(ty, "shape", None) if isinstance(ty, relax.TensorType) else None
+    return list(shape.values) if shape is not None and hasattr(shape, "values") else []
+
+
+def _symbolic_dims_bound(call) -> bool:
+    """Every symbolic var in the shapes of ``call`` (operands and result) is a whole dim
+    of one of its tensor operands: a PrimFunc binds its symbolic dims from its input
+    buffers, so a var known only inside ``2 * n`` or only in the result stays host-side."""
+    operand_dims = [d for a in call.args for d in _tensor_dims(getattr(a, "ty", None))]
+    bound = [d for d in operand_dims if isinstance(d, tvm.tirx.Var)]
+    for dim in operand_dims + _tensor_dims(getattr(call, "ty", None)):
+        if _is_static_dim(dim):
+            continue
+        if any(not any(v.same_as(b) for b in bound)
+               for v in tvm.tirx.analysis.undefined_vars(dim)):
+            return False
+    return True
+
+
 def _takes_symbolic_dims(calls) -> bool:
     """Whether every op of a match has a template that takes symbolic dims."""
     return all(supports_symbolic_dims(c.op.name) for c in calls
@@ -141,7 +163,7 @@ def check_tensors(context: PatternCheckContext) -> bool:
     exprs = [context.matched_expr, *context.annotated_expr.values(),
              *context.matched_bindings.values()]
     calls = [e for e in exprs if isinstance(e, relax.Call)]
-    symbolic = _takes_symbolic_dims(calls)
+    symbolic = _takes_symbolic_dims(calls) and all(_symbolic_dims_bound(c) for c in calls)
     read_by_selection = {id(a) for c in calls if _dtypes_of(c) != SUPPORTED_DTYPES
                          for a in c.args}
     for expr in exprs:

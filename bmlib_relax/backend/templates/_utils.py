@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 import tvm
+from tvm.sym.analyzer import Analyzer
 
 
 def attr_ints(value: Any) -> list[int]:
@@ -30,9 +31,8 @@ def same_dim(a: Any, b: Any) -> bool:
         return sa == sb
     if a.same_as(b):
         return True
-    if a.dtype != b.dtype:
-        a, b = (tvm.tirx.Cast("int64", d) if d.dtype != "int64" else d for d in (a, b))
-    return bool(tvm.arith.Analyzer().can_prove_equal(a, b))
+    a, b = (d if str(d.ty) == "int64" else d.astype("int64") for d in (a, b))
+    return bool(Analyzer().can_prove_equal(a, b))
 
 
 def same_shape(a: Sequence[Any], b: Sequence[Any]) -> bool:
