@@ -80,6 +80,13 @@ class CompiledModel(ModelRunner):
         self.report = report
         report.inputs = [dict(s) for s in specs]
 
+    def flops(self, *args: Any, **kwargs: Any) -> dict[str, int]:
+        """``{"total", "offloaded", "host"}`` FLOPs of one run on these inputs: with
+        symbolic dims (a free batch or sequence length) the report's formulas evaluated
+        at the dims the inputs' shapes give."""
+        arrays = self._arrange(args, kwargs)
+        return self.report.flops_for(self.report.dims_of_inputs(arrays))
+
     def export_library(self, path: str, files: Sequence[str] = ()) -> str:
         """Write a shared library loadable with ``bmlib_relax.load``, plus its own metadata
         (``d/a.so`` → ``d/a.json``: input signature, SHA-256 of the library and of

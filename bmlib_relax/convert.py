@@ -45,7 +45,8 @@ from .legacy import load_lowerings, load_pattern_table, partition_with_legacy_fn
 from .legacy.lowerings import scoped_lowerings
 from .legacy.loader import LegacyModuleError
 from .preflight import (InputSpec, check_output_dir, input_file, parse_input_spec,  # noqa: F401
-                        read_model_text, refuse_to_replace, require_main, unique_specs)
+                        read_model_text, refuse_to_replace, require_check_values, require_main,
+                        unique_specs)
 from .progress import QUIET, Progress
 from .recipe import recipe_tensor
 from .relay import load_params, parse
@@ -205,6 +206,7 @@ def convert(model_path: str, outdir: str, *, params: Any = None,
             params = input_file(params, "params file")
         weights = load_params(params)
         unbound_inputs(module, weights, list(specs))
+        require_check_values(module, weights, specs)  # a dynamic input fails here, not built
     patterns = None
     reference = None  # with --partition-fn: the model as given, for --check
     if partition_fn:
@@ -293,6 +295,9 @@ def _convert_into(folder: str, module, weights, patterns, resolved,
     feed, generated = _check_inputs(model.input_specs, specs)
     data["generated_inputs"] = generated
     outputs = model(*feed)
+    if report.symbolic_dims:  # FLOPs of the run on the check inputs, symbolic dims evaluated
+        dims = report.dims_of_inputs(feed)
+        data["flops_run"] = {"dims": dims, **report.flops_for(dims)}
     # Output signature plus a checksum on the check inputs, so a shipped artifact can be
     # verified to reproduce them (``bmlib-relax run`` prints the same sums).
     data["outputs"] = [{"shape": list(o.shape), "dtype": str(o.dtype), "sum": _finite_sum(o)}
