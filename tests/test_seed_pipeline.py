@@ -122,11 +122,14 @@ def test_text_with_weights_as_inputs_compiles_when_params_missing(seed_module):
 
 
 def test_input_shapes_pin_dynamic_dims_so_bmlib_can_take_them():
-    """A dynamic batch (``?``) keeps everything on the host; ``input_shapes`` pins it."""
+    """A dynamic batch (``?``) builds as is; ``input_shapes`` pins it (one static build)."""
     dynamic = seed.SEED_RELAY.replace("%data: Tensor[(1, 128, 12, 40), float32]",
                                       "%data: Tensor[(?, 128, 12, 40), float32]")
     params = seed.seed_params()
-    assert bmlib_relax.compile(dynamic, params).report.to_dict()["partitions"] == []
+    unpinned = bmlib_relax.compile(dynamic, params)  # ops with symbolic-dim templates offload
+    np.testing.assert_allclose(unpinned(seed.seed_input()),
+                               seed.numpy_reference(seed.seed_input(), params),
+                               rtol=1e-5, atol=1e-5)
     model = bmlib_relax.compile(dynamic, params, input_shapes={"data": (1, 128, 12, 40)})
     assert len(model.report.to_dict()["partitions"]) == 1
     data = seed.seed_input()
