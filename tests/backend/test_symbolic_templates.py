@@ -1,0 +1,139 @@
+"""Templates on symbolic extents: one build per program, offloaded, equal to numpy at
+several values of the free dim; schedules keep their parallel / vector structure;
+convert refuses a dynamic input it could not run before building anything."""
+from __future__ import annotations
+
+import re
+import warnings
+
+import numpy as np
+import pytest
+
+import bmlib_relax
+from bmlib_relax.backend.partition import partition_for_bmlib
+from bmlib_relax.backend.schedule import UnscheduledBlockWarning
+from bmlib_relax.compiler import lower_and_verify
+from bmlib_relax.importer import as_relay_module, import_relay
+
+from conftest import offloaded_partitions
+
+
+def _compile(body: str, params: str, weights=None):
+    text = f'#[version = "0.0.5"]\ndef @main({params}) {{\n{body}\n}}\n'
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnscheduledBlockWarning)
+        model = bmlib_relax.compile(text, weights or {})
+    assert offloaded_partitions(model.relax_module)
+    assert sum(model.report.ops_host.values()) == 0, model.report.ops_host
+    return model
+
+
+def _rand(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype("float32")
+
+
+CASES = {
+    # name: (params, body, numpy reference of the inputs)
+    "elementwise_broadcast": (
+        "%x: Tensor[(?, 16), float32], %y: Tensor[(16), float32]",
+        "%0 = add(%x, %y); %1 = sigmoid(%0); %2 = multiply(%1, %x); clip(%2, a_min=-1f, a_max=1f)",
+        lambda x, y: np.clip(x * (1 / (1 + np.exp(-(x + y)))), -1, 1)),
+    "reductions": (
+        "%x: Tensor[(?, 3, 8), float32]",
+        "%0 = mean(%x, axis=[0, 2], keepdims=True); %1 = sum(%x, axis=[1]); "
+        "%2 = max(%x, axis=[0]); (%0, %1, %2)",
+        lambda x: (x.mean((0, 2), keepdims=True), x.sum(1), x.max(0))),
+    "softmax_over_the_free_axis": (
+        "%x: Tensor[(4, ?), float32]",
+        "%0 = nn.softmax(%x, axis=-1); nn.log_softmax(%0, axis=0)",
+        lambda x: _log_softmax(_softmax(x, -1), 0)),
+    "reshape_likes": (
+        "%x: Tensor[(?, 4, 6), float32]",
+        "%1 = transpose(%x, axes=[2, 0, 1]); "
+        "%2 = expand_dims(%1, axis=0); %3 = squeeze(%2, axis=[0]); "
+        "concatenate((%3, %3), axis=1)",
+        lambda x: np.concatenate([x.transpose(2, 0, 1)] * 2, axis=1)),
+    "batch_matmul_free_batch_and_length": (
+        "%a: Tensor[(n, s, 16), float32], %b: Tensor[(n, 24, 16), float32]",
+        "nn.batch_matmul(%a, %b, transpose_b=True)",
+        lambda a, b: a @ b.transpose(0, 2, 1)),
+}
+
+
+def _softmax(x, axis):
+    e = np.exp(x - x.max(axis, keepdims=True))
+    return e / e.sum(axis, keepdims=True)
+
+
+def _log_softmax(x, axis):
+    shifted = x - x.max(axis, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis, keepdims=True))
+
+
+def _inputs(model, free: int, seed: int):
+    """Random inputs; the k-th distinct symbolic dim (by name) is ``free + k``."""
+    sizes: dict = {}
+    arrays = []
+    for i, spec in enumerate(model.input_specs):
+        shape = [d if isinstance(d, int) else sizes.setdefault(d, free + len(sizes))
+                 for d in spec["shape"]]
+        arrays.append(_rand(*shape, seed=seed + i))
+    return arrays
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_template_on_symbolic_extents_matches_numpy(case):
+    params, body, reference = CASES[case]
+    model = _compile(body, params)
+    for free in (1, 3, 20):
+        arrays = _inputs(model, free, seed=free)
+        got = model(*arrays)
+        want = reference(*arrays)
+        for g, w in zip(got if isinstance(got, tuple) else (got,),
+                        want if isinstance(want, tuple) else (want,)):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_reshape_to_a_symbolic_target_shape_stays_on_the_host_and_is_correct():
+    # reshape(x, [0, -1]) imports as reshape(x, R.shape([d0, 24])): the symbolic target
+    # shape would become a Shape parameter of the partition, which no PrimFunc takes.
+    text = ('#[version = "0.0.5"]\ndef @main(%x: Tensor[(?, 4, 6), float32]) {\n'
+            '%0 = reshape(%x, newshape=[0, -1]); nn.relu(%0)\n}\n')
+    model = bmlib_relax.compile(text)
+    assert model.report.ops_host == {"relax.reshape": 1}
+    assert model.report.ops_offloaded["relax.nn.relu"] == 1
+    x = _rand(3, 4, 6)
+    np.testing.assert_array_equal(model(x), np.maximum(x.reshape(3, 24), 0))
+
+
+def _dense_bias_relu_prim():
+    text = ('#[version = "0.0.5"]\ndef @main(%x: Tensor[(?, 32), float32], '
+            '%w: Tensor[(64, 32), float32], %b: Tensor[(64), float32]) {\n'
+            '%0 = nn.dense(%x, %w, units=64); %1 = nn.bias_add(%0, %b, axis=-1); nn.relu(%1)\n}\n')
+    weights = {"w": _rand(64, 32), "b": _rand(64)}
+    imported = import_relay(as_relay_module(text), weights, flatten_tuple_inputs=True)
+    ((prim, record),) = lower_and_verify(partition_for_bmlib(imported)).values()
+    return prim, record
+
+
+def test_symbolic_rows_keep_the_parallel_vectorized_matmul_schedule():
+    prim, record = _dense_bias_relu_prim()
+    script = prim.script()
+    assert not record.unscheduled
+    assert "T.parallel" in script and "T.vectorized" in script
+    # the vector loops are static (a symbolic extent is never a TIR vector)
+    for extent in re.findall(r"T\.vectorized\(([^)]*)\)", script):
+        assert re.fullmatch(r"(T\.int64\()?\d+\)?", extent), extent
+
+
+def test_convert_refuses_a_dynamic_input_without_check_values_before_building(tmp_path):
+    from bmlib_relax.convert import convert
+
+    model = tmp_path / "model.txt"
+    model.write_text('#[version = "0.0.5"]\ndef @main(%x: Tensor[(?, 8), float32]) {\n'
+                     '  nn.relu(%x)\n}\n')
+    out = tmp_path / "out"
+    with pytest.raises(bmlib_relax.ParamError, match=r"'x' has dynamic shape \(\?, 8\).*"
+                                                     r"--inputs x=1,8:float32"):
+        convert(str(model), str(out))
+    assert not out.exists() and list(tmp_path.iterdir()) == [model]  # nothing was written
