@@ -132,14 +132,12 @@ def _symbolic_dims_bound(call) -> bool:
     """Every symbolic var in the shapes of ``call`` (operands and result) is a whole dim
     of one of its tensor operands: a PrimFunc binds its symbolic dims from its input
     buffers, so a var known only inside ``2 * n`` or only in the result stays host-side."""
-    if any(isinstance(a, relax.ShapeExpr) and not all(_is_static_dim(d) for d in a.values)
-           for a in call.args):
-        # FuseOpsByPattern would lift a symbolic target shape into a Shape parameter,
-        # which a PrimFunc cannot take: such a reshape stays on the host.
-        return False
     operand_dims = [d for a in call.args for d in _tensor_dims(getattr(a, "ty", None))]
     bound = [d for d in operand_dims if isinstance(d, tvm.tirx.Var)]
-    for dim in operand_dims + _tensor_dims(getattr(call, "ty", None)):
+    # A symbolic target shape (reshape) goes into the partition (backend.symbolic), so
+    # its dims too must come from the tensor operands.
+    shapes = [d for a in call.args if isinstance(a, relax.ShapeExpr) for d in a.values]
+    for dim in operand_dims + shapes + _tensor_dims(getattr(call, "ty", None)):
         if _is_static_dim(dim):
             continue
         if any(not any(v.same_as(b) for b in bound)

@@ -109,3 +109,14 @@ def test_report_gives_flops_per_the_symbolic_dim(unpinned):
     assert f"symbolic dims {dim}" in str(report)
     with pytest.raises(bmlib_relax.ParamError, match=dim):
         report.flops_for({})
+
+
+def test_merged_partition_takes_the_symbolic_dim_too():
+    # MergeCompositeFunctions gives every composite symbolic vars of its own: the
+    # codegen maps them onto the merged partition's, so the PrimFunc binds one d0.
+    merged = bmlib_relax.compile(ATTENTION, _params(), merge=True)
+    assert len(merged.report.partitions) == 1 and sum(merged.report.ops_host.values()) == 0
+    for length in (1, 17):
+        x = _input(length)
+        np.testing.assert_allclose(merged(x), _numpy_attention(x, _params()),
+                                   rtol=1e-4, atol=1e-4)

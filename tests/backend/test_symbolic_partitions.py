@@ -146,3 +146,24 @@ def test_ops_whose_dims_their_operands_cannot_bind_stay_on_the_host():
     relu, moved = run(executable, [data, np.zeros(3, "float32")])
     np.testing.assert_array_equal(relu, np.maximum(np.concatenate([data, data]), 0))
     np.testing.assert_array_equal(moved, data)
+
+
+@pytest.mark.parametrize("merge", [False, True])
+def test_a_symbolic_reshape_target_goes_into_the_partition(merge):
+    # reshape(x, [0, -1]) -> R.reshape(x, R.shape([n, 24])): FuseOpsByPattern lifts that
+    # shape into a Shape parameter; it is put back, so the PrimFunc takes buffers only.
+    n, = _vars("n")
+    x = relax.Var("x", relax.TensorType([n, 4, 6], "float32"))
+    partitioned = partition_for_bmlib(_module(
+        [x], lambda bb, x: R.nn.relu(bb.emit(R.reshape(x, R.shape([n, 24]))))), merge=merge)
+    names = offloaded_partitions(partitioned)
+    assert names
+    for name in names:
+        assert all(isinstance(p.ty, relax.TensorType) for p in partitioned[name].params)
+    executable, records = build_offloaded(partitioned)
+    verify_partition_arity(partitioned, records)
+    assert sum(len(r.ops) for r in records.values()) == 2  # reshape and relu, both bmlib
+    for length in (1, 4):
+        data = np.random.default_rng(length).standard_normal((length, 4, 6)).astype("float32")
+        (got,) = run(executable, [data])
+        np.testing.assert_array_equal(got, np.maximum(data.reshape(length, 24), 0))
