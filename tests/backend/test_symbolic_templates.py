@@ -100,22 +100,31 @@ def test_template_on_symbolic_extents_matches_numpy(case):
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
 
 
-def _dense_bias_relu_prim():
-    text = ('#[version = "0.0.5"]\ndef @main(%x: Tensor[(?, 32), float32], '
-            '%w: Tensor[(64, 32), float32], %b: Tensor[(64), float32]) {\n'
-            '%0 = nn.dense(%x, %w, units=64); %1 = nn.bias_add(%0, %b, axis=-1); nn.relu(%1)\n}\n')
-    weights = {"w": _rand(64, 32), "b": _rand(64)}
+def _matmul_prim(params: str, body: str, weights: dict):
+    text = f'#[version = "0.0.5"]\ndef @main({params}) {{\n{body}\n}}\n'
     imported = import_relay(as_relay_module(text), weights, flatten_tuple_inputs=True)
-    ((prim, record),) = lower_and_verify(partition_for_bmlib(imported)).values()
+    lowered = lower_and_verify(partition_for_bmlib(imported))
+    (prim, record), = [v for k, v in lowered.items() if "matmul" in k]
     return prim, record
 
 
-def test_symbolic_rows_keep_the_parallel_vectorized_matmul_schedule():
-    prim, record = _dense_bias_relu_prim()
+@pytest.mark.parametrize("kind", ["dense_symbolic_rows", "scores_symbolic_columns"])
+def test_symbolic_extents_keep_the_register_tiled_matmul_schedule(kind):
+    if kind == "dense_symbolic_rows":
+        prim, record = _matmul_prim(
+            "%x: Tensor[(?, 32), float32], %w: Tensor[(64, 32), float32], "
+            "%b: Tensor[(64), float32]",
+            "%0 = nn.dense(%x, %w, units=64); %1 = nn.bias_add(%0, %b, axis=-1); nn.relu(%1)",
+            {"w": _rand(64, 32), "b": _rand(64)})
+    else:
+        prim, record = _matmul_prim("%h: Tensor[(?, 32), float32]",
+                                    "nn.dense(%h, %h, units=None)", {})
     script = prim.script()
     assert not record.unscheduled
-    assert "T.parallel" in script and "T.vectorized" in script
-    # the vector loops are static (a symbolic extent is never a TIR vector)
+    # the symbolic extents were padded to whole tiles: static unrolled rows and vector
+    # columns, no guard inside the tile, every TIR vector of static length
+    assert "T.parallel" in script and "T.unroll" in script and "T.vectorized" in script
+    assert "T.where" not in script
     for extent in re.findall(r"T\.vectorized\(([^)]*)\)", script):
         assert re.fullmatch(r"(T\.int64\()?\d+\)?", extent), extent
 

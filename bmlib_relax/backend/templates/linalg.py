@@ -43,12 +43,59 @@ def matmul(call, inputs, ctx):
         rhs = b2[tuple(operand_index(batch_b, bidx)) + (k, j)]
         return te.sum(lhs.astype(dtype) * rhs.astype(dtype), axis=k)
 
+    rows, cols = a2.shape[-2], b2.shape[-1]
+    attrs = {SCHEDULE_ATTR: "bmlib.matmul"}
+    if static_dim(cols) is None or static_dim(rows) is None:
+        # Symbolic rows / columns: padded to whole register tiles, so the tile loops
+        # are static and vectorized (the guarded tail is the padding, dropped below).
+        tile = padded_tile(static_dim(rows), static_dim(cols), ctx.lanes(dtype),
+                           tvm.runtime.DataType(dtype).bits // 8)
+        if static_dim(rows) is None and tile[0] > 1:
+            a2 = _pad_axis(a2, len(a2.shape) - 2, tile[0])
+            attrs[TILE_ATTR] = list(tile)
+        if static_dim(cols) is None:
+            b2 = _pad_axis(b2, len(b2.shape) - 1, tile[1])
+            attrs[TILE_ATTR] = list(tile)
     full = [*_broadcast(batch_a, batch_b, ctx), a2.shape[-2], b2.shape[-1]]
-    result = te.compute(full, compute, name="bmlib_matmul",
-                        attrs={SCHEDULE_ATTR: "bmlib.matmul"})
+    result = te.compute(full, compute, name="bmlib_matmul", attrs=attrs)
+    if TILE_ATTR in attrs:
+        padded = result
+        result = te.compute([*full[:-2], rows, cols], lambda *idx: padded[idx],
+                            name="bmlib_matmul_unpad")
     if not same_shape(dims(result.shape), out_shape):
         result = topi.reshape(result, out_shape)
     return result
+
+
+# Block annotation: the (rows, columns) register tile a padded matmul was padded to.
+TILE_ATTR = "bmlib_matmul_tile"
+
+
+# Symbolic rows are tiled by 3 (padded to a multiple): with 4 vectors of columns that is
+# the 12-accumulator tile; matmul_tile would take 12 rows x 1 vector for a multiple of 12.
+SYMBOLIC_ROWS_HINT = 3
+
+
+def padded_tile(rows: "int | None", cols: "int | None", lanes: int,
+                itemsize: int) -> tuple[int, int]:
+    """The register tile of a matmul with symbolic rows or columns (None), as
+    :func:`matmul_tile` picks it for ``SYMBOLIC_ROWS_HINT`` rows and up to 4 vectors
+    of columns; a symbolic extent is padded to a multiple of the tile."""
+    return matmul_tile(rows if rows is not None else SYMBOLIC_ROWS_HINT,
+                       cols if cols is not None else 4 * lanes, lanes, itemsize)
+
+
+def _pad_axis(tensor, axis: int, multiple: int):
+    """``tensor`` with ``axis`` (symbolic) zero-padded to a multiple of ``multiple``."""
+    extent = tensor.shape[axis]
+    shape = list(tensor.shape)
+    shape[axis] = (extent + (multiple - 1)) // multiple * multiple
+
+    def compute(*idx):
+        zero = tvm.tirx.const(0, tensor.dtype)
+        return tvm.tirx.if_then_else(idx[axis] < extent, tensor[idx], zero)
+
+    return te.compute(shape, compute, name=f"{tensor.op.name}_pad")
 
 
 def _broadcast(batch_a, batch_b, ctx):
@@ -110,19 +157,23 @@ def schedule_matmul(sch, block, ctx):
     cache level (a 128x768x3072 dense ran at 2 GFLOP/s).
 
     Symbolic extents: a symbolic batch or reduction changes nothing (they are
-    outer loops); symbolic rows take a tile of one row (every split exact, no
-    tail); symbolic columns cannot be a vector tile and go to
-    :func:`_schedule_symbolic_columns`.
+    outer loops); symbolic rows and columns were padded by the template to whole
+    register tiles (``TILE_ATTR``), so the tile loops stay static and vectorized.
+    (Unpadded symbolic columns would go to :func:`_schedule_symbolic_columns`.)
     """
     shape = dims(sch.get(block).writes[0].source.shape)
     rows, cols = static_dim(shape[-2]), static_dim(shape[-1])
-    if cols is None:
+    padded = sch.get(block).annotations.get(TILE_ATTR)
+    if cols is None and padded is None:
         _schedule_symbolic_columns(sch, block, len(shape))
         return
     dtype = str(sch.get(block).writes[0].source.dtype)
     lanes = ctx.lanes(dtype)
-    rows_tile, cols_tile = matmul_tile(1 if rows is None else rows, cols, lanes,
-                                       tvm.runtime.DataType(dtype).bits // 8)
+    if padded is not None:  # symbolic extents padded to whole tiles by the template
+        rows_tile, cols_tile = (int(t) for t in padded)
+    else:
+        rows_tile, cols_tile = matmul_tile(1 if rows is None else rows, cols, lanes,
+                                           tvm.runtime.DataType(dtype).bits // 8)
     epilogue = inline_epilogue(sch, block)
     if epilogue is not None and \
             not same_shape(dims(sch.get(epilogue).writes[0].source.shape), shape):
@@ -160,8 +211,9 @@ def schedule_matmul(sch, block, ctx):
         k = rest[0]
         _register_tile(sch, ii, ji, rows_tile, cols_tile, lanes)
     sch.decompose_reduction(block, k)
-    if rows is not None:  # with symbolic rows the panel's reuse is unknown: read in place
-        _pack_b_panel(sch, block, outer, rows // rows_tile, cols_tile, lanes)
+    # Symbolic rows: a free batch / sequence length is taken to span several row tiles.
+    _pack_b_panel(sch, block, outer, 2 if rows is None else rows // rows_tile, cols_tile,
+                  lanes)
 
 
 def _schedule_symbolic_columns(sch, block, rank: int) -> None:
