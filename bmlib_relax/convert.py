@@ -45,8 +45,7 @@ from .legacy import load_lowerings, load_pattern_table, partition_with_legacy_fn
 from .legacy.lowerings import scoped_lowerings
 from .legacy.loader import LegacyModuleError
 from .preflight import (InputSpec, check_output_dir, input_file, parse_input_spec,  # noqa: F401
-                        read_model_text, refuse_to_replace, require_check_values, require_main,
-                        unique_specs)
+                        read_model_text, refuse_to_replace, require_main, unique_specs)
 from .progress import QUIET, Progress
 from .recipe import recipe_tensor
 from .relay import load_params, parse
@@ -206,7 +205,6 @@ def convert(model_path: str, outdir: str, *, params: Any = None,
             params = input_file(params, "params file")
         weights = load_params(params)
         unbound_inputs(module, weights, list(specs))
-        require_check_values(module, weights, specs)  # a dynamic input fails here, not built
     patterns = None
     reference = None  # with --partition-fn: the model as given, for --check
     if partition_fn:
@@ -294,15 +292,21 @@ def _convert_into(folder: str, module, weights, patterns, resolved,
     }
     feed, generated = _check_inputs(model.input_specs, specs)
     data["generated_inputs"] = generated
+    free = [s["name"] for s in model.input_specs if s["name"] in generated and
+            not all(isinstance(d, int) for d in s["shape"])]
+    if free:
+        warnings.append(f"input(s) {_names(free)} have symbolic dims: the library takes any "
+                        "size there; the outputs and the check are for size 1 (pin with "
+                        "--inputs NAME=SHAPE:DTYPE)")
     outputs = model(*feed)
-    if report.symbolic_dims:  # FLOPs of the run on the check inputs, symbolic dims evaluated
-        dims = report.dims_of_inputs(feed)
-        data["flops_run"] = {"dims": dims, **report.flops_for(dims)}
     # Output signature plus a checksum on the check inputs, so a shipped artifact can be
     # verified to reproduce them (``bmlib-relax run`` prints the same sums).
     data["outputs"] = [{"shape": list(o.shape), "dtype": str(o.dtype), "sum": _finite_sum(o)}
                        for o in (outputs if isinstance(outputs, tuple) else [outputs])]
     warnings.extend(_non_finite_warnings(outputs, generated))
+    if report.symbolic_dims:  # FLOPs of the run on the check inputs, symbolic dims evaluated
+        dims = report.dims_of_inputs(feed)
+        data["flops_run"] = {"dims": dims, **report.flops_for(dims)}
     if check:
         with progress.step("check against the plain Relax build"):
             data["check"] = _check(imported if reference is None else reference, partitioned,
@@ -366,10 +370,9 @@ def _check_inputs(specs: Sequence[dict], given: Mapping[str, InputSpec]
         if supplied is not None and supplied.data is not None:
             feed.append(supplied.data)
             continue
-        if not all(isinstance(d, int) for d in spec["shape"]):
-            raise ParamError(f"input {spec['name']!r} has dynamic shape {spec['shape']}; "
-                             "give one with --inputs name=shape:dtype", spec["name"])
-        feed.append(recipe_tensor(spec["name"], spec["shape"], spec["dtype"], "input"))
+        # A symbolic dim (a free batch) is checked at 1; the library takes any value.
+        shape = [d if isinstance(d, int) else 1 for d in spec["shape"]]
+        feed.append(recipe_tensor(spec["name"], shape, spec["dtype"], "input"))
         generated.append(spec["name"])
     return feed, generated
 

@@ -165,36 +165,3 @@ def require_main(module: Any) -> Any:
         raise ParseError(f"no def @main in the module (functions defined: {defined})", 1, 1,
                          module.source_name)
     return module
-
-
-def _dim_text(dim: Any) -> str:
-    return str(dim) if isinstance(dim, int) else "?"
-
-
-def require_check_values(module: Any, weights: Any, specs: Any) -> None:
-    """Refuse, before anything is compiled, a conversion that would build and then fail:
-    ``convert`` runs the model once (output checksums, ``--check``), so every input
-    with dynamic (``?``) dims needs its values or a shape from ``--inputs``.
-
-    (Relax takes the symbolic dims fine and bmlib offloads most ops on them; this is
-    about the values ``convert`` runs the model on, which nothing else can supply.)
-    """
-    main = module["main"]
-    for var in main.params:
-        if var.name in weights:
-            continue
-        ty = getattr(var, "type_annotation", None)
-        shape = getattr(ty, "shape", None)
-        spec = specs.get(var.name)
-        if spec is not None and (spec.data is not None or spec.shape is not None):
-            continue
-        if ty is None or shape is None:
-            continue  # untyped: import infers the type, the later check names it
-        if any(not isinstance(d, int) for d in shape):
-            dims = ", ".join(_dim_text(d) for d in shape)
-            example = ",".join(str(d) if isinstance(d, int) else "1" for d in shape)
-            raise ParamError(
-                f"input {var.name!r} has dynamic shape ({dims}): convert runs the model "
-                f"once on check inputs, so give them before anything is built: --inputs "
-                f"{var.name}={example}:{getattr(ty, 'dtype', 'float32')} (pins the shape) or "
-                f"--inputs {var.name}=values.npy", var.name)

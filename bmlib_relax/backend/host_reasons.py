@@ -16,7 +16,7 @@ import tvm
 from tvm import relax
 
 from .patterns import SUPPORTED_DTYPES
-from .templates import get_template, supports_symbolic_dims
+from .templates import get_template, supports_symbolic_dims, symbolic_batch_only
 
 NO_TEMPLATE = "no_template"
 DTYPE = "dtype_not_supported"
@@ -46,10 +46,11 @@ def _tensor_types(call: relax.Call) -> Iterable[Any]:
                 yield field
 
 
-def _is_static(ty: relax.TensorType) -> bool:
+def _is_static(ty: relax.TensorType, from_axis: int = 0) -> bool:
+    """Every dim from ``from_axis`` on is static."""
     shape = ty.shape
     return shape is not None and hasattr(shape, "values") and \
-        all(hasattr(d, "value") for d in shape.values)
+        all(hasattr(d, "value") for d in shape.values[from_axis:])
 
 
 def host_reason(call: relax.Call, table: Sequence[Any], var2val: dict) -> HostReason:
@@ -61,6 +62,10 @@ def host_reason(call: relax.Call, table: Sequence[Any], var2val: dict) -> HostRe
     dynamic = [ty for ty in types if not _is_static(ty)]
     if dynamic and not supports_symbolic_dims(op):
         return HostReason(op, DYNAMIC, f"dynamic shape {dynamic[0].shape}")
+    beyond_batch = [ty for ty in dynamic if not _is_static(ty, from_axis=1)]
+    if beyond_batch and symbolic_batch_only(op):
+        return HostReason(op, DYNAMIC, f"dynamic shape {beyond_batch[0].shape} (the template "
+                                       "takes a symbolic batch, the first dim, only)")
     dtypes = sorted({str(ty.dtype) for ty in types} - set(SUPPORTED_DTYPES))
     if dtypes:
         return HostReason(op, DTYPE, f"dtype {', '.join(dtypes)} (bmlib takes "

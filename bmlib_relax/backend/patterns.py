@@ -26,7 +26,7 @@ from tvm.relax.backend.utils import has_leaking_intermediate_variables
 from tvm.relax.dpl import DFPattern, is_const, is_op, is_tuple_get_item, wildcard
 from tvm.relax.transform import PatternCheckContext
 
-from .templates.registry import supports_symbolic_dims
+from .templates.registry import supports_symbolic_dims, symbolic_batch_only
 
 PREFIX = "bmlib"
 SUPPORTED_DTYPES = ("float32", "float16")
@@ -121,6 +121,18 @@ def _tensor_ok(ty, dtypes: tuple = SUPPORTED_DTYPES, symbolic: bool = False) -> 
     return all(symbolic or _is_static_dim(d) for d in ty.shape.values)
 
 
+def _batch_only(calls) -> bool:
+    """Whether an op of a match takes a symbolic batch only (see register_template)."""
+    return any(symbolic_batch_only(c.op.name) for c in calls
+               if isinstance(getattr(c, "op", None), tvm.ir.Op))
+
+
+def _takes_symbolic_dims(calls) -> bool:
+    """Whether every op of a match has a template that takes symbolic dims."""
+    return all(supports_symbolic_dims(c.op.name) for c in calls
+               if isinstance(getattr(c, "op", None), tvm.ir.Op))
+
+
 def _tensor_dims(ty) -> list:
     if isinstance(ty, relax.TupleType):
         return [d for f in ty.fields for d in _tensor_dims(f)]
@@ -146,12 +158,6 @@ def _symbolic_dims_bound(call) -> bool:
     return True
 
 
-def _takes_symbolic_dims(calls) -> bool:
-    """Whether every op of a match has a template that takes symbolic dims."""
-    return all(supports_symbolic_dims(c.op.name) for c in calls
-               if isinstance(getattr(c, "op", None), tvm.ir.Op))
-
-
 def _dtypes_of(expr) -> tuple:
     """Dtypes a call may read and produce: masks (bool) and indices (int32/int64)
     are the nature of comparisons, ``where`` and indexing; everything else is float."""
@@ -166,7 +172,14 @@ def check_tensors(context: PatternCheckContext) -> bool:
     exprs = [context.matched_expr, *context.annotated_expr.values(),
              *context.matched_bindings.values()]
     calls = [e for e in exprs if isinstance(e, relax.Call)]
-    symbolic = _takes_symbolic_dims(calls) and all(_symbolic_dims_bound(c) for c in calls)
+    # The ops of the match only: an operand a wildcard annotates (a host permute_dims
+    # feeding a conv) is produced outside and lowered by no template of this match.
+    ops = [e for e in (context.matched_expr, *context.matched_bindings.values())
+           if isinstance(e, relax.Call)]
+    symbolic = _takes_symbolic_dims(ops)
+    if symbolic and _batch_only(ops) and not only_batch_symbolic(context):
+        return False
+    symbolic = symbolic and all(_symbolic_dims_bound(c) for c in ops)
     read_by_selection = {id(a) for c in calls if _dtypes_of(c) != SUPPORTED_DTYPES
                          for a in c.args}
     for expr in exprs:

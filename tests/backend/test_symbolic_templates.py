@@ -127,16 +127,3 @@ def test_symbolic_extents_keep_the_register_tiled_matmul_schedule(kind):
     assert "T.where" not in script
     for extent in re.findall(r"T\.vectorized\(([^)]*)\)", script):
         assert re.fullmatch(r"(T\.int64\()?\d+\)?", extent), extent
-
-
-def test_convert_refuses_a_dynamic_input_without_check_values_before_building(tmp_path):
-    from bmlib_relax.convert import convert
-
-    model = tmp_path / "model.txt"
-    model.write_text('#[version = "0.0.5"]\ndef @main(%x: Tensor[(?, 8), float32]) {\n'
-                     '  nn.relu(%x)\n}\n')
-    out = tmp_path / "out"
-    with pytest.raises(bmlib_relax.ParamError, match=r"'x' has dynamic shape \(\?, 8\).*"
-                                                     r"--inputs x=1,8:float32"):
-        convert(str(model), str(out))
-    assert not out.exists() and list(tmp_path.iterdir()) == [model]  # nothing was written

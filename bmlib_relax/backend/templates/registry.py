@@ -40,18 +40,26 @@ SCHEDULES: Registry[ScheduleRule] = Registry("schedule rule", _load_families)
 
 # Ops whose template takes symbolic extents (``tir.Var`` dims from the Relax struct info).
 _SYMBOLIC_DIMS: set[str] = set()
+# Of those, the ops whose template takes a symbolic first dim (the batch) only.
+_SYMBOLIC_BATCH_ONLY: set[str] = set()
 
 
-def register_template(*op_names: str, symbolic_dims: bool = False
+def register_template(*op_names: str, symbolic_dims: bool | str = False
                       ) -> Callable[[Template], Template]:
     """Register ``fn`` as the TIR template of each Relax op (``relax.nn.conv2d`` ...).
 
     ``symbolic_dims=True`` declares that the template (and the schedule rules of
     the blocks it tags) accept tensors whose shapes hold symbolic dims, e.g. a
     free batch ``n``; the pattern checks offload such calls only then.
+    ``symbolic_dims="batch"``: only the first dim of each tensor may be symbolic
+    (convolutions and pools: channels and spatial dims size their blocking and tiles).
     """
+    if symbolic_dims not in (False, True, "batch"):
+        raise ValueError(f"symbolic_dims={symbolic_dims!r}: expected a bool or 'batch'")
     if symbolic_dims:
         _SYMBOLIC_DIMS.update(op_names)
+    if symbolic_dims == "batch":
+        _SYMBOLIC_BATCH_ONLY.update(op_names)
     return TEMPLATES.register(*op_names)
 
 
@@ -59,6 +67,12 @@ def supports_symbolic_dims(op_name: str) -> bool:
     """Whether the template of ``op_name`` takes symbolic dims (see register_template)."""
     TEMPLATES.get(op_name)  # loads the families, which fill _SYMBOLIC_DIMS
     return op_name in _SYMBOLIC_DIMS
+
+
+def symbolic_batch_only(op_name: str) -> bool:
+    """Whether the template of ``op_name`` takes a symbolic batch (first dim) only."""
+    TEMPLATES.get(op_name)
+    return op_name in _SYMBOLIC_BATCH_ONLY
 
 
 def register_schedule(*rule_names: str) -> Callable[[ScheduleRule], ScheduleRule]:

@@ -76,7 +76,7 @@ def repeat(call, inputs, ctx):
     return topi.repeat(data, int(call.attrs.repeats), int(axis))
 
 
-@register_template("relax.flip", symbolic_dims=True)
+@register_template("relax.flip")
 def flip(call, inputs, ctx):
     return topi.flip(inputs[0], int(call.attrs.axis))
 
