@@ -79,6 +79,7 @@ class ModelRunner:
         for spec, array in zip(specs, arrays):
             if spec is not None:
                 _check_input(spec, array)
+        _check_symbolic_dims([s for s in specs if s is not None], arrays)
         return arrays
 
     def __call__(self, *args: Any, **kwargs: Any):
@@ -128,6 +129,22 @@ def _check_input(spec: dict, array: np.ndarray) -> None:
         raise ParamError(
             f"input {spec['name']!r}: expected shape {tuple(spec['shape'])} dtype "
             f"{spec['dtype']}, got shape {array.shape} dtype {array.dtype}", spec["name"])
+
+
+def _check_symbolic_dims(specs: Sequence[dict], arrays: Sequence[np.ndarray]) -> None:
+    """A symbolic dim (``n``) shared by several inputs takes one value in a call: the
+    first input fixes it, a later one that disagrees is a ``ParamError`` naming both
+    (the VM would stop on a bare ``match_cast`` check)."""
+    seen: dict[str, tuple[int, str]] = {}
+    for spec, array in zip(specs, arrays):
+        for axis, (dim, size) in enumerate(zip(spec.get("shape") or [], array.shape)):
+            if not isinstance(dim, str) or not dim.isidentifier():
+                continue
+            if dim in seen and seen[dim][0] != size:
+                raise ParamError(
+                    f"input {spec['name']!r}: dim {axis} is the symbolic dim {dim}, which is "
+                    f"{size} here but {seen[dim][0]} in input {seen[dim][1]!r}", spec["name"])
+            seen.setdefault(dim, (int(size), spec["name"]))
 
 
 def to_numpy(value: Any):

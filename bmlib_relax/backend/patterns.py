@@ -25,6 +25,7 @@ from tvm.relax.backend.pattern_registry import get_patterns_with_prefix, registe
 from tvm.relax.backend.utils import has_leaking_intermediate_variables
 from tvm.relax.dpl import DFPattern, is_const, is_op, is_tuple_get_item, wildcard
 from tvm.relax.transform import PatternCheckContext
+from tvm.sym.analyzer import Analyzer
 
 from .templates.registry import supports_symbolic_dims, symbolic_batch_only
 
@@ -259,10 +260,25 @@ def check_conv2d_transpose(context: PatternCheckContext) -> bool:
 
 
 def check_matmul(context: PatternCheckContext) -> bool:
-    if not check_tensors(context):
+    if not check_tensors(context) or not _reduction_dims_agree(context):
         return False
     # The bias of a dense is added along the last axis (nn.bias_add's import form).
     return _bias_ok(context, "matmul", axis=-1)
+
+
+def _reduction_dims_agree(context: PatternCheckContext) -> bool:
+    """The two operands' reduction dims are provably equal.  Relax types
+    ``matmul(x: (n, k), w: (64, 64))`` without relating ``k`` to 64; a template would
+    then read past ``w`` when ``k`` > 64 at run time (TVM's own lowering reads a
+    part of it).  Such a matmul stays on the host."""
+    lhs, rhs = (_tensor_dims(getattr(context.annotated_expr[k], "ty", None))
+                for k in ("lhs", "rhs"))
+    if not lhs or not rhs:
+        return False
+    a, b = lhs[-1], rhs[-2] if len(rhs) > 1 else rhs[0]
+    if _is_static_dim(a) or _is_static_dim(b):
+        return _is_static_dim(a) and _is_static_dim(b) and int(a.value) == int(b.value)
+    return a.same_as(b) or bool(Analyzer().can_prove_equal(a, b))
 
 
 def check_dense(context: PatternCheckContext) -> bool:
