@@ -20,7 +20,7 @@ from typing import Any, Mapping, Optional
 
 import tvm
 from tvm import relax
-from tvm.sym.analyzer import Analyzer
+from tvm.sym.analyzer import Analyzer, ConstIntBound
 
 from ..errors import ArityMismatchError, SignatureMismatchError, UnboundShapeVarError
 from .codegen import PartitionRecord, is_bmlib_partition
@@ -92,6 +92,14 @@ class _DimMatcher:
     def __init__(self):
         self.forward: list[tuple[Any, Any]] = []  # (declared var, PrimFunc var)
         self.analyzer = Analyzer()
+        self.sizes: list[Any] = []  # declared vars known to be >= 0
+
+    def _sizes(self, expr) -> None:
+        """Every var of a declared shape is a size: ``min(0, n)`` is 0."""
+        for var in tvm.tirx.analysis.undefined_vars(expr):
+            if not any(var.same_as(v) for v in self.sizes):
+                self.sizes.append(var)
+                self.analyzer.update(var, ConstIntBound(0, ConstIntBound.POS_INF), override=True)
 
     def _mapped(self, var, side: int) -> Optional[Any]:
         for pair in self.forward:
@@ -116,6 +124,7 @@ class _DimMatcher:
             return _is_static(want) and _is_static(got) and int(want) == int(got)
         if isinstance(want, tvm.tirx.Var):
             return self.bind(want, got)
+        self._sizes(want)
         want, got = (d if str(d.ty) == "int64" else d.astype("int64") for d in (want, got))
         return bool(self.analyzer.can_prove_equal(want, got))
 

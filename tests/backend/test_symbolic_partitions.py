@@ -167,3 +167,17 @@ def test_a_symbolic_reshape_target_goes_into_the_partition(merge):
         data = np.random.default_rng(length).standard_normal((length, 4, 6)).astype("float32")
         (got,) = run(executable, [data])
         np.testing.assert_array_equal(got, np.maximum(data.reshape(length, 24), 0))
+
+
+def test_signature_check_knows_symbolic_dims_are_sizes():
+    # Relax writes a clamped slice length as min(n, 3) - min(n, 1); TE simplifies with
+    # n >= 0 in mind. Equal for every size n, so the check must accept it.
+    n, m = _vars("n", "m")
+    x = relax.Var("x", relax.TensorType([n, 4], "float32"))
+    zero = tirx.const(0, "int64")
+    func = relax.Function([x], relax.SeqExpr([], x),
+                          relax.TensorType([tirx.max(n - tirx.min(zero, n), zero), 4], "float32"))
+    p, = _vars("p")
+    check_prim_signature(func, _prim([(p, 4), (p, 4)]), "sizes")
+    with pytest.raises(SignatureMismatchError):
+        check_prim_signature(func, _prim([(p, 4), (p - 1, 4)]), "off by one")

@@ -59,6 +59,14 @@ CASES = {
         "%2 = expand_dims(%1, axis=0); %3 = squeeze(%2, axis=[0]); "
         "concatenate((%3, %3), axis=1)",
         lambda x: np.concatenate([x.transpose(2, 0, 1)] * 2, axis=1)),
+    "slices_and_splits": (
+        "%x: Tensor[(?, 8), float32]",
+        "%0 = strided_slice(%x, begin=[1, 2], end=[100, 8], strides=[2, 2]); "
+        "%1 = strided_slice(%x, begin=[-2], end=[1000], strides=[1], axes=[0]); "
+        "%2 = strided_slice(%x, begin=[4, 1], end=[0, 5], strides=[-1, 1]); "
+        "%3 = split(%x, indices_or_sections=[1, 3], axis=0); "
+        "%4 = split(%x, indices_or_sections=2, axis=1); (%0, %1, %2, %3.0, %3.2, %4.1)",
+        lambda x: (x[1:100:2, 2:8:2], x[-2:], x[4:0:-1, 1:5], x[:1], x[3:], x[:, 4:])),
     "batch_matmul_free_batch_and_length": (
         "%a: Tensor[(n, s, 16), float32], %b: Tensor[(n, 24, 16), float32]",
         "nn.batch_matmul(%a, %b, transpose_b=True)",
