@@ -91,7 +91,12 @@ class CompiledModel(ModelRunner):
         """Write a shared library loadable with ``bmlib_relax.load``, plus its own metadata
         (``d/a.so`` → ``d/a.json``: input signature, SHA-256 of the library and of
         ``files``), both atomically.  Returns the metadata path."""
-        return export_artifact(self.executable, os.fspath(path), self.input_specs, files=files)
+        from .flops import flops_text
+
+        flops = {"total": flops_text(self.report.flops_total),
+                 "offloaded": flops_text(self.report.flops_offloaded)}
+        return export_artifact(self.executable, os.fspath(path), self.input_specs, files=files,
+                               flops=flops)
 
 
 def unbound_inputs(module: ast.IRModule, weights: Mapping[str, Any],

@@ -10,7 +10,9 @@ its value for concrete dims, :func:`flops_text` its printed form.
 """
 from __future__ import annotations
 
+import ast
 import math
+import operator
 import re
 from typing import Any, Callable, Mapping, Sequence, Union
 
@@ -98,6 +100,37 @@ def evaluate_flops(value: Flops, dims: Mapping[str, int]) -> int:
         analyzer.bind(var, tvm.tirx.const(int(dims[str(var)]), var.ty))
     result = analyzer.simplify(value)
     return int(result.value)
+
+
+def evaluate_flops_text(text: str, dims: Mapping[str, int]) -> int:
+    """A count written by :func:`flops_text` (``"d0 * 8640 + d0 * d0 * 261"``, as an
+    artifact's metadata stores it) for concrete dims: integers, dim names, ``+ - *
+    //`` and parentheses only (anything else is a ``ValueError``; nothing is executed)."""
+    def walk(node):
+        if isinstance(node, ast.Expression):
+            return walk(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, int) and \
+                not isinstance(node.value, bool):
+            return node.value
+        if isinstance(node, ast.Name):
+            if node.id not in dims:
+                raise KeyError(node.id)
+            return int(dims[node.id])
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -walk(node.operand)
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+            return _OPERATORS[type(node.op)](walk(node.left), walk(node.right))
+        raise ValueError(f"not a FLOP formula: {text!r}")
+
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError:
+        raise ValueError(f"not a FLOP formula: {text!r}") from None
+    return walk(tree)
+
+
+_OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+              ast.FloorDiv: operator.floordiv}
 
 
 def per_unit(value: Flops) -> int:

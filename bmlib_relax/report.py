@@ -97,12 +97,9 @@ class OffloadReport:
 
     def dims_of_inputs(self, arrays: Sequence[Any]) -> dict[str, int]:
         """The symbolic dims (by name) that input ``arrays`` (in signature order) fix."""
-        found: dict[str, int] = {}
-        for spec, array in zip(self.signature.get("inputs", []), arrays):
-            for dim, size in zip(spec.get("shape") or [], getattr(array, "shape", ())):
-                if isinstance(dim, str) and dim.isidentifier():
-                    found.setdefault(dim, int(size))
-        return found
+        from .runtime import symbolic_dims_of
+
+        return symbolic_dims_of(self.signature.get("inputs", []), arrays)
 
     @property
     def offloaded_fraction(self) -> float:

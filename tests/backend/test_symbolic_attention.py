@@ -120,3 +120,21 @@ def test_merged_partition_takes_the_symbolic_dim_too():
         x = _input(length)
         np.testing.assert_allclose(merged(x), _numpy_attention(x, _params()),
                                    rtol=1e-4, atol=1e-4)
+
+
+def test_exported_library_reports_the_flops_of_a_run(unpinned, tmp_path):
+    from conftest import cli
+
+    path = tmp_path / "attention.so"
+    unpinned.export_library(str(path))
+    loaded = bmlib_relax.load(str(path))
+    x = _input(17)
+    np.testing.assert_array_equal(loaded(x), unpinned(x))
+    want = unpinned.flops(x)
+    assert loaded.flops(x) == {"total": want["total"], "offloaded": want["offloaded"],
+                               "dims": {unpinned.report.symbolic_dims[0]: 17}}
+    np.save(tmp_path / "x.npy", x)
+    proc = cli("run", path, "--input", f"x={tmp_path / 'x.npy'}")
+    assert proc.returncode == 0, proc.stderr
+    assert f"FLOPs: {want['total']:,} ({want['offloaded']:,} on bmlib) for " \
+           f"{unpinned.report.symbolic_dims[0]}=17" in proc.stdout

@@ -49,3 +49,14 @@ def test_inputs_disagreeing_on_a_shared_symbolic_dim_are_a_param_error():
                        match=r"input 'y': dim 0 is the symbolic dim n, which is 4 here but 3 "
                              r"in input 'x'"):
         model(ones, np.ones((4, 8), "float32"))
+
+
+def test_flop_formulas_from_metadata_are_evaluated_not_executed():
+    from bmlib_relax.flops import evaluate_flops_text
+
+    assert evaluate_flops_text("n * (2 + m) - n // 2", {"n": 4, "m": 3}) == 18
+    for text in ('__import__("os").getcwd()', "n ** 2", "n.real", "[n]", "n if n else 1"):
+        with pytest.raises(ValueError, match="not a FLOP formula"):
+            evaluate_flops_text(text, {"n": 4})
+    with pytest.raises(KeyError, match="m"):
+        evaluate_flops_text("n * m", {"n": 4})
