@@ -135,3 +135,20 @@ def test_symbolic_extents_keep_the_register_tiled_matmul_schedule(kind):
     assert "T.where" not in script
     for extent in re.findall(r"T\.vectorized\(([^)]*)\)", script):
         assert re.fullmatch(r"(T\.int64\()?\d+\)?", extent), extent
+
+
+def test_softmax_runs_row_parallel_in_one_pass_per_row():
+    text = '#[version = "0.0.5"]\ndef @main(%x: Tensor[(?, ?), float32]) {\n  nn.softmax(%x)\n}\n'
+    imported = import_relay(as_relay_module(text), {}, flatten_tuple_inputs=True)
+    ((prim, record),) = lower_and_verify(partition_for_bmlib(imported)).values()
+    script = prim.script()
+    assert not record.unscheduled
+    # one parallel loop over the rows holds the max, exp, sum and normalisation
+    assert script.count("T.parallel") == 1 and "T.exp(" not in script
+    body = script.split("T.parallel", 1)[1]
+    for block in ("bmlib_softmax_max", "T_fast_exp", "bmlib_softmax_sum", "bmlib_softmax"):
+        assert f'T.sblock("{block}")' in body
+    model = bmlib_relax.compile(text)
+    for rows, cols in ((1, 1), (3, 300), (33, 17)):
+        x = _rand(rows, cols, seed=cols) * 10
+        np.testing.assert_allclose(model(x), _softmax(x, -1), rtol=1e-5, atol=1e-6)
