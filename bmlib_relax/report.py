@@ -220,10 +220,19 @@ def _flops_of(func: relax.Function) -> Flops:
     return simplify_flops(walk(func.body))
 
 
-def _at_call_site(flops: Flops, func: relax.Function, call: relax.Call) -> Flops:
-    """A partition's FLOPs in the symbolic dims of the arguments ``call`` passes."""
+def _in_caller_dims(flops: Flops, func: relax.Function, name: str,
+                    mod: tvm.IRModule) -> Flops:
+    """A partition's FLOPs in its caller's symbolic dims: a partition has symbolic vars
+    of its own (``d0`` in each), mapped through its (first) call site's arguments, so
+    the model's total is one formula of ``main``'s dims."""
     if not is_symbolic(flops):
         return flops
+    calls = [call for site, call in partition_call_sites(mod) if site == name]
+    return _at_call_site(flops, func, calls[0]) if calls else flops
+
+
+def _at_call_site(flops: Flops, func: relax.Function, call: relax.Call) -> Flops:
+    """A partition's FLOPs in the symbolic dims of the arguments ``call`` passes."""
     mapping = []
     for param, arg in zip(func.params, call.args):
         shape, given = getattr(param.ty, "shape", None), getattr(arg.ty, "shape", None)
@@ -276,20 +285,14 @@ def build_report(partitioned: tvm.IRModule,
     if "main" in [g.name_hint for g in partitioned.functions]:
         main = partitioned["main"]
         report.signature = {"inputs": input_specs(main), "outputs": output_specs(main)}
-    sites = partition_call_sites(partitioned)
-    calls = Counter(name for name, _ in sites)
+    calls = Counter(name for name, _ in partition_call_sites(partitioned))
     for gvar, func in partitioned.functions.items():
         if not is_bmlib_partition(func):
             continue
         record = records.get(gvar.name_hint)
         if record is None:
             continue
-        # A partition has symbolic dims of its own: its FLOPs are counted in those of
-        # each call site (main's), so the model's total is one formula of main's dims.
-        own = _flops_of(func)
-        per_site = [_at_call_site(own, func, call) for name, call in sites
-                    if name == gvar.name_hint] or [own]
-        flops = per_site[0]
+        flops = _in_caller_dims(_flops_of(func), func, gvar.name_hint, partitioned)
         count = calls.get(gvar.name_hint, 1)
         report.partitions.append(PartitionInfo(
             name=record.name, composites=list(record.composites), ops=list(record.ops),
@@ -297,12 +300,10 @@ def build_report(partitioned: tvm.IRModule,
             unscheduled=[str(b) for b in record.unscheduled]))
         for _ in range(count):
             report.ops_offloaded.update(record.ops)
-        report.flops_offloaded += sum(per_site[1:], per_site[0]) if sites else own * count
+        report.flops_offloaded += flops * count
     report.partitions.sort(key=lambda p: p.name)
     report.ops_host = host_ops(partitioned)
-    report.flops_offloaded = simplify_flops(report.flops_offloaded)
-    report.flops_host = simplify_flops(sum(_flops_of(func) for func in
-                                           _host_functions(partitioned)))
+    report.flops_host = sum(_flops_of(func) for func in _host_functions(partitioned))
     if report.ops_host:
         report.host_reasons = host_reasons(
             partitioned, _host_functions(partitioned),

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import tvm
 from tvm import relax, te, tirx
 from tvm.script import relax as R
 
