@@ -38,6 +38,13 @@ CASES = {
         "%x: Tensor[(?, 16), float32], %y: Tensor[(16), float32]",
         "%0 = add(%x, %y); %1 = sigmoid(%0); %2 = multiply(%1, %x); clip(%2, a_min=-1f, a_max=1f)",
         lambda x, y: np.clip(x * (1 / (1 + np.exp(-(x + y)))), -1, 1)),
+    "activations_and_casts": (
+        "%x: Tensor[(?, 4, 3), float32], %a: Tensor[(4), float32]",
+        "%0 = nn.prelu(%x, %a, axis=1); %1 = nn.leaky_relu(%0, alpha=0.1f); "
+        "%2 = cast(%1, dtype=\"float16\"); %3 = cast(%2, dtype=\"float32\"); "
+        "%4 = abs(%3); %5 = add(%4, 1f); %6 = log(%5); power(%6, 2f)",
+        lambda x, a: np.log(np.abs(_leaky(_leaky(x, a[None, :, None]), 0.1).astype(
+            "float16").astype("float32")) + 1) ** 2),
     "reductions": (
         "%x: Tensor[(?, 3, 8), float32]",
         "%0 = mean(%x, axis=[0, 2], keepdims=True); %1 = sum(%x, axis=[1]); "
@@ -72,6 +79,10 @@ CASES = {
         "nn.batch_matmul(%a, %b, transpose_b=True)",
         lambda a, b: a @ b.transpose(0, 2, 1)),
 }
+
+
+def _leaky(x, slope):
+    return np.where(x > 0, x, x * slope)
 
 
 def _softmax(x, axis):

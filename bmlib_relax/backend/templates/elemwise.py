@@ -103,6 +103,6 @@ for _name, _fn in MATH.items():
     register_template(_name, symbolic_dims=True)(elementwise_template(_fn))
 
 
-@register_template("relax.nn.prelu")
+@register_template("relax.nn.prelu", symbolic_dims=True)
 def prelu(call, inputs, ctx):
     return topi.nn.prelu(inputs[0], inputs[1], int(call.attrs.axis))
