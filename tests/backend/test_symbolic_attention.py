@@ -138,3 +138,25 @@ def test_exported_library_reports_the_flops_of_a_run(unpinned, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert f"FLOPs: {want['total']:,} ({want['offloaded']:,} on bmlib) for " \
            f"{unpinned.report.symbolic_dims[0]}=17" in proc.stdout
+
+
+def test_convert_without_pinning_records_the_flop_formulas(tmp_path):
+    import json
+    from pathlib import Path
+
+    import jsonschema
+
+    from bmlib_relax.convert import REPORT_SCHEMA_PATH, convert
+
+    model = tmp_path / "attention.txt"
+    model.write_text(ATTENTION)
+    params = tmp_path / "attention.npz"
+    np.savez(params, **_params())
+    result = convert(str(model), str(tmp_path / "out"), params=str(params))
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    jsonschema.validate(report, json.loads(Path(REPORT_SCHEMA_PATH).read_text()))
+    assert report["ops_host"] == {} and report["partitions"]
+    (dim,) = report["flops_symbolic"]["dims"]
+    run = report["flops_run"]  # the run on the generated check inputs
+    assert run["total"] == result.model.report.flops_for(run["dims"])["total"] > 0
+    assert set(run["dims"]) == {dim}
