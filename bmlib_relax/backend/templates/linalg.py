@@ -5,6 +5,10 @@ the schedule vectorizes the output columns ``N`` — contiguous in both the
 weight and the output — in a register tile of a few rows by a few vectors,
 with the reduction outside the tile and the element-wise epilogue (bias,
 activation) computed per tile.
+
+Symbolic rows or columns (a free batch or sequence length) are zero-padded
+inside the PrimFunc to whole register tiles and the padding dropped after, so
+the tile loops stay static: the padding is the guarded tail.
 """
 from __future__ import annotations
 
@@ -158,15 +162,14 @@ def schedule_matmul(sch, block, ctx):
 
     Symbolic extents: a symbolic batch or reduction changes nothing (they are
     outer loops); symbolic rows and columns were padded by the template to whole
-    register tiles (``TILE_ATTR``), so the tile loops stay static and vectorized.
-    (Unpadded symbolic columns would go to :func:`_schedule_symbolic_columns`.)
+    register tiles (``TILE_ATTR``), so the tile loops stay static and vectorized
+    (a symbolic extent is never a TIR vector).
     """
     shape = dims(sch.get(block).writes[0].source.shape)
     rows, cols = static_dim(shape[-2]), static_dim(shape[-1])
     padded = sch.get(block).annotations.get(TILE_ATTR)
-    if cols is None and padded is None:
-        _schedule_symbolic_columns(sch, block, len(shape))
-        return
+    if cols is None and padded is None:  # the template pads symbolic columns
+        raise ValueError("a matmul with symbolic columns that were not padded to tiles")
     dtype = str(sch.get(block).writes[0].source.dtype)
     lanes = ctx.lanes(dtype)
     if padded is not None:  # symbolic extents padded to whole tiles by the template
@@ -214,21 +217,6 @@ def schedule_matmul(sch, block, ctx):
     # Symbolic rows: a free batch / sequence length is taken to span several row tiles.
     _pack_b_panel(sch, block, outer, 2 if rows is None else rows // rows_tile, cols_tile,
                   lanes)
-
-
-def _schedule_symbolic_columns(sch, block, rank: int) -> None:
-    """(batch, rows) parallel | reduction | columns: a symbolic column extent is never
-    a TIR vector (a guarded vector loop is scalarised); left as the innermost serial
-    loop of unit-stride accesses, LLVM's loop vectorizer turns it into vector code
-    with a runtime remainder.  The epilogue is left to the generic rules."""
-    loops = sch.get_loops(block)
-    spatial, reduction = loops[:rank], loops[rank:]
-    batch_rows, j = spatial[:-1], spatial[-1]
-    sch.reorder(*batch_rows, *reduction, j)
-    outer = sch.fuse(*batch_rows) if len(batch_rows) > 1 else batch_rows[0]
-    sch.parallel(outer)
-    if reduction:
-        sch.decompose_reduction(block, reduction[0])
 
 
 def _register_tile(sch, ii, ji, rows_tile: int, cols_tile: int, lanes: int) -> None:
