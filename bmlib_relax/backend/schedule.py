@@ -120,8 +120,13 @@ def divisor_at_most(n: int, limit: int) -> int:
 
 
 def parallelize(sch: s_tir.Schedule, loops, work: int) -> None:
-    """Fuse leading ``loops`` until there are enough iterations, and run them in parallel."""
-    if not loops or work < PARALLEL_MIN_WORK:
+    """Fuse leading ``loops`` until there are enough iterations, and run them in parallel.
+
+    ``work`` counts a symbolic extent as 1; a block with a symbolic outer loop (a free
+    batch or sequence length: rows of a layer_norm, an element-wise pass) is taken to
+    be worth a parallel loop whatever its per-row work."""
+    if not loops or (work < PARALLEL_MIN_WORK and
+                     all(static_extent(sch.get(loop).extent) is not None for loop in loops)):
         return
     extents = loop_extents(sch, loops)
     count, total = 0, 1
@@ -130,7 +135,7 @@ def parallelize(sch: s_tir.Schedule, loops, work: int) -> None:
         count += 1
         total *= ext
         symbolic |= static_extent(sch.get(loop).extent) is None
-        if total >= PARALLEL_MIN_ITERS:
+        if total >= PARALLEL_MIN_ITERS or symbolic:  # a symbolic extent: enough on its own
             break
     if total < 2 and not symbolic:
         return

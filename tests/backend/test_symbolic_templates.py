@@ -163,3 +163,18 @@ def test_softmax_runs_row_parallel_in_one_pass_per_row():
     for rows, cols in ((1, 1), (3, 300), (33, 17)):
         x = _rand(rows, cols, seed=cols) * 10
         np.testing.assert_allclose(model(x), _softmax(x, -1), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("body", ["nn.layer_norm(%x, %g, %g, axis=-1)",
+                                  "%0 = add(%x, %g); nn.relu(%0)"])
+def test_row_wise_blocks_over_a_free_dim_run_in_parallel(body):
+    # work per row is small (64 elements), but a free dim is taken to be large: the
+    # rows are a parallel loop, the static row is vectorized
+    text = ('#[version = "0.0.5"]\ndef @main(%x: Tensor[(?, 64), float32], '
+            f'%g: Tensor[(64), float32]) {{\n  {body}\n}}\n')
+    imported = import_relay(as_relay_module(text), {"g": _rand(64)}, flatten_tuple_inputs=True)
+    ((prim, record),) = lower_and_verify(partition_for_bmlib(imported)).values()
+    script = prim.script()
+    assert not record.unscheduled
+    assert re.search(r"T\.parallel\([^)]*d0", script), script
+    assert "T.vectorized" in script
