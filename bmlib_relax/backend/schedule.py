@@ -128,6 +128,8 @@ def parallelize(sch: s_tir.Schedule, loops, work: int) -> None:
     if not loops or (work < PARALLEL_MIN_WORK and
                      all(static_extent(sch.get(loop).extent) is not None for loop in loops)):
         return
+    if len(loops) > 1 and static_extent(sch.get(loops[-1]).extent) is None:
+        loops = loops[:-1]  # a symbolic last loop (never vectorized) stays a serial row
     extents = loop_extents(sch, loops)
     count, total = 0, 1
     symbolic = False
@@ -135,7 +137,7 @@ def parallelize(sch: s_tir.Schedule, loops, work: int) -> None:
         count += 1
         total *= ext
         symbolic |= static_extent(sch.get(loop).extent) is None
-        if total >= PARALLEL_MIN_ITERS or symbolic:  # a symbolic extent: enough on its own
+        if total >= PARALLEL_MIN_ITERS:
             break
     if total < 2 and not symbolic:
         return
