@@ -178,8 +178,10 @@ def schedule_matmul(sch, block, ctx):
         rows_tile, cols_tile = matmul_tile(1 if rows is None else rows, cols, lanes,
                                            tvm.runtime.DataType(dtype).bits // 8)
     epilogue = inline_epilogue(sch, block)
+    unpadded = None  # with padding: the epilogue that reads the padded result
     if epilogue is not None and \
             not same_shape(dims(sch.get(epilogue).writes[0].source.shape), shape):
+        unpadded = epilogue if padded is not None else None
         epilogue = None  # a reshape follows: schedule the matmul on its own
     anchor = epilogue if epilogue is not None else block
     loops = sch.get_loops(anchor)
@@ -214,9 +216,29 @@ def schedule_matmul(sch, block, ctx):
         k = rest[0]
         _register_tile(sch, ii, ji, rows_tile, cols_tile, lanes)
     sch.decompose_reduction(block, k)
+    if unpadded is not None:
+        _epilogue_per_tile(sch, unpadded, io, lanes if cols is not None else None, ctx)
     # Symbolic rows: a free batch / sequence length is taken to span several row tiles.
     _pack_b_panel(sch, block, outer, 2 if rows is None else rows // rows_tile, cols_tile,
                   lanes)
+
+
+def _epilogue_per_tile(sch, epilogue, io, lanes, ctx) -> None:
+    """Copy each tile out of the padded result (with the bias / activation) right after
+    it is computed, while it is in L1, instead of in a pass of its own.  Its rows are
+    vectorized when the columns are static (``lanes``): only the padded rows are
+    guarded then; padded columns leave a guarded scalar row to LLVM."""
+    try:
+        sch.reverse_compute_at(epilogue, io)
+    except Exception:  # noqa: BLE001 - then the epilogue runs as a pass of its own
+        return
+    ctx.done.add(str(sch.get(epilogue).name_hint))
+    if lanes is not None:
+        column = sch.get_loops(epilogue)[-1]
+        if static_dim(sch.get(column).extent) is not None and \
+                static_dim(sch.get(column).extent) % lanes == 0:
+            _, vector = sch.split(column, [None, lanes])
+            sch.vectorize(vector)
 
 
 def _register_tile(sch, ii, ji, rows_tile: int, cols_tile: int, lanes: int) -> None:
