@@ -197,12 +197,25 @@ def _run(args: argparse.Namespace) -> int:
     for i, out in enumerate(outputs):
         print(f"out{i}: shape {tuple(out.shape)} dtype {out.dtype} "
               f"min {out.min():.6g} max {out.max():.6g} sum {out.astype(np.float64).sum():.6g}")
+    _print_flops(model, feed)
     if args.print_time:
         _print_time(model, feed, args.repeat, args.number)
     if args.output:
         np.savez(args.output, **{f"out{i}": o for i, o in enumerate(outputs)})
         print(f"wrote {args.output}")
     return EXIT_OK
+
+
+def _print_flops(model, feed: dict) -> None:
+    """The FLOPs of this run (formulas of the symbolic dims evaluated for these inputs),
+    when the artifact records them."""
+    flops_of = getattr(model, "flops", None)  # a remote (RPC) model has no metadata here
+    flops = flops_of(**feed) if flops_of is not None and model.input_names else None
+    if flops is None:
+        return
+    dims = ", ".join(f"{k}={v}" for k, v in sorted(flops["dims"].items()))
+    print(f"FLOPs: {flops['total']:,} ({flops['offloaded']:,} on bmlib)"
+          + (f" for {dims}" if dims else ""))
 
 
 def _print_time(model, feed: dict, repeat: int, number: int) -> None:

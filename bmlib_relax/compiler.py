@@ -80,11 +80,23 @@ class CompiledModel(ModelRunner):
         self.report = report
         report.inputs = [dict(s) for s in specs]
 
+    def flops(self, *args: Any, **kwargs: Any) -> dict[str, int]:
+        """``{"total", "offloaded", "host"}`` FLOPs of one run on these inputs: with
+        symbolic dims (a free batch or sequence length) the report's formulas evaluated
+        at the dims the inputs' shapes give."""
+        arrays = self._arrange(args, kwargs)
+        return self.report.flops_for(self.report.dims_of_inputs(arrays))
+
     def export_library(self, path: str, files: Sequence[str] = ()) -> str:
         """Write a shared library loadable with ``bmlib_relax.load``, plus its own metadata
         (``d/a.so`` → ``d/a.json``: input signature, SHA-256 of the library and of
         ``files``), both atomically.  Returns the metadata path."""
-        return export_artifact(self.executable, os.fspath(path), self.input_specs, files=files)
+        from .flops import flops_text
+
+        flops = {"total": flops_text(self.report.flops_total),
+                 "offloaded": flops_text(self.report.flops_offloaded)}
+        return export_artifact(self.executable, os.fspath(path), self.input_specs, files=files,
+                               flops=flops)
 
 
 def unbound_inputs(module: ast.IRModule, weights: Mapping[str, Any],

@@ -304,6 +304,9 @@ def _convert_into(folder: str, module, weights, patterns, resolved,
     data["outputs"] = [{"shape": list(o.shape), "dtype": str(o.dtype), "sum": _finite_sum(o)}
                        for o in (outputs if isinstance(outputs, tuple) else [outputs])]
     warnings.extend(_non_finite_warnings(outputs, generated))
+    if report.symbolic_dims:  # FLOPs of the run on the check inputs, symbolic dims evaluated
+        dims = report.dims_of_inputs(feed)
+        data["flops_run"] = {"dims": dims, **report.flops_for(dims)}
     if check:
         with progress.step("check against the plain Relax build"):
             data["check"] = _check(imported if reference is None else reference, partitioned,

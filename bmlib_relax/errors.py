@@ -164,6 +164,21 @@ class SignatureMismatchError(ArityMismatchError):
                   f"{actual} but the partition function declares {expected}")
 
 
+class UnboundShapeVarError(CodegenError):
+    """A partition whose shapes use a symbolic dim that no parameter's shape holds as a
+    whole dim (an output-only ``m``, or ``n`` only inside ``2 * n``): the PrimFunc takes
+    its symbolic dims from its input buffers, so it could not know that dim."""
+
+    def __init__(self, partition: str, role: str, shape: str, var: str):
+        self.partition = partition
+        self.role = role
+        self.var = var
+        super().__init__(
+            f"partition {partition!r}: {role} has shape {shape}, whose symbolic dim {var} "
+            "is not a dim of any parameter; a bmlib PrimFunc binds its symbolic dims from "
+            "its parameters' shapes only")
+
+
 class TargetError(BmlibError, ValueError):
     """A target TVM 0.27 would refuse or misread; the message spells the dict form."""
 

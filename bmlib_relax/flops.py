@@ -3,17 +3,27 @@
 A multiply-add counts as 2 FLOPs.  Element-wise ops count 1 per output
 element, reductions and pooling 1 per element read.  Ops without a counter
 (data movement, casts) count 0.
+
+With symbolic dims (a free batch ``n``, a sequence length ``d0``) a count is a
+PrimExpr of them (``4096 * d0 + 128 * d0 * d0``): :func:`evaluate_flops` gives
+its value for concrete dims, :func:`flops_text` its printed form.
 """
 from __future__ import annotations
 
+import ast
 import math
-from typing import Callable
+import operator
+import re
+from typing import Any, Callable, Mapping, Sequence, Union
 
+import tvm
 from tvm import relax
+from tvm.sym.analyzer import Analyzer
 
 from .registry import Registry
 
-FlopCounter = Callable[[relax.Call], int]
+Flops = Union[int, "tvm.tirx.PrimExpr"]  # a PrimExpr of the symbolic dims when there are any
+FlopCounter = Callable[[relax.Call], Flops]
 
 COUNTERS: Registry[FlopCounter] = Registry("FLOP counter for Relax op")
 
@@ -23,28 +33,124 @@ def register_flops(*op_names: str) -> Callable[[FlopCounter], FlopCounter]:
     return COUNTERS.register(*op_names)
 
 
-def count_flops(call: relax.Call) -> int:
-    """FLOPs of one Relax op call (0 for ops without a counter or with dynamic shapes)."""
+def count_flops(call: relax.Call) -> Flops:
+    """FLOPs of one Relax op call: an int, or a PrimExpr of its symbolic dims (0 for ops
+    without a counter or of unknown rank)."""
     counter = COUNTERS.get(getattr(call.op, "name", ""))
     if counter is None:
         return 0
     try:
-        return int(counter(call))
-    except (TypeError, ValueError, AttributeError):  # dynamic shapes: nothing to count
+        return simplify_flops(counter(call))
+    except (TypeError, ValueError, AttributeError):  # unknown rank: nothing to count
         return 0
+
+
+def simplify_flops(value: Flops) -> Flops:
+    """An int for a static count, else the simplified int64 PrimExpr."""
+    if isinstance(value, int):
+        return value
+    if isinstance(value, tvm.tirx.IntImm):
+        return int(value.value)
+    if str(value.ty) != "int64":
+        value = value.astype("int64")
+    value = Analyzer().simplify(value)
+    return int(value.value) if isinstance(value, tvm.tirx.IntImm) else value
+
+
+def is_symbolic(value: Flops) -> bool:
+    return not isinstance(simplify_flops(value), int)
+
+
+def flops_vars(value: Flops) -> list[str]:
+    """Names of the symbolic dims a count depends on, sorted."""
+    if not is_symbolic(value):
+        return []
+    return sorted({str(v) for v in tvm.tirx.analysis.undefined_vars(simplify_flops(value))})
+
+
+def flops_text(value: Flops) -> str:
+    """A count as text: ``"1024"`` or ``"d0*4096 + d0*d0*128"``."""
+    value = simplify_flops(value)
+    return str(value) if isinstance(value, int) else \
+        re.sub(r"T\.int64\((-?\d+)\)", r"\1", str(value))
+
+
+def substitute_dims(value: Flops, mapping: Sequence[tuple[Any, Any]]) -> Flops:
+    """``value`` with each ``(var, expr)`` of ``mapping`` substituted (a partition's
+    own symbolic dims replaced by those of its call site in ``main``)."""
+    if not is_symbolic(value) or not mapping:
+        return simplify_flops(value)
+    analyzer = Analyzer()
+    for var, expr in mapping:
+        expr = expr if str(expr.ty) == str(var.ty) else expr.astype(str(var.ty))
+        analyzer.bind(var, expr)
+    return simplify_flops(analyzer.simplify(simplify_flops(value)))
+
+
+def evaluate_flops(value: Flops, dims: Mapping[str, int]) -> int:
+    """The count for concrete values of its symbolic dims (by name); a ``KeyError``
+    names a dim ``dims`` does not give."""
+    value = simplify_flops(value)
+    if isinstance(value, int):
+        return value
+    analyzer = Analyzer()
+    for var in tvm.tirx.analysis.undefined_vars(value):
+        if str(var) not in dims:
+            raise KeyError(str(var))
+        analyzer.bind(var, tvm.tirx.const(int(dims[str(var)]), var.ty))
+    result = analyzer.simplify(value)
+    return int(result.value)
+
+
+def evaluate_flops_text(text: str, dims: Mapping[str, int]) -> int:
+    """A count written by :func:`flops_text` (``"d0 * 8640 + d0 * d0 * 261"``, as an
+    artifact's metadata stores it) for concrete dims: integers, dim names, ``+ - *
+    //`` and parentheses only (anything else is a ``ValueError``; nothing is executed)."""
+    def walk(node):
+        if isinstance(node, ast.Expression):
+            return walk(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, int) and \
+                not isinstance(node.value, bool):
+            return node.value
+        if isinstance(node, ast.Name):
+            if node.id not in dims:
+                raise KeyError(node.id)
+            return int(dims[node.id])
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -walk(node.operand)
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+            return _OPERATORS[type(node.op)](walk(node.left), walk(node.right))
+        raise ValueError(f"not a FLOP formula: {text!r}")
+
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError:
+        raise ValueError(f"not a FLOP formula: {text!r}") from None
+    return walk(tree)
+
+
+_OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+              ast.FloorDiv: operator.floordiv}
+
+
+def per_unit(value: Flops) -> int:
+    """The count with every symbolic dim 1: per sample (per token) for a model linear in
+    its free dims; the integer the report's ``flops_*`` fields hold."""
+    return evaluate_flops(value, {name: 1 for name in flops_vars(value)})
 
 
 def has_counter(op_name: str) -> bool:
     return op_name in COUNTERS
 
 
-def _shape(ty) -> list[int]:
+def _shape(ty) -> list:
+    """Static dims as ints, symbolic ones as their (int64) PrimExprs."""
     if isinstance(ty, relax.TupleType):
         ty = ty.fields[0]
-    return [int(d) for d in ty.shape.values]
+    return [int(d.value) if isinstance(d, tvm.tirx.IntImm) else d for d in ty.shape.values]
 
 
-def _elements(ty) -> int:
+def _elements(ty) -> Flops:
     return math.prod(_shape(ty))
 
 

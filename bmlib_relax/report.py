@@ -16,7 +16,8 @@ from tvm import relax
 from .backend.codegen import PartitionRecord, is_bmlib_partition
 from .backend.host_reasons import host_reasons
 from .backend.verify import partition_call_sites
-from .flops import count_flops
+from .flops import (Flops, count_flops, evaluate_flops, flops_text, flops_vars, is_symbolic,
+                    per_unit, simplify_flops, substitute_dims)
 
 # Bookkeeping ops that are not computation.
 _NON_OPS = {"relax.call_dps_packed", "relax.call_tir", "relax.call_pure_packed"}
@@ -30,7 +31,8 @@ class PartitionInfo:
     ops: list[str]
     num_params: int
     num_args: int
-    flops: int = 0  # per call
+    # per call: an int, or a PrimExpr of the symbolic dims (see bmlib_relax.flops)
+    flops: Flops = 0
     calls: int = 1  # structurally equal partitions are one function called several times
     # "block (rule: reason)" of blocks whose schedule rule was rolled back (slow, correct)
     unscheduled: list[str] = field(default_factory=list)
@@ -42,11 +44,14 @@ class PartitionInfo:
         return len(self.unscheduled)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "composites": list(self.composites), "ops": list(self.ops),
+        data = {"name": self.name, "composites": list(self.composites), "ops": list(self.ops),
                 "num_params": self.num_params, "num_args": self.num_args,
-                "flops": self.flops, "calls": self.calls,
+                "flops": per_unit(self.flops), "calls": self.calls,
                 "unscheduled_blocks": self.unscheduled_blocks,
                 "unscheduled": list(self.unscheduled), "dtypes": dict(self.dtypes)}
+        if is_symbolic(self.flops):
+            data["flops_expr"] = flops_text(self.flops)
+        return data
 
 
 @dataclass
@@ -54,8 +59,9 @@ class OffloadReport:
     partitions: list[PartitionInfo] = field(default_factory=list)
     ops_offloaded: Counter = field(default_factory=Counter)
     ops_host: Counter = field(default_factory=Counter)
-    flops_offloaded: int = 0
-    flops_host: int = 0
+    # ints, or PrimExprs of the model's symbolic dims (a free batch / sequence length)
+    flops_offloaded: Flops = 0
+    flops_host: Flops = 0
     # why each host op stayed there: HostReason -> count
     host_reasons: Counter = field(default_factory=Counter)
     # what it was built with and for: target, versions, input/output signature of main
@@ -75,21 +81,53 @@ class OffloadReport:
         return sum(self.ops_offloaded.values())
 
     @property
-    def flops_total(self) -> int:
-        return self.flops_offloaded + self.flops_host
+    def flops_total(self) -> Flops:
+        return simplify_flops(self.flops_offloaded + self.flops_host)
+
+    @property
+    def symbolic_dims(self) -> list[str]:
+        """Names of the symbolic dims the FLOP counts depend on (empty when static)."""
+        return sorted(set(flops_vars(self.flops_offloaded)) | set(flops_vars(self.flops_host)))
+
+    def flops_for(self, dims: Mapping[str, int]) -> dict[str, int]:
+        """``{"total", "offloaded", "host"}`` FLOPs for concrete symbolic dims (by name,
+        e.g. ``{"d0": 17}``); a ``ParamError`` names a dim that is not given."""
+        from .errors import ParamError
+
+        try:
+            offloaded = evaluate_flops(self.flops_offloaded, dims)
+            host = evaluate_flops(self.flops_host, dims)
+        except KeyError as exc:
+            raise ParamError(f"FLOPs depend on the symbolic dim {exc.args[0]}, which the "
+                             f"given dims {dict(dims)} do not set", exc.args[0]) from None
+        return {"total": offloaded + host, "offloaded": offloaded, "host": host}
+
+    def dims_of_inputs(self, arrays: Sequence[Any]) -> dict[str, int]:
+        """The symbolic dims (by name) that input ``arrays`` (in signature order) fix."""
+        from .runtime import symbolic_dims_of
+
+        return symbolic_dims_of(self.signature.get("inputs", []), arrays)
 
     @property
     def offloaded_fraction(self) -> float:
-        """Share of the model's FLOPs computed on bmlib (1.0 for a FLOP-free model)."""
-        return self.flops_offloaded / self.flops_total if self.flops_total else 1.0
+        """Share of the model's FLOPs computed on bmlib (1.0 for a FLOP-free model); with
+        symbolic dims, at every symbolic dim 1."""
+        total = per_unit(self.flops_total)
+        return per_unit(self.flops_offloaded) / total if total else 1.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "partitions": [p.to_dict() for p in self.partitions],
             "ops_offloaded": dict(sorted(self.ops_offloaded.items())),
             "ops_host": dict(sorted(self.ops_host.items())),
-            "flops_total": self.flops_total,
-            "flops_offloaded": self.flops_offloaded,
+            # ints: with symbolic dims, at every symbolic dim 1 (per sample / per token);
+            # the formulas are in "flops_symbolic"
+            "flops_total": per_unit(self.flops_total),
+            "flops_offloaded": per_unit(self.flops_offloaded),
+            "flops_symbolic": None if not self.symbolic_dims else {
+                "dims": self.symbolic_dims, "total": flops_text(self.flops_total),
+                "offloaded": flops_text(self.flops_offloaded),
+                "host": flops_text(self.flops_host)},
             "target": self.target,
             "versions": dict(self.versions),
             "signature": dict(self.signature),
@@ -97,7 +135,7 @@ class OffloadReport:
                          sorted(self.host_reasons.items(),
                                 key=lambda item: (item[0].op, item[0].reason, item[0].detail))],
             "inputs": [dict(i) for i in self.inputs],
-            "functions": {k: dict(v) for k, v in sorted(self.functions.items())},
+            "functions": {k: _function_entry(v) for k, v in sorted(self.functions.items())},
         }
 
     def __str__(self) -> str:
@@ -105,6 +143,9 @@ class OffloadReport:
                  f"{self.num_offloaded} op(s) on bmlib, {sum(self.ops_host.values())} on host",
                  f"FLOPs: {_si(self.flops_total)} total, {_si(self.flops_offloaded)} on bmlib "
                  f"({100 * self.offloaded_fraction:.1f} %), {_si(self.flops_host)} on host"]
+        if self.symbolic_dims:
+            lines[-1] += (f" (symbolic dims {', '.join(self.symbolic_dims)}; "
+                          f"% at {'='.join(self.symbolic_dims)}=1)")
         if self.partitions:
             width = min(max(len(p.name) for p in self.partitions), _NAME_WIDTH)
             lines.append(f"  {'partition':<{width}}  calls  params  args    FLOPs  "
@@ -132,12 +173,15 @@ class OffloadReport:
             for name, c in sorted(self.functions.items()):
                 runs = f" (runs {c['runs']}x)" if c.get("runs", 1) != 1 else ""
                 lines.append(f"    {name}{runs}: {c['ops_offloaded']}/{c['ops_host']} ops, "
-                             f"{_si(c['flops_offloaded'])}/{_si(c['flops_host'])} FLOPs, "
+                             f"{_si(per_unit(c['flops_offloaded']))}/"
+                             f"{_si(per_unit(c['flops_host']))} FLOPs, "
                              f"{len(c['partitions'])} partition call(s)")
         return "\n".join(lines)
 
 
-def _si(flops: int) -> str:
+def _si(flops: Flops) -> str:
+    if is_symbolic(flops):
+        return flops_text(flops)
     for scale, unit in ((1e9, "G"), (1e6, "M"), (1e3, "K")):
         if flops >= scale:
             return f"{flops / scale:.2f}{unit}"
@@ -165,7 +209,7 @@ def _op_calls(func: relax.Function) -> list[relax.Call]:
     return calls
 
 
-def _flops_of(func: relax.Function) -> int:
+def _flops_of(func: relax.Function) -> Flops:
     """FLOPs of one call of ``func``: every op counted each time it runs, so a local
     composite function called twice (after ``MergeCompositeFunctions``) counts twice."""
     local: dict = {}
@@ -191,7 +235,31 @@ def _flops_of(func: relax.Function) -> int:
             return count_flops(expr)
         return 0
 
-    return walk(func.body)
+    return simplify_flops(walk(func.body))
+
+
+def _in_caller_dims(flops: Flops, func: relax.Function, name: str,
+                    mod: tvm.IRModule) -> Flops:
+    """A partition's FLOPs in its caller's symbolic dims: a partition has symbolic vars
+    of its own (``d0`` in each), mapped through its (first) call site's arguments, so
+    the model's total is one formula of ``main``'s dims."""
+    if not is_symbolic(flops):
+        return flops
+    calls = [call for site, call in partition_call_sites(mod) if site == name]
+    return _at_call_site(flops, func, calls[0]) if calls else flops
+
+
+def _at_call_site(flops: Flops, func: relax.Function, call: relax.Call) -> Flops:
+    """A partition's FLOPs in the symbolic dims of the arguments ``call`` passes."""
+    mapping = []
+    for param, arg in zip(func.params, call.args):
+        shape, given = getattr(param.ty, "shape", None), getattr(arg.ty, "shape", None)
+        if not hasattr(shape, "values") or not hasattr(given, "values"):
+            continue
+        for dim, value in zip(shape.values, given.values):
+            if isinstance(dim, tvm.tirx.Var) and not any(dim.same_as(v) for v, _ in mapping):
+                mapping.append((dim, value))
+    return substitute_dims(flops, mapping)
 
 
 def _is_host_function(func) -> bool:
@@ -258,6 +326,11 @@ def function_runs(mod: tvm.IRModule, entry: str = "main") -> dict[str, int]:
             if callee in sites and (name, callee) not in back_edges:
                 runs[callee] = runs.get(callee, 0) + runs.get(name, 0) * count
     return runs
+
+
+def _function_entry(counts: dict) -> dict:
+    """A ``functions`` entry for JSON: FLOP formulas at every symbolic dim 1, as the totals."""
+    return {k: per_unit(v) if k.startswith("flops") else v for k, v in counts.items()}
 
 
 def function_counts(mod: tvm.IRModule, records: Mapping[str, PartitionRecord]) -> dict:
@@ -344,7 +417,7 @@ def build_report(partitioned: tvm.IRModule,
         record = records.get(gvar.name_hint)
         if record is None:
             continue
-        flops = _flops_of(func)
+        flops = _in_caller_dims(_flops_of(func), func, gvar.name_hint, partitioned)
         count = calls.get(gvar.name_hint, 1)
         report.partitions.append(PartitionInfo(
             name=record.name, composites=list(record.composites), ops=list(record.ops),

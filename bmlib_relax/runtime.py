@@ -82,6 +82,7 @@ class ModelRunner:
         for spec, array in zip(specs, arrays):
             if spec is not None:
                 _check_input(spec, array)
+        _check_symbolic_dims([s for s in specs if s is not None], arrays)
         return arrays
 
     def __call__(self, *args: Any, **kwargs: Any):
@@ -131,6 +132,32 @@ def _check_input(spec: dict, array: np.ndarray) -> None:
         raise ParamError(
             f"input {spec['name']!r}: expected shape {tuple(spec['shape'])} dtype "
             f"{spec['dtype']}, got shape {array.shape} dtype {array.dtype}", spec["name"])
+
+
+def _check_symbolic_dims(specs: Sequence[dict], arrays: Sequence[np.ndarray]) -> None:
+    """A symbolic dim (``n``) shared by several inputs takes one value in a call: the
+    first input fixes it, a later one that disagrees is a ``ParamError`` naming both
+    (the VM would stop on a bare ``match_cast`` check)."""
+    seen: dict[str, tuple[int, str]] = {}
+    for spec, array in zip(specs, arrays):
+        for axis, (dim, size) in enumerate(zip(spec.get("shape") or [], array.shape)):
+            if not isinstance(dim, str) or not dim.isidentifier():
+                continue
+            if dim in seen and seen[dim][0] != size:
+                raise ParamError(
+                    f"input {spec['name']!r}: dim {axis} is the symbolic dim {dim}, which is "
+                    f"{size} here but {seen[dim][0]} in input {seen[dim][1]!r}", spec["name"])
+            seen.setdefault(dim, (int(size), spec["name"]))
+
+
+def symbolic_dims_of(specs: Sequence[dict], arrays: Sequence[Any]) -> dict[str, int]:
+    """``{name: size}`` of the symbolic dims (``"n"``) that ``arrays`` fix, by their specs."""
+    found: dict[str, int] = {}
+    for spec, array in zip(specs, arrays):
+        for dim, size in zip(spec.get("shape") or [], getattr(array, "shape", ())):
+            if isinstance(dim, str) and dim.isidentifier():
+                found.setdefault(dim, int(size))
+    return found
 
 
 def to_numpy(value: Any):
@@ -233,13 +260,16 @@ def _native_lines_dropped(noise: "re.Pattern[bytes]") -> Iterator[None]:
 
 
 def export_artifact(executable: Any, path: str, specs: Sequence[dict],
-                    outputs: Sequence[dict] = (), files: Sequence[str] = ()) -> str:
+                    outputs: Sequence[dict] = (), files: Sequence[str] = (),
+                    flops: Optional[dict] = None) -> str:
     """Write ``executable`` to the library ``path`` and its metadata beside it.
 
     Both are written atomically, the library first: a crash in between leaves a
     library whose hash does not match the old metadata, which ``load`` refuses.
     ``files`` are further files of the artifact (e.g. ``model_relax.py``) whose
-    SHA-256 is recorded too.  Returns the metadata path.
+    SHA-256 is recorded too.  ``flops`` (``{"total", "offloaded"}``: counts or
+    formulas of the symbolic dims, see :mod:`.flops`) lets ``load`` report the FLOPs
+    of a run.  Returns the metadata path.
     """
     path = os.fspath(path)
     suffix = os.path.splitext(path)[1] or ".so"
@@ -253,6 +283,8 @@ def export_artifact(executable: Any, path: str, specs: Sequence[dict],
         "files": {os.path.relpath(f, folder): file_sha256(f) for f in files},
         "inputs": list(specs), "outputs": list(outputs),
     }
+    if flops is not None:
+        data["flops"] = {k: str(v) for k, v in flops.items()}
     data["metadata_sha256"] = metadata_digest(data)
     return write_json_atomic(metadata_path(path), data)
 
@@ -358,6 +390,24 @@ class LoadedModel(ModelRunner):
             raise ArtifactError(f"{path}: TVM cannot load the library: {first}", path) from None
         specs = list(self.metadata["inputs"])
         super().__init__(module, [s["name"] for s in specs], specs, device, num_threads)
+
+    def flops(self, *args: Any, **kwargs: Any) -> Optional[dict[str, int]]:
+        """``{"total", "offloaded", "dims"}`` of one run on these inputs, the formulas of
+        the artifact's metadata evaluated at the symbolic dims the inputs fix (None for
+        an artifact written without FLOPs)."""
+        from .flops import evaluate_flops_text
+
+        record = self.metadata.get("flops")
+        if not isinstance(record, dict):
+            return None
+        dims = symbolic_dims_of(self.input_specs, self._arrange(args, kwargs))
+        try:
+            counts = {k: evaluate_flops_text(str(record[k]), dims)
+                      for k in ("total", "offloaded")}
+        except (KeyError, ValueError) as exc:
+            raise ArtifactError(f"{self.path}: FLOPs in its metadata cannot be evaluated: "
+                                f"{exc}", self.path) from None
+        return {**counts, "dims": dims}
 
 
 def load(path: str, device: Any = None, num_threads: Optional[int] = None,

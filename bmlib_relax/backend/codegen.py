@@ -126,6 +126,10 @@ class PartitionLowerer:
         return te.placeholder(shape, str(ty.dtype), name=var.name)
 
     def lower(self) -> tvm.tirx.PrimFunc:
+        from .verify import check_shape_vars  # local: verify imports this module
+
+        # Symbolic dims reach the PrimFunc through its parameters' buffers only.
+        check_shape_vars(self.func, self.symbol)
         params = self.signature()
         placeholders = [self.placeholder(v) for v in params]
         env: dict[Any, Any] = dict(zip(params, placeholders))
@@ -184,7 +188,9 @@ class PartitionLowerer:
         composite = callee.attrs.get("Composite") if callee.attrs is not None else None
         if composite is not None:
             self.composites.append(str(composite))
-        inner = {p: self._eval(a, env) for p, a in zip(callee.params, call.args)}
+        args = [self._eval(a, env) for a in call.args]
+        callee = _in_caller_dims(callee, args)
+        inner = dict(zip(callee.params, args))
         lowering = get_legacy_lowering(str(composite)) if composite is not None else None
         if lowering is not None:
             return self._lower_legacy(str(composite), lowering, callee, inner)
@@ -255,6 +261,23 @@ class PartitionLowerer:
             num_outputs=len(prim.params) - len(self.signature()),
             num_args=len(prim.params), composites=self.composites, ops=self.ops,
             unscheduled=list(self.unscheduled))
+
+
+def _in_caller_dims(callee: relax.Function, args: list) -> relax.Function:
+    """``callee`` with its own symbolic dims replaced by those of the tensors it is
+    called with: after ``MergeCompositeFunctions`` every composite has vars of its own
+    (``d0`` in each), which the templates would otherwise put into the PrimFunc unbound."""
+    binding = {}
+    for param, arg in zip(callee.params, args):
+        shape = getattr(param.ty, "shape", None)
+        if not isinstance(arg, te.Tensor) or not hasattr(shape, "values"):
+            continue
+        for dim, given in zip(shape.values, arg.shape):
+            if isinstance(dim, tvm.tirx.Var) and not dim.same_as(given) and \
+                    not any(dim.same_as(v) for v in binding):
+                binding[dim] = given if str(given.ty) == str(dim.ty) else given.astype(
+                    str(dim.ty))
+    return callee.bind_symbolic_vars(binding) if binding else callee
 
 
 def lower_partition(func: relax.Function, symbol: str, target: Any = None

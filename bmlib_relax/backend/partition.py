@@ -17,6 +17,7 @@ from .codegen import CODEGEN_NAME
 from .legacy_patterns import (PatternTranslationError, expand_alternatives, is_legacy_pattern,
                               take_check_error, translate_entry)
 from .patterns import PREFIX, check_tensors, get_bmlib_patterns
+from .symbolic import inline_shape_arguments
 from .templates import get_template
 
 
@@ -240,4 +241,4 @@ def partition_for_bmlib(mod: tvm.IRModule, patterns: Optional[Sequence[Any]] = N
     check_partition_templates(mod)
     if merge:
         mod = claim_foreign_partitions(merge_composites(mod))
-    return mod
+    return inline_shape_arguments(mod)  # a symbolic reshape target is no PrimFunc argument

@@ -25,6 +25,7 @@ from tvm.relax.backend.pattern_registry import get_patterns_with_prefix, registe
 from tvm.relax.backend.utils import has_leaking_intermediate_variables
 from tvm.relax.dpl import DFPattern, is_const, is_op, is_tuple_get_item, wildcard
 from tvm.relax.transform import PatternCheckContext
+from tvm.sym.analyzer import Analyzer
 
 from .templates.registry import supports_symbolic_dims, symbolic_batch_only
 
@@ -133,6 +134,31 @@ def _takes_symbolic_dims(calls) -> bool:
                if isinstance(getattr(c, "op", None), tvm.ir.Op))
 
 
+def _tensor_dims(ty) -> list:
+    if isinstance(ty, relax.TupleType):
+        return [d for f in ty.fields for d in _tensor_dims(f)]
+    shape = getattr(ty, "shape", None) if isinstance(ty, relax.TensorType) else None
+    return list(shape.values) if shape is not None and hasattr(shape, "values") else []
+
+
+def _symbolic_dims_bound(call) -> bool:
+    """Every symbolic var in the shapes of ``call`` (operands and result) is a whole dim
+    of one of its tensor operands: a PrimFunc binds its symbolic dims from its input
+    buffers, so a var known only inside ``2 * n`` or only in the result stays host-side."""
+    operand_dims = [d for a in call.args for d in _tensor_dims(getattr(a, "ty", None))]
+    bound = [d for d in operand_dims if isinstance(d, tvm.tirx.Var)]
+    # A symbolic target shape (reshape) goes into the partition (backend.symbolic), so
+    # its dims too must come from the tensor operands.
+    shapes = [d for a in call.args if isinstance(a, relax.ShapeExpr) for d in a.values]
+    for dim in operand_dims + shapes + _tensor_dims(getattr(call, "ty", None)):
+        if _is_static_dim(dim):
+            continue
+        if any(not any(v.same_as(b) for b in bound)
+               for v in tvm.tirx.analysis.undefined_vars(dim)):
+            return False
+    return True
+
+
 def _dtypes_of(expr) -> tuple:
     """Dtypes a call may read and produce: masks (bool) and indices (int32/int64)
     are the nature of comparisons, ``where`` and indexing; everything else is float."""
@@ -154,6 +180,7 @@ def check_tensors(context: PatternCheckContext) -> bool:
     symbolic = _takes_symbolic_dims(ops)
     if symbolic and _batch_only(ops) and not only_batch_symbolic(context):
         return False
+    symbolic = symbolic and all(_symbolic_dims_bound(c) for c in ops)
     read_by_selection = {id(a) for c in calls if _dtypes_of(c) != SUPPORTED_DTYPES
                          for a in c.args}
     for expr in exprs:
@@ -233,10 +260,25 @@ def check_conv2d_transpose(context: PatternCheckContext) -> bool:
 
 
 def check_matmul(context: PatternCheckContext) -> bool:
-    if not check_tensors(context):
+    if not check_tensors(context) or not _reduction_dims_agree(context):
         return False
     # The bias of a dense is added along the last axis (nn.bias_add's import form).
     return _bias_ok(context, "matmul", axis=-1)
+
+
+def _reduction_dims_agree(context: PatternCheckContext) -> bool:
+    """The two operands' reduction dims are provably equal.  Relax types
+    ``matmul(x: (n, k), w: (64, 64))`` without relating ``k`` to 64; a template would
+    then read past ``w`` when ``k`` > 64 at run time (TVM's own lowering reads a
+    part of it).  Such a matmul stays on the host."""
+    lhs, rhs = (_tensor_dims(getattr(context.annotated_expr[k], "ty", None))
+                for k in ("lhs", "rhs"))
+    if not lhs or not rhs:
+        return False
+    a, b = lhs[-1], rhs[-2] if len(rhs) > 1 else rhs[0]
+    if _is_static_dim(a) or _is_static_dim(b):
+        return _is_static_dim(a) and _is_static_dim(b) and int(a.value) == int(b.value)
+    return a.same_as(b) or bool(Analyzer().can_prove_equal(a, b))
 
 
 def check_dense(context: PatternCheckContext) -> bool:

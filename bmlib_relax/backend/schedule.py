@@ -120,9 +120,16 @@ def divisor_at_most(n: int, limit: int) -> int:
 
 
 def parallelize(sch: s_tir.Schedule, loops, work: int) -> None:
-    """Fuse leading ``loops`` until there are enough iterations, and run them in parallel."""
-    if not loops or work < PARALLEL_MIN_WORK:
+    """Fuse leading ``loops`` until there are enough iterations, and run them in parallel.
+
+    ``work`` counts a symbolic extent as 1; a block with a symbolic outer loop (a free
+    batch or sequence length: rows of a layer_norm, an element-wise pass) is taken to
+    be worth a parallel loop whatever its per-row work."""
+    if not loops or (work < PARALLEL_MIN_WORK and
+                     all(static_extent(sch.get(loop).extent) is not None for loop in loops)):
         return
+    if len(loops) > 1 and static_extent(sch.get(loops[-1]).extent) is None:
+        loops = loops[:-1]  # a symbolic last loop (never vectorized) stays a serial row
     extents = loop_extents(sch, loops)
     count, total = 0, 1
     symbolic = False

@@ -16,12 +16,13 @@ fails the build there, naming the partition.
 """
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping, Optional
 
 import tvm
 from tvm import relax
+from tvm.sym.analyzer import Analyzer, ConstIntBound
 
-from ..errors import ArityMismatchError, SignatureMismatchError
+from ..errors import ArityMismatchError, SignatureMismatchError, UnboundShapeVarError
 from .codegen import PartitionRecord, is_bmlib_partition
 
 
@@ -46,6 +47,88 @@ def _describe(shape, dtype) -> str:
     return f"{dims} {dtype}"
 
 
+def _is_static(dim) -> bool:
+    return isinstance(dim, tvm.tirx.IntImm)
+
+
+def _shape_of(ty) -> list:
+    return list(ty.shape.values) if isinstance(ty, relax.TensorType) and \
+        hasattr(ty.shape, "values") else []
+
+
+def bound_shape_vars(func: relax.Function) -> list:
+    """The symbolic dims a partition's PrimFunc can bind: the ``tir.Var`` s that are a
+    whole dim of some parameter's shape (``match_buffer`` binds them at the call)."""
+    bound: list = []
+    for param in func.params:
+        for dim in _shape_of(param.ty):
+            if isinstance(dim, tvm.tirx.Var) and not any(dim.same_as(b) for b in bound):
+                bound.append(dim)
+    return bound
+
+
+def check_shape_vars(func: relax.Function, symbol: str) -> None:
+    """Raise :class:`UnboundShapeVarError` when a parameter or output shape of ``func``
+    uses a symbolic var that no parameter holds as a whole dim (an output-only dim, or
+    one known only through ``2 * n``): the PrimFunc could not know its value."""
+    bound = bound_shape_vars(func)
+    for role, ty in declared_tensors(func):
+        shape = _shape_of(ty)
+        for dim in shape:
+            if _is_static(dim):
+                continue
+            for var in tvm.tirx.analysis.undefined_vars(dim):
+                if not any(var.same_as(b) for b in bound):
+                    raise UnboundShapeVarError(symbol, role, _describe(shape, ty.dtype),
+                                               str(var))
+
+
+class _DimMatcher:
+    """Compares declared (Relax) dims with PrimFunc buffer dims structurally: static
+    dims equal, a symbolic var always maps to the same PrimFunc var and back (``n`` and
+    ``m`` never meet in one var, whatever their names), expressions equal under that
+    mapping."""
+
+    def __init__(self):
+        self.forward: list[tuple[Any, Any]] = []  # (declared var, PrimFunc var)
+        self.analyzer = Analyzer()
+        self.sizes: list[Any] = []  # declared vars known to be >= 0
+
+    def _sizes(self, expr) -> None:
+        """Every var of a declared shape is a size: ``min(0, n)`` is 0."""
+        for var in tvm.tirx.analysis.undefined_vars(expr):
+            if not any(var.same_as(v) for v in self.sizes):
+                self.sizes.append(var)
+                self.analyzer.update(var, ConstIntBound(0, ConstIntBound.POS_INF), override=True)
+
+    def _mapped(self, var, side: int) -> Optional[Any]:
+        for pair in self.forward:
+            if pair[side].same_as(var):
+                return pair[1 - side]
+        return None
+
+    def bind(self, want, got) -> bool:
+        """Record ``want`` (a declared var) ↔ ``got``; False if either is taken."""
+        if not isinstance(got, tvm.tirx.Var):
+            return False
+        have, back = self._mapped(want, 0), self._mapped(got, 1)
+        if have is None and back is None:
+            self.forward.append((want, got))
+            self.analyzer.bind(got, want)
+            return True
+        return have is not None and have.same_as(got) and back is not None and \
+            back.same_as(want)
+
+    def equal(self, want, got) -> bool:
+        if _is_static(want) or _is_static(got):
+            return _is_static(want) and _is_static(got) and int(want) == int(got)
+        if isinstance(want, tvm.tirx.Var):
+            return self.bind(want, got)
+        self._sizes(want)
+        want, got = (d if str(d.ty) == "int64" else d.astype("int64") for d in (want, got))
+        return bool(self.analyzer.can_prove_equal(want, got))
+
+
 def check_prim_signature(func: relax.Function, prim: tvm.tirx.PrimFunc, symbol: str) -> None:
     """Raise :class:`ArityMismatchError` unless ``prim`` takes exactly the buffers that
     partition ``func`` declares (its parameters, then its outputs), with their shapes
@@ -58,15 +141,26 @@ def check_prim_signature(func: relax.Function, prim: tvm.tirx.PrimFunc, symbol: 
             f"the partition function declares {num_params} parameter(s) and "
             f"{len(want) - num_params} output(s), the PrimFunc has "
             f"{len(prim.params) - num_params} output buffer(s)")
-    for position, ((role, ty), var) in enumerate(zip(want, prim.params)):
-        buf = var.ty
-        if not isinstance(ty, relax.TensorType) or not hasattr(ty.shape, "values"):
-            raise SignatureMismatchError(symbol, len(want), position, role, str(ty),
-                                         "a buffer (only static tensors can be passed)")
-        expected = _describe(ty.shape.values, ty.dtype)
-        actual = _describe(buf.shape, buf.dtype)
-        if expected != actual:
-            raise SignatureMismatchError(symbol, len(want), position, role, expected, actual)
+    matcher = _DimMatcher()
+    # Whole-var dims first, in order: they fix the mapping the expressions are checked under.
+    for pass_ in ("vars", "all"):
+        for position, ((role, ty), var) in enumerate(zip(want, prim.params)):
+            buf = var.ty
+            if not isinstance(ty, relax.TensorType) or not hasattr(ty.shape, "values"):
+                raise SignatureMismatchError(symbol, len(want), position, role, str(ty),
+                                             "a buffer (only tensors of known rank can be "
+                                             "passed)")
+            expected = _describe(ty.shape.values, ty.dtype)
+            actual = _describe(buf.shape, buf.dtype)
+            declared = list(ty.shape.values)
+            pairs = list(zip(declared, buf.shape))
+            if pass_ == "vars":
+                pairs = [(w, g) for w, g in pairs if isinstance(w, tvm.tirx.Var)]
+            same = str(ty.dtype) == str(buf.dtype) and len(declared) == len(buf.shape) and \
+                all(matcher.equal(w, g) for w, g in pairs)
+            if not same:
+                raise SignatureMismatchError(symbol, len(want), position, role, expected,
+                                             actual)
 
 
 def check_record(record: PartitionRecord, expected_args: int, detail: str = "") -> None:

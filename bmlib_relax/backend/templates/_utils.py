@@ -1,13 +1,47 @@
 """Helpers shared by templates."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional, Sequence
 
 import tvm
+from tvm.sym.analyzer import Analyzer
 
 
 def attr_ints(value: Any) -> list[int]:
     return [int(v) for v in value]
+
+
+def static_dim(dim: Any) -> Optional[int]:
+    """The value of a static dim (``int`` or ``IntImm``), None for a symbolic one."""
+    if isinstance(dim, int):
+        return dim
+    return int(dim.value) if isinstance(dim, tvm.tirx.IntImm) else None
+
+
+def dims(shape: Sequence[Any]) -> list[Any]:
+    """A shape as templates use it: static dims as ints, symbolic ones (a free batch or
+    sequence length, ``tir.Var`` or an expression of them) kept as PrimExprs."""
+    return [d if static_dim(d) is None else static_dim(d) for d in shape]
+
+
+def same_dim(a: Any, b: Any) -> bool:
+    """Two dims are provably equal: equal ints, or the same symbolic expression."""
+    sa, sb = static_dim(a), static_dim(b)
+    if sa is not None or sb is not None:
+        return sa == sb
+    if a.same_as(b):
+        return True
+    a, b = (d if str(d.ty) == "int64" else d.astype("int64") for d in (a, b))
+    return bool(Analyzer().can_prove_equal(a, b))
+
+
+def same_shape(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    return len(a) == len(b) and all(same_dim(x, y) for x, y in zip(a, b))
+
+
+def result_shape(call) -> list[Any]:
+    """The shape of a call's result from its Relax type (symbolic dims kept)."""
+    return dims(call.ty.shape.values)
 
 
 def shape_values(expr) -> list[int]:

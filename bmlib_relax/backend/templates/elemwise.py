@@ -1,4 +1,8 @@
-"""Element-wise templates: broadcasting binary arithmetic, unary math, activations, casts."""
+"""Element-wise templates: broadcasting binary arithmetic, unary math, activations, casts.
+
+Every one takes symbolic dims (a free batch or sequence length): they are one TE
+compute over the output shape, whatever its dims are (``symbolic_dims=True``).
+"""
 from __future__ import annotations
 
 import math
@@ -40,23 +44,23 @@ for _name, _fn in UNARY.items():
     register_template(_name, symbolic_dims=True)(elementwise_template(_fn))
 
 
-@register_template("relax.nn.leakyrelu")
+@register_template("relax.nn.leakyrelu", symbolic_dims=True)
 def leakyrelu(call, inputs, ctx):
     return topi.nn.leaky_relu(inputs[0], float(call.attrs.alpha))
 
 
-@register_template("relax.clip")
+@register_template("relax.clip", symbolic_dims=True)
 def clip(call, inputs, ctx):
     # min/max arrive as PrimValue operands, not attributes.
     return topi.clip(inputs[0], prim_value(call.args[1]), prim_value(call.args[2]))
 
 
-@register_template("relax.nn.silu")
+@register_template("relax.nn.silu", symbolic_dims=True)
 def silu(call, inputs, ctx):
     return topi.multiply(inputs[0], topi.sigmoid(inputs[0]))
 
 
-@register_template("relax.nn.gelu")
+@register_template("relax.nn.gelu", symbolic_dims=True)
 def gelu(call, inputs, ctx):
     x = inputs[0]
 
@@ -69,7 +73,7 @@ def gelu(call, inputs, ctx):
     return te.compute(x.shape, compute, name="gelu")
 
 
-@register_template("relax.astype")
+@register_template("relax.astype", symbolic_dims=True)
 def astype(call, inputs, ctx):
     return topi.cast(inputs[0], str(call.attrs.dtype))
 
@@ -96,9 +100,9 @@ def _hyperbolic(x, sign: float):
 
 
 for _name, _fn in MATH.items():
-    register_template(_name)(elementwise_template(_fn))
+    register_template(_name, symbolic_dims=True)(elementwise_template(_fn))
 
 
-@register_template("relax.nn.prelu")
+@register_template("relax.nn.prelu", symbolic_dims=True)
 def prelu(call, inputs, ctx):
     return topi.nn.prelu(inputs[0], inputs[1], int(call.attrs.axis))

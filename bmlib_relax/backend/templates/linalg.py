@@ -5,6 +5,10 @@ the schedule vectorizes the output columns ``N`` — contiguous in both the
 weight and the output — in a register tile of a few rows by a few vectors,
 with the reduction outside the tile and the element-wise epilogue (bias,
 activation) computed per tile.
+
+Symbolic rows or columns (a free batch or sequence length) are zero-padded
+inside the PrimFunc to whole register tiles and the padding dropped after, so
+the tile loops stay static: the padding is the guarded tail.
 """
 from __future__ import annotations
 
@@ -12,28 +16,30 @@ import tvm
 from tvm import te, topi
 
 from ..schedule import divisor_at_most, inline_epilogue
-from ._utils import out_dtype
+from ._utils import dims, out_dtype, result_shape, same_dim, same_shape, static_dim
 from .registry import SCHEDULE_ATTR, register_schedule, register_template
 
 MAX_ACCUMULATORS = 12  # vector registers held by a register tile
 
 
-@register_template("relax.matmul")
+@register_template("relax.matmul", symbolic_dims=True)
 def matmul(call, inputs, ctx):
+    """Batched ``a @ b``; any dim but the static ones the schedule tiles by may be
+    symbolic (a free batch, a sequence length as rows, columns or reduction)."""
     a, b = inputs
     dtype = out_dtype(call.attrs, a.dtype)
     # 1-D operands are promoted to matrices and the added axis dropped at the end.
     a2 = topi.expand_dims(a, 0) if len(a.shape) == 1 else a
     b2 = topi.expand_dims(b, 1) if len(b.shape) == 1 else b
-    out_shape = [int(d) for d in call.ty.shape.values]
+    out_shape = result_shape(call)
     batch_a, batch_b = list(a2.shape[:-2]), list(b2.shape[:-2])
     nbatch = max(len(batch_a), len(batch_b))
     k = te.reduce_axis((0, a2.shape[-1]), name="k")
 
     def operand_index(batch, idx):
-        # Right-aligned broadcast of the batch axes; size-1 axes index 0.
+        # Right-aligned broadcast of the batch axes; (static) size-1 axes index 0.
         offset = nbatch - len(batch)
-        return [0 if int(d) == 1 else idx[offset + i] for i, d in enumerate(batch)]
+        return [0 if static_dim(d) == 1 else idx[offset + i] for i, d in enumerate(batch)]
 
     def compute(*idx):
         bidx, i, j = idx[:nbatch], idx[nbatch], idx[nbatch + 1]
@@ -41,19 +47,78 @@ def matmul(call, inputs, ctx):
         rhs = b2[tuple(operand_index(batch_b, bidx)) + (k, j)]
         return te.sum(lhs.astype(dtype) * rhs.astype(dtype), axis=k)
 
-    full = [*(_broadcast(batch_a, batch_b)), a2.shape[-2], b2.shape[-1]]
-    result = te.compute(full, compute, name="bmlib_matmul",
-                        attrs={SCHEDULE_ATTR: "bmlib.matmul"})
-    if [int(d) for d in result.shape] != out_shape:
+    rows, cols = a2.shape[-2], b2.shape[-1]
+    attrs = {SCHEDULE_ATTR: "bmlib.matmul"}
+    if static_dim(cols) is None or static_dim(rows) is None:
+        # Symbolic rows / columns: padded to whole register tiles, so the tile loops
+        # are static and vectorized (the guarded tail is the padding, dropped below).
+        tile = padded_tile(static_dim(rows), static_dim(cols), ctx.lanes(dtype),
+                           tvm.runtime.DataType(dtype).bits // 8)
+        if static_dim(rows) is None and tile[0] > 1:
+            a2 = _pad_axis(a2, len(a2.shape) - 2, tile[0])
+            attrs[TILE_ATTR] = list(tile)
+        if static_dim(cols) is None:
+            b2 = _pad_axis(b2, len(b2.shape) - 1, tile[1])
+            attrs[TILE_ATTR] = list(tile)
+    full = [*_broadcast(batch_a, batch_b, ctx), a2.shape[-2], b2.shape[-1]]
+    result = te.compute(full, compute, name="bmlib_matmul", attrs=attrs)
+    if TILE_ATTR in attrs:
+        padded = result
+        result = te.compute([*full[:-2], rows, cols], lambda *idx: padded[idx],
+                            name="bmlib_matmul_unpad")
+    if not same_shape(dims(result.shape), out_shape):
         result = topi.reshape(result, out_shape)
     return result
 
 
-def _broadcast(batch_a, batch_b):
+# Block annotation: the (rows, columns) register tile a padded matmul was padded to.
+TILE_ATTR = "bmlib_matmul_tile"
+
+
+# Symbolic rows are tiled by 3 (padded to a multiple): with 4 vectors of columns that is
+# the 12-accumulator tile; matmul_tile would take 12 rows x 1 vector for a multiple of 12.
+SYMBOLIC_ROWS_HINT = 3
+
+
+def padded_tile(rows: "int | None", cols: "int | None", lanes: int,
+                itemsize: int) -> tuple[int, int]:
+    """The register tile of a matmul with symbolic rows or columns (None), as
+    :func:`matmul_tile` picks it for ``SYMBOLIC_ROWS_HINT`` rows and up to 4 vectors
+    of columns; a symbolic extent is padded to a multiple of the tile."""
+    return matmul_tile(rows if rows is not None else SYMBOLIC_ROWS_HINT,
+                       cols if cols is not None else 4 * lanes, lanes, itemsize)
+
+
+def _pad_axis(tensor, axis: int, multiple: int):
+    """``tensor`` with ``axis`` (symbolic) zero-padded to a multiple of ``multiple``."""
+    extent = tensor.shape[axis]
+    shape = list(tensor.shape)
+    shape[axis] = (extent + (multiple - 1)) // multiple * multiple
+
+    def compute(*idx):
+        zero = tvm.tirx.const(0, tensor.dtype)
+        return tvm.tirx.if_then_else(idx[axis] < extent, tensor[idx], zero)
+
+    return te.compute(shape, compute, name=f"{tensor.op.name}_pad")
+
+
+def _broadcast(batch_a, batch_b, ctx):
+    """The broadcast batch dims: a static 1 takes the other side's dim, equal dims
+    stay; two different symbolic dims cannot be broadcast at compile time."""
     n = max(len(batch_a), len(batch_b))
-    pa = [1] * (n - len(batch_a)) + [int(d) for d in batch_a]
-    pb = [1] * (n - len(batch_b)) + [int(d) for d in batch_b]
-    return [max(x, y) for x, y in zip(pa, pb)]
+    pa = [1] * (n - len(batch_a)) + dims(batch_a)
+    pb = [1] * (n - len(batch_b)) + dims(batch_b)
+    out = []
+    for x, y in zip(pa, pb):
+        if static_dim(x) == 1:
+            out.append(y)
+        elif static_dim(y) == 1 or same_dim(x, y):
+            out.append(x)
+        elif static_dim(x) is not None and static_dim(y) is not None:
+            out.append(max(static_dim(x), static_dim(y)))
+        else:
+            raise ctx.error(f"batch dims {x} and {y} do not broadcast at compile time")
+    return out
 
 
 # A register tile is a small "global" buffer that LLVM keeps in registers; at
@@ -94,15 +159,29 @@ def schedule_matmul(sch, block, ctx):
     its rows lie ``N`` elements apart, and for ``N`` a multiple of 1024 bytes
     they map to a handful of cache sets, so a large ``K`` missed in every
     cache level (a 128x768x3072 dense ran at 2 GFLOP/s).
+
+    Symbolic extents: a symbolic batch or reduction changes nothing (they are
+    outer loops); symbolic rows and columns were padded by the template to whole
+    register tiles (``TILE_ATTR``), so the tile loops stay static and vectorized
+    (a symbolic extent is never a TIR vector).
     """
-    shape = [int(d) for d in sch.get(block).writes[0].source.shape]
-    rows, cols = shape[-2], shape[-1]
+    shape = dims(sch.get(block).writes[0].source.shape)
+    rows, cols = static_dim(shape[-2]), static_dim(shape[-1])
+    padded = sch.get(block).annotations.get(TILE_ATTR)
+    if cols is None and padded is None:  # the template pads symbolic columns
+        raise ValueError("a matmul with symbolic columns that were not padded to tiles")
     dtype = str(sch.get(block).writes[0].source.dtype)
     lanes = ctx.lanes(dtype)
-    rows_tile, cols_tile = matmul_tile(rows, cols, lanes, tvm.runtime.DataType(dtype).bits // 8)
+    if padded is not None:  # symbolic extents padded to whole tiles by the template
+        rows_tile, cols_tile = (int(t) for t in padded)
+    else:
+        rows_tile, cols_tile = matmul_tile(1 if rows is None else rows, cols, lanes,
+                                           tvm.runtime.DataType(dtype).bits // 8)
     epilogue = inline_epilogue(sch, block)
+    unpadded = None  # with padding: the epilogue that reads the padded result
     if epilogue is not None and \
-            [int(d) for d in sch.get(epilogue).writes[0].source.shape] != shape:
+            not same_shape(dims(sch.get(epilogue).writes[0].source.shape), shape):
+        unpadded = epilogue if padded is not None else None
         epilogue = None  # a reshape follows: schedule the matmul on its own
     anchor = epilogue if epilogue is not None else block
     loops = sch.get_loops(anchor)
@@ -116,7 +195,8 @@ def schedule_matmul(sch, block, ctx):
     reduction = 1
     for iv in sch.get(block).iter_vars:
         if int(iv.iter_type) != 0:
-            reduction *= int(iv.dom.extent)
+            extent = static_dim(iv.dom.extent)
+            reduction = None if extent is None or reduction is None else reduction * extent
     if epilogue is not None:
         sch.compute_at(block, io)
         ctx.done.add(str(sch.get(epilogue).name_hint))
@@ -136,7 +216,29 @@ def schedule_matmul(sch, block, ctx):
         k = rest[0]
         _register_tile(sch, ii, ji, rows_tile, cols_tile, lanes)
     sch.decompose_reduction(block, k)
-    _pack_b_panel(sch, block, outer, rows // rows_tile, cols_tile, lanes)
+    if unpadded is not None:
+        _epilogue_per_tile(sch, unpadded, io, lanes if cols is not None else None, ctx)
+    # Symbolic rows: a free batch / sequence length is taken to span several row tiles.
+    _pack_b_panel(sch, block, outer, 2 if rows is None else rows // rows_tile, cols_tile,
+                  lanes)
+
+
+def _epilogue_per_tile(sch, epilogue, io, lanes, ctx) -> None:
+    """Copy each tile out of the padded result (with the bias / activation) right after
+    it is computed, while it is in L1, instead of in a pass of its own.  Its rows are
+    vectorized when the columns are static (``lanes``): only the padded rows are
+    guarded then; padded columns leave a guarded scalar row to LLVM."""
+    try:
+        sch.reverse_compute_at(epilogue, io)
+    except Exception:  # noqa: BLE001 - then the epilogue runs as a pass of its own
+        return
+    ctx.done.add(str(sch.get(epilogue).name_hint))
+    if lanes is not None:
+        column = sch.get_loops(epilogue)[-1]
+        if static_dim(sch.get(column).extent) is not None and \
+                static_dim(sch.get(column).extent) % lanes == 0:
+            _, vector = sch.split(column, [None, lanes])
+            sch.vectorize(vector)
 
 
 def _register_tile(sch, ii, ji, rows_tile: int, cols_tile: int, lanes: int) -> None:
@@ -157,8 +259,8 @@ def _register_tile(sch, ii, ji, rows_tile: int, cols_tile: int, lanes: int) -> N
 def _pack_b_panel(sch, block, outer, row_tiles: int, cols_tile: int, lanes: int) -> None:
     """Copy B's ``K x cols_tile`` panel to a contiguous buffer at the parallel loop."""
     b_buffer = sch.get(block).reads[-1].source
-    b_shape = [int(d) for d in b_buffer.shape]
-    if row_tiles < 2 or len(b_shape) < 2 or cols_tile % lanes:
+    b_shape = [static_dim(d) for d in b_buffer.shape]
+    if row_tiles < 2 or None in b_shape[-2:] or len(b_shape) < 2 or cols_tile % lanes:
         return  # no reuse across row tiles, or a 1-D operand
     panel_bytes = b_shape[-2] * cols_tile * tvm.runtime.DataType(str(b_buffer.dtype)).bits // 8
     if panel_bytes < PACK_MIN_PANEL_BYTES:

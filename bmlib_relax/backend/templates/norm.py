@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from tvm import te, tirx, topi
 
+from ..schedule import block_name, is_spatial, vectorize_innermost
 from ._utils import attr_ints
-from .registry import register_template
+from .registry import SCHEDULE_ATTR, register_schedule, register_template
 
 
 # Half-precision epilogues compute in float32 and round once at the end (see batch_norm).
@@ -56,7 +57,7 @@ def batch_norm(call, inputs, ctx):
     return out, mean, var
 
 
-@register_template("relax.nn.layer_norm")
+@register_template("relax.nn.layer_norm", symbolic_dims=True)
 def layer_norm(call, inputs, ctx):
     attrs = call.attrs
     data, gamma, beta = inputs
@@ -65,12 +66,55 @@ def layer_norm(call, inputs, ctx):
     return topi.nn.layer_norm(data, gamma, beta, attr_ints(attrs.axes), float(attrs.epsilon))
 
 
-@register_template("relax.nn.softmax")
+@register_template("relax.nn.softmax", symbolic_dims=True)
 def softmax(call, inputs, ctx):
-    return topi.nn.softmax(inputs[0], axis=int(call.attrs.axis))
+    """Softmax over the last axis in four computes, scheduled per row (see
+    :func:`schedule_softmax`): the row maximum, ``exp(x - max)`` (TVM's
+    vectorizable polynomial ``fast_exp`` for float32: ``T.exp`` becomes one
+    ``expf`` call per element), the row sum, and the normalisation.  Other axes and
+    dtypes keep topi's softmax."""
+    x = inputs[0]
+    axis = int(call.attrs.axis) % len(x.shape)
+    if axis != len(x.shape) - 1 or len(x.shape) < 2 or str(x.dtype) != "float32":
+        return topi.nn.softmax(x, axis=axis)
+    outer, length = list(x.shape[:-1]), x.shape[-1]
+    k = te.reduce_axis((0, length), name="k")
+    row_max = te.compute(outer, lambda *i: te.max(x[i + (k,)], axis=k),
+                         name="bmlib_softmax_max")
+    shifted = te.compute(x.shape, lambda *i: x[i] - row_max[i[:-1]],
+                         name="bmlib_softmax_shift")
+    exp = topi.fast_exp(shifted)
+    k2 = te.reduce_axis((0, length), name="k")
+    row_sum = te.compute(outer, lambda *i: te.sum(exp[i + (k2,)], axis=k2),
+                         name="bmlib_softmax_sum")
+    return te.compute(x.shape, lambda *i: exp[i] / row_sum[i[:-1]], name="bmlib_softmax",
+                      attrs={SCHEDULE_ATTR: "bmlib.softmax"})
 
 
-@register_template("relax.nn.log_softmax")
+@register_schedule("bmlib.softmax")
+def schedule_softmax(sch, block, ctx):
+    """Rows in parallel, each row's maximum, exponentials, sum and normalisation
+    computed at the row (one pass over L1-resident data instead of four over the
+    tensor); a static row length is vectorized, a symbolic one left to LLVM's loop
+    vectorizer (never a TIR vector)."""
+    (exp, row_sum) = sorted(sch.get_producers(block),
+                            key=lambda b: not is_spatial(sch, b))  # the exp block first
+    (shifted,) = sch.get_producers(exp)
+    (row_max,) = [b for b in sch.get_producers(shifted) if not is_spatial(sch, b)]
+    loops = sch.get_loops(block)
+    row = sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
+    sch.parallel(row)
+    sch.compute_inline(shifted)
+    for producer in (row_sum, exp, row_max):
+        sch.compute_at(producer, row)
+    lanes = ctx.lanes(str(sch.get(block).writes[0].source.dtype))
+    for spatial in (exp, block):
+        vectorize_innermost(sch, spatial, lanes)
+    for done in (block, exp, row_sum, row_max):
+        ctx.done.add(block_name(sch, done))
+
+
+@register_template("relax.nn.log_softmax", symbolic_dims=True)
 def log_softmax(call, inputs, ctx):
     return topi.nn.log_softmax(inputs[0], axis=int(call.attrs.axis))
 

@@ -1,10 +1,11 @@
-"""Reduction templates over static axes."""
+"""Reduction templates; reduced and kept axes may be symbolic (a mean over a free
+sequence length divides by it at run time)."""
 from __future__ import annotations
 
 import tvm
 from tvm import topi
 
-from ._utils import attr_ints
+from ._utils import attr_ints, dims, static_dim
 from .registry import register_template
 
 
@@ -13,8 +14,10 @@ def _mean(data, axis, keepdims):
     total = topi.sum(data, axis, keepdims)
     count = 1
     for ax in range(len(data.shape)) if axis is None else axis:
-        count *= int(data.shape[ax])
-    return topi.divide(total, tvm.tirx.const(count, data.dtype))
+        count *= dims(data.shape)[ax]
+    if static_dim(count) is not None:
+        return topi.divide(total, tvm.tirx.const(static_dim(count), data.dtype))
+    return topi.divide(total, tvm.tirx.Cast(data.dtype, count))
 
 
 REDUCTIONS = {
@@ -35,4 +38,4 @@ def _reduction(fn):
 
 
 for _name, _fn in REDUCTIONS.items():
-    register_template(_name)(_reduction(_fn))
+    register_template(_name, symbolic_dims=True)(_reduction(_fn))

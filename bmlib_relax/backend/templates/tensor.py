@@ -1,17 +1,21 @@
 """Data-movement templates: reshape-likes, layout changes, joins, slices and padding."""
 from __future__ import annotations
 
-from tvm import topi
+import tvm
+from tvm import te, topi
 
-from ._utils import attr_ints
+from ._utils import attr_ints, dims, result_shape, static_dim
 from .registry import register_template
 
 
-def _static_shape(call) -> list[int]:
-    return [int(d) for d in call.ty.shape.values]
+def _static_shape(call) -> list:
+    """The result shape from the call's Relax type: static dims as ints, symbolic ones
+    (a free batch, a sequence length) as their PrimExpr."""
+    return result_shape(call)
 
 
-@register_template("relax.reshape", "relax.expand_dims", "relax.squeeze", "relax.flatten")
+@register_template("relax.reshape", "relax.expand_dims", "relax.squeeze", "relax.flatten",
+                   symbolic_dims=True)
 def reshape_like(call, inputs, ctx):
     # Every reshape-like only relabels memory: the result type already holds the shape.
     return topi.reshape(inputs[0], _static_shape(call))
@@ -23,30 +27,87 @@ def permute_dims(call, inputs, ctx):
     return topi.transpose(inputs[0], None if axes is None else attr_ints(axes))
 
 
-@register_template("relax.concat")
+@register_template("relax.concat", symbolic_dims=True)
 def concat(call, inputs, ctx):
     axis = call.attrs.axis
     return topi.concatenate(list(inputs[0]), 0 if axis is None else int(axis))
 
 
-@register_template("relax.split")
+@register_template("relax.split", symbolic_dims=True)
 def split(call, inputs, ctx):
+    data = inputs[0]
+    axis = int(call.attrs.axis) % len(data.shape)
+    if _has_symbolic(data):
+        return _split_by_result_types(call, data, axis)
     sections = call.attrs.indices_or_sections
     if isinstance(sections, int) or hasattr(sections, "value"):
         sections = int(sections)
     else:
         sections = attr_ints(sections)
-    return tuple(topi.split(inputs[0], sections, int(call.attrs.axis)))
+    return tuple(topi.split(data, sections, axis))
 
 
-@register_template("relax.strided_slice")
+def _has_symbolic(tensor) -> bool:
+    return any(static_dim(d) is None for d in tensor.shape)
+
+
+def _split_by_result_types(call, data, axis: int) -> tuple:
+    """Each part at the offset the sizes of the parts before it give: the sizes come
+    from the Relax result types, which already resolve sections / indices against a
+    symbolic extent."""
+    parts, offset = [], 0
+    for index, field in enumerate(call.ty.fields):
+        shape = dims(field.shape.values)
+        parts.append(te.compute(shape, _shifted(data, axis, offset), name=f"bmlib_split_{index}"))
+        offset = offset + shape[axis]
+    return tuple(parts)
+
+
+def _shifted(data, axis: int, offset):
+    """``fcompute`` reading ``data`` with ``axis`` shifted by ``offset``."""
+    def compute(*idx):
+        return data[tuple(i + offset if ax == axis else i for ax, i in enumerate(idx))]
+
+    return compute
+
+
+@register_template("relax.strided_slice", symbolic_dims=True)
 def strided_slice(call, inputs, ctx):
     def values(expr):
         return [int(v.value) for v in expr.fields]  # a Tuple of PrimValues
 
     axes, begin, end = (values(call.args[i]) for i in (1, 2, 3))
     strides = values(call.args[4]) if len(call.args) > 4 else [1] * len(axes)
-    return topi.strided_slice(inputs[0], begin, end, strides, axes)
+    data = inputs[0]
+    if _has_symbolic(data):
+        return _strided_slice_symbolic(call, data, axes, begin, strides)
+    return topi.strided_slice(data, begin, end, strides, axes)
+
+
+def _strided_slice_symbolic(call, data, axes, begin, strides):
+    """A slice of a tensor with symbolic dims: the result shape is the Relax type's
+    (clamping resolved there); each sliced axis starts at its canonical begin (negative
+    counted from the end, clamped to the extent) and steps by its stride.  (topi's
+    slice takes the begin/end literally on a symbolic extent, and its result shape
+    disagrees with the Relax type: the signature check catches it.)"""
+    rank = len(data.shape)
+    starts = {}
+    for axis, first, step in zip(axes, begin, strides):
+        axis %= rank
+        extent = data.shape[axis]
+        start = tvm.tirx.const(first, str(extent.ty))
+        start = start + extent if first < 0 else start
+        if step > 0:
+            start = tvm.tirx.max(tvm.tirx.min(start, extent), 0)
+        else:
+            start = tvm.tirx.max(tvm.tirx.min(start, extent - 1), -1)
+        starts[axis] = (start, step)
+
+    def compute(*idx):
+        return data[tuple(starts[ax][0] + i * starts[ax][1] if ax in starts else i
+                          for ax, i in enumerate(idx))]
+
+    return te.compute(result_shape(call), compute, name="bmlib_strided_slice")
 
 
 @register_template("relax.nn.pad")
@@ -85,12 +146,12 @@ def _elements(shape) -> int:
     return count
 
 
-@register_template("relax.broadcast_to")
+@register_template("relax.broadcast_to", symbolic_dims=True)
 def broadcast_to(call, inputs, ctx):
     return topi.broadcast_to(inputs[0], _static_shape(call))
 
 
-@register_template("relax.stack")
+@register_template("relax.stack", symbolic_dims=True)
 def stack(call, inputs, ctx):
     axis = call.attrs.axis
     return topi.stack(list(inputs[0]), 0 if axis is None else int(axis))

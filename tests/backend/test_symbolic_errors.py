@@ -1,0 +1,62 @@
+"""Symbolic dims never make a silent wrong answer: a matmul whose reduction dims are
+not provably equal stays on the host, and inputs that disagree on a shared symbolic
+dim are a ParamError naming both, not a VM check failure."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import bmlib_relax
+from bmlib_relax.backend.host_reasons import REJECTED
+
+from conftest import offloaded_partitions
+
+
+def test_matmul_with_an_unrelated_symbolic_reduction_dim_stays_on_the_host():
+    # Relax types dense(x: (?, ?), w: (64, 64)) without relating x's k to 64: a template
+    # looping over k would read past w for k > 64.
+    text = ('#[version = "0.0.5"]\ndef @main(%x: Tensor[(?, ?), float32], '
+            '%w: Tensor[(64, 64), float32]) {\n  nn.dense(%x, %w, units=64)\n}\n')
+    model = bmlib_relax.compile(text, {"w": np.eye(64, dtype="float32")})
+    assert not offloaded_partitions(model.relax_module)
+    (reason,) = model.report.to_dict()["host_ops"]
+    assert reason["op"] == "relax.matmul" and reason["reason"] == REJECTED
+    x = np.arange(5 * 64, dtype="float32").reshape(5, 64)
+    np.testing.assert_array_equal(model(x), x)
+
+
+def test_matmul_whose_reduction_dims_are_the_same_symbolic_dim_is_offloaded():
+    text = ('#[version = "0.0.5"]\ndef @main(%a: Tensor[(m, k), float32], '
+            '%b: Tensor[(n, k), float32]) {\n  nn.dense(%a, %b, units=None)\n}\n')
+    model = bmlib_relax.compile(text)
+    assert offloaded_partitions(model.relax_module)
+    assert sum(model.report.ops_host.values()) == 0
+    rng = np.random.default_rng(0)
+    for m, k, n in ((1, 1, 1), (3, 7, 5), (17, 33, 65)):
+        a = rng.standard_normal((m, k)).astype("float32")
+        b = rng.standard_normal((n, k)).astype("float32")
+        np.testing.assert_allclose(model(a, b), a @ b.T, rtol=1e-5, atol=1e-5)
+
+
+def test_inputs_disagreeing_on_a_shared_symbolic_dim_are_a_param_error():
+    text = ('#[version = "0.0.5"]\ndef @main(%x: Tensor[(n, 8), float32], '
+            '%y: Tensor[(n, 8), float32]) {\n  add(%x, %y)\n}\n')
+    model = bmlib_relax.compile(text)
+    assert offloaded_partitions(model.relax_module)
+    ones = np.ones((3, 8), "float32")
+    np.testing.assert_array_equal(model(ones, ones), 2 * ones)
+    with pytest.raises(bmlib_relax.ParamError,
+                       match=r"input 'y': dim 0 is the symbolic dim n, which is 4 here but 3 "
+                             r"in input 'x'"):
+        model(ones, np.ones((4, 8), "float32"))
+
+
+def test_flop_formulas_from_metadata_are_evaluated_not_executed():
+    from bmlib_relax.flops import evaluate_flops_text
+
+    assert evaluate_flops_text("n * (2 + m) - n // 2", {"n": 4, "m": 3}) == 18
+    for text in ('__import__("os").getcwd()', "n ** 2", "n.real", "[n]", "n if n else 1"):
+        with pytest.raises(ValueError, match="not a FLOP formula"):
+            evaluate_flops_text(text, {"n": 4})
+    with pytest.raises(KeyError, match="m"):
+        evaluate_flops_text("n * m", {"n": 4})
