@@ -281,6 +281,22 @@ _BARE_SCALAR_TYPES = {"int": "int32", "uint": "uint32", "float": "float32"}
 _FUNCTION_PASSTHROUGH_OPS = {"on_device"}
 
 
+def _fresh_dim(base: str, dim_vars: Optional[dict]) -> tvm.tirx.Var:
+    """A fresh var for a ``?`` dim, named ``base`` (``d<axis>``) unless that name is taken
+    by another dim of the signature: then ``d0_1``, ``d0_2``... Independent ``?`` dims of
+    different inputs are different vars *and* names, so nothing that reads a signature by
+    names (input specs, the runtime's shared-dim check, FLOP formulas) ties them."""
+    if dim_vars is None:
+        return tvm.tirx.Var(base, "int64")
+    taken = {str(v.name) for v in dim_vars.values()} | {k for k in dim_vars if isinstance(k, str)}
+    name, k = base, 1
+    while name in taken:
+        name, k = f"{base}_{k}", k + 1
+    var = tvm.tirx.Var(name, "int64")
+    dim_vars[("?", name)] = var  # not a name key: a named dim "d0" stays a dim of its own
+    return var
+
+
 def tensor_type(ty: ast.Type, where: Optional[str] = None,
                 dim_vars: Optional[dict] = None) -> relax.Type:
     """Relax type of a Relay type; ``?`` dims become fresh symbolic int64 vars, named or
@@ -294,9 +310,12 @@ def tensor_type(ty: ast.Type, where: Optional[str] = None,
             if isinstance(dim, int):
                 dims.append(int(dim))
             elif dim is None:
-                dims.append(tvm.tirx.Var(f"d{i}", "int64"))
+                dims.append(_fresh_dim(f"d{i}", dim_vars))
             else:
-                name = dim if isinstance(dim, str) else getattr(dim, "name", None) or f"d{i}"
+                name = dim if isinstance(dim, str) else getattr(dim, "name", None)
+                if not name:  # an unnamed symbolic dim is a ``?`` of its own
+                    dims.append(_fresh_dim(f"d{i}", dim_vars))
+                    continue
                 cache = dim_vars if dim_vars is not None else {}
                 dims.append(cache.setdefault(name, tvm.tirx.Var(str(name), "int64")))
         return relax.TensorType(dims, ty.dtype)

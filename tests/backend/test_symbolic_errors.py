@@ -51,6 +51,26 @@ def test_inputs_disagreeing_on_a_shared_symbolic_dim_are_a_param_error():
         model(ones, np.ones((4, 8), "float32"))
 
 
+@pytest.mark.parametrize("builder", ["text", "relay.Any"])
+def test_independent_dynamic_dims_of_two_inputs_stay_independent(builder):
+    """Each ``?`` is a dim of its own (Relay's Any): two inputs' ``?`` dims are distinct
+    vars with distinct names, so neither the VM nor the shared-dim check ties them."""
+    from bmlib_relax import relay
+
+    if builder == "text":
+        mod = ('#[version = "0.0.5"]\ndef @main(%a: Tensor[(?, 3), float32], '
+               '%b: Tensor[(?, 3), float32]) {\n  add(sum(%a, axis=[0]), sum(%b, axis=[0]))\n}\n')
+    else:
+        a, b = (relay.var(n, shape=(relay.Any(), 3)) for n in "ab")
+        mod = relay.IRModule.from_expr(relay.Function(
+            [a, b], relay.add(relay.sum(a, axis=0), relay.sum(b, axis=0))))
+    model = bmlib_relax.compile(mod)
+    names = [spec["shape"][0] for spec in model.report.inputs]
+    assert len(set(names)) == 2, names
+    np.testing.assert_array_equal(model(np.ones((2, 3), "float32"), np.ones((5, 3), "float32")),
+                                  np.full(3, 7, "float32"))
+
+
 def test_flop_formulas_from_metadata_are_evaluated_not_executed():
     from bmlib_relax.flops import evaluate_flops_text
 
