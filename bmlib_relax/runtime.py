@@ -97,8 +97,8 @@ def as_input_array(value: Any, name: str, spec: Optional[dict] = None) -> np.nda
     """
     if isinstance(value, tvm.runtime.Tensor):
         value = value.numpy()
-    if isinstance(value, np.ndarray):
-        array = value
+    if isinstance(value, (np.ndarray, np.generic)):
+        array = _exact_cast(np.asarray(value), spec.get("dtype") if spec else None, name)
     else:
         try:
             array = np.array(value)
@@ -118,6 +118,35 @@ def as_input_array(value: Any, name: str, spec: Optional[dict] = None) -> np.nda
         raise ParamError(f"input {name!r}: got an array of Python objects (a ragged list?); "
                          "give a numeric array", name)
     return np.require(array, requirements="C")  # unlike ascontiguousarray, keeps 0-d
+
+
+def _exact_cast(array: np.ndarray, dtype: Optional[str], name: str) -> np.ndarray:
+    """``array`` in the input's ``dtype`` when every value survives the cast.
+
+    Relay's executors copied an array of another dtype into the input
+    (``float16`` data into a ``float32`` input, ``int64`` pool data into a
+    ``float16`` one); that copy is kept, but only where it cannot change a
+    value: safe casts always, a same-kind or int-to-float cast only when the
+    values round-trip (no wrapped integers, no new infinities).  Anything else
+    (float data into an integer input, ``300`` into ``int8``) stays a
+    ``ParamError`` from the shape/dtype check.
+    """
+    if not dtype or array.dtype == object or array.dtype == np.dtype(dtype):
+        return array
+    target = np.dtype(dtype)
+    if np.can_cast(array.dtype, target, "safe"):
+        return array.astype(target)
+    if not np.can_cast(array.dtype, target, "same_kind"):
+        return array
+    with np.errstate(all="ignore"):
+        cast = array.astype(target)
+        if target.kind == "f":
+            kept = bool(np.all(np.isfinite(cast) | ~np.isfinite(array)))
+            if array.dtype.kind in "iub":
+                kept = kept and bool(np.all(cast.astype(array.dtype) == array))
+        else:
+            kept = bool(np.all(cast.astype(array.dtype) == array))
+    return cast if kept else array
 
 
 def _check_input(spec: dict, array: np.ndarray) -> None:

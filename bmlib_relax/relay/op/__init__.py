@@ -45,7 +45,7 @@ TABLE.update({
     "cast_like": ("data, dtype_like", "data dtype_like"),
     "reinterpret": ("data, dtype", "data"),
     "expand_dims": ("data, axis, num_newaxis=1", "data"),
-    "transpose": ("data, axes=None", "data"),
+    "transpose": ("data, axes=None", "data", {"always": ("axes",)}),
     "squeeze": ("data, axis=None", "data"),
     "reshape": ("data, newshape, allowzero=False", "data"),
     "argwhere": ("condition", "condition"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .. import ast
 from ..builder import const
+from ..type_infer import register_type_relation
 from ._make import as_expr, attr_value, define_ops, make_op, register, registered
 
 
@@ -167,3 +168,18 @@ def dropout(data, rate=0.5):
 
 
 __all__ += ["pad", "dropout", "dropout_raw"]
+
+
+@register_type_relation("nn.bitserial_dense")
+def _bitserial_dense_type(arg_types, attrs, call):
+    """data (..., K) -> (..., units) of ``out_dtype`` (Relay's BitserialDenseRel).
+
+    Relay's relation needs no static dims, whereas TOPI's compute (the
+    importer's lowering) does: this relation keeps symbolic batch/K dims typed.
+    """
+    data, weight = arg_types[0], arg_types[1]
+    units = attrs.get("units")
+    if units is None:
+        units = weight.shape[0]
+    out_dtype = attrs.get("out_dtype", "int16") or data.dtype
+    return ast.TensorType(tuple(data.shape[:-1]) + (units,), out_dtype)

@@ -1,0 +1,95 @@
+"""Relay op level 2 behaviour (TVM v0.19's ``test_op_level2.py`` area), own tests.
+
+Oracles: numpy and ``tvm.topi.testing``; each compile asserts bmlib offloaded something.
+"""
+import numpy as np
+import pytest
+import tvm.topi.testing
+from tvm import te
+
+import bmlib_relax
+from bmlib_relax import relay
+from conftest import offloaded_partitions
+
+RNG = np.random.default_rng(2)
+
+
+def _run(params, outs, values):
+    """Compile ``fn(params) -> (relu(params[0]), *outs)``, assert offload, run."""
+    func = relay.Function(params, relay.Tuple([relay.nn.relu(params[0])] + list(outs)))
+    model = bmlib_relax.compile(relay.IRModule.from_expr(func))
+    assert offloaded_partitions(model.relax_module), "nothing was offloaded"
+    results = model(*values)
+    np.testing.assert_allclose(results[0], np.maximum(values[0], 0), rtol=1e-6)
+    return results[1:]
+
+
+def test_conv2d_weight_type_in_packed_layouts():
+    """An un-annotated weight's type follows from channels/kernel_size in any layout."""
+    x = relay.var("x", relay.TensorType((1, 8, 16, 16, 4, 4), "int8"))
+    w = relay.var("w")
+    y = relay.nn.conv2d(x, w, kernel_size=(3, 3), padding=(1, 1), channels=16,
+                        data_layout="NCHW4n4c", kernel_layout="OIHW4o4i", out_dtype="int32")
+    yy = relay.testing.run_infer_type(y)
+    assert yy.checked_type == relay.TensorType((1, 4, 16, 16, 4, 4), "int32")
+    assert yy.args[1].checked_type == relay.TensorType((4, 8, 3, 3, 4, 4), "int8")
+
+
+def _transpose_ref(data_nchw, kernel_iohw, stride, pad, out_pad):
+    """Direct formula of a transposed conv: y[o] = sum_i x[i] w[o + pad - i * stride]."""
+    n, c, h, w = data_nchw.shape
+    _, oc, kh, kw = kernel_iohw.shape
+    oh = (h - 1) * stride - 2 * pad + kh + out_pad
+    ow = (w - 1) * stride - 2 * pad + kw + out_pad
+    out = np.zeros((n, oc, oh, ow), "float32")
+    for i in range(h):
+        for j in range(w):
+            for a in range(kh):
+                for b in range(kw):
+                    o, p = i * stride + a - pad, j * stride + b - pad
+                    if 0 <= o < oh and 0 <= p < ow:
+                        out[:, :, o, p] += data_nchw[:, :, i, j] @ kernel_iohw[:, :, a, b]
+    return out
+
+
+def test_conv2d_transpose_any_layout_and_large_output_padding():
+    """NHWC/HWOI and OIHW kernels run (TVM lowers only NCHW/IOHW), and an
+    output_padding >= strides (accepted by Relay) gives the formula's extra rows."""
+    d_np = RNG.uniform(-1, 1, (1, 3, 5, 5)).astype("float32")
+    k_iohw = RNG.uniform(-1, 1, (3, 4, 3, 3)).astype("float32")
+    x = relay.var("x", shape=(1, 3, 5, 5))
+    x_nhwc = relay.var("x_nhwc", shape=(1, 5, 5, 3))
+    w_hwoi = relay.var("w_hwoi", shape=(3, 3, 4, 3))
+    w_oihw = relay.var("w_oihw", shape=(4, 3, 3, 3))
+    w_iohw = relay.var("w_iohw", shape=(3, 4, 3, 3))
+    outs = [
+        relay.nn.conv2d_transpose(x_nhwc, w_hwoi, channels=4, kernel_size=(3, 3),
+                                  strides=(2, 2), padding=(1, 1), output_padding=(1, 1),
+                                  data_layout="NHWC", kernel_layout="HWOI"),
+        relay.nn.conv2d_transpose(x, w_oihw, channels=4, kernel_size=(3, 3), strides=(2, 2),
+                                  padding=(1, 1), kernel_layout="OIHW"),
+        relay.nn.conv2d_transpose(x, w_iohw, strides=(1, 1), output_padding=(1, 1)),
+        relay.nn.conv2d_transpose(x, w_iohw, strides=(2, 2), padding=(1, 1),
+                                  output_padding=(3, 3)),
+    ]
+    types = [relay.testing.run_infer_type(o).checked_type for o in outs]
+    assert types[0] == relay.TensorType((1, 10, 10, 4), "float32")
+    assert types[2] == relay.TensorType((1, 4, 8, 8), "float32")
+    assert types[3] == relay.TensorType((1, 4, 12, 12), "float32")
+    res = _run([x, x_nhwc, w_hwoi, w_oihw, w_iohw], outs,
+               [d_np, d_np.transpose(0, 2, 3, 1), k_iohw.transpose(2, 3, 1, 0),
+                k_iohw.transpose(1, 0, 2, 3), k_iohw])
+    np.testing.assert_allclose(res[0], _transpose_ref(d_np, k_iohw, 2, 1, 1).transpose(0, 2, 3, 1),
+                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(res[1], _transpose_ref(d_np, k_iohw, 2, 1, 0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(res[2], _transpose_ref(d_np, k_iohw, 1, 0, 1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(res[3], _transpose_ref(d_np, k_iohw, 2, 1, 3), rtol=1e-5, atol=1e-5)
+
+
+def test_conv2d_transpose_symbolic_batch_large_output_padding_type():
+    n = te.var("n")
+    x = relay.var("x", relay.TensorType((n, 10, 10, 12), "float32"))
+    w = relay.var("w", relay.TensorType((12, 11, 5, 5), "float32"))
+    y = relay.nn.conv2d_transpose(x, w, output_padding=(1, 1), channels=11, data_layout="NHWC")
+    assert relay.testing.run_infer_type(y).checked_type == \
+        relay.TensorType((n, 15, 15, 11), "float32")
