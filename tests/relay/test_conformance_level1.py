@@ -36,6 +36,7 @@ def test_lossy_or_cross_kind_inputs_stay_errors():
     x = relay.var("x", shape=(3,), dtype="int8")
     model = _compile([x], relay.nn.relu(relay.cast(x, "float32")))
     np.testing.assert_array_equal(model(np.array([1, -2, 3], "int64")), [1, 0, 3])
+    np.testing.assert_array_equal(model(np.array([2.0, -1.0, 0.0])), [2, 0, 0])  # exact
     with pytest.raises(ParamError, match="dtype int8"):
         model(np.array([1, 300, 3], "int64"))  # would wrap
     with pytest.raises(ParamError, match="dtype int8"):

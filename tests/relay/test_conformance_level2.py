@@ -93,3 +93,27 @@ def test_conv2d_transpose_symbolic_batch_large_output_padding_type():
     y = relay.nn.conv2d_transpose(x, w, output_padding=(1, 1), channels=11, data_layout="NHWC")
     assert relay.testing.run_infer_type(y).checked_type == \
         relay.TensorType((n, 15, 15, 11), "float32")
+
+
+def test_conv3d_ndhwc_and_depthwise_channel_multiplier():
+    """conv3d in NDHWC/DHWIO runs (re-laid out for the NCDHW template), and Relay's
+    depthwise reading of a (C, M, k...) weight with groups == C gives C * M channels."""
+    d_np = RNG.uniform(-1, 1, (1, 4, 3, 5, 5)).astype("float32")
+    w_np = RNG.uniform(-1, 1, (2, 4, 3, 3, 3)).astype("float32")  # OIDHW
+    m_np = RNG.uniform(-1, 1, (4, 2, 1, 1, 1)).astype("float32")  # (C, multiplier, 1, 1, 1)
+    x = relay.var("x", shape=(1, 4, 3, 5, 5))
+    x_ndhwc = relay.var("x_ndhwc", shape=(1, 3, 5, 5, 4))
+    w_dhwio = relay.var("w_dhwio", shape=(3, 3, 3, 4, 2))
+    outs = [
+        relay.nn.conv3d(x_ndhwc, w_dhwio, channels=2, kernel_size=(3, 3, 3), padding=(1, 1, 1),
+                        data_layout="NDHWC", kernel_layout="DHWIO"),
+        relay.nn.conv3d(x, relay.const(m_np), kernel_size=(1, 1, 1), channels=8, groups=4),
+    ]
+    assert relay.testing.run_infer_type(outs[1]).checked_type == \
+        relay.TensorType((1, 8, 3, 5, 5), "float32")
+    got = _run([x, x_ndhwc, w_dhwio], outs,
+               [d_np, d_np.transpose(0, 2, 3, 4, 1), w_np.transpose(2, 3, 4, 1, 0)])
+    ref = tvm.topi.testing.conv3d_ncdhw_python(d_np, w_np, 1, 1)
+    np.testing.assert_allclose(got[0], ref.transpose(0, 2, 3, 4, 1), rtol=1e-5, atol=1e-5)
+    multiplied = d_np[:, :, None] * m_np[:, :, 0, 0, 0][None, :, :, None, None, None]
+    np.testing.assert_allclose(got[1], multiplied.reshape(1, 8, 3, 5, 5), rtol=1e-5, atol=1e-6)

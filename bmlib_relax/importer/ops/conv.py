@@ -10,7 +10,7 @@ from __future__ import annotations
 from tvm import relax
 
 from ..registry import register_converter
-from ._utils import expand_padding, out_dtype, repeat_to
+from ._utils import expand_padding, out_dtype, repeat_to, shape_of
 from .layout import layout_transform
 
 # Relay op -> (Relax op, spatial dims, default data layout, default kernel layout)
@@ -42,10 +42,43 @@ def _conv_attrs(attrs, ndim: int, data_layout: str, kernel_layout: str) -> dict:
 
 def _conv(relax_op, ndim: int, data_layout: str, kernel_layout: str):
     def convert(inputs, attrs, ctx):
-        return relax_op(inputs[0], inputs[1],
-                        **_conv_attrs(attrs, ndim, data_layout, kernel_layout))
+        conv = _conv_attrs(attrs, ndim, data_layout, kernel_layout)
+        if ndim == 2:  # conv2d keeps its layouts: NHWC & co. have their own templates
+            return relax_op(inputs[0], inputs[1], **conv)
+        # conv1d/conv3d have templates (and TOPI lowerings) in NC[D]W / OI[D]W only:
+        # other layouts Relay accepted (NDHWC/DHWIO, NWC/WIO) are re-laid out around it.
+        src_out = conv["out_layout"] or conv["data_layout"]
+        data = _to_layout(inputs[0], conv["data_layout"], data_layout, ctx)
+        weight = _to_layout(inputs[1], conv["kernel_layout"], kernel_layout, ctx)
+        conv.update(data_layout=data_layout, kernel_layout=kernel_layout, out_layout=None)
+        weight = _depthwise_multiplier_weight(data, weight, conv, attrs, ctx)
+        out = relax_op(data, weight, **conv)
+        if src_out == data_layout:
+            return out
+        return layout_transform(ctx.emit(out), data_layout, src_out, ctx)
 
     return convert
+
+
+def _to_layout(value, src: str, dst: str, ctx):
+    out = layout_transform(value, src, dst, ctx)
+    return out if out is value else ctx.emit(out)
+
+
+def _depthwise_multiplier_weight(data, weight, conv: dict, attrs, ctx):
+    """Relay's conv3d relation reads a weight ``(C, M, k...)`` with ``groups == C``
+    (as many groups as input channels and weight rows) as a depthwise conv with
+    channel multiplier ``M`` giving ``channels = C * M`` outputs: output channel
+    ``c * M + m`` filters input channel ``c``, i.e. an ``(C * M, 1, k...)`` weight."""
+    groups = conv["groups"]
+    channels = attrs.get("channels")
+    d_shape, w_shape = shape_of(data), shape_of(weight)
+    if groups <= 1 or channels is None or len(w_shape) != 5:
+        return weight
+    if not (d_shape[1] == groups == w_shape[0] and w_shape[1] != 1
+            and isinstance(channels, int) and channels == groups * w_shape[1]):
+        return weight
+    return ctx.emit(relax.op.reshape(weight, [channels, 1] + list(w_shape[2:])))
 
 
 def _conv_transpose(relax_op, ndim: int, data_layout: str, kernel_layout: str):
