@@ -117,3 +117,27 @@ def test_conv3d_ndhwc_and_depthwise_channel_multiplier():
     np.testing.assert_allclose(got[0], ref.transpose(0, 2, 3, 4, 1), rtol=1e-5, atol=1e-5)
     multiplied = d_np[:, :, None] * m_np[:, :, 0, 0, 0][None, :, :, None, None, None]
     np.testing.assert_allclose(got[1], multiplied.reshape(1, 8, 3, 5, 5), rtol=1e-5, atol=1e-6)
+
+
+def test_upsampling_types_round_half_away_from_zero():
+    n, c, h, w = (te.var(v) for v in "nchw")
+    x = relay.var("x", relay.TensorType((n, c, h, w), "float32"))
+    y = relay.nn.upsampling(x, scale_h=2, scale_w=2, method="bilinear")
+    two = tvm.tirx.const(2.0, "float64")
+    assert relay.testing.run_infer_type(y).checked_type == relay.TensorType(
+        (n, c, tvm.tirx.Cast("int32", te.round(h * two)),
+         tvm.tirx.Cast("int32", te.round(w * two))), "float32")
+    d = te.var("d")
+    x3 = relay.var("x3", relay.TensorType((n, c, d, 4, 6), "float32"))
+    y3 = relay.nn.upsampling3d(x3, scale_d=2, scale_h=1.5, scale_w=0.5)
+    assert relay.testing.run_infer_type(y3).checked_type == relay.TensorType(
+        (n, c, tvm.tirx.Cast("int32", te.round(d * two)), 6, 3), "float32")
+    # 5 * 0.5 = 2.5: TVM folds round() with nearbyint (half to even): 2 rows, as Relay
+    x_np = RNG.uniform(-1, 1, (1, 2, 5, 5)).astype("float32")
+    xs = relay.var("xs", shape=(1, 2, 5, 5))
+    ys = relay.nn.upsampling(xs, scale_h=0.5, scale_w=0.5)
+    assert relay.testing.run_infer_type(ys).checked_type == \
+        relay.TensorType((1, 2, 2, 2), "float32")
+    (out,) = _run([xs], [ys], [x_np])
+    # nearest neighbour, asymmetric coordinates, 5 -> 2 (scale 5/2): rows 0 and 2
+    np.testing.assert_array_equal(out, x_np[:, :, ::2, ::2][:, :, :2, :2])

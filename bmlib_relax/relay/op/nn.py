@@ -183,3 +183,32 @@ def _bitserial_dense_type(arg_types, attrs, call):
         units = weight.shape[0]
     out_dtype = attrs.get("out_dtype", "int16") or data.dtype
     return ast.TensorType(tuple(data.shape[:-1]) + (units,), out_dtype)
+
+
+def _scaled_dim(dim, scale: float):
+    """``round(dim * scale)`` as Relay's UpSampling relations write it: an int for a
+    static dim (TVM folds ``round`` with ``nearbyint``: half to even, like Python's
+    ``round``), else ``Cast(dim.dtype, round(dim * scale))`` over the user's dim."""
+    if dim is None:
+        return None
+    if isinstance(dim, int):
+        return int(round(dim * scale))
+    import tvm
+
+    return tvm.tirx.Cast(str(dim.ty), tvm.te.round(dim * tvm.tirx.const(scale, "float64")))
+
+
+def _upsampling_relation(axes: str, default_layout: str):
+    def relation(arg_types, attrs, call):
+        data = arg_types[0]
+        layout = attrs.get("layout") or default_layout
+        shape = list(data.shape)
+        for axis in axes:
+            index = layout.index(axis)
+            shape[index] = _scaled_dim(shape[index], float(attrs.get(f"scale_{axis.lower()}", 1)))
+        return ast.TensorType(tuple(shape), data.dtype)
+    return relation
+
+
+register_type_relation("nn.upsampling")(_upsampling_relation("HW", "NCHW"))
+register_type_relation("nn.upsampling3d")(_upsampling_relation("DHW", "NCDHW"))
