@@ -34,3 +34,65 @@ def test_transpose_prints_axes_none_and_reverses():
     x2_np = RNG.uniform(-1, 1, (2, 3, 4)).astype("float32")
     (out,) = _run([x2], [relay.transpose(x2)], [x2_np])
     np.testing.assert_array_equal(out, x2_np.transpose())
+
+
+def test_split_types_as_relay_wrote_them():
+    d1, d2, d3 = te.var("d1"), te.var("d2"), te.var("d3")
+    x = relay.var("x", relay.TensorType((d1, d2, d3), "float32"))
+
+    def split_type(*args, **kwargs):
+        return relay.testing.run_infer_type(relay.split(x, *args, **kwargs).astuple()).checked_type
+
+    assert split_type(4, axis=2) == relay.TupleType(
+        [relay.TensorType((d1, d2, d3 // 4), "float32")] * 4)
+    assert split_type(np.array([2, 4, 7]).astype("int64").tolist(), axis=1) == relay.TupleType([
+        relay.TensorType((d1, 2, d3), "float32"), relay.TensorType((d1, 2, d3), "float32"),
+        relay.TensorType((d1, 3, d3), "float32"), relay.TensorType((d1, d2 - 7, d3), "float32")])
+    s = relay.var("s", shape=(5, 4))
+    with pytest.raises(bmlib_relax.errors.RelayTypeError, match="split.*divide"):
+        relay.testing.run_infer_type(relay.split(s, 3, axis=1).astuple())
+
+
+def test_reshape_like_ranges_and_symbolic_lhs():
+    n, w = te.var("n"), te.var("w")
+    x = relay.var("x", relay.TensorType((n, 2, 3, w), "float32"))
+    y = relay.var("y", relay.TensorType((1, 8, 8), "float32"))
+    assert relay.testing.run_infer_type(relay.reshape_like(x, y)).checked_type == \
+        relay.TensorType((1, 8, 8), "float32")
+    a = relay.var("a", shape=(1, 2, 3, 4))
+    b = relay.var("b", shape=(2, 3, 4, 1, 6))
+    a_np = RNG.uniform(-1, 1, (1, 2, 3, 4)).astype("float32")
+    b_np = np.zeros((2, 3, 4, 1, 6), "float32")
+    outs = [relay.reshape_like(a, b, rhs_end=3), relay.reshape_like(a, b, rhs_begin=2),
+            relay.reshape_like(a, relay.var("c", shape=(1, 6, 5)), lhs_begin=1, lhs_end=3,
+                               rhs_begin=1, rhs_end=2)]
+    types = [relay.testing.run_infer_type(o).checked_type.shape for o in outs]
+    assert types == [(2, 3, 4), (4, 1, 6), (1, 6, 4)]
+    c = outs[2].args[1]
+    got = _run([a, b, c], outs, [a_np, b_np, np.zeros((1, 6, 5), "float32")])
+    for out, shape in zip(got, types):
+        np.testing.assert_array_equal(out, a_np.reshape(shape))
+    with pytest.raises(bmlib_relax.errors.RelayTypeError, match="sizes differ"):
+        relay.testing.run_infer_type(relay.reshape_like(a, relay.var("z", shape=(5,))))
+
+
+def test_meshgrid_scalars_sparse_to_dense_vectors_reverse_sequence_message():
+    v = relay.var("v", shape=(3,))
+    s = relay.var("s", shape=())
+    idx = relay.var("idx", shape=(3,), dtype="int64")
+    vals = relay.var("vals", shape=(3,))
+    v_np = np.array([1, 2, 3], "float32")
+    grids = relay.meshgrid([v, s], indexing="ij")
+    dense = relay.sparse_to_dense(idx, [5], vals, relay.const(0.5))
+    got = _run([v, s, idx, vals], [grids[0], grids[1], dense],
+               [v_np, np.float32(7), np.array([0, 1, 4]), np.array([3, 4, 5], "float32")])
+    np.testing.assert_array_equal(got[0], v_np.reshape(3, 1))
+    np.testing.assert_array_equal(got[1], np.full((3, 1), 7, "float32"))
+    np.testing.assert_array_equal(got[2], [3, 4, 0.5, 0.5, 5])
+    data = relay.var("data", shape=(4, 4), dtype="int32")
+    lengths = relay.var("lengths", shape=(5,), dtype="int32")
+    with pytest.raises(bmlib_relax.errors.BmlibError,
+                       match="For reverse_sequnece seq_lengths size should match with dimension "
+                             "of batch axis, but got dimension of batch_axis = 4, and seq_length "
+                             "size = 5"):
+        relay.testing.run_infer_type(relay.reverse_sequence(data, lengths, 1, 0))

@@ -72,13 +72,28 @@ def _scatter_elements(inputs, attrs, ctx):
 
 @register_converter("reverse_sequence")
 def _reverse_sequence(inputs, attrs, ctx):
+    batch_axis = int(attrs.get("batch_axis", 0))
+    data_dims, lengths = shape_of(inputs[0]), shape_of(inputs[1])
+    if -len(data_dims) <= batch_axis < len(data_dims) and lengths:
+        batch, count = data_dims[batch_axis], lengths[0]
+        if isinstance(batch, int) and isinstance(count, int) and batch != count:
+            # Relay's ReverseSequenceRel message, verbatim (typo included): scripts match it
+            raise ctx.error("For reverse_sequnece seq_lengths size should match with dimension "
+                            f"of batch axis, but got dimension of batch_axis = {batch}, and "
+                            f"seq_length size = {count}")
     return relax.op.reverse_sequence(inputs[0], inputs[1], int(attrs.get("seq_axis", 1)),
                                      int(attrs.get("batch_axis", 0)))
 
 
 @register_converter("meshgrid")
 def _meshgrid(inputs, attrs, ctx):
-    return relax.op.meshgrid(inputs[0], attrs.get("indexing", "ij"))
+    # Relay's meshgrid takes 0-d tensors as length-1 vectors; Relax's only 1-d ones.
+    grids = inputs[0]
+    fields = list(grids.fields) if isinstance(grids, relax.Tuple) else None
+    if fields is not None and any(ndim_of(f) == 0 for f in fields):
+        grids = relax.Tuple([ctx.emit(relax.op.reshape(f, [1])) if ndim_of(f) == 0 else f
+                             for f in fields])
+    return relax.op.meshgrid(grids, attrs.get("indexing", "ij"))
 
 
 @register_converter("sort")
@@ -162,7 +177,7 @@ def _sparse_to_dense(inputs, attrs, ctx):
         indices = relax.op.reshape(indices, [1, 1])
     elif len(idx_dims) == 1:
         indices = relax.op.reshape(indices, [idx_dims[0], 1])
-    count = shape_of(indices)[0] if len(idx_dims) > 0 else 1
+    count = idx_dims[0] if idx_dims else 1  # indices may be an unnormalized reshape here
     values = relax.op.broadcast_to(values, [count])
     return relax.op.scatter_nd(base, relax.op.astype(indices, "int64"), values, "update")
 

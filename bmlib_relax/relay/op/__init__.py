@@ -15,6 +15,7 @@ from typing import Any, Optional
 from . import image, nn, vision
 from .. import ast
 from ..builder import const, get
+from ..type_infer import register_type_relation
 from ._make import (
     REGISTERED, TupleWrapper, as_expr, define_ops, make_op, registered, tuple_operand,
 )
@@ -314,6 +315,78 @@ def topk(data, k=1, axis=-1, ret_type="both", is_ascend=False, dtype="int32"):
              "dtype": dtype}
     call = ast.Call(ast.Op("topk"), (as_expr(data, "topk data"),), ast.Attrs(attrs))
     return TupleWrapper(call, 2) if ret_type == "both" else call
+
+
+def reshape_like_shape(lhs: list, rhs: list, attrs) -> list:
+    """Relay's ReshapeLike: ``lhs[:lhs_begin] + rhs[rhs_begin:rhs_end] + lhs[lhs_end:]``
+    (ends ``None`` = to the end, negative indices count from the end)."""
+    def span(dims, begin_key, end_key):
+        begin = attrs.get(begin_key) or 0
+        end = attrs.get(end_key)
+        begin = begin + len(dims) if begin < 0 else begin
+        end = len(dims) if end is None else (end + len(dims) if end < 0 else end)
+        return begin, end
+
+    lhs_begin, lhs_end = span(lhs, "lhs_begin", "lhs_end")
+    rhs_begin, rhs_end = span(rhs, "rhs_begin", "rhs_end")
+    return list(lhs[:lhs_begin]) + list(rhs[rhs_begin:rhs_end]) + list(lhs[lhs_end:])
+
+
+@register_type_relation("reshape_like")
+def _reshape_like_type(arg_types, attrs, call):
+    """Relay's ReshapeLikeRel: the spliced shape; sizes must agree when both are static
+    (a symbolic lhs is taken on trust, as Relay's AssertEQ deferred it)."""
+    data, like = arg_types
+    shape = reshape_like_shape(list(data.shape), list(like.shape), attrs)
+
+    def size(dims):
+        total = 1
+        for d in dims:
+            if not isinstance(d, int):
+                return None
+            total *= d
+        return total
+
+    if size(data.shape) is not None and size(shape) is not None \
+            and size(data.shape) != size(shape):
+        raise ValueError(f"reshape_like of a {tuple(data.shape)} tensor to {tuple(shape)}: "
+                         "the sizes differ")
+    return ast.TensorType(tuple(shape), data.dtype)
+
+
+@register_type_relation("split")
+def _split_type(arg_types, attrs, call):
+    """Relay's SplitRel: ``n`` sections are ``dim // n`` each (``dim`` must divide), split
+    indices give their differences and ``dim - last``, symbolic dims kept as written."""
+    data = arg_types[0]
+    ndim = len(data.shape)
+    axis = int(attrs.get("axis", 0))
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"axis {axis} is out of range for a {ndim}-d input")
+    axis %= ndim
+    dim = data.shape[axis]
+    sections = attrs["indices_or_sections"]
+
+    def with_dim(value):
+        shape = list(data.shape)
+        shape[axis] = value
+        return ast.TensorType(tuple(shape), data.dtype)
+
+    if isinstance(sections, int):
+        if isinstance(dim, int) and dim % sections:
+            raise ValueError("indices_or_sections need to be able to divide input.shape[axis]")
+        part = None if dim is None else dim // sections
+        return ast.TupleType(tuple(with_dim(part) for _ in range(sections)))
+    fields, begin = [], 0
+    for index in (int(i) for i in sections):
+        if index <= begin and fields:
+            raise ValueError("indices_or_sections need to be a sorted ascending list")
+        fields.append(with_dim(index - begin))
+        begin = index
+    if isinstance(dim, int) and begin >= dim:
+        raise ValueError("The sum of sections must match the input.shape[axis]")
+    fields.append(with_dim(None if dim is None else dim - begin))
+    return ast.TupleType(tuple(fields))
 
 
 def registered_ops() -> dict[str, str]:
