@@ -96,3 +96,47 @@ def test_meshgrid_scalars_sparse_to_dense_vectors_reverse_sequence_message():
                              "of batch axis, but got dimension of batch_axis = 4, and seq_length "
                              "size = 5"):
         relay.testing.run_infer_type(relay.reverse_sequence(data, lengths, 1, 0))
+
+
+def test_trilu_with_a_runtime_k():
+    """Relay's trilu takes k as a tensor: a k known only at run time works too."""
+    x = relay.var("x", shape=(3, 4))
+    k = relay.var("k", shape=(), dtype="int64")
+    x_np = RNG.uniform(1, 2, (3, 4)).astype("float32")
+    func = relay.Function([x, k], relay.Tuple([relay.nn.relu(x), relay.trilu(x, k),
+                                               relay.trilu(x, k, upper=False)]))
+    model = bmlib_relax.compile(relay.IRModule.from_expr(func))
+    assert offloaded_partitions(model.relax_module), "nothing was offloaded"
+    for k_value in (-1, 0, 2):
+        _, upper, lower = model(x_np, np.int64(k_value))
+        np.testing.assert_array_equal(upper, np.triu(x_np, k_value))
+        np.testing.assert_array_equal(lower, np.tril(x_np, k_value))
+
+
+def _sparse_reshape_ref(indices, prev_shape, new_shape):
+    new_shape = np.array(new_shape)
+    if (new_shape == -1).any():
+        new_shape[new_shape == -1] = np.prod(prev_shape) // np.prod(new_shape[new_shape != -1])
+    flat = np.ravel_multi_index(indices.T, prev_shape) if len(indices) else np.zeros(0, "int64")
+    out = np.stack(np.unravel_index(flat, new_shape), axis=1) if len(indices) else \
+        np.zeros((0, len(new_shape)), indices.dtype)
+    return out.astype(indices.dtype), new_shape
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_sparse_reshape_static_and_dynamic(dynamic):
+    indices_np = np.array([[0, 0, 0], [0, 0, 1], [0, 1, 0], [1, 0, 0], [1, 2, 3]], "int32")
+    prev_np, new_np = np.array([2, 3, 6], "int32"), np.array([9, -1], "int32")
+    any_ = relay.Any()
+    indices = relay.var("indices", shape=(any_, any_) if dynamic else (5, 3), dtype="int32")
+    prev = relay.var("prev", shape=(any_,) if dynamic else (3,), dtype="int32")
+    new = relay.var("new", shape=(any_,) if dynamic else (2,), dtype="int32")
+    out = relay.sparse_reshape(indices, prev, new)
+    ty = relay.testing.run_infer_type(out.astuple()).checked_type
+    assert [f.dtype for f in ty.fields] == ["int32", "int32"]
+    x = relay.var("x", shape=(2,))
+    got = _run([x, indices, prev, new], [out[0], out[1]],
+               [np.ones(2, "float32"), indices_np, prev_np, new_np])
+    want_indices, want_shape = _sparse_reshape_ref(indices_np, prev_np, new_np)
+    np.testing.assert_array_equal(got[0], want_indices)
+    np.testing.assert_array_equal(got[1], want_shape)

@@ -134,9 +134,67 @@ def _one_hot(inputs, attrs, ctx):
 @register_converter("trilu")
 def _trilu(inputs, attrs, ctx):
     data, k = inputs
-    offset = int(scalar_operand(k, ctx, "k"))
     upper = bool(attrs.get("upper", True))
-    return (relax.op.triu if upper else relax.op.tril)(data, offset)
+    value = folded_value(k, ctx)
+    if value is not None and value.size == 1:
+        return (relax.op.triu if upper else relax.op.tril)(data, int(value.reshape(()).item()))
+    # k is a run-time scalar (Relay's trilu takes a tensor): keep where col - row >= k
+    # (upper) or <= k (lower) on the last two axes.
+    rows, cols = shape_of(data)[-2:]
+    row = ctx.emit(relax.op.reshape(relax.op.arange(0, rows, 1, "int64"), [rows, 1]))
+    col = ctx.emit(relax.op.reshape(relax.op.arange(0, cols, 1, "int64"), [1, cols]))
+    diagonal = ctx.emit(relax.op.subtract(col, row))
+    offset = ctx.emit(relax.op.astype(k, "int64"))
+    keep = (relax.op.greater_equal if upper else relax.op.less_equal)(diagonal, offset)
+    zero = relax.const(0, dtype_of(data))
+    return relax.op.where(ctx.emit(keep), data, zero)
+
+
+@register_converter("sparse_reshape")
+def _sparse_reshape(inputs, attrs, ctx):
+    """Relay's sparse_reshape: each index row is flattened with ``prev_shape``'s strides
+    and unflattened with the strides of ``new_shape`` (its ``-1`` resolved from the
+    element count); returns (new indices, resolved new shape) in the operands' dtypes."""
+    indices, prev_shape, new_shape = inputs
+    index_dtype, shape_dtype = dtype_of(indices), dtype_of(new_shape)
+
+    def i64(x):
+        return ctx.emit(relax.op.astype(x, "int64"))
+
+    def strides(shape):  # suffix products: prod(shape[i + 1:])
+        flipped = ctx.emit(relax.op.flip(shape, axis=0))
+        return ctx.emit(relax.op.flip(relax.op.cumprod(flipped, axis=0, exclusive=True), axis=0))
+
+    prev, new = i64(prev_shape), i64(new_shape)
+    minus_one = relax.const(-1, "int64")
+    one = relax.const(1, "int64")
+    total = ctx.emit(relax.op.prod(prev, axis=[0]))
+    is_unknown = ctx.emit(relax.op.equal(new, minus_one))
+    known = ctx.emit(relax.op.prod(relax.op.where(is_unknown, one, new), axis=[0]))
+    resolved = ctx.emit(relax.op.where(is_unknown, relax.op.floor_divide(total, known), new))
+    prev_strides = strides(prev)
+    columns = shape_of(indices)[1]
+    if not isinstance(columns, int):  # one stride per index column, checked at run time
+        prev_strides = ctx.bb.match_cast(prev_strides, relax.TensorType([columns], "int64"))
+    flat = ctx.emit(relax.op.sum(relax.op.multiply(i64(indices), relax.op.expand_dims(
+        prev_strides, 0)), axis=[1], keepdims=True))
+    # column i = (flat % (stride_i * dim_i)) // stride_i, without the modulo on column 0
+    # (an index beyond the shape keeps its overflow there, as Relay's compute did)
+    new_strides = strides(resolved)
+    outer = ctx.emit(relax.op.multiply(new_strides, resolved))
+    first = ctx.emit(relax.op.equal(relax.op.arange(0, shape_of(resolved)[0], 1, "int64"),
+                                    relax.const(0, "int64")))
+    outer = ctx.emit(relax.op.where(first, relax.const(np.iinfo("int64").max, "int64"), outer))
+    new_indices = ctx.emit(relax.op.astype(relax.op.floor_divide(
+        relax.op.floor_mod(flat, relax.op.expand_dims(outer, 0)),
+        relax.op.expand_dims(new_strides, 0)), index_dtype))
+    prev_len, new_len = shape_of(prev_shape)[0], shape_of(new_shape)[0]
+    if isinstance(prev_len, int) and prev_len == new_len:
+        # Relay returns the indices untouched when the shape does not change
+        equal = relax.op.astype(relax.op.equal(prev, resolved), "int32")
+        same = ctx.emit(relax.op.equal(relax.op.min(equal), relax.const(1, "int32")))
+        new_indices = ctx.emit(relax.op.where(same, indices, new_indices))
+    return relax.Tuple([new_indices, ctx.emit(relax.op.astype(resolved, shape_dtype))])
 
 
 @register_converter("unravel_index")
