@@ -140,3 +140,38 @@ def test_sparse_reshape_static_and_dynamic(dynamic):
     want_indices, want_shape = _sparse_reshape_ref(indices_np, prev_np, new_np)
     np.testing.assert_array_equal(got[0], want_indices)
     np.testing.assert_array_equal(got[1], want_shape)
+
+
+def _scatter_ref(data, indices, updates, axis, reduction):
+    out = data.copy()
+    for index in np.ndindex(*indices.shape):
+        target = list(index)
+        target[axis] = indices[index]
+        if reduction == "add":
+            out[tuple(target)] += updates[index]
+        else:
+            out[tuple(target)] = updates[index]
+    return out
+
+
+def test_scatter_elements_of_dynamic_4d_shape_compiles_quickly_and_right():
+    """4-d scatter_elements with ``?`` dims (TVM's n-d lowering took LLVM minutes):
+    negative indices, add and update, one compile."""
+    any4 = [relay.Any()] * 4
+    d = relay.var("d", relay.TensorType(any4, "float32"))
+    i = relay.var("i", relay.TensorType(any4, "int64"))
+    u = relay.var("u", relay.TensorType(any4, "float32"))
+    x = relay.var("x", shape=(2,))  # static: offloaded (dynamic ops stay on the host here)
+    func = relay.Function([x, d, i, u], relay.Tuple([
+        relay.nn.relu(x), relay.scatter_elements(d, i, u, 1, "add"),
+        relay.scatter_elements(d, i, u, -1)]))
+    model = bmlib_relax.compile(relay.IRModule.from_expr(func))
+    assert offloaded_partitions(model.relax_module), "nothing was offloaded"
+    d_np = RNG.uniform(-1, 1, (2, 3, 4, 5)).astype("float32")
+    u_np = RNG.uniform(-1, 1, (2, 3, 4, 3)).astype("float32")
+    i_np = np.broadcast_to(np.array([0, -1, 2]), (2, 3, 4, 3)).astype("int64")  # distinct per row
+    _, added, updated = model(np.ones(2, "float32"), d_np, i_np, u_np)
+    np.testing.assert_allclose(added, _scatter_ref(d_np, np.where(i_np < 0, i_np + 3, i_np),
+                                                   u_np, 1, "add"), rtol=1e-6)
+    np.testing.assert_allclose(updated, _scatter_ref(d_np, np.where(i_np < 0, i_np + 5, i_np),
+                                                     u_np, 3, "update"), rtol=1e-6)
