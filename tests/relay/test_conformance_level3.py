@@ -175,3 +175,28 @@ def test_scatter_elements_of_dynamic_4d_shape_compiles_quickly_and_right():
                                                    u_np, 1, "add"), rtol=1e-6)
     np.testing.assert_allclose(updated, _scatter_ref(d_np, np.where(i_np < 0, i_np + 5, i_np),
                                                      u_np, 3, "update"), rtol=1e-6)
+
+
+def _stft_ref(signal, n_fft, hop, window, onesided):
+    rows = n_fft // 2 + 1 if onesided else n_fft
+    frames = (signal.shape[-1] - n_fft) // hop + 1
+    k = np.arange(n_fft)
+    out = np.zeros((signal.shape[0], rows, frames, 2))
+    for m in range(frames):
+        seg = signal[:, m * hop:m * hop + n_fft] * window
+        for w in range(rows):
+            out[:, w, m, 0] = (seg * np.cos(2 * np.pi * w * k / n_fft)).sum(-1)
+            out[:, w, m, 1] = -(seg * np.sin(2 * np.pi * w * k / n_fft)).sum(-1)
+    return out
+
+
+def test_stft_static_and_dynamic_length_refused():
+    sig_np = RNG.uniform(-1, 1, (2, 9)).astype("float32")
+    win_np = np.array([1, 2, 3], "float32")
+    sig = relay.var("sig", shape=(2, 9))
+    win = relay.var("win", shape=(3,))
+    (got,) = _run([sig, win], [relay.stft(sig, 3, 3, 3, win, False, True)], [sig_np, win_np])
+    np.testing.assert_allclose(got, _stft_ref(sig_np, 3, 3, win_np, True), rtol=1e-4, atol=1e-4)
+    dyn = relay.var("dyn", relay.TensorType([relay.Any(), relay.Any()], "float32"))
+    with pytest.raises(bmlib_relax.errors.ConversionError, match="stft.*dynamic length"):
+        bmlib_relax.compile(relay.Function([dyn, win], relay.stft(dyn, 3, 3, 3, win)))

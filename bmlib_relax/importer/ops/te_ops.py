@@ -6,7 +6,7 @@ the same compute Relay's own strategy used — so the op runs on the host
 ``reinterpret``, ``nn.correlation`` (NCHW), ``nn.deformable_conv2d`` (NCHW,
 OIHW), ``image.dilation2d``, ``image.crop_and_resize``, ``nn.bitpack``,
 ``nn.bitserial_conv2d`` (NCHW), ``nn.bitserial_dense``,
-``nn.contrib_conv3d_winograd_weight_transform``.
+``nn.contrib_conv3d_winograd_weight_transform``, ``stft``.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from tvm.topi import image as topi_image
 from tvm.topi import nn as topi_nn
 
 from ..registry import register_converter
-from ._utils import dtype_of, expand_padding, ints, out_dtype
+from ._utils import dtype_of, expand_padding, ints, out_dtype, shape_of
 
 
 @register_converter("sliding_window")
@@ -111,3 +111,38 @@ def _bitserial_dense(inputs, attrs, ctx):
 def _conv3d_winograd_weight_transform(inputs, attrs, ctx):
     return ctx.bb.call_te(topi_nn.conv3d_winograd_weight_transform, inputs[0],
                           int(attrs["tile_size"]))
+
+
+@register_converter("stft")
+def _stft(inputs, attrs, ctx):
+    """Relay's stft (TOPI's compute): (batch, n_fft//2 + 1 or n_fft, frames, 2) real/imag.
+
+    Relay's Python API filled the defaults (``hop_length = n_fft // 4``,
+    ``win_length = n_fft``, a window of ones); a 1-d signal has no batch axis.
+    """
+    from tvm import relax
+
+    data = inputs[0]
+    n_fft = int(attrs["n_fft"])
+    hop = attrs.get("hop_length")
+    hop = n_fft // 4 if hop is None else int(hop)
+    win_length = attrs.get("win_length")
+    win_length = n_fft if win_length is None else int(win_length)
+    window = inputs[1] if len(inputs) > 1 else relax.const(
+        __import__("numpy").ones(n_fft, dtype_of(data)))
+    onesided = bool(attrs.get("onesided", True))
+    one_d = len(shape_of(data)) == 1
+    if one_d:
+        data = ctx.emit(relax.op.expand_dims(data, 0))
+    batch, length = shape_of(data)
+    if not isinstance(length, int):
+        # TOPI vectorizes the frame loop unless its extent is a bare variable; with a
+        # derived dynamic extent LLVM cannot build it: refuse here, naming the op.
+        raise ctx.error("stft of a signal of dynamic length is not supported "
+                        "(give the signal a static length)")
+    rows = n_fft // 2 + 1 if onesided else n_fft
+    out = ctx.bb.call_te(topi.stft, data, n_fft, hop, win_length, window,
+                         bool(attrs.get("normalized", False)), onesided,
+                         [batch, rows, (length - n_fft) // hop + 1, 2],
+                         primfunc_name_hint="stft")
+    return relax.op.squeeze(ctx.emit(out), [0]) if one_d else out
