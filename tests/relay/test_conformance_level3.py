@@ -190,13 +190,20 @@ def _stft_ref(signal, n_fft, hop, window, onesided):
     return out
 
 
-def test_stft_static_and_dynamic_length_refused():
+def test_stft_static_dynamic_normalized_and_1d():
     sig_np = RNG.uniform(-1, 1, (2, 9)).astype("float32")
     win_np = np.array([1, 2, 3], "float32")
     sig = relay.var("sig", shape=(2, 9))
     win = relay.var("win", shape=(3,))
-    (got,) = _run([sig, win], [relay.stft(sig, 3, 3, 3, win, False, True)], [sig_np, win_np])
-    np.testing.assert_allclose(got, _stft_ref(sig_np, 3, 3, win_np, True), rtol=1e-4, atol=1e-4)
     dyn = relay.var("dyn", relay.TensorType([relay.Any(), relay.Any()], "float32"))
-    with pytest.raises(bmlib_relax.errors.ConversionError, match="stft.*dynamic length"):
-        bmlib_relax.compile(relay.Function([dyn, win], relay.stft(dyn, 3, 3, 3, win)))
+    one = relay.var("one", shape=(9,))
+    outs = [relay.stft(sig, 3, 3, 3, win, False, True),
+            relay.stft(dyn, 3, 2, 3, win, True, False),
+            relay.stft(one, 4)]  # Relay's defaults: hop 1, window of ones
+    got = _run([sig, win, dyn, one], outs, [sig_np, win_np, sig_np, sig_np[0]])
+    np.testing.assert_allclose(got[0], _stft_ref(sig_np, 3, 3, win_np, True), rtol=1e-4,
+                               atol=1e-4)
+    np.testing.assert_allclose(got[1], _stft_ref(sig_np, 3, 2, win_np, False) / np.sqrt(3),
+                               rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got[2], _stft_ref(sig_np[:1], 4, 1, np.ones(4), True)[0],
+                               rtol=1e-4, atol=1e-4)

@@ -6,7 +6,7 @@ the same compute Relay's own strategy used — so the op runs on the host
 ``reinterpret``, ``nn.correlation`` (NCHW), ``nn.deformable_conv2d`` (NCHW,
 OIHW), ``image.dilation2d``, ``image.crop_and_resize``, ``nn.bitpack``,
 ``nn.bitserial_conv2d`` (NCHW), ``nn.bitserial_dense``,
-``nn.contrib_conv3d_winograd_weight_transform``, ``stft``.
+``nn.contrib_conv3d_winograd_weight_transform``; ``stft`` is TOPI's formula as a TE reduction.
 """
 from __future__ import annotations
 
@@ -115,10 +115,12 @@ def _conv3d_winograd_weight_transform(inputs, attrs, ctx):
 
 @register_converter("stft")
 def _stft(inputs, attrs, ctx):
-    """Relay's stft (TOPI's compute): (batch, n_fft//2 + 1 or n_fft, frames, 2) real/imag.
+    """Relay's stft: (batch, n_fft//2 + 1 or n_fft, frames, 2) real/imag parts.
 
     Relay's Python API filled the defaults (``hop_length = n_fft // 4``,
     ``win_length = n_fft``, a window of ones); a 1-d signal has no batch axis.
+    The compute is TOPI's formula as a TE reduction: TOPI's own kernel
+    vectorizes the frame loop, which LLVM cannot build for a dynamic length.
     """
     from tvm import relax
 
@@ -135,14 +137,32 @@ def _stft(inputs, attrs, ctx):
     if one_d:
         data = ctx.emit(relax.op.expand_dims(data, 0))
     batch, length = shape_of(data)
-    if not isinstance(length, int):
-        # TOPI vectorizes the frame loop unless its extent is a bare variable; with a
-        # derived dynamic extent LLVM cannot build it: refuse here, naming the op.
-        raise ctx.error("stft of a signal of dynamic length is not supported "
-                        "(give the signal a static length)")
     rows = n_fft // 2 + 1 if onesided else n_fft
-    out = ctx.bb.call_te(topi.stft, data, n_fft, hop, win_length, window,
-                         bool(attrs.get("normalized", False)), onesided,
-                         [batch, rows, (length - n_fft) // hop + 1, 2],
-                         primfunc_name_hint="stft")
+    frames = (length - n_fft) // hop + 1
+    out = ctx.bb.call_te(_stft_compute, data, window, hop, win_length,
+                         float(n_fft) if attrs.get("normalized", False) else None,
+                         [batch, rows, frames], primfunc_name_hint="stft")
     return relax.op.squeeze(ctx.emit(out), [0]) if one_d else out
+
+
+def _stft_compute(data, window, hop, win_length, normalize_by, shape):
+    """out[b, w, m] = sum_k window[k] * x[b, m*hop + k] * (cos, -sin)(2 pi w k / win_length)."""
+    import math
+
+    from tvm import te, tirx
+
+    dtype = data.dtype
+    k = te.reduce_axis((0, win_length), name="k")
+
+    def cell(b, w, m, part):
+        angle = tirx.const(2 * math.pi / win_length, dtype) * tirx.Cast(dtype, w) * \
+            tirx.Cast(dtype, k)
+        x = tirx.Cast(dtype, window[k]) * data[b, m * hop + k]
+        term = tirx.Select(part == 0, x * tirx.cos(angle), -x * tirx.sin(angle))
+        return te.sum(term, axis=k)
+
+    out = te.compute(list(shape) + [2], cell, name="stft")
+    if normalize_by is None:
+        return out
+    scale = tirx.const(1 / math.sqrt(normalize_by), dtype)
+    return te.compute(out.shape, lambda *i: out(*i) * scale, name="stft_norm")
