@@ -207,3 +207,33 @@ def test_stft_static_dynamic_normalized_and_1d():
                                rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(got[2], _stft_ref(sig_np[:1], 4, 1, np.ones(4), True)[0],
                                rtol=1e-4, atol=1e-4)
+
+
+def _segment_sum_ref(data, ids, rows):
+    out = np.zeros((rows,) + data.shape[1:], data.dtype)
+    for i, s in enumerate(ids):
+        out[s] += data[i]
+    return out
+
+
+def test_segment_sum_and_runtime_arange():
+    """segment_sum with num_segments given, and with max(ids) + 1 rows known only at run
+    time (also with ``?`` dims); arange with a run-time stop."""
+    data_np = RNG.uniform(-1, 1, (5, 2, 3)).astype("float32")
+    ids_np = np.array([2, 0, 2, 1, 0], "int64")
+    data = relay.var("data", shape=(5, 2, 3))
+    ids = relay.var("ids", shape=(5,), dtype="int64")
+    dyn = relay.var("dyn", relay.TensorType([relay.Any()] * 3, "float32"))
+    dyn_ids = relay.var("dyn_ids", relay.TensorType([relay.Any()], "int64"))
+    stop = relay.var("stop", shape=(), dtype="int32")
+    outs = [relay.segment_sum(data, ids, 4), relay.segment_sum(data, ids),
+            relay.segment_sum(dyn, dyn_ids),
+            relay.arange(relay.const(1, "int32"), stop, relay.const(2, "int32"), dtype="int32")]
+    assert "scatter_elements" in outs[1].astext()
+    assert relay.testing.run_infer_type(outs[1]).checked_type.dtype == "float32"
+    got = _run([data, ids, dyn, dyn_ids, stop], outs,
+               [data_np, ids_np, data_np, ids_np[:4], np.int32(8)])
+    np.testing.assert_allclose(got[0], _segment_sum_ref(data_np, ids_np, 4), rtol=1e-6)
+    np.testing.assert_allclose(got[1], _segment_sum_ref(data_np, ids_np, 3), rtol=1e-6)
+    np.testing.assert_allclose(got[2], _segment_sum_ref(data_np, ids_np[:4], 3), rtol=1e-6)
+    np.testing.assert_array_equal(got[3], [1, 3, 5, 7])

@@ -306,6 +306,42 @@ def logsumexp(data, axis=None, keepdims=False):
     return out
 
 
+@registered("segment_sum", "scatter_elements")
+def segment_sum(data, segment_ids, num_segments=None):
+    """Relay ``segment_sum``: ``out[segment_ids[i]] += data[i]`` into ``num_segments``
+    rows (default ``max(segment_ids) + 1``, known only at run time).
+
+    Relay's Python API composed it from ``dyn.zeros``/``dyn.tile`` over
+    ``shape_of(data)``; here it is composed from static-rank ops instead (a
+    run-time ``arange`` gives the dynamic row count), so ``data`` needs a known
+    rank: its type must be inferable when the call is built.
+    """
+    from ..type_infer import TypeInferencer
+
+    data = as_expr(data, "segment_sum data")
+    ids = as_expr(segment_ids, "segment_sum segment_ids")
+    data_type = TypeInferencer(ast.IRModule({})).infer(data)
+    if not isinstance(data_type, ast.TensorType) or not data_type.shape:
+        raise TypeError("segment_sum: data must be a tensor of known rank (annotate it)")
+    g = globals()
+    trail = [1] * (len(data_type.shape) - 1)
+    ids_col = g["reshape"](ids, [-1] + trail)
+    updates = g["slice_like"](data, ids_col, axes=[0])  # the rows that have an id
+    indices = g["broadcast_to_like"](ids_col, updates)
+    first = g["zeros_like"](g["sum"](data, axis=[0], keepdims=True))  # (1, rest): a row
+    if isinstance(num_segments, int):
+        base = g["repeat"](first, num_segments, 0)
+    else:
+        if num_segments is None:
+            rows = g["max"](ids) + g["cast_like"](const(1), ids)
+        else:
+            rows = g["reshape"](as_expr(num_segments, "segment_sum num_segments"), [])
+        ramp = g["arange"](const(0, "int32"), rows, const(1, "int32"), dtype="int32")
+        column = g["zeros_like"](g["cast_like"](g["reshape"](ramp, [-1] + trail), data))
+        base = column * first
+    return g["scatter_elements"](base, indices, updates, axis=0, reduction="add")
+
+
 @registered("topk")
 def topk(data, k=1, axis=-1, ret_type="both", is_ascend=False, dtype="int32"):
     """Relay ``topk``: a (values, indices) TupleWrapper for ``ret_type="both"``."""
@@ -397,4 +433,4 @@ def registered_ops() -> dict[str, str]:
 
 __all__ += ["unique", "zeros", "ones", "full", "arange", "concatenate", "stack", "meshgrid",
             "strided_slice", "strided_set", "trilu", "sparse_to_dense",
-            "variance", "std", "mean_variance", "mean_std", "logsumexp", "topk"]
+            "variance", "std", "mean_variance", "mean_std", "logsumexp", "topk", "segment_sum"]
