@@ -237,3 +237,29 @@ def test_segment_sum_and_runtime_arange():
     np.testing.assert_allclose(got[1], _segment_sum_ref(data_np, ids_np, 3), rtol=1e-6)
     np.testing.assert_allclose(got[2], _segment_sum_ref(data_np, ids_np[:4], 3), rtol=1e-6)
     np.testing.assert_array_equal(got[3], [1, 3, 5, 7])
+
+
+@pytest.mark.parametrize("is_sorted", [True, False])
+def test_unique_padded_outputs(is_sorted):
+    x_np = np.array([4, 1, 4, 3, 1, 9, 3, 4], "int32")
+    x = relay.var("x", shape=(8,), dtype="int32")
+    f = relay.var("f", shape=(2,))
+    out = relay.unique(x, is_sorted, True)
+    got = _run([f, x], [out[i] for i in range(5)], [np.ones(2, "float32"), x_np])
+    values, first, inverse, counts = np.unique(x_np, return_index=True, return_inverse=True,
+                                               return_counts=True)
+    if not is_sorted:  # order of first occurrence
+        order = np.argsort(first)
+        values, first, counts = values[order], first[order], counts[order]
+        inverse = np.argsort(order)[inverse]
+    k = int(got[3][0])
+    assert k == len(values) and all(g.shape == (8,) for i, g in enumerate(got) if i != 3)
+    np.testing.assert_array_equal(got[0][:k], values)
+    np.testing.assert_array_equal(got[1][:k], first)
+    np.testing.assert_array_equal(got[2], inverse)
+    np.testing.assert_array_equal(got[4][:k], counts)
+    dyn = relay.var("dyn", relay.TensorType([relay.Any()], "int32"))
+    ty = relay.testing.run_infer_type(relay.unique(dyn).astuple()).checked_type
+    assert ty.fields[3] == relay.TensorType((1,), "int32")
+    with pytest.raises(bmlib_relax.errors.ConversionError, match="unique.*dynamic length"):
+        bmlib_relax.compile(relay.Function([dyn], relay.unique(dyn).astuple()))

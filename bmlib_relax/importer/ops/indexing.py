@@ -400,3 +400,50 @@ def _strided_set(inputs, attrs, ctx):
         ranges.append(list(range(dim))[slice(b, e, s)])
     grid = np.stack(np.meshgrid(*ranges, indexing="ij"), axis=-1).astype("int64")
     return relax.op.scatter_nd(data, relax.const(grid, "int64"), value, "update")
+
+
+@register_converter("unique")
+def _unique(inputs, attrs, ctx):
+    """Relay's unique: (values, first indices, inverse indices, num_unique[, counts]).
+
+    Relay kept every output at the input's length ``n`` (only the first
+    ``num_unique`` entries meaningful), with int32 indices; Relax's unique
+    returns exact-length outputs, which are padded to ``n`` here.
+    """
+    import tvm
+
+    data = inputs[0]
+    if ndim_of(data) != 1:
+        raise ctx.error("unique takes a 1-d tensor")
+    (n,) = shape_of(data)
+    if not isinstance(n, int):
+        # the padded outputs of a dynamic length crash TVM's build: refuse by name
+        raise ctx.error("unique of a tensor of dynamic length is not supported")
+    counts = bool(attrs.get("return_counts", False))
+    found = ctx.emit(relax.op.unique(data, sorted=bool(attrs.get("sorted", True)),
+                                     return_index=True, return_inverse=True,
+                                     return_counts=counts, axis=0))
+    values = ctx.emit(relax.TupleGetItem(found, 0))
+    size = tvm.tirx.Var("num_unique", "int64")
+    ctx.bb.match_cast(ctx.emit(relax.op.shape_of(values)), relax.ShapeType([size]))
+
+    def exact(index, length, dtype):  # a field of unknown shape, its length made known
+        field = ctx.emit(relax.TupleGetItem(found, index))
+        source = dtype_of(data) if index == 0 else "int64"
+        field = ctx.bb.match_cast(field, relax.TensorType([length], source))
+        return field if source == dtype else ctx.emit(relax.op.astype(field, dtype))
+
+    def padded(index, dtype):
+        field = exact(index, size, dtype)
+        fill = relax.op.zeros([n], dtype)
+        joined = ctx.emit(relax.op.concat([field, fill], axis=0))
+        head = ctx.emit(relax.op.strided_slice(joined, [0], [0], [n]))
+        return ctx.bb.match_cast(head, relax.TensorType([n], dtype))
+
+    outputs = [padded(0, dtype_of(data)), padded(1, "int32"),
+               exact(2, n, "int32"),
+               ctx.emit(relax.op.astype(relax.op.shape_to_tensor(relax.ShapeExpr([size])),
+                                        "int32"))]
+    if counts:
+        outputs.append(padded(3, "int32"))
+    return relax.Tuple(outputs)

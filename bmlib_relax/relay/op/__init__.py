@@ -390,6 +390,20 @@ def _reshape_like_type(arg_types, attrs, call):
     return ast.TensorType(tuple(shape), data.dtype)
 
 
+@register_type_relation("unique")
+def _unique_type(arg_types, attrs, call):
+    """Relay's UniqueRel: every output at the input's length, int32 indices and counts."""
+    data = arg_types[0]
+    if len(data.shape) != 1:
+        raise ValueError("unique takes a 1-d tensor")
+    vector = ast.TensorType(data.shape, "int32")
+    fields = [ast.TensorType(data.shape, data.dtype), vector, vector,
+              ast.TensorType((1,), "int32")]
+    if attrs.get("return_counts", False):
+        fields.append(vector)
+    return ast.TupleType(tuple(fields))
+
+
 @register_type_relation("split")
 def _split_type(arg_types, attrs, call):
     """Relay's SplitRel: ``n`` sections are ``dim // n`` each (``dim`` must divide), split
