@@ -119,7 +119,7 @@ def test_conv3d_ndhwc_and_depthwise_channel_multiplier():
     np.testing.assert_allclose(got[1], multiplied.reshape(1, 8, 3, 5, 5), rtol=1e-5, atol=1e-6)
 
 
-def test_upsampling_types_round_half_away_from_zero():
+def test_upsampling_types_as_relay_wrote_them():
     n, c, h, w = (te.var(v) for v in "nchw")
     x = relay.var("x", relay.TensorType((n, c, h, w), "float32"))
     y = relay.nn.upsampling(x, scale_h=2, scale_w=2, method="bilinear")
