@@ -101,8 +101,8 @@ def as_input_array(value: Any, name: str, spec: Optional[dict] = None) -> np.nda
     """
     if isinstance(value, tvm.runtime.Tensor):
         value = value.numpy()
-    if isinstance(value, np.ndarray):
-        array = value
+    if isinstance(value, (np.ndarray, np.generic)):
+        array = _exact_cast(np.asarray(value), spec.get("dtype") if spec else None, name)
     else:
         try:
             array = np.array(value)
@@ -112,16 +112,45 @@ def as_input_array(value: Any, name: str, spec: Optional[dict] = None) -> np.nda
                              name) from None
         dtype = spec.get("dtype") if spec else None
         if array.dtype != object and dtype and array.dtype != np.dtype(dtype):
-            # Python numbers take the input's dtype, but never lose their kind
-            # (1.5 does not silently become an integer 1).
-            if not np.can_cast(array.dtype, dtype, "same_kind"):
+            # Python numbers take the input's dtype, but never change value
+            # (1.5 does not silently become an integer 1; 2.0 is 2).
+            cast = _exact_cast(array, dtype, name)
+            if cast.dtype != np.dtype(dtype) and not np.can_cast(array.dtype, dtype,
+                                                                  "same_kind"):
                 raise ParamError(f"input {name!r}: {array.dtype} values given for a {dtype} "
                                  "input", name)
-            array = array.astype(dtype)
+            array = cast if cast.dtype == np.dtype(dtype) else array.astype(dtype)
     if array.dtype == object:
         raise ParamError(f"input {name!r}: got an array of Python objects (a ragged list?); "
                          "give a numeric array", name)
     return np.require(array, requirements="C")  # unlike ascontiguousarray, keeps 0-d
+
+
+def _exact_cast(array: np.ndarray, dtype: Optional[str], name: str) -> np.ndarray:
+    """``array`` in the input's ``dtype`` when every value survives the cast.
+
+    Relay's executors copied an array of another dtype into the input
+    (``float16`` data into a ``float32`` input, ``int64`` pool data into a
+    ``float16`` one); that copy is kept, but only where it cannot change a
+    value: safe casts always, a float-to-float cast when no value becomes
+    infinite, any other numeric cast only when every value round-trips (``2.0``
+    into ``int32``; not ``1.5``, not ``300`` into ``int8``).  Anything else stays
+    a ``ParamError`` from the shape/dtype check.
+    """
+    if not dtype or array.dtype == object or array.dtype == np.dtype(dtype):
+        return array
+    target = np.dtype(dtype)
+    if np.can_cast(array.dtype, target, "safe"):
+        return array.astype(target)
+    if array.dtype.kind not in "biuf" or target.kind not in "biuf":
+        return array
+    with np.errstate(all="ignore"):
+        cast = array.astype(target)
+        if array.dtype.kind == "f" and target.kind == "f":  # rounding, as a float literal
+            kept = bool(np.all(np.isfinite(cast) | ~np.isfinite(array)))
+        else:  # integers, int <-> float: every value must come back unchanged
+            kept = bool(np.all(cast.astype(array.dtype) == array))
+    return cast if kept else array
 
 
 def _check_input(spec: dict, array: np.ndarray) -> None:

@@ -424,17 +424,51 @@ def _conv_weight_rule(ndim: int, transpose: bool = False):
             raise ValueError("the weight's type follows only from channels and kernel_size")
         ksize = (ksize,) * ndim if isinstance(ksize, int) else tuple(ksize)
         groups = int(attrs.get("groups", 1))
-        in_channels = data.shape[layout.index("C")]
+        in_channels = _primal_dim(data.shape, layout, "C")
         dims = {}
-        spatial = [c for c in kernel if c not in "OI"]
+        spatial = [c for c in kernel if c.isupper() and c not in "OI"]
         for c, k in zip(spatial, ksize):
             dims[c] = k
         if transpose:
             dims["I"], dims["O"] = in_channels, _div(channels, groups)
         else:
             dims["O"], dims["I"] = channels, _div(in_channels, groups)
-        return {1: A.TensorType(tuple(dims[c] for c in kernel), data.dtype)}
+        return {1: A.TensorType(_packed_shape(dims, kernel), data.dtype)}
     return rule
+
+
+def _layout_factors(layout: str) -> dict:
+    """``"NCHW4n4c"`` -> ``{"N": 4, "C": 4}``: the split factor of each packed axis."""
+    factors, digits = {}, ""
+    for ch in layout:
+        if ch.isdigit():
+            digits += ch
+        elif ch.islower():
+            factors[ch.upper()] = int(digits)
+            digits = ""
+    return factors
+
+
+def _primal_dim(shape: tuple, layout: str, axis: str) -> Any:
+    """The full extent of primal ``axis`` in a (possibly packed) layout, as Relay's layouts."""
+    axes = [c for c in layout if not c.isdigit()]
+    dim = shape[axes.index(axis)]
+    factor = _layout_factors(layout).get(axis)
+    return dim * factor if factor else dim
+
+
+def _packed_shape(primal: dict, layout: str) -> tuple:
+    """Shape in ``layout`` (``"OIHW4o4i"``) of primal extents ``{"O": 16, "I": 32, ...}``."""
+    factors = _layout_factors(layout)
+    shape = []
+    for ch in layout:
+        if ch.isdigit():
+            continue
+        if ch.islower():
+            shape.append(factors[ch.upper()])
+        else:
+            shape.append(_div(primal[ch], factors[ch]) if ch in factors else primal[ch])
+    return tuple(shape)
 
 
 def _div(value: Any, groups: int) -> Any:

@@ -12,8 +12,7 @@ import pytest
 from bmlib_relax import relay
 
 # Relay path -> parameter list (Relay v0.19).  Left out on purpose: ``copy_shape_func``
-# (a shape function, not a builder) and ``segment_sum`` (Relay composes it from dynamic
-# ``dyn.zeros``/``tile`` ops).
+# (a shape function, not a builder).
 RELAY_SIGNATURES = [
     ("sort", "data, axis=-1, is_ascend=1"),
     ("argsort", "data, axis=-1, is_ascend=1, dtype='int32'"),
@@ -237,6 +236,7 @@ RELAY_SIGNATURES = [
     ("stft", "data, n_fft, hop_length=None, win_length=None, window=None, normalized=False, onesided=True"),
     ("dft", "re_data, im_data, inverse=False"),
     ("trilu", "data, k, upper=True"),
+    ("segment_sum", "data, segment_ids, num_segments=None"),
     ("vision.multibox_prior", "data, sizes=(1.0,), ratios=(1.0,), steps=(-1.0, -1.0), offsets=(0.5, 0.5), clip=False"),
     ("vision.multibox_transform_loc", "cls_prob, loc_pred, anchor, clip=True, threshold=0.01, variances=(0.1, 0.1, 0.2, 0.2), keep_background=False"),
     ("vision.get_valid_counts", "data, score_threshold, id_index=0, score_index=1"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 from tvm import relax
 
 from ..registry import register_converter
-from ._utils import dtype_of, ints, scalar_operand
+from ._utils import dtype_of, folded_value, ints, ndim_of, scalar_operand
 
 
 @register_converter("zeros")
@@ -43,6 +43,30 @@ def _full_like(inputs, attrs, ctx):
 def _arange(inputs, attrs, ctx):
     # start/stop/step are operands in Relay; only constant ones give a static shape.
     dtype = attrs.get("dtype") or "float32"
-    start, stop, step = (scalar_operand(x, ctx, f"arange {name}")
-                         for x, name in zip(inputs, ("start", "stop", "step")))
-    return relax.op.arange(start, stop, step, dtype)
+    stop_value = folded_value(inputs[1], ctx)
+    start, step = (scalar_operand(x, ctx, f"arange {name}")
+                   for x, name in zip((inputs[0], inputs[2]), ("start", "step")))
+    if stop_value is None or stop_value.size != 1:
+        return _dynamic_arange(start, inputs[1], step, dtype, ctx)
+    return relax.op.arange(start, stop_value.reshape(()).item(), step, dtype)
+
+
+def _dynamic_arange(start, stop, step, dtype: str, ctx):
+    """Relay's arange with a run-time ``stop`` (a dynamic length): the element count
+    ``ceil((stop - start) / step)`` becomes a shape dim at run time."""
+    import tvm
+
+    if ndim_of(stop) != 0:
+        raise ctx.error("arange stop must be a scalar")
+    span = relax.op.subtract(relax.op.astype(stop, "float64"), relax.const(float(start), "float64"))
+    count = relax.op.ceil(relax.op.divide(span, relax.const(float(step), "float64")))
+    count = relax.op.maximum(count, relax.const(0.0, "float64"))
+    count = ctx.emit(relax.op.reshape(relax.op.astype(count, "int64"), [1]))
+    shape = ctx.emit(relax.op.tensor_to_shape(count))
+    length = tvm.tirx.Var("arange_len", "int64")
+    ctx.bb.match_cast(shape, relax.ShapeType([length]))
+    ramp = ctx.emit(relax.op.arange(0, length, 1, "int64"))
+    values = relax.op.add(relax.op.multiply(relax.op.astype(ramp, dtype),
+                                            relax.const(step, dtype)),
+                          relax.const(start, dtype))
+    return values

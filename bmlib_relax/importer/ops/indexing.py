@@ -67,18 +67,77 @@ def _scatter_elements(inputs, attrs, ctx):
     if reduction not in ("update", "add", "mul", "mean", "min", "max"):
         raise ctx.unsupported_attr("reduction", reduction)
     axis = normalize_axis(attrs.get("axis", 0), ndim_of(data), ctx)
+    dims = shape_of(data)
+    if len(dims) >= 3 and not all(isinstance(d, int) for d in shape_of(indices) + dims):
+        return _flat_scatter_elements(data, indices, updates, axis, reduction, ctx)
     return relax.op.scatter_elements(data, indices, updates, axis, reduction)
+
+
+def _flat_scatter_elements(data, indices, updates, axis, reduction, ctx):
+    """scatter_elements on the flattened data, for >= 3-d tensors of dynamic shape.
+
+    TVM's lowering of an n-d scatter_elements with symbolic dims repeats the whole
+    index arithmetic inside every subscript: LLVM then takes minutes (28 s for 3-d,
+    > 2 min for 4-d).  The same result comes from the element offsets
+    ``sum_j coord_j * stride_j`` (``coord_axis`` = the index, made non-negative)
+    and a 1-d scatter_elements.
+    """
+    data_dims, index_dims = shape_of(data), shape_of(indices)
+    ndim = len(data_dims)
+    index = ctx.emit(relax.op.astype(indices, "int64"))
+    def scalar(dim):  # a 0-d int64 tensor of a (possibly symbolic) dim
+        if isinstance(dim, int):
+            return relax.const(dim, "int64")
+        vector = ctx.emit(relax.op.shape_to_tensor(relax.ShapeExpr([dim])))
+        return ctx.emit(relax.op.reshape(vector, []))
+
+    axis_dim = scalar(data_dims[axis])
+    index = ctx.emit(relax.op.where(relax.op.less(index, relax.const(0, "int64")),
+                                    relax.op.add(index, axis_dim), index))
+    offset = None
+    stride = None
+    for j in reversed(range(ndim)):
+        if j == axis:
+            coord = index
+        else:
+            ramp = relax.op.arange(0, index_dims[j], 1, "int64")
+            coord = ctx.emit(relax.op.reshape(ramp, [index_dims[j] if k == j else 1
+                                                     for k in range(ndim)]))
+        term = coord if stride is None else relax.op.multiply(coord, stride)
+        offset = ctx.emit(term if offset is None else relax.op.add(offset, term))
+        step = scalar(data_dims[j])
+        stride = ctx.emit(step if stride is None else relax.op.multiply(stride, step))
+    offset = ctx.emit(relax.op.broadcast_to(offset, index_dims))
+    flat = relax.op.scatter_elements(
+        ctx.emit(relax.op.reshape(data, [-1])), ctx.emit(relax.op.reshape(offset, [-1])),
+        ctx.emit(relax.op.reshape(updates, [-1])), 0, reduction)
+    return relax.op.reshape(ctx.emit(flat), data_dims)
 
 
 @register_converter("reverse_sequence")
 def _reverse_sequence(inputs, attrs, ctx):
+    batch_axis = int(attrs.get("batch_axis", 0))
+    data_dims, lengths = shape_of(inputs[0]), shape_of(inputs[1])
+    if -len(data_dims) <= batch_axis < len(data_dims) and lengths:
+        batch, count = data_dims[batch_axis], lengths[0]
+        if isinstance(batch, int) and isinstance(count, int) and batch != count:
+            # Relay's ReverseSequenceRel message, verbatim (typo included): scripts match it
+            raise ctx.error("For reverse_sequnece seq_lengths size should match with dimension "
+                            f"of batch axis, but got dimension of batch_axis = {batch}, and "
+                            f"seq_length size = {count}")
     return relax.op.reverse_sequence(inputs[0], inputs[1], int(attrs.get("seq_axis", 1)),
                                      int(attrs.get("batch_axis", 0)))
 
 
 @register_converter("meshgrid")
 def _meshgrid(inputs, attrs, ctx):
-    return relax.op.meshgrid(inputs[0], attrs.get("indexing", "ij"))
+    # Relay's meshgrid takes 0-d tensors as length-1 vectors; Relax's only 1-d ones.
+    grids = inputs[0]
+    fields = list(grids.fields) if isinstance(grids, relax.Tuple) else None
+    if fields is not None and any(ndim_of(f) == 0 for f in fields):
+        grids = relax.Tuple([ctx.emit(relax.op.reshape(f, [1])) if ndim_of(f) == 0 else f
+                             for f in fields])
+    return relax.op.meshgrid(grids, attrs.get("indexing", "ij"))
 
 
 @register_converter("sort")
@@ -119,9 +178,67 @@ def _one_hot(inputs, attrs, ctx):
 @register_converter("trilu")
 def _trilu(inputs, attrs, ctx):
     data, k = inputs
-    offset = int(scalar_operand(k, ctx, "k"))
     upper = bool(attrs.get("upper", True))
-    return (relax.op.triu if upper else relax.op.tril)(data, offset)
+    value = folded_value(k, ctx)
+    if value is not None and value.size == 1:
+        return (relax.op.triu if upper else relax.op.tril)(data, int(value.reshape(()).item()))
+    # k is a run-time scalar (Relay's trilu takes a tensor): keep where col - row >= k
+    # (upper) or <= k (lower) on the last two axes.
+    rows, cols = shape_of(data)[-2:]
+    row = ctx.emit(relax.op.reshape(relax.op.arange(0, rows, 1, "int64"), [rows, 1]))
+    col = ctx.emit(relax.op.reshape(relax.op.arange(0, cols, 1, "int64"), [1, cols]))
+    diagonal = ctx.emit(relax.op.subtract(col, row))
+    offset = ctx.emit(relax.op.astype(k, "int64"))
+    keep = (relax.op.greater_equal if upper else relax.op.less_equal)(diagonal, offset)
+    zero = relax.const(0, dtype_of(data))
+    return relax.op.where(ctx.emit(keep), data, zero)
+
+
+@register_converter("sparse_reshape")
+def _sparse_reshape(inputs, attrs, ctx):
+    """Relay's sparse_reshape: each index row is flattened with ``prev_shape``'s strides
+    and unflattened with the strides of ``new_shape`` (its ``-1`` resolved from the
+    element count); returns (new indices, resolved new shape) in the operands' dtypes."""
+    indices, prev_shape, new_shape = inputs
+    index_dtype, shape_dtype = dtype_of(indices), dtype_of(new_shape)
+
+    def i64(x):
+        return ctx.emit(relax.op.astype(x, "int64"))
+
+    def strides(shape):  # suffix products: prod(shape[i + 1:])
+        flipped = ctx.emit(relax.op.flip(shape, axis=0))
+        return ctx.emit(relax.op.flip(relax.op.cumprod(flipped, axis=0, exclusive=True), axis=0))
+
+    prev, new = i64(prev_shape), i64(new_shape)
+    minus_one = relax.const(-1, "int64")
+    one = relax.const(1, "int64")
+    total = ctx.emit(relax.op.prod(prev, axis=[0]))
+    is_unknown = ctx.emit(relax.op.equal(new, minus_one))
+    known = ctx.emit(relax.op.prod(relax.op.where(is_unknown, one, new), axis=[0]))
+    resolved = ctx.emit(relax.op.where(is_unknown, relax.op.floor_divide(total, known), new))
+    prev_strides = strides(prev)
+    columns = shape_of(indices)[1]
+    if not isinstance(columns, int):  # one stride per index column, checked at run time
+        prev_strides = ctx.bb.match_cast(prev_strides, relax.TensorType([columns], "int64"))
+    flat = ctx.emit(relax.op.sum(relax.op.multiply(i64(indices), relax.op.expand_dims(
+        prev_strides, 0)), axis=[1], keepdims=True))
+    # column i = (flat % (stride_i * dim_i)) // stride_i, without the modulo on column 0
+    # (an index beyond the shape keeps its overflow there, as Relay's compute did)
+    new_strides = strides(resolved)
+    outer = ctx.emit(relax.op.multiply(new_strides, resolved))
+    first = ctx.emit(relax.op.equal(relax.op.arange(0, shape_of(resolved)[0], 1, "int64"),
+                                    relax.const(0, "int64")))
+    outer = ctx.emit(relax.op.where(first, relax.const(np.iinfo("int64").max, "int64"), outer))
+    new_indices = ctx.emit(relax.op.astype(relax.op.floor_divide(
+        relax.op.floor_mod(flat, relax.op.expand_dims(outer, 0)),
+        relax.op.expand_dims(new_strides, 0)), index_dtype))
+    prev_len, new_len = shape_of(prev_shape)[0], shape_of(new_shape)[0]
+    if isinstance(prev_len, int) and prev_len == new_len:
+        # Relay returns the indices untouched when the shape does not change
+        equal = relax.op.astype(relax.op.equal(prev, resolved), "int32")
+        same = ctx.emit(relax.op.equal(relax.op.min(equal), relax.const(1, "int32")))
+        new_indices = ctx.emit(relax.op.where(same, indices, new_indices))
+    return relax.Tuple([new_indices, ctx.emit(relax.op.astype(resolved, shape_dtype))])
 
 
 @register_converter("unravel_index")
@@ -162,7 +279,7 @@ def _sparse_to_dense(inputs, attrs, ctx):
         indices = relax.op.reshape(indices, [1, 1])
     elif len(idx_dims) == 1:
         indices = relax.op.reshape(indices, [idx_dims[0], 1])
-    count = shape_of(indices)[0] if len(idx_dims) > 0 else 1
+    count = idx_dims[0] if idx_dims else 1  # indices may be an unnormalized reshape here
     values = relax.op.broadcast_to(values, [count])
     return relax.op.scatter_nd(base, relax.op.astype(indices, "int64"), values, "update")
 
@@ -283,3 +400,50 @@ def _strided_set(inputs, attrs, ctx):
         ranges.append(list(range(dim))[slice(b, e, s)])
     grid = np.stack(np.meshgrid(*ranges, indexing="ij"), axis=-1).astype("int64")
     return relax.op.scatter_nd(data, relax.const(grid, "int64"), value, "update")
+
+
+@register_converter("unique")
+def _unique(inputs, attrs, ctx):
+    """Relay's unique: (values, first indices, inverse indices, num_unique[, counts]).
+
+    Relay kept every output at the input's length ``n`` (only the first
+    ``num_unique`` entries meaningful), with int32 indices; Relax's unique
+    returns exact-length outputs, which are padded to ``n`` here.
+    """
+    import tvm
+
+    data = inputs[0]
+    if ndim_of(data) != 1:
+        raise ctx.error("unique takes a 1-d tensor")
+    (n,) = shape_of(data)
+    if not isinstance(n, int):
+        # the padded outputs of a dynamic length crash TVM's build: refuse by name
+        raise ctx.error("unique of a tensor of dynamic length is not supported")
+    counts = bool(attrs.get("return_counts", False))
+    found = ctx.emit(relax.op.unique(data, sorted=bool(attrs.get("sorted", True)),
+                                     return_index=True, return_inverse=True,
+                                     return_counts=counts, axis=0))
+    values = ctx.emit(relax.TupleGetItem(found, 0))
+    size = tvm.tirx.Var("num_unique", "int64")
+    ctx.bb.match_cast(ctx.emit(relax.op.shape_of(values)), relax.ShapeType([size]))
+
+    def exact(index, length, dtype):  # a field of unknown shape, its length made known
+        field = ctx.emit(relax.TupleGetItem(found, index))
+        source = dtype_of(data) if index == 0 else "int64"
+        field = ctx.bb.match_cast(field, relax.TensorType([length], source))
+        return field if source == dtype else ctx.emit(relax.op.astype(field, dtype))
+
+    def padded(index, dtype):
+        field = exact(index, size, dtype)
+        fill = relax.op.zeros([n], dtype)
+        joined = ctx.emit(relax.op.concat([field, fill], axis=0))
+        head = ctx.emit(relax.op.strided_slice(joined, [0], [0], [n]))
+        return ctx.bb.match_cast(head, relax.TensorType([n], dtype))
+
+    outputs = [padded(0, dtype_of(data)), padded(1, "int32"),
+               exact(2, n, "int32"),
+               ctx.emit(relax.op.astype(relax.op.shape_to_tensor(relax.ShapeExpr([size])),
+                                        "int32"))]
+    if counts:
+        outputs.append(padded(3, "int32"))
+    return relax.Tuple(outputs)

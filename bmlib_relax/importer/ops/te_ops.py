@@ -6,7 +6,7 @@ the same compute Relay's own strategy used — so the op runs on the host
 ``reinterpret``, ``nn.correlation`` (NCHW), ``nn.deformable_conv2d`` (NCHW,
 OIHW, or NHWC/HWIO), ``image.dilation2d``, ``image.crop_and_resize``, ``nn.bitpack``,
 ``nn.bitserial_conv2d`` (NCHW), ``nn.bitserial_dense``,
-``nn.contrib_conv3d_winograd_weight_transform``.
+``nn.contrib_conv3d_winograd_weight_transform``; ``stft`` is TOPI's formula as a TE reduction.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from tvm.topi import image as topi_image
 from tvm.topi import nn as topi_nn
 
 from ..registry import register_converter
-from ._utils import dtype_of, expand_padding, ints, out_dtype
+from ._utils import dtype_of, expand_padding, ints, out_dtype, shape_of
 
 
 @register_converter("sliding_window")
@@ -120,3 +120,58 @@ def _bitserial_dense(inputs, attrs, ctx):
 def _conv3d_winograd_weight_transform(inputs, attrs, ctx):
     return ctx.bb.call_te(topi_nn.conv3d_winograd_weight_transform, inputs[0],
                           int(attrs["tile_size"]))
+
+
+@register_converter("stft")
+def _stft(inputs, attrs, ctx):
+    """Relay's stft: (batch, n_fft//2 + 1 or n_fft, frames, 2) real/imag parts.
+
+    Relay's Python API filled the defaults (``hop_length = n_fft // 4``,
+    ``win_length = n_fft``, a window of ones); a 1-d signal has no batch axis.
+    The compute is TOPI's formula as a TE reduction: TOPI's own kernel
+    vectorizes the frame loop, which LLVM cannot build for a dynamic length.
+    """
+    from tvm import relax
+
+    data = inputs[0]
+    n_fft = int(attrs["n_fft"])
+    hop = attrs.get("hop_length")
+    hop = n_fft // 4 if hop is None else int(hop)
+    win_length = attrs.get("win_length")
+    win_length = n_fft if win_length is None else int(win_length)
+    window = inputs[1] if len(inputs) > 1 else relax.const(
+        __import__("numpy").ones(n_fft, dtype_of(data)))
+    onesided = bool(attrs.get("onesided", True))
+    one_d = len(shape_of(data)) == 1
+    if one_d:
+        data = ctx.emit(relax.op.expand_dims(data, 0))
+    batch, length = shape_of(data)
+    rows = n_fft // 2 + 1 if onesided else n_fft
+    frames = (length - n_fft) // hop + 1
+    out = ctx.bb.call_te(_stft_compute, data, window, hop, win_length,
+                         float(n_fft) if attrs.get("normalized", False) else None,
+                         [batch, rows, frames], primfunc_name_hint="stft")
+    return relax.op.squeeze(ctx.emit(out), [0]) if one_d else out
+
+
+def _stft_compute(data, window, hop, win_length, normalize_by, shape):
+    """out[b, w, m] = sum_k window[k] * x[b, m*hop + k] * (cos, -sin)(2 pi w k / win_length)."""
+    import math
+
+    from tvm import te, tirx
+
+    dtype = data.dtype
+    k = te.reduce_axis((0, win_length), name="k")
+
+    def cell(b, w, m, part):
+        angle = tirx.const(2 * math.pi / win_length, dtype) * tirx.Cast(dtype, w) * \
+            tirx.Cast(dtype, k)
+        x = tirx.Cast(dtype, window[k]) * data[b, m * hop + k]
+        term = tirx.Select(part == 0, x * tirx.cos(angle), -x * tirx.sin(angle))
+        return te.sum(term, axis=k)
+
+    out = te.compute(list(shape) + [2], cell, name="stft")
+    if normalize_by is None:
+        return out
+    scale = tirx.const(1 / math.sqrt(normalize_by), dtype)
+    return te.compute(out.shape, lambda *i: out(*i) * scale, name="stft_norm")

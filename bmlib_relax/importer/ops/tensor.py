@@ -19,6 +19,7 @@ from ._utils import (
     shape_of,
 )
 from ...relay import ast
+from ...relay.op import reshape_like_shape
 
 _INT64_MAX = 2**63 - 1
 
@@ -76,9 +77,9 @@ def _reshape(inputs, attrs, ctx):
 
 @register_converter("reshape_like")
 def _reshape_like(inputs, attrs, ctx):
-    if any(k in attrs for k in ("lhs_begin", "lhs_end", "rhs_begin", "rhs_end")):
-        raise ctx.error("reshape_like with lhs/rhs ranges is not supported")
-    return relax.op.reshape(inputs[0], shape_of(inputs[1]))
+    return relax.op.reshape(inputs[0], reshape_like_shape(shape_of(inputs[0]),
+                                                          shape_of(inputs[1]), attrs))
+
 
 
 @register_converter("nn.batch_flatten")

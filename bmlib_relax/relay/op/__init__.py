@@ -15,6 +15,7 @@ from typing import Any, Optional
 from . import image, nn, vision
 from .. import ast
 from ..builder import const, get
+from ..type_infer import register_type_relation
 from ._make import (
     REGISTERED, TupleWrapper, as_expr, define_ops, make_op, registered, tuple_operand,
 )
@@ -45,7 +46,7 @@ TABLE.update({
     "cast_like": ("data, dtype_like", "data dtype_like"),
     "reinterpret": ("data, dtype", "data"),
     "expand_dims": ("data, axis, num_newaxis=1", "data"),
-    "transpose": ("data, axes=None", "data"),
+    "transpose": ("data, axes=None", "data", {"always": ("axes",)}),
     "squeeze": ("data, axis=None", "data"),
     "reshape": ("data, newshape, allowzero=False", "data"),
     "argwhere": ("condition", "condition"),
@@ -305,6 +306,42 @@ def logsumexp(data, axis=None, keepdims=False):
     return out
 
 
+@registered("segment_sum", "scatter_elements")
+def segment_sum(data, segment_ids, num_segments=None):
+    """Relay ``segment_sum``: ``out[segment_ids[i]] += data[i]`` into ``num_segments``
+    rows (default ``max(segment_ids) + 1``, known only at run time).
+
+    Relay's Python API composed it from ``dyn.zeros``/``dyn.tile`` over
+    ``shape_of(data)``; here it is composed from static-rank ops instead (a
+    run-time ``arange`` gives the dynamic row count), so ``data`` needs a known
+    rank: its type must be inferable when the call is built.
+    """
+    from ..type_infer import TypeInferencer
+
+    data = as_expr(data, "segment_sum data")
+    ids = as_expr(segment_ids, "segment_sum segment_ids")
+    data_type = TypeInferencer(ast.IRModule({})).infer(data)
+    if not isinstance(data_type, ast.TensorType) or not data_type.shape:
+        raise TypeError("segment_sum: data must be a tensor of known rank (annotate it)")
+    g = globals()
+    trail = [1] * (len(data_type.shape) - 1)
+    ids_col = g["reshape"](ids, [-1] + trail)
+    updates = g["slice_like"](data, ids_col, axes=[0])  # the rows that have an id
+    indices = g["broadcast_to_like"](ids_col, updates)
+    first = g["zeros_like"](g["sum"](data, axis=[0], keepdims=True))  # (1, rest): a row
+    if isinstance(num_segments, int):
+        base = g["repeat"](first, num_segments, 0)
+    else:
+        if num_segments is None:
+            rows = g["max"](ids) + g["cast_like"](const(1), ids)
+        else:
+            rows = g["reshape"](as_expr(num_segments, "segment_sum num_segments"), [])
+        ramp = g["arange"](const(0, "int32"), rows, const(1, "int32"), dtype="int32")
+        column = g["zeros_like"](g["cast_like"](g["reshape"](ramp, [-1] + trail), data))
+        base = column * first
+    return g["scatter_elements"](base, indices, updates, axis=0, reduction="add")
+
+
 @registered("topk")
 def topk(data, k=1, axis=-1, ret_type="both", is_ascend=False, dtype="int32"):
     """Relay ``topk``: a (values, indices) TupleWrapper for ``ret_type="both"``."""
@@ -316,6 +353,92 @@ def topk(data, k=1, axis=-1, ret_type="both", is_ascend=False, dtype="int32"):
     return TupleWrapper(call, 2) if ret_type == "both" else call
 
 
+def reshape_like_shape(lhs: list, rhs: list, attrs) -> list:
+    """Relay's ReshapeLike: ``lhs[:lhs_begin] + rhs[rhs_begin:rhs_end] + lhs[lhs_end:]``
+    (ends ``None`` = to the end, negative indices count from the end)."""
+    def span(dims, begin_key, end_key):
+        begin = attrs.get(begin_key) or 0
+        end = attrs.get(end_key)
+        begin = begin + len(dims) if begin < 0 else begin
+        end = len(dims) if end is None else (end + len(dims) if end < 0 else end)
+        return begin, end
+
+    lhs_begin, lhs_end = span(lhs, "lhs_begin", "lhs_end")
+    rhs_begin, rhs_end = span(rhs, "rhs_begin", "rhs_end")
+    return list(lhs[:lhs_begin]) + list(rhs[rhs_begin:rhs_end]) + list(lhs[lhs_end:])
+
+
+@register_type_relation("reshape_like")
+def _reshape_like_type(arg_types, attrs, call):
+    """Relay's ReshapeLikeRel: the spliced shape; sizes must agree when both are static
+    (a symbolic lhs is taken on trust, as Relay's AssertEQ deferred it)."""
+    data, like = arg_types
+    shape = reshape_like_shape(list(data.shape), list(like.shape), attrs)
+
+    def size(dims):
+        total = 1
+        for d in dims:
+            if not isinstance(d, int):
+                return None
+            total *= d
+        return total
+
+    if size(data.shape) is not None and size(shape) is not None \
+            and size(data.shape) != size(shape):
+        raise ValueError(f"reshape_like of a {tuple(data.shape)} tensor to {tuple(shape)}: "
+                         "the sizes differ")
+    return ast.TensorType(tuple(shape), data.dtype)
+
+
+@register_type_relation("unique")
+def _unique_type(arg_types, attrs, call):
+    """Relay's UniqueRel: every output at the input's length, int32 indices and counts."""
+    data = arg_types[0]
+    if len(data.shape) != 1:
+        raise ValueError("unique takes a 1-d tensor")
+    vector = ast.TensorType(data.shape, "int32")
+    fields = [ast.TensorType(data.shape, data.dtype), vector, vector,
+              ast.TensorType((1,), "int32")]
+    if attrs.get("return_counts", False):
+        fields.append(vector)
+    return ast.TupleType(tuple(fields))
+
+
+@register_type_relation("split")
+def _split_type(arg_types, attrs, call):
+    """Relay's SplitRel: ``n`` sections are ``dim // n`` each (``dim`` must divide), split
+    indices give their differences and ``dim - last``, symbolic dims kept as written."""
+    data = arg_types[0]
+    ndim = len(data.shape)
+    axis = int(attrs.get("axis", 0))
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"axis {axis} is out of range for a {ndim}-d input")
+    axis %= ndim
+    dim = data.shape[axis]
+    sections = attrs["indices_or_sections"]
+
+    def with_dim(value):
+        shape = list(data.shape)
+        shape[axis] = value
+        return ast.TensorType(tuple(shape), data.dtype)
+
+    if isinstance(sections, int):
+        if isinstance(dim, int) and dim % sections:
+            raise ValueError("indices_or_sections need to be able to divide input.shape[axis]")
+        part = None if dim is None else dim // sections
+        return ast.TupleType(tuple(with_dim(part) for _ in range(sections)))
+    fields, begin = [], 0
+    for index in (int(i) for i in sections):
+        if index <= begin and fields:
+            raise ValueError("indices_or_sections need to be a sorted ascending list")
+        fields.append(with_dim(index - begin))
+        begin = index
+    if isinstance(dim, int) and begin >= dim:
+        raise ValueError("The sum of sections must match the input.shape[axis]")
+    fields.append(with_dim(None if dim is None else dim - begin))
+    return ast.TupleType(tuple(fields))
+
+
 def registered_ops() -> dict[str, str]:
     """Every builder function (``"nn.conv2d"``, ``"vision.roi_align"``, ...) and the Relay op
     its call node uses, for ``bmlib-relax list-ops``."""
@@ -324,4 +447,4 @@ def registered_ops() -> dict[str, str]:
 
 __all__ += ["unique", "zeros", "ones", "full", "arange", "concatenate", "stack", "meshgrid",
             "strided_slice", "strided_set", "trilu", "sparse_to_dense",
-            "variance", "std", "mean_variance", "mean_std", "logsumexp", "topk"]
+            "variance", "std", "mean_variance", "mean_std", "logsumexp", "topk", "segment_sum"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .. import ast
 from ..builder import const
+from ..type_infer import register_type_relation
 from ._make import as_expr, attr_value, define_ops, make_op, register, registered
 
 
@@ -167,3 +168,47 @@ def dropout(data, rate=0.5):
 
 
 __all__ += ["pad", "dropout", "dropout_raw"]
+
+
+@register_type_relation("nn.bitserial_dense")
+def _bitserial_dense_type(arg_types, attrs, call):
+    """data (..., K) -> (..., units) of ``out_dtype`` (Relay's BitserialDenseRel).
+
+    Relay's relation needs no static dims, whereas TOPI's compute (the
+    importer's lowering) does: this relation keeps symbolic batch/K dims typed.
+    """
+    data, weight = arg_types[0], arg_types[1]
+    units = attrs.get("units")
+    if units is None:
+        units = weight.shape[0]
+    out_dtype = attrs.get("out_dtype", "int16") or data.dtype
+    return ast.TensorType(tuple(data.shape[:-1]) + (units,), out_dtype)
+
+
+def _scaled_dim(dim, scale: float):
+    """``round(dim * scale)`` as Relay's UpSampling relations write it: an int for a
+    static dim (TVM folds ``round`` with ``nearbyint``: half to even, like Python's
+    ``round``), else ``Cast(dim.dtype, round(dim * scale))`` over the user's dim."""
+    if dim is None:
+        return None
+    if isinstance(dim, int):
+        return int(round(dim * scale))
+    import tvm
+
+    return tvm.tirx.Cast(str(dim.ty), tvm.te.round(dim * tvm.tirx.const(scale, "float64")))
+
+
+def _upsampling_relation(axes: str, default_layout: str):
+    def relation(arg_types, attrs, call):
+        data = arg_types[0]
+        layout = attrs.get("layout") or default_layout
+        shape = list(data.shape)
+        for axis in axes:
+            index = layout.index(axis)
+            shape[index] = _scaled_dim(shape[index], float(attrs.get(f"scale_{axis.lower()}", 1)))
+        return ast.TensorType(tuple(shape), data.dtype)
+    return relation
+
+
+register_type_relation("nn.upsampling")(_upsampling_relation("HW", "NCHW"))
+register_type_relation("nn.upsampling3d")(_upsampling_relation("DHW", "NCDHW"))
