@@ -835,6 +835,14 @@ def depthwise_int8(call, inputs, ctx) -> Optional[te.Tensor]:
 
 @register_schedule("bmlib.int8_dw_pad")
 def schedule_int8_dw_pad(sch, block, ctx):
+    """Phase-split pad, vectorized; an explicit ``nn.pad`` feeding it (Relay pads a
+    quantized depthwise input with its zero point, so it arrives as its own op) is
+    inlined: one pass over the data instead of two."""
+    for producer in sch.get_producers(block):
+        try:
+            sch.compute_inline(producer)
+        except Exception:  # noqa: BLE001 - not an inlinable element-wise block: keep it
+            continue
     loops = sch.get_loops(block)
     sch.vectorize(loops[-1])
     _parallel_if_worth_it(sch, block, 2)
