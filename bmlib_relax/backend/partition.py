@@ -13,6 +13,8 @@ from ..legacy.lowerings import get_legacy_lowering
 from . import conv_fold, fold, layout, rewrite
 from .const_args import bind_constant_arguments
 from .merge import merge_composites
+from .partition_scalars import bind_scalar_arguments
+from .qnn_merge import merge_quantized_chains
 from .codegen import CODEGEN_NAME
 from .legacy_patterns import (PatternTranslationError, expand_alternatives, is_legacy_pattern,
                               take_check_error, translate_entry)
@@ -223,14 +225,18 @@ def partition_for_bmlib(mod: tvm.IRModule, patterns: Optional[Sequence[Any]] = N
     ``target``'s vectors (:mod:`.rewrite`).  A legacy
     table sees the graph unfolded, as Relay's MergeComposite did.
     """
-    if pack_weights if pack_weights is not None else patterns is None:
+    built_in = pack_weights if pack_weights is not None else patterns is None
+    if built_in:
         mod = bind_constant_arguments(mod)  # weights passed to functions, see const_args
         mod = fold.fold_constants(layout.convert_nhwc_to_nchw(mod))
         mod = rewrite.pack_weights(conv_fold.fold_into_convolutions(mod), target)
-    fuse = relax.transform.FuseOpsByPattern(resolve_patterns(patterns), bind_constants=False,
-                                            annotate_codegen=not merge)
+    table = resolve_patterns(patterns)
     take_check_error()
     try:
+        if built_in and not merge:  # int8 layers share one partition: see .qnn_merge
+            mod, table = merge_quantized_chains(mod, table, claim_foreign_partitions)
+        fuse = relax.transform.FuseOpsByPattern(table, bind_constants=False,
+                                                annotate_codegen=not merge)
         fused = fuse(mod)
     except Exception:
         error = take_check_error()  # a legacy check raised: report it as ours
@@ -241,4 +247,6 @@ def partition_for_bmlib(mod: tvm.IRModule, patterns: Optional[Sequence[Any]] = N
     check_partition_templates(mod)
     if merge:
         mod = claim_foreign_partitions(merge_composites(mod))
+    if built_in:
+        mod = bind_scalar_arguments(mod)  # requantize scalars as immediates, see the module
     return inline_shape_arguments(mod)  # a symbolic reshape target is no PrimFunc argument

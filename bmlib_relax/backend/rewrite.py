@@ -101,6 +101,8 @@ class _WeightPacker(PyExprMutator):
         attrs = call.attrs
         data, weight = call.args
         array = const_array(weight)
+        if array is None and isinstance(weight, relax.Var):  # a folded weight: `lv = const`
+            array = const_array(self.lookup_binding(weight))
         if array is None or array.ndim != 4 or \
                 str(array.dtype) not in PACKABLE_DTYPES + QUANTIZED_DTYPES:
             return call

@@ -280,6 +280,22 @@ def _exists(sch: s_tir.Schedule, name: str) -> bool:
         return False
 
 
+def inline_scalar_constants(sch: s_tir.Schedule, names: list) -> None:
+    """Inline the codegen's 0-d constant blocks (``scalar``: a requantize multiplier,
+    shift or zero point bound into the partition) into their readers first, so the
+    compiled code sees immediates rather than loads of a stack buffer."""
+    for name in names:
+        if not name.startswith("scalar") or not _exists(sch, name):
+            continue
+        block = sch.get_sblock(name)
+        if sch.get(block).reads or len(sch.get(block).writes[0].source.shape) != 0:
+            continue
+        try:
+            sch.compute_inline(block)
+        except Exception:  # noqa: BLE001 - e.g. the partition's output: keep the block
+            continue
+
+
 def apply_schedules(prim: tvm.tirx.PrimFunc, target: Any = None,
                     ctx: Optional[ScheduleContext] = None) -> tvm.tirx.PrimFunc:
     """Schedule every block of ``prim``: tagged blocks by their registered rule first
@@ -289,6 +305,7 @@ def apply_schedules(prim: tvm.tirx.PrimFunc, target: Any = None,
     sch = s_tir.Schedule(prim.without_attr("global_symbol") if attrs is not None and
                          "global_symbol" in attrs else prim)
     names = [block_name(sch, b) for b in sch.get_child_blocks(sch.get_sblock("root"))]
+    inline_scalar_constants(sch, names)
     for name in names:
         if not _exists(sch, name):
             continue

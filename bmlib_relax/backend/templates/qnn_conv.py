@@ -499,16 +499,8 @@ def schedule_int8_conv2d_rows(sch, block, ctx):
     sch.parallel(sch.fuse(n, oo, y))
     sch.compute_at(block, xo)
     ctx.done.add(str(sch.get(epilogue).name_hint))
-    own = sch.get_loops(block)[2:]
-    tile, reduce = own[:int(channels > 1) + 1], own[int(channels > 1) + 1:]
-    *outer_reduce, g = reduce
-    *row, pixel = tile
-    sch.reorder(*outer_reduce, *row, pixel, g)
-    vector, lane = sch.split(pixel, [None, lanes])
-    sch.decompose_reduction(block, (outer_reduce or row or [vector])[0])
-    sch.annotate(lane, DOT_ANNOTATION, dot_name)
-    for loop in (*row, vector):
-        sch.unroll(loop)
+    own = sch.get_loops(block)[2:]  # (channels) x pixel vectors, then the reduction
+    _mark_instruction_tile(sch, block, own, int(channels > 1) + 1, lanes, dot_name)
     if channels > 1:
         sch.unroll(oi)
     if ow % (vectors * lanes) == 0:
@@ -560,16 +552,8 @@ def schedule_int8_conv2d_1x1_dot(sch, block, ctx):
     sch.parallel(sch.fuse(n, po))
     sch.compute_at(block, oo)
     ctx.done.add(str(sch.get(epilogue).name_hint))
-    own = sch.get_loops(block)[2:]
-    tile, reduce = own[:int(channels > 1) + 1], own[int(channels > 1) + 1:]
-    *outer_reduce, g = reduce
-    *row, pixel = tile
-    sch.reorder(*outer_reduce, *row, pixel, g)
-    vector, lane = sch.split(pixel, [None, lanes])
-    sch.decompose_reduction(block, (outer_reduce or row or [vector])[0])
-    sch.annotate(lane, DOT_ANNOTATION, dot_name)
-    for loop in (*row, vector):
-        sch.unroll(loop)
+    own = sch.get_loops(block)[2:]  # (channels) x pixel vectors, then the reduction
+    _mark_instruction_tile(sch, block, own, int(channels > 1) + 1, lanes, dot_name)
     if channels > 1:
         sch.unroll(oi)
     pv, pl = sch.split(pi, [None, lanes])
@@ -835,6 +819,14 @@ def depthwise_int8(call, inputs, ctx) -> Optional[te.Tensor]:
 
 @register_schedule("bmlib.int8_dw_pad")
 def schedule_int8_dw_pad(sch, block, ctx):
+    """Phase-split pad, vectorized; an explicit ``nn.pad`` feeding it (Relay pads a
+    quantized depthwise input with its zero point, so it arrives as its own op) is
+    inlined: one pass over the data instead of two."""
+    for producer in sch.get_producers(block):
+        try:
+            sch.compute_inline(producer)
+        except Exception:  # noqa: BLE001 - not an inlinable element-wise block: keep it
+            continue
     loops = sch.get_loops(block)
     sch.vectorize(loops[-1])
     _parallel_if_worth_it(sch, block, 2)
