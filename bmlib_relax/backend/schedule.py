@@ -40,6 +40,10 @@ _LOG = logging.getLogger(__name__)
 PARALLEL_MIN_WORK = 1 << 14
 # Outer loops are fused until the parallel loop has at least this many iterations.
 PARALLEL_MIN_ITERS = 64
+# A block annotation the driver puts on blocks a rule has already scheduled (the
+# rule's own block and the epilogue it took), while the rules run: another rule's
+# :func:`inline_epilogue` stops before such a block.  Removed before returning.
+SCHEDULED_ATTR = "bmlib_scheduled"
 
 
 class UnscheduledBlockWarning(UserWarning):
@@ -88,6 +92,11 @@ def block_rule(sch: s_tir.Schedule, block) -> Optional[str]:
 def is_spatial(sch: s_tir.Schedule, block) -> bool:
     """Every iteration variable of the block is data-parallel (no reduction)."""
     return all(int(iv.iter_type) == 0 for iv in sch.get(block).iter_vars)
+
+
+def is_scheduled(sch: s_tir.Schedule, block) -> bool:
+    """A rule has already scheduled the block (see :data:`SCHEDULED_ATTR`)."""
+    return SCHEDULED_ATTR in sch.get(block).annotations
 
 
 def static_extent(extent) -> Optional[int]:
@@ -169,18 +178,28 @@ def inline_epilogue(sch: s_tir.Schedule, producer) -> Optional[Any]:
     (an unpack, bias add, batch_norm scale/shift, activation ...), inlines all
     but the last and returns the last (to be computed at the producer's tile),
     or None when ``producer`` has no such consumer.
+
+    The chain stops before a block another rule has already scheduled
+    (:data:`SCHEDULED_ATTR`): in a merged partition the add of a residual block
+    reads two convolutions (``conv(x) + shortcut(x)``), and the first one's rule
+    has already tiled the add as its epilogue.  The second then keeps its own
+    unpack as its epilogue: that NCHW tensor is materialised (computed per tile of
+    this conv) and read by the add, instead of the rule failing on loops it did not
+    expect and being rolled back.
     """
     consumers = sch.get_consumers(producer)
     if len(consumers) != 1:
         return None
     chain = [consumers[0]]
-    if block_rule(sch, chain[0]) is not None or not is_spatial(sch, chain[0]):
+    if block_rule(sch, chain[0]) is not None or not is_spatial(sch, chain[0]) or \
+            is_scheduled(sch, chain[0]):
         return None
     outputs = {block_name(sch, b) for b in sch.get_output_blocks(sch.get_sblock("root"))}
     while block_name(sch, chain[-1]) not in outputs:
         nxt = sch.get_consumers(chain[-1])
         if len(nxt) != 1 or block_rule(sch, nxt[0]) is not None or \
-                not is_spatial(sch, nxt[0]) or len(sch.get(nxt[0]).writes) != 1:
+                not is_spatial(sch, nxt[0]) or len(sch.get(nxt[0]).writes) != 1 or \
+                is_scheduled(sch, nxt[0]):
             break
         if not same_shape(write_buffer(sch, nxt[0]).shape, write_buffer(sch, chain[-1]).shape):
             break
@@ -296,6 +315,23 @@ def inline_scalar_constants(sch: s_tir.Schedule, names: list) -> None:
             continue
 
 
+def _mark_scheduled(sch: s_tir.Schedule, names) -> None:
+    """Annotate the blocks of ``names`` that still exist with :data:`SCHEDULED_ATTR`."""
+    for name in names:
+        if _exists(sch, name):
+            block = sch.get_sblock(name)
+            if not is_scheduled(sch, block):
+                sch.annotate(block, SCHEDULED_ATTR, 1)
+
+
+def _unmark_scheduled(sch: s_tir.Schedule, names) -> None:
+    for name in names:
+        if _exists(sch, name):
+            block = sch.get_sblock(name)
+            if is_scheduled(sch, block):
+                sch.unannotate(block, SCHEDULED_ATTR)
+
+
 def apply_schedules(prim: tvm.tirx.PrimFunc, target: Any = None,
                     ctx: Optional[ScheduleContext] = None) -> tvm.tirx.PrimFunc:
     """Schedule every block of ``prim``: tagged blocks by their registered rule first
@@ -320,6 +356,7 @@ def apply_schedules(prim: tvm.tirx.PrimFunc, target: Any = None,
             continue
         sch = _apply(sch, rule, name, ctx, rule_name)
         ctx.done.add(name)
+        _mark_scheduled(sch, ctx.done)
     for name in names:
         if name not in ctx.done and _exists(sch, name):
             sch = _apply(sch, inline_into_elementwise, name, ctx, optional=True)
@@ -331,6 +368,7 @@ def apply_schedules(prim: tvm.tirx.PrimFunc, target: Any = None,
             continue
         sch = _apply(sch, _generic_rule(sch, block), name, ctx)
         ctx.done.add(name)
+    _unmark_scheduled(sch, ctx.done)
     func = sch.mod["main"]
     if attrs is not None and "global_symbol" in attrs:
         func = func.with_attr("global_symbol", attrs["global_symbol"])
