@@ -21,7 +21,7 @@ import pytest
 from tvm import relax
 
 from bmlib_relax import partition_for_bmlib
-from bmlib_relax.backend.schedule import SCHEDULED_ATTR, UnscheduledBlockWarning
+from bmlib_relax.backend.schedule import UnscheduledBlockWarning
 from bmlib_relax.compiler import lower_and_verify
 
 from conftest import offloaded_partitions
@@ -86,7 +86,6 @@ def test_merged_convolutions_are_scheduled_and_correct(case):
     for rule in rules:
         assert f'"bmlib_schedule": "{rule}"' in script
     assert record.unscheduled == []
-    assert SCHEDULED_ATTR not in script  # the driver's marks are removed
     assert "T.parallel" in script and "T.vectorized" in script
     with warnings.catch_warnings():
         warnings.simplefilter("error", UnscheduledBlockWarning)
