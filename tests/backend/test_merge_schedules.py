@@ -53,17 +53,17 @@ def _conv_then_1x1(x, w1, w2):
 
 # (build, input shape, weight shapes, schedule rules the partition must use)
 CASES = {
-    # 14 columns: row tiles; the shortcut is a strided 1x1 (packed subsample).
-    "rows + strided 1x1 shortcut": (_residual_add(2, 1), (1, 16, 28, 28),
+    # 28 columns: row tiles (of 7 or 4 columns: AVX-512 or AVX2); the shortcut is a
+    # strided 1x1 (packed subsample).
+    "rows + strided 1x1 shortcut": (_residual_add(2, 1), (1, 16, 56, 56),
                                     [(32, 16, 3, 3), (32, 16, 1, 1)], {"bmlib.conv2d_nchwc"}),
-    # 8x8 output: flat-pixel tiles for both convs.
-    "flat + flat 3x3 shortcut": (_residual_add(1, 3), (1, 16, 8, 8),
+    # 6x6 output (no whole row tiles): flat-pixel tiles for both convs.
+    "flat + flat 3x3 shortcut": (_residual_add(1, 3), (1, 16, 6, 6),
                                  [(32, 16, 3, 3), (32, 16, 3, 3)],
                                  {"bmlib.conv2d_nchwc_flat"}),
     # 64 output pixels are whole vectors: the 1x1 shortcut is the NCHW GEMM.
-    "flat + 1x1 GEMM shortcut": (_residual_add(1, 1), (1, 16, 8, 8),
-                                 [(32, 16, 3, 3), (32, 16, 1, 1)],
-                                 {"bmlib.conv2d_nchwc_flat", "bmlib.conv2d_1x1_gemm"}),
+    "3x3 + 1x1 GEMM shortcut": (_residual_add(1, 1), (1, 16, 8, 8),
+                                [(32, 16, 3, 3), (32, 16, 1, 1)], {"bmlib.conv2d_1x1_gemm"}),
     "conv output read by a conv and the add": (_conv_feeds_conv_and_add, (1, 16, 14, 14),
                                                [(16, 16, 3, 3), (16, 16, 3, 3)], set()),
     "3x3 then 1x1 GEMM": (_conv_then_1x1, (1, 16, 8, 8), [(32, 16, 3, 3), (32, 32, 1, 1)],
