@@ -17,6 +17,7 @@ fail quietly: a block it could not inline is still scheduled by its own rule.
 from __future__ import annotations
 
 import logging
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -40,6 +41,13 @@ _LOG = logging.getLogger(__name__)
 PARALLEL_MIN_WORK = 1 << 14
 # Outer loops are fused until the parallel loop has at least this many iterations.
 PARALLEL_MIN_ITERS = 64
+# The names of the blocks a rule has already scheduled (its own block and the
+# epilogue it took: ``ScheduleContext.done``) while :func:`apply_schedules` runs.
+# Another rule's :func:`inline_epilogue` stops before such a block.  A context
+# variable rather than a block annotation: looking blocks up by name in a merged
+# partition's PrimFunc (hundreds of blocks) costs milliseconds each.
+_SCHEDULED: ContextVar[frozenset | set] = ContextVar("bmlib_scheduled_blocks",
+                                                     default=frozenset())
 
 
 class UnscheduledBlockWarning(UserWarning):
@@ -88,6 +96,11 @@ def block_rule(sch: s_tir.Schedule, block) -> Optional[str]:
 def is_spatial(sch: s_tir.Schedule, block) -> bool:
     """Every iteration variable of the block is data-parallel (no reduction)."""
     return all(int(iv.iter_type) == 0 for iv in sch.get(block).iter_vars)
+
+
+def is_scheduled(sch: s_tir.Schedule, block) -> bool:
+    """A rule of the running :func:`apply_schedules` has already scheduled the block."""
+    return block_name(sch, block) in _SCHEDULED.get()
 
 
 def static_extent(extent) -> Optional[int]:
@@ -169,18 +182,28 @@ def inline_epilogue(sch: s_tir.Schedule, producer) -> Optional[Any]:
     (an unpack, bias add, batch_norm scale/shift, activation ...), inlines all
     but the last and returns the last (to be computed at the producer's tile),
     or None when ``producer`` has no such consumer.
+
+    The chain stops before a block another rule has already scheduled
+    (``ScheduleContext.done``): in a merged partition the add of a residual block
+    reads two convolutions (``conv(x) + shortcut(x)``), and the first one's rule
+    has already tiled the add as its epilogue.  The second then keeps its own
+    unpack as its epilogue: that NCHW tensor is materialised (computed per tile of
+    this conv) and read by the add, instead of the rule failing on loops it did not
+    expect and being rolled back.
     """
     consumers = sch.get_consumers(producer)
     if len(consumers) != 1:
         return None
     chain = [consumers[0]]
-    if block_rule(sch, chain[0]) is not None or not is_spatial(sch, chain[0]):
+    if block_rule(sch, chain[0]) is not None or not is_spatial(sch, chain[0]) or \
+            is_scheduled(sch, chain[0]):
         return None
     outputs = {block_name(sch, b) for b in sch.get_output_blocks(sch.get_sblock("root"))}
     while block_name(sch, chain[-1]) not in outputs:
         nxt = sch.get_consumers(chain[-1])
         if len(nxt) != 1 or block_rule(sch, nxt[0]) is not None or \
-                not is_spatial(sch, nxt[0]) or len(sch.get(nxt[0]).writes) != 1:
+                not is_spatial(sch, nxt[0]) or len(sch.get(nxt[0]).writes) != 1 or \
+                is_scheduled(sch, nxt[0]):
             break
         if not same_shape(write_buffer(sch, nxt[0]).shape, write_buffer(sch, chain[-1]).shape):
             break
@@ -253,12 +276,15 @@ def _apply(sch: s_tir.Schedule, rule, block_name_: str, ctx: ScheduleContext,
     """Apply ``rule`` to the block, or roll the schedule back when it raises (an
     ``optional`` rule's failure leaves the block to its own rule, so it is not
     counted as unscheduled)."""
-    snapshot = sch.mod
+    snapshot, done = sch.mod, set(ctx.done)
     rule_name = rule_name or getattr(rule, "__name__", str(rule))
     try:
         rule(sch, sch.get_sblock(block_name_), ctx)
         return sch
     except Exception as exc:  # noqa: BLE001 - a rule that does not fit leaves the block as is
+        # The epilogue a rolled-back rule claimed is unscheduled again: the generic
+        # rules (or another conv's rule) may take it.
+        ctx.done.intersection_update(done)
         _LOG.debug("bmlib schedule rule %s failed on block %s: %s", rule_name, block_name_, exc)
         reason = f"{type(exc).__name__}: {_first_line(exc)}"
         ctx.failures.append((block_name_, rule_name, str(exc)))
@@ -296,16 +322,8 @@ def inline_scalar_constants(sch: s_tir.Schedule, names: list) -> None:
             continue
 
 
-def apply_schedules(prim: tvm.tirx.PrimFunc, target: Any = None,
-                    ctx: Optional[ScheduleContext] = None) -> tvm.tirx.PrimFunc:
-    """Schedule every block of ``prim``: tagged blocks by their registered rule first
-    (they may fold their epilogues in), then the rest by the generic rules."""
-    ctx = ctx or ScheduleContext(resolve_target(target))
-    attrs = prim.attrs
-    sch = s_tir.Schedule(prim.without_attr("global_symbol") if attrs is not None and
-                         "global_symbol" in attrs else prim)
-    names = [block_name(sch, b) for b in sch.get_child_blocks(sch.get_sblock("root"))]
-    inline_scalar_constants(sch, names)
+def _apply_tagged_rules(sch: s_tir.Schedule, names: list,
+                        ctx: ScheduleContext) -> s_tir.Schedule:
     for name in names:
         if not _exists(sch, name):
             continue
@@ -320,6 +338,24 @@ def apply_schedules(prim: tvm.tirx.PrimFunc, target: Any = None,
             continue
         sch = _apply(sch, rule, name, ctx, rule_name)
         ctx.done.add(name)
+    return sch
+
+
+def apply_schedules(prim: tvm.tirx.PrimFunc, target: Any = None,
+                    ctx: Optional[ScheduleContext] = None) -> tvm.tirx.PrimFunc:
+    """Schedule every block of ``prim``: tagged blocks by their registered rule first
+    (they may fold their epilogues in), then the rest by the generic rules."""
+    ctx = ctx or ScheduleContext(resolve_target(target))
+    attrs = prim.attrs
+    sch = s_tir.Schedule(prim.without_attr("global_symbol") if attrs is not None and
+                         "global_symbol" in attrs else prim)
+    names = [block_name(sch, b) for b in sch.get_child_blocks(sch.get_sblock("root"))]
+    inline_scalar_constants(sch, names)
+    token = _SCHEDULED.set(ctx.done)
+    try:
+        sch = _apply_tagged_rules(sch, names, ctx)
+    finally:
+        _SCHEDULED.reset(token)
     for name in names:
         if name not in ctx.done and _exists(sch, name):
             sch = _apply(sch, inline_into_elementwise, name, ctx, optional=True)

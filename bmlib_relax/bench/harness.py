@@ -133,12 +133,13 @@ def _first(out: Any) -> np.ndarray:
 
 def bench_model(name: str, goldens: Path, corpus: Optional[Path], target: Any,
                 with_torch: bool, min_seconds: float, runtimes: Sequence[str] = (),
-                threads: int = 1, unpinned: bool = False) -> ModelResult:
+                threads: int = 1, unpinned: bool = False, merge: bool = False) -> ModelResult:
     """Compile and time one model with bmlib, the plain build and every reference.
 
     ``unpinned``: a model whose inputs have dynamic (``?``) dims is also built
     without pinning them, and both bmlib builds are timed in alternating rounds on
-    the same (pinned-shape) inputs (``bmlib_unpinned``, ``unpinned_ratios``)."""
+    the same (pinned-shape) inputs (``bmlib_unpinned``, ``unpinned_ratios``).
+    ``merge``: the bmlib builds merge neighbouring composites (``compile(merge=True)``)."""
     import tvm
     from tvm import relax
 
@@ -152,7 +153,7 @@ def bench_model(name: str, goldens: Path, corpus: Optional[Path], target: Any,
 
     t0 = time.perf_counter()
     model = bmlib_relax.compile(module, bench.params, target=target,
-                                input_shapes=bench.input_shapes)
+                                input_shapes=bench.input_shapes, merge=merge)
     compile_bmlib = time.perf_counter() - t0
     t0 = time.perf_counter()
     plain_ex = tvm.compile(_plain_module(bench), target=tvm.target.Target(target))
@@ -168,7 +169,7 @@ def bench_model(name: str, goldens: Path, corpus: Optional[Path], target: Any,
     result.max_abs_diff["bmlib_vs_plain"] = float(np.abs(_first(model(*feed)) - reference).max())
     if unpinned and bench.input_shapes:
         t0 = time.perf_counter()
-        free = bmlib_relax.compile(module, bench.params, target=target)
+        free = bmlib_relax.compile(module, bench.params, target=target, merge=merge)
         result.compile_s["bmlib_unpinned"] = time.perf_counter() - t0
         result.max_abs_diff["unpinned_vs_pinned"] = float(
             np.abs(_first(free(*feed)) - _first(model(*feed))).max())
@@ -492,6 +493,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--unpinned", action="store_true",
                         help="also build models with dynamic (?) input dims without pinning "
                              "them, and time both bmlib builds in alternating rounds")
+    parser.add_argument("--merge", action="store_true",
+                        help="build the bmlib models with merged partitions (compile(merge=True))")
     parser.add_argument("--scaling", action="store_true",
                         help="run at 1 thread and at every thread (one process each) and "
                              "report the speed-up")
@@ -542,7 +545,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for name in args.models:
         print(f"benchmarking {name} ...", file=sys.stderr, flush=True)
         results.append(bench_model(name, goldens, corpus, target, with_torch, args.seconds,
-                                   runtimes, threads, unpinned=args.unpinned))
+                                   runtimes, threads, unpinned=args.unpinned,
+                                   merge=args.merge))
     peak, note = nominal_peak_gflops(threads, args.ghz)
     print("measuring the FMA peak ...", file=sys.stderr, flush=True)
     measured = measured_peak_gflops(threads, target, seconds=min(args.seconds, 1.0))

@@ -83,6 +83,20 @@ def test_models_put_their_flops_on_bmlib(case, mode):
     assert data["flops_total"] == compiled(case, not MODES[mode]).report.flops_total
 
 
+@pytest.mark.parametrize("case", ["resnet18"])
+def test_merged_partition_schedules_every_block(case):
+    """Merged partitions (#15): the residual adds read two convolutions in one
+    partition; no conv rule may be rolled back there (it was: 4 blocks)."""
+    model = compiled(case, True)
+    assert offloaded_partitions(model.relax_module)
+    assert len(model.report.partitions) < len(compiled(case, False).report.partitions)
+    unscheduled = [(p.name, p.unscheduled) for p in model.report.partitions if p.unscheduled]
+    assert unscheduled == []
+    golden = Golden(DATA / case)
+    np.testing.assert_allclose(model(**golden.inputs()), golden.expected()[0],
+                               **golden.tolerance)
+
+
 # QNN goldens (issue #18): the quantized convolutions / dense run inside bmlib partitions.
 QNN_COMPOSITES = {
     "qnn_conv2d_requantize": {"bmlib.qnn_conv2d_requantize"},
