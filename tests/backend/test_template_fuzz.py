@@ -58,6 +58,8 @@ class Case:
     symbolic_batch: bool = False  # data's first dim is ``?``; run at batches 1..3
     symbolic_axis: int = 0
     exact: bool = False
+    second_shape: tuple = ()  # a second input ``y``, passed as v["y"]
+    second_symbolic_axis: int | None = None  # its ``?`` dim (a fresh one: Relay's ``?``)
 
 
 def _normal(rng, shape, scale=0.5):
@@ -94,15 +96,28 @@ def _spatial(rng, k, stride, dilation, pad_hw, target_out=None):
 
 
 def _epilogue(rng, y, out_channels, weights, tag, axis=1):
-    """Bias and/or relu after ``y`` (the patterns' usual epilogues)."""
-    kind = _pick(rng, ["none", "bias", "relu", "bias_relu"])
+    """Bias, batch_norm, relu or clip after the op (the patterns' usual epilogues)."""
+    kinds = ["none", "bias", "relu", "bias_relu"]
+    if axis == 1:
+        kinds += ["bn_relu", "bias_clip"]
+    kind = _pick(rng, kinds)
     if "bias" in kind:
         weights[f"{tag}_b"] = _normal(rng, (out_channels,))
-    def apply(y, weight_vars):
+    if "bn" in kind:
+        for name in ("gamma", "beta", "mean"):
+            weights[f"{tag}_{name}"] = _normal(rng, (out_channels,))
+        weights[f"{tag}_var"] = np.abs(_normal(rng, (out_channels,))) + 0.5
+
+    def apply(y, v):
         if "bias" in kind:
-            y = nn.bias_add(y, weight_vars[f"{tag}_b"], axis=axis)
+            y = nn.bias_add(y, v[f"{tag}_b"], axis=axis)
+        if "bn" in kind:
+            y = nn.batch_norm(y, v[f"{tag}_gamma"], v[f"{tag}_beta"], v[f"{tag}_mean"],
+                              v[f"{tag}_var"])[0]
         if "relu" in kind:
             y = nn.relu(y)
+        if "clip" in kind:
+            y = relay.clip(y, 0.0, 0.5)
         return y
     return kind, apply
 
@@ -260,6 +275,46 @@ def gen_batch_matmul(rng, tag):
                 symbolic_batch=symbolic, symbolic_axis=1 if symbolic else 0)
 
 
+def gen_attention_matmul(rng, tag):
+    """``batch_matmul(q, k)`` of two inputs with a free sequence length (scores), then
+    softmax, or ``scores @ v`` with the sequence as the reduction."""
+    b, d = int(rng.integers(1, 4)), int(_pick(rng, [1, 7, 16, 17, 33]))
+    s = int(_pick(rng, [1, 3, 5, 9, 17]))
+    if rng.random() < 0.5:
+        return Case(f"softmax(batch_matmul(q, k)) q=k=({b}, {s}(?), {d})", (b, s, d),
+                    lambda x, v: nn.softmax(nn.batch_matmul(x, v["y"])), {},
+                    ("relax.matmul", "relax.nn.softmax"), symbolic_batch=True,
+                    symbolic_axis=1, second_shape=(b, s, d), second_symbolic_axis=1)
+    n = int(_pick(rng, [1, 4, 16, 17]))
+    return Case(f"batch_matmul(p, v) p=({b}, {s}(?), {n}) v=({b}, {d}, {n})", (b, s, n),
+                lambda x, v: nn.batch_matmul(x, v["y"]), {}, ("relax.matmul",),
+                symbolic_batch=True, symbolic_axis=1, second_shape=(b, d, n))
+
+
+def gen_conv_chain(rng, tag):
+    """conv -> pool -> conv (layouts and epilogues between templates)."""
+    first = gen_conv2d(rng, tag + "a")
+    channels = first.weights[tag + "a_w"].shape[0]
+    k = int(_pick(rng, [1, 3]))
+    o = int(_pick(rng, [4, 16, 17]))
+    weights = dict(first.weights)
+    weights[tag + "b_w"] = _normal(rng, (o, channels, k, k))
+    pool = _pick(rng, ["max", "avg", "none"])
+
+    def build(x, v):
+        y = first.build(x, v)
+        if pool == "max":
+            y = nn.max_pool2d(y, pool_size=(2, 2), strides=(1, 1), padding=(0, 0, 1, 1))
+        elif pool == "avg":
+            y = nn.avg_pool2d(y, pool_size=(2, 2), strides=(1, 1), padding=(1, 1, 0, 0))
+        return nn.relu(nn.conv2d(y, v[tag + "b_w"], padding=(k // 2, k // 2), channels=o,
+                                 kernel_size=(k, k)))
+
+    return Case(f"chain [{first.desc}] -> {pool} pool -> conv{k}x{k} o={o} +relu",
+                first.data_shape, build, weights, ("relax.nn.conv2d",),
+                symbolic_batch=bool(rng.random() < 0.3))
+
+
 def gen_softmax(rng, tag):
     rank = int(rng.integers(2, 4))
     shape = tuple(int(_pick(rng, [1, 2, 3, 7, 16, 17, 33])) for _ in range(rank))
@@ -355,7 +410,14 @@ FAMILIES = {  # name: (generator, default cases)
     "conv_symbolic_batch": (gen_conv_symbolic, 3),
     "qnn_conv2d": (gen_qnn_conv2d, 3),
     "qnn_dense": (gen_qnn_dense, 2),
+    "attention_matmul": (gen_attention_matmul, 2),
+    "conv_chain": (gen_conv_chain, 2),
+    # 8-lane vectors and 16 registers: the AVX2 tiles (the host runs AVX2 code)
+    "conv2d_avx2": (gen_conv2d, 3),
+    "depthwise_avx2": (gen_depthwise, 2),
+    "conv2d_transpose_avx2": (gen_conv2d_transpose, 2),
 }
+TARGETS = {name: {"kind": "llvm", "mcpu": "haswell"} for name in FAMILIES if name.endswith("_avx2")}
 
 
 # ------------------------------------------------------------------- harness --
@@ -378,7 +440,13 @@ def _program(cases: list[Case]):
         x = relay.var(f"x{i}", shape=shape, dtype=case.dtype)
         wvars = {name: relay.var(name, shape=value.shape, dtype=str(value.dtype))
                  for name, value in case.weights.items()}
-        inputs += [x, *wvars.values()]
+        if case.second_shape:
+            second = list(case.second_shape)
+            if case.symbolic_batch and case.second_symbolic_axis is not None:
+                second[case.second_symbolic_axis] = relay.Any()
+            wvars["y"] = relay.var(f"y{i}", shape=second, dtype=case.dtype)
+            inputs.append(wvars["y"])
+        inputs += [x, *[v for k, v in wvars.items() if k != "y"]]
         weights.update(case.weights)
         outputs.append(case.build(x, wvars))
     body = outputs[0] if len(outputs) == 1 else relay.Tuple(outputs)
@@ -394,31 +462,37 @@ def _as_list(result) -> list[np.ndarray]:
     return [r.numpy() if hasattr(r, "numpy") else np.asarray(r) for r in result]
 
 
-def check_cases(cases: list[Case], seed: int, label: str) -> None:
+def check_cases(cases: list[Case], seed: int, label: str, target=None) -> None:
     """Compile ``cases`` together on bmlib and plainly; every output must agree."""
     module, weights = _program(cases)
-    model = bmlib_relax.compile(module, weights)
+    model = bmlib_relax.compile(module, weights, target=target)
     assert offloaded_partitions(model.relax_module), f"{label}: nothing offloaded"
-    host = set(model.report.ops_host)
+    host = dict(model.report.ops_host)
     for case in cases:
         stuck = [op for op in case.offloaded if op in host]
-        assert not stuck, f"{label}: {case.desc}: {stuck} left on the host ({dict(host)})"
+        assert not stuck, f"{label}: {case.desc}: {stuck} left on the host ({host})"
     if not any(case.offloaded for case in cases):  # qnn: the composite partition suffices
         assert model.report.ops_offloaded, f"{label}: nothing offloaded"
     plain = relax.VirtualMachine(compile_plain(import_relay(module, weights)), tvm.cpu())
     rng = np.random.default_rng(seed)
     batches = (1, 3, 2) if any(c.symbolic_batch for c in cases) else (None,)
     for batch in batches:
-        arrays = []
+        arrays, case_data = [], []
         for case in cases:
             shape = list(case.data_shape)
             if case.symbolic_batch and batch is not None:
                 shape[case.symbolic_axis] = batch
-            arrays.append(_data(rng, case, tuple(shape)))
+            if case.second_shape:
+                second = list(case.second_shape)
+                if case.second_symbolic_axis is not None and batch is not None:
+                    second[case.second_symbolic_axis] = batch
+                arrays.append(_data(rng, case, tuple(second)))
+            case_data.append(_data(rng, case, tuple(shape)))
+            arrays.append(case_data[-1])
         got = _as_list(model(*arrays))
         want = _as_list(plain["main"](*[tvm.runtime.tensor(a) for a in arrays]))
         assert len(got) == len(want) == len(cases)
-        for case, g, w, a in zip(cases, got, want, arrays):
+        for case, g, w, a in zip(cases, got, want, case_data):
             where = f"{label}: {case.desc} (data {a.shape})"
             assert g.shape == w.shape, f"{where}: shape {g.shape} != {w.shape}"
             if case.exact:
@@ -439,4 +513,5 @@ def test_template_family_matches_plain_build(family):
     cases = draw(family, SEED, count)
     for start in range(0, len(cases), OPS_PER_PROGRAM):
         chunk = cases[start:start + OPS_PER_PROGRAM]
-        check_cases(chunk, SEED + start, f"{family} seed={SEED} cases {start}..")
+        check_cases(chunk, SEED + start, f"{family} seed={SEED} cases {start}..",
+                    TARGETS.get(family))
