@@ -368,18 +368,31 @@ def gen_qnn_conv2d(rng, tag):
     weight = rng.integers(-128, 128, size=(o, c // groups, k, k)).astype("int8")
     out_dtype = _pick(rng, ["int8", "uint8"])
     rounding = _pick(rng, ["UPWARD", "TONEAREST"])
+    weights = {f"{tag}_w": weight}
+    bias = rng.random() < 0.5
+    if bias:
+        weights[f"{tag}_b"] = rng.integers(-2000, 2000, size=(o,)).astype("int32")
+    per_channel = bool(rng.random() < 0.4)
+    w_scale = (rng.uniform(0.005, 0.02, size=o).astype("float32") if per_channel else 0.01)
+    acc_scale = (w_scale * np.float32(0.05)).astype("float32") if per_channel else 0.0005
+    clip = bool(rng.random() < 0.4)
     c_ = relay.const
+    lo = -128 if out_dtype == "int8" else 0
 
     def build(x, v):
-        acc = qnn.conv2d(x, v[f"{tag}_w"], c_(x_zp), c_(0), c_(0.05), c_(0.01),
+        acc = qnn.conv2d(x, v[f"{tag}_w"], c_(x_zp), c_(0), c_(0.05), c_(w_scale),
                          kernel_size=(k, k), channels=o, strides=strides,
                          padding=(pad, pad), groups=groups)
-        return qnn.requantize(acc, c_(0.0005), c_(0), c_(0.1), c_(3), rounding=rounding,
-                              out_dtype=out_dtype)
+        if bias:
+            acc = nn.bias_add(acc, v[f"{tag}_b"])
+        y = qnn.requantize(acc, c_(acc_scale), c_(0), c_(0.1), c_(3), rounding=rounding,
+                           out_dtype=out_dtype, axis=1)
+        return relay.clip(y, lo + 3, 127) if clip else y
 
     desc = (f"qnn.conv2d {dtype} x={(batch, c, h, w)} zp={x_zp} w={weight.shape} "
-            f"strides={strides} pad={pad} groups={groups} -> {out_dtype} {rounding}")
-    return Case(desc, (batch, c, h, w), build, {f"{tag}_w": weight}, (), dtype, exact=True)
+            f"strides={strides} pad={pad} groups={groups} bias={bias} "
+            f"per_channel={per_channel} -> {out_dtype} {rounding} clip={clip}")
+    return Case(desc, (batch, c, h, w), build, weights, (), dtype, exact=True)
 
 
 def gen_qnn_dense(rng, tag):
@@ -471,8 +484,12 @@ def check_cases(cases: list[Case], seed: int, label: str, target=None) -> None:
     for case in cases:
         stuck = [op for op in case.offloaded if op in host]
         assert not stuck, f"{label}: {case.desc}: {stuck} left on the host ({host})"
-    if not any(case.offloaded for case in cases):  # qnn: the composite partition suffices
-        assert model.report.ops_offloaded, f"{label}: nothing offloaded"
+    if not any(case.offloaded for case in cases):  # qnn: every op's composite offloaded
+        composites = [n for p in model.report.to_dict()["partitions"] for n in p["composites"]]
+        qnn_ops = [n for n in composites if n.startswith("bmlib.qnn_") and
+                   n.endswith("_requantize")]
+        assert len(qnn_ops) == len(cases), f"{label}: composites {composites}"
+        assert not host, f"{label}: left on the host: {host}"
     plain = relax.VirtualMachine(compile_plain(import_relay(module, weights)), tvm.cpu())
     rng = np.random.default_rng(seed)
     batches = (1, 3, 2) if any(c.symbolic_batch for c in cases) else (None,)
