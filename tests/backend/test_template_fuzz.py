@@ -14,7 +14,8 @@ TVM 0.27 miscompiles some index forms (``(p % c + k) // d`` read as
 the parallel loop; random shapes are how such index bugs are found.
 
 Scale: ``BMLIB_FUZZ_CASES=N`` draws N cases per family (default: a few, so the
-module stays well under a minute); ``BMLIB_FUZZ_SEED`` picks another seed.
+module stays well under a minute); ``BMLIB_FUZZ_SEED`` picks another seed;
+``BMLIB_FUZZ_MERGE=1`` compiles with merged partitions (``merge=True``).
 A failure message names the family, seed and the case's configuration; a case
 worth keeping goes into ``REGRESSIONS`` below.
 """
@@ -39,6 +40,7 @@ from conftest import offloaded_partitions
 
 SEED = int(os.environ.get("BMLIB_FUZZ_SEED", "0"))
 CASES = int(os.environ.get("BMLIB_FUZZ_CASES", "0"))  # 0: each family's default count
+MERGE = os.environ.get("BMLIB_FUZZ_MERGE", "0") == "1"  # merged partitions (merge=True)
 OPS_PER_PROGRAM = 6  # ops compiled together (compile time dominates)
 
 nn = relay.nn
@@ -478,7 +480,7 @@ def _as_list(result) -> list[np.ndarray]:
 def check_cases(cases: list[Case], seed: int, label: str, target=None) -> None:
     """Compile ``cases`` together on bmlib and plainly; every output must agree."""
     module, weights = _program(cases)
-    model = bmlib_relax.compile(module, weights, target=target)
+    model = bmlib_relax.compile(module, weights, target=target, merge=MERGE)
     assert offloaded_partitions(model.relax_module), f"{label}: nothing offloaded"
     host = dict(model.report.ops_host)
     for case in cases:
