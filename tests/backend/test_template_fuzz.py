@@ -534,3 +534,26 @@ def test_template_family_matches_plain_build(family):
         chunk = cases[start:start + OPS_PER_PROGRAM]
         check_cases(chunk, SEED + start, f"{family} seed={SEED} cases {start}..",
                     TARGETS.get(family))
+
+
+# ---------------------------------------------------------------- regressions --
+@pytest.mark.parametrize("shape,pool_size,strides,padding", [
+    ((1, 3, 8, 8), (1, 3), (1, 1), (0, 0, 0, 0)),   # 1-row window: no ky loop
+    ((2, 3, 8, 8), (1, 1), (1, 2), (0, 0, 0, 0)),
+    ((1, 3, 5, 1), (2, 2), (1, 1), (0, 0, 1, 1)),   # 1-column input: no width loop
+    ((1, 3, 1, 1), (1, 1), (1, 1), (0, 0, 0, 0)),   # neither
+])
+def test_separable_max_pool_schedules_unit_loops(shape, pool_size, strides, padding):
+    """Found by this fuzzer: the separable max pool's rule assumed the row pass keeps
+    a width and a window-row loop under the output row; compute_at drops unit loops,
+    so a 1-row window or a 1-column input rolled the block back (correct, unscheduled)."""
+    import warnings
+
+    from bmlib_relax.backend.schedule import UnscheduledBlockWarning
+
+    case = Case(f"max_pool2d {shape} {pool_size}", shape,
+                lambda x, v: nn.max_pool2d(x, pool_size=pool_size, strides=strides,
+                                           padding=padding), {}, ("relax.nn.max_pool2d",))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnscheduledBlockWarning)
+        check_cases([case], SEED, "regression")
