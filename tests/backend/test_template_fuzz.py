@@ -317,6 +317,49 @@ def gen_conv_chain(rng, tag):
                 symbolic_batch=bool(rng.random() < 0.3))
 
 
+def gen_conv_nd(rng, tag):
+    """conv1d / conv3d (TOPI computes) and their transposes (the gather template)."""
+    rank = int(_pick(rng, [1, 3]))
+    transpose = bool(rng.random() < 0.5)
+    batch = int(rng.integers(1, 3))
+    groups = int(_pick(rng, [1, 1, 2]))
+    c = groups * int(_pick(rng, [1, 3, 4]))
+    o = groups * int(_pick(rng, [1, 2, 5, 8]))
+    k = tuple(int(_pick(rng, [1, 2, 3])) for _ in range(rank))
+    strides = tuple(int(_pick(rng, [1, 2])) for _ in range(rank))
+    dilation = tuple(int(_pick(rng, [1, 1, 2])) for _ in range(rank))
+    pad = tuple(int(rng.integers(0, (k[i % rank] - 1) * dilation[i % rank] + 1))
+                for i in range(2 * rank))
+    if transpose:
+        size = tuple(int(rng.integers(1, 6)) for _ in range(rank))
+        out_pad = tuple(int(rng.integers(0, max(strides[i], dilation[i])))
+                        for i in range(rank))
+        if any((size[i] - 1) * strides[i] - pad[i] - pad[i + rank] +
+               dilation[i] * (k[i] - 1) + out_pad[i] + 1 < 1 for i in range(rank)):
+            pad = (0,) * (2 * rank)
+        weight = (c, o // groups) + k
+        attrs = dict(strides=strides, padding=pad, dilation=dilation, groups=groups,
+                     channels=o, kernel_size=k, output_padding=out_pad)
+        op = nn.conv1d_transpose if rank == 1 else nn.conv3d_transpose
+    else:
+        size = tuple(_spatial(rng, k[i], strides[i], dilation[i], pad[i] + pad[i + rank])
+                     for i in range(rank))
+        size = tuple(min(s_, 9) if (s_ + pad[i] + pad[i + rank] - (k[i] - 1) * dilation[i]
+                                   - 1) // strides[i] >= 0 else s_
+                     for i, s_ in enumerate(size))
+        weight = (o, c // groups) + k
+        attrs = dict(strides=strides, padding=pad, dilation=dilation, groups=groups,
+                     channels=o, kernel_size=k)
+        op = nn.conv1d if rank == 1 else nn.conv3d
+    weights = {f"{tag}_w": _normal(rng, weight)}
+    relu = bool(rng.random() < 0.5)
+    name = f"conv{rank}d{'_transpose' if transpose else ''}"
+    return Case(f"{name} x={(batch, c) + size} w={weight} {attrs}{' +relu' if relu else ''}",
+                (batch, c) + size,
+                lambda x, v: (nn.relu if relu else (lambda y: y))(op(x, v[f"{tag}_w"], **attrs)),
+                weights, (f"relax.nn.{name}",))
+
+
 def gen_softmax(rng, tag):
     rank = int(rng.integers(2, 4))
     shape = tuple(int(_pick(rng, [1, 2, 3, 7, 16, 17, 33])) for _ in range(rank))
@@ -427,6 +470,7 @@ FAMILIES = {  # name: (generator, default cases)
     "qnn_dense": (gen_qnn_dense, 2),
     "attention_matmul": (gen_attention_matmul, 2),
     "conv_chain": (gen_conv_chain, 2),
+    "conv_nd": (gen_conv_nd, 3),
     # 8-lane vectors and 16 registers: the AVX2 tiles (the host runs AVX2 code)
     "conv2d_avx2": (gen_conv2d, 3),
     "depthwise_avx2": (gen_depthwise, 2),
