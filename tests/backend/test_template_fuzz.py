@@ -59,7 +59,7 @@ class Case:
     offloaded: tuple = ()  # Relax ops that must run on bmlib (report.ops_host lacks them)
     dtype: str = "float32"
     symbolic_batch: bool = False  # data's first dim is ``?``; run at batches 1..3
-    symbolic_axis: int = 0
+    symbolic_axis: "int | tuple" = 0
     exact: bool = False
     second_shape: tuple = ()  # a second input ``y``, passed as v["y"]
     second_symbolic_axis: int | None = None  # its ``?`` dim (a fresh one: Relay's ``?``)
@@ -294,6 +294,28 @@ def gen_attention_matmul(rng, tag):
                 symbolic_batch=True, symbolic_axis=1, second_shape=(b, d, n))
 
 
+def gen_self_attention(rng, tag):
+    """One input (b, s?, d): q, k, v projections, softmax(q k^T) v — the free sequence
+    length is shared by both matmuls, and the second one reduces over it."""
+    b, d = int(rng.integers(1, 4)), int(_pick(rng, [1, 7, 16, 17, 33]))
+    s = int(_pick(rng, [1, 3, 5, 9, 17]))
+    e, f = int(_pick(rng, [3, 8, 16, 19])), int(_pick(rng, [1, 5, 16, 17]))
+    weights = {f"{tag}_q": _normal(rng, (e, d)), f"{tag}_k": _normal(rng, (e, d)),
+               f"{tag}_v": _normal(rng, (f, d))}
+    symbolic_batch = bool(rng.random() < 0.5)
+
+    def build(x, v):
+        q, k = nn.dense(x, v[f"{tag}_q"]), nn.dense(x, v[f"{tag}_k"])
+        scores = nn.softmax(nn.batch_matmul(q, k) * relay.const(0.3), axis=-1)
+        values = relay.transpose(nn.dense(x, v[f"{tag}_v"]), axes=(0, 2, 1))
+        return nn.batch_matmul(scores, values)
+
+    return Case(f"self-attention x=({b}{'?' if symbolic_batch else ''}, {s}?, {d}) "
+                f"qk={e} v={f}", (b, s, d), build, weights,
+                ("relax.matmul", "relax.nn.softmax"), symbolic_batch=True,
+                symbolic_axis=(0, 1) if symbolic_batch else 1)
+
+
 def gen_conv_chain(rng, tag):
     """conv -> pool -> conv (layouts and epilogues between templates)."""
     first = gen_conv2d(rng, tag + "a")
@@ -470,6 +492,7 @@ FAMILIES = {  # name: (generator, default cases)
     "qnn_conv2d": (gen_qnn_conv2d, 3),
     "qnn_dense": (gen_qnn_dense, 2),
     "attention_matmul": (gen_attention_matmul, 2),
+    "self_attention": (gen_self_attention, 2),
     "conv_chain": (gen_conv_chain, 2),
     "conv_nd": (gen_conv_nd, 3),
     # 8-lane vectors and 16 registers: the AVX2 tiles (the host runs AVX2 code)
@@ -490,13 +513,18 @@ def _data(rng, case: Case, shape) -> np.ndarray:
     return x
 
 
+def _axes(axis) -> tuple:
+    return tuple(axis) if isinstance(axis, tuple) else (axis,)
+
+
 def _program(cases: list[Case]):
     """One Relay module: input ``x{i}`` and weights per case, the outputs as a tuple."""
     inputs, outputs, weights = [], [], {}
     for i, case in enumerate(cases):
         shape = list(case.data_shape)
         if case.symbolic_batch:
-            shape[case.symbolic_axis] = relay.Any()
+            for axis in _axes(case.symbolic_axis):
+                shape[axis] = relay.Any()
         x = relay.var(f"x{i}", shape=shape, dtype=case.dtype)
         wvars = {name: relay.var(name, shape=value.shape, dtype=str(value.dtype))
                  for name, value in case.weights.items()}
@@ -547,7 +575,8 @@ def check_cases(cases: list[Case], seed: int, label: str, target=None) -> None:
         for case in cases:
             shape = list(case.data_shape)
             if case.symbolic_batch and batch is not None:
-                shape[case.symbolic_axis] = batch
+                for axis in _axes(case.symbolic_axis):
+                    shape[axis] = batch + axis  # distinct sizes per symbolic dim
             if case.second_shape:
                 second = list(case.second_shape)
                 if case.second_symbolic_axis is not None and batch is not None:
