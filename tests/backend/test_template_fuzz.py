@@ -50,7 +50,8 @@ qnn = relay.qnn.op
 
 @dataclass
 class Case:
-    """One op on its own input: ``build(x, **weights)`` gives its Relay output."""
+    """One op on its own input: ``build(x, v)`` gives its Relay output (``v``: the
+    Relay vars of ``weights`` by name, and ``v["y"]`` for a second input)."""
 
     desc: str
     data_shape: tuple
@@ -58,7 +59,7 @@ class Case:
     weights: dict = field(default_factory=dict)
     offloaded: tuple = ()  # Relax ops that must run on bmlib (report.ops_host lacks them)
     dtype: str = "float32"
-    symbolic_batch: bool = False  # data's first dim is ``?``; run at batches 1..3
+    symbolic_batch: bool = False  # data's ``symbolic_axis`` dim(s) are ``?``; run at 3 sizes
     symbolic_axis: "int | tuple" = 0
     exact: bool = False
     second_shape: tuple = ()  # a second input ``y``, passed as v["y"]
@@ -73,17 +74,10 @@ def _pick(rng, values):
     return values[int(rng.integers(len(values)))]
 
 
-def _out(size, k, stride, before, after, dilation=1, ceil=False):
-    span = size + before + after - (k - 1) * dilation - 1
-    return (-(-span // stride) if ceil else span // stride) + 1
-
-
-def _padding(rng, k, dilation=1, limit=None):
+def _padding(rng, k, dilation=1):
+    """(top, left, bottom, right), each at most the kernel's reach (asymmetric)."""
     reach = (k - 1) * dilation
-    top = int(rng.integers(0, min(reach, limit or reach) + 1)) if reach else 0
-    bottom = int(rng.integers(0, min(reach, limit or reach) + 1)) if reach else 0
-    left = int(rng.integers(0, min(reach, limit or reach) + 1)) if reach else 0
-    right = int(rng.integers(0, min(reach, limit or reach) + 1)) if reach else 0
+    top, bottom, left, right = (int(rng.integers(0, reach + 1)) for _ in range(4))
     return (top, left, bottom, right)
 
 
@@ -98,7 +92,7 @@ def _spatial(rng, k, stride, dilation, pad_hw, target_out=None):
     return int(rng.integers(low, low + 12))
 
 
-def _epilogue(rng, y, out_channels, weights, tag, axis=1):
+def _epilogue(rng, out_channels, weights, tag, axis=1):
     """Bias, batch_norm, relu or clip after the op (the patterns' usual epilogues)."""
     kinds = ["none", "bias", "relu", "bias_relu"]
     if axis == 1:
@@ -152,7 +146,7 @@ def gen_conv2d(rng, tag, groups_kind="dense"):
     h = _spatial(rng, k[0], strides[0], dilation[0], pad[0] + pad[2], target)
     w = _spatial(rng, k[1], strides[1], dilation[1], pad[1] + pad[3], target)
     weights = {f"{tag}_w": _normal(rng, (o, c // groups) + k)}
-    kind, epilogue = _epilogue(rng, None, o, weights, tag)
+    kind, epilogue = _epilogue(rng, o, weights, tag)
     attrs = dict(strides=strides, padding=pad, dilation=dilation, groups=groups, channels=o,
                  kernel_size=k)
     desc = f"conv2d x={(batch, c, h, w)} w={(o, c // groups) + k} {attrs} +{kind}"
@@ -169,7 +163,7 @@ def gen_conv2d_1x1(rng, tag):
     h, w = _pick(rng, [(4, 8), (8, 8), (2, 16), (7, 7), (1, 1), (14, 14), (3, 5), (16, 4)])
     strides = _pick(rng, [(1, 1), (1, 1), (2, 2)])
     weights = {f"{tag}_w": _normal(rng, (o, c, 1, 1))}
-    kind, epilogue = _epilogue(rng, None, o, weights, tag)
+    kind, epilogue = _epilogue(rng, o, weights, tag)
     desc = f"conv2d_1x1 x={(batch, c, h, w)} o={o} strides={strides} +{kind}"
     return Case(desc, (batch, c, h, w),
                 lambda x, v: epilogue(nn.conv2d(x, v[f"{tag}_w"], strides=strides, channels=o,
@@ -204,7 +198,7 @@ def gen_conv2d_transpose(rng, tag):
         pad = (0, 0, 0, 0)
     weights = {f"{tag}_w": _normal(rng, (c, o_per) + k)}
     o = o_per * groups
-    kind, epilogue = _epilogue(rng, None, o, weights, tag)
+    kind, epilogue = _epilogue(rng, o, weights, tag)
     attrs = dict(strides=strides, padding=pad, dilation=dilation, groups=groups, channels=o,
                  kernel_size=k, output_padding=out_pad)
     desc = f"conv2d_transpose x={(batch, c, h, w)} w={(c, o_per) + k} {attrs} +{kind}"
@@ -257,7 +251,7 @@ def gen_dense(rng, tag, symbolic=False):
     k = int(_pick(rng, [1, 3, 7, 16, 17, 33, 64]))
     n = int(_pick(rng, [1, 5, 10, 16, 17, 31, 48]))
     weights = {f"{tag}_w": _normal(rng, (n, k))}
-    kind, epilogue = _epilogue(rng, None, n, weights, tag, axis=-1)
+    kind, epilogue = _epilogue(rng, n, weights, tag, axis=-1)
     desc = f"dense M={m}{'(?)' if symbolic else ''} K={k} N={n} +{kind}"
     return Case(desc, (m, k),
                 lambda x, v: epilogue(nn.dense(x, v[f"{tag}_w"], units=n), v),
