@@ -421,10 +421,11 @@ def gen_qnn_conv2d(rng, tag):
     groups = c if depthwise else 1
     k = int(_pick(rng, [1, 3, 3, 5]))
     strides = (int(_pick(rng, [1, 1, 2])),) * 2
+    dilation = int(_pick(rng, [1, 1, 1, 2])) if k > 1 else 1
     pad = int(rng.integers(0, k // 2 + 1))
     target = _pick(rng, [None, None, 1, 7])
-    h = _spatial(rng, k, strides[0], 1, 2 * pad, target)
-    w = _spatial(rng, k, strides[1], 1, 2 * pad, target)
+    h = _spatial(rng, k, strides[0], dilation, 2 * pad, target)
+    w = _spatial(rng, k, strides[1], dilation, 2 * pad, target)
     dtype = _pick(rng, ["int8", "uint8"])
     x_zp = int(_pick(rng, [0, 3, -128] if dtype == "int8" else [0, 128, 7]))
     weight = rng.integers(-128, 128, size=(o, c // groups, k, k)).astype("int8")
@@ -444,7 +445,7 @@ def gen_qnn_conv2d(rng, tag):
     def build(x, v):
         acc = qnn.conv2d(x, v[f"{tag}_w"], c_(x_zp), c_(0), c_(0.05), c_(w_scale),
                          kernel_size=(k, k), channels=o, strides=strides,
-                         padding=(pad, pad), groups=groups)
+                         padding=(pad, pad), dilation=(dilation, dilation), groups=groups)
         if bias:
             acc = nn.bias_add(acc, v[f"{tag}_b"])
         y = qnn.requantize(acc, c_(acc_scale), c_(0), c_(0.1), c_(3), rounding=rounding,
@@ -452,7 +453,7 @@ def gen_qnn_conv2d(rng, tag):
         return relay.clip(y, lo + 3, 127) if clip else y
 
     desc = (f"qnn.conv2d {dtype} x={(batch, c, h, w)} zp={x_zp} w={weight.shape} "
-            f"strides={strides} pad={pad} groups={groups} bias={bias} "
+            f"strides={strides} dilation={dilation} pad={pad} groups={groups} bias={bias} "
             f"per_channel={per_channel} -> {out_dtype} {rounding} clip={clip}")
     return Case(desc, (batch, c, h, w), build, weights, (), dtype, exact=True)
 
