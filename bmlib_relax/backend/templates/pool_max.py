@@ -78,12 +78,25 @@ def schedule_max_pool2d_separable(sch, block, ctx):
     sch.parallel(sch.fuse(n, c))
     rows = sch.get_producers(block)[0]
     sch.compute_at(rows, y)
-    width, reduce = sch.get_loops(rows)[-2:]
-    sch.reorder(reduce, width)
-    lanes = ctx.lanes(str(write_buffer(sch, block).dtype))
-    vector = divisor_at_most(int(sch.get(width).extent), lanes)
-    if vector > 1:
-        _, inner = sch.split(width, [None, vector])
-        sch.vectorize(inner)
-    sch.decompose_reduction(rows, reduce)
+    # compute_at drops unit loops: a 1-row window (ky) or a 1-column input (width);
+    # the loops it keeps stay in order (width, then the window's rows).
+    own = list(sch.get_loops(rows)[2:])
+    window_rows = int(sch.get(rows).iter_vars[-1].dom.extent)
+    if len(own) == 2:
+        width, reduce = own
+    elif len(own) == 1 and window_rows == 1:
+        width, reduce = own[0], None
+    else:
+        width, reduce = None, (own[0] if own else None)
+    if width is not None and reduce is not None:
+        sch.reorder(reduce, width)
+    if width is not None:
+        lanes = ctx.lanes(str(write_buffer(sch, block).dtype))
+        vector = divisor_at_most(int(sch.get(width).extent), lanes)
+        if vector > 1:
+            width, inner = sch.split(width, [None, vector])
+            sch.vectorize(inner)
+    if reduce is not None or width is not None:
+        sch.decompose_reduction(rows, reduce if reduce is not None else width)
     ctx.done.add(ROWS_BLOCK)
+
