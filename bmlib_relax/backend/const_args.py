@@ -15,7 +15,7 @@ and so does a function used as a value.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import tvm
 from tvm import relax
@@ -107,13 +107,37 @@ class _DropArguments(PyExprMutator):
                           call.span)
 
 
+def bind_parameters(mod: tvm.IRModule, bindings: dict[str, dict],
+                    rewrite_calls_in: Callable[[relax.Function], bool]) -> tvm.IRModule:
+    """Substitute ``bindings[name]`` (``{param: constant}``) into each named function,
+    drop those parameters, and drop the matching arguments from every call in the
+    functions ``rewrite_calls_in`` accepts (the callers)."""
+    dropped: dict[str, set] = {}
+    rebuilt: dict[str, relax.Function] = {}
+    for name, mapping in bindings.items():
+        func = mod[name]
+        dropped[name] = {i for i, p in enumerate(func.params) if p in mapping}
+        body = _Substitute(mapping).visit_expr(func.body)
+        params = [p for p in func.params if p not in mapping]
+        rebuilt[name] = relax.Function(params, body, func.ret_ty, func.is_pure, func.attrs,
+                                       func.span)
+    builder = relax.BlockBuilder()
+    new_vars = {name: builder.add_func(func, name) for name, func in rebuilt.items()}
+    rewrite = _DropArguments(dropped, new_vars)
+    functions = {}
+    for gv, func in mod.functions.items():
+        target = new_vars.get(gv.name_hint, gv)
+        func = rebuilt.get(gv.name_hint, func)
+        functions[target] = rewrite.visit_expr(func) if rewrite_calls_in(func) else func
+    return relax.transform.Normalize()(tvm.IRModule(functions, attrs=mod.attrs))
+
+
 def bind_constant_arguments(mod: tvm.IRModule, entry: str = "main") -> tvm.IRModule:
     """Bind every parameter all of whose calls pass one constant (see the module doc),
     repeated until nothing changes (``main`` passes a weight to ``f``, ``f`` to ``g``)."""
     for _ in range(len(mod.functions)):
         sites, as_value = _call_sites(mod)
-        dropped: dict[str, set] = {}
-        rebuilt: dict[str, relax.Function] = {}
+        bindings: dict[str, dict] = {}
         for gv, func in mod.functions.items():
             name = gv.name_hint
             if name == entry or not _plain(func) or name in as_value or name not in sites:
@@ -125,20 +149,8 @@ def bind_constant_arguments(mod: tvm.IRModule, entry: str = "main") -> tvm.IRMod
                     mapping[param] = const
             if not mapping:
                 continue
-            dropped[name] = {i for i, p in enumerate(func.params) if p in mapping}
-            body = _Substitute(mapping).visit_expr(func.body)
-            params = [p for p in func.params if p not in mapping]
-            rebuilt[name] = relax.Function(params, body, func.ret_ty, func.is_pure,
-                                           func.attrs, func.span)
-        if not dropped:
+            bindings[name] = mapping
+        if not bindings:
             return mod
-        builder = relax.BlockBuilder()
-        new_vars = {name: builder.add_func(func, name) for name, func in rebuilt.items()}
-        rewrite = _DropArguments(dropped, new_vars)
-        functions = {}
-        for gv, func in mod.functions.items():
-            target = new_vars.get(gv.name_hint, gv)
-            func = rebuilt.get(gv.name_hint, func)
-            functions[target] = rewrite.visit_expr(func) if _plain(func) else func
-        mod = relax.transform.Normalize()(tvm.IRModule(functions, attrs=mod.attrs))
+        mod = bind_parameters(mod, bindings, rewrite_calls_in=_plain)
     return mod

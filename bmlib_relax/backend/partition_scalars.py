@@ -13,10 +13,9 @@ that argument.  Weights (ndim > 0) stay arguments.
 from __future__ import annotations
 
 import tvm
-from tvm import relax
 
 from .codegen import is_bmlib_partition
-from .const_args import _DropArguments, _Substitute, _call_sites
+from .const_args import _call_sites, bind_parameters
 
 _Const = tvm.ir.expr.GenericConst
 
@@ -28,8 +27,7 @@ def _scalar(arg) -> bool:
 def bind_scalar_arguments(mod: tvm.IRModule) -> tvm.IRModule:
     """Bind the 0-d constant arguments of bmlib partitions into them."""
     sites, as_value = _call_sites(mod)
-    dropped: dict[str, set] = {}
-    rebuilt: dict[str, relax.Function] = {}
+    bindings: dict[str, dict] = {}
     for gv, func in mod.functions.items():
         name = gv.name_hint
         if not is_bmlib_partition(func) or name in as_value or name not in sites:
@@ -41,19 +39,8 @@ def bind_scalar_arguments(mod: tvm.IRModule) -> tvm.IRModule:
                 mapping[param] = args[0]
         if not mapping or len(mapping) == len(func.params):
             continue  # a partition keeps at least one argument
-        dropped[name] = {i for i, p in enumerate(func.params) if p in mapping}
-        body = _Substitute(mapping).visit_expr(func.body)
-        params = [p for p in func.params if p not in mapping]
-        rebuilt[name] = relax.Function(params, body, func.ret_ty, func.is_pure, func.attrs,
-                                       func.span)
-    if not dropped:
+        bindings[name] = mapping
+    if not bindings:
         return mod
-    builder = relax.BlockBuilder()
-    new_vars = {name: builder.add_func(func, name) for name, func in rebuilt.items()}
-    rewrite = _DropArguments(dropped, new_vars)
-    functions = {}
-    for gv, func in mod.functions.items():
-        target = new_vars.get(gv.name_hint, gv)
-        func = rebuilt.get(gv.name_hint, func)
-        functions[target] = func if is_bmlib_partition(func) else rewrite.visit_expr(func)
-    return relax.transform.Normalize()(tvm.IRModule(functions, attrs=mod.attrs))
+    return bind_parameters(mod, bindings,
+                           rewrite_calls_in=lambda func: not is_bmlib_partition(func))
