@@ -25,6 +25,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
+from .partition_profile import render_conv_efficiency
 from .peak import measured_peak_gflops, nominal_peak_gflops
 
 DEFAULT_MODELS = ("seed_reshape_conv2d_add_bn_relu", "resnet18", "mobilenet",
@@ -343,6 +344,27 @@ def render_layers(model: str, layers: Sequence[LayerResult]) -> str:
     return "\n".join(lines)
 
 
+def conv_partitions_in_model(name: str, goldens: Path, corpus: Optional[Path], target: Any,
+                             threads: int, runs: int = 20) -> list[dict]:
+    """Every conv2d partition call of ``name`` as the compiled model makes it (wall
+    time; process CPU time at one thread), with its GFLOP/s: see
+    :func:`.partition_profile.conv_efficiency`."""
+    import tvm
+
+    import bmlib_relax
+    from ..relay import parse
+    from .models import load_model
+    from .partition_profile import conv_efficiency, profile_calls
+
+    bench = load_model(name, goldens, corpus)
+    model = bmlib_relax.compile(parse(bench.text), bench.params, target=target,
+                                input_shapes=bench.input_shapes, num_threads=threads)
+    inputs = [tvm.runtime.tensor(x) for x in bench.inputs.values()]
+    clock = time.process_time if threads == 1 else time.perf_counter
+    _, calls = profile_calls(model, inputs, runs, clock)
+    return conv_efficiency(model.report, calls)
+
+
 def compile_time(path: Path, target: Any) -> float:
     """Seconds for import + partition + codegen + build of a corpus model (free weights)."""
     import bmlib_relax
@@ -484,6 +506,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--layers", default="resnet18",
                         help="golden whose distinct conv2d layers are timed one by one "
                              "(default resnet18; 'none' to skip)")
+    parser.add_argument("--conv-in-model", default="none",
+                        help="comma-separated models whose conv2d partitions are timed as "
+                             "the model runs them (every VM call timed), in GFLOP/s against "
+                             "the measured FMA peak (e.g. resnet18,resnet50; default none)")
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--ghz", type=float, default=None,
                         help="clock for the roofline peak (default: cpu MHz of /proc/cpuinfo)")
@@ -555,6 +581,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"benchmarking the conv2d layers of {args.layers} ...", file=sys.stderr, flush=True)
         layers = bench_conv_layers(goldens / args.layers, target, peak, with_torch,
                                    min(args.seconds, 1.0), measured)
+    in_model = {}
+    for name in [m for m in args.conv_in_model.split(",") if m and m != "none"]:
+        print(f"profiling the conv2d partitions of {name} ...", file=sys.stderr, flush=True)
+        in_model[name] = conv_partitions_in_model(name, goldens, corpus, target, threads)
     extra = {}
     if corpus:
         resnet50 = corpus / "external" / "001_resnet50_pytorch_3la.relay"
@@ -568,13 +598,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if layers:
         print()
         print(render_layers(args.layers, layers))
+    for name, rows in in_model.items():
+        print()
+        print(f"{name}:")
+        print(render_conv_efficiency(rows, measured))
     if args.json:
         with open(args.json, "w") as handle:
             json.dump({"target": target, "threads": threads, "peak_gflops": peak,
                        "measured_peak_gflops": measured,
                        "results": [asdict(r) for r in results], "compile_s": extra,
                        "conv_layers": {"model": args.layers,
-                                       "layers": [asdict(r) for r in layers]}},
+                                       "layers": [asdict(r) for r in layers]},
+                       "conv_in_model": in_model},
                       handle, indent=2)
     return 0
 

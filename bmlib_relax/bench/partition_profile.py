@@ -57,6 +57,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--calls", action="store_true", help="also list every call")
+    parser.add_argument("--conv-efficiency", action="store_true",
+                        help="GFLOP/s of every conv2d partition as it runs in the model, "
+                             "against the FMA peak measured on the same threads and clock")
     parser.add_argument("--goldens", default=os.environ.get("BMLIB_RELAY_GOLDEN",
                                                             "../shared/relay_golden"))
     parser.add_argument("--corpus", default=os.environ.get("BMLIB_RELAY_CORPUS"))
@@ -68,8 +71,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from ..relay import parse
     from .harness import host_target
     from .models import load_model
+    from .peak import measured_peak_gflops
 
     clock = time.process_time if args.threads == 1 else time.perf_counter
+    peak: Optional[float] = None
     for name in args.models:
         bench = load_model(name, Path(args.goldens), Path(args.corpus) if args.corpus else None)
         model = bmlib_relax.compile(parse(bench.text), bench.params, target=host_target(),
@@ -91,7 +96,55 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.calls:
             for callee, ms, shape in calls:
                 print(f"    {ms:>8.3f} ms  {callee}  -> {list(shape)}")
+        if args.conv_efficiency:
+            if peak is None:
+                peak = measured_peak_gflops(args.threads, host_target(), clock=clock)
+            print(render_conv_efficiency(conv_efficiency(model.report, calls), peak))
     return 0
+
+
+def conv_efficiency(report, calls: Sequence[tuple]) -> list[dict]:
+    """Each call of a partition computing a ``conv2d``: its FLOPs (from the offload
+    report: the partition's own, epilogue included) over its measured time.
+
+    These are the conv layers as the model runs them — input and output in the
+    layout the neighbouring partitions pass, not a one-conv build with NCHW at
+    both ends."""
+    by_name = {p.name: p for p in report.partitions}
+    rows = []
+    for callee, ms, shape in calls:
+        info = by_name.get(callee)
+        if info is None or "relax.nn.conv2d" not in info.ops or not isinstance(info.flops, int):
+            continue
+        rows.append({"partition": callee, "output": list(shape), "ms": ms,
+                     "flops": info.flops, "gflops": info.flops / (ms * 1e-3) / 1e9})
+    return rows
+
+
+def render_conv_efficiency(rows: Sequence[dict], peak: float) -> str:
+    """The calls grouped by layer (output shape and FLOPs), then the whole."""
+    if not rows:
+        return "  no conv2d partitions"
+    groups: dict = {}
+    for row in rows:
+        group = groups.setdefault((str(row["output"]), row["flops"]), [0, 0.0])
+        group[0] += 1
+        group[1] += row["ms"]
+    lines = [f"  conv2d partitions as run in the model (measured FMA peak {peak:.1f} GFLOP/s):",
+             f"    {'output':<24} {'MFLOP':>8} {'calls':>5} {'ms/call':>8} {'GFLOP/s':>8} "
+             f"{'%peak':>6}"]
+    for (output, flops), (count, ms) in groups.items():
+        gflops = flops * count / (ms * 1e-3) / 1e9
+        lines.append(f"    {output:<24} {flops / 1e6:>8.1f} {count:>5} {ms / count:>8.3f} "
+                     f"{gflops:>8.1f} {100 * gflops / peak:>5.1f}%")
+    flops = sum(r["flops"] for r in rows)
+    ms = sum(r["ms"] for r in rows)
+    overall = flops / (ms * 1e-3) / 1e9
+    below = sum(1 for r in rows if r["gflops"] < 0.7 * peak)
+    lines.append(f"  all conv2d partitions: {flops / 1e9:.3f} GFLOP in {ms:.3f} ms = "
+                 f"{overall:.1f} GFLOP/s, {100 * overall / peak:.1f}% of the measured peak; "
+                 f"{below} of {len(rows)} calls below 70%")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
