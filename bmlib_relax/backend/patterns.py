@@ -237,6 +237,22 @@ def check_conv2d(context: PatternCheckContext) -> bool:
     return _bias_ok(context, "conv", axis=1) and _bn_ok(context)
 
 
+def check_conv2d_residual(context: PatternCheckContext) -> bool:
+    """:func:`check_conv2d`, and the residual is a whole tensor of the conv's shape and
+    dtype (a per-channel or broadcast operand is a bias, not a shortcut)."""
+    if not check_conv2d(context):
+        return False
+    residual = getattr(context.annotated_expr["residual"], "ty", None)
+    out = getattr(context.annotated_expr["conv"], "ty", None)
+    if not isinstance(residual, relax.TensorType) or not isinstance(out, relax.TensorType) or \
+            residual.shape is None or out.shape is None or residual.dtype != out.dtype:
+        return False
+    have, want = residual.shape.values, out.shape.values
+    return len(have) == len(want) and all(
+        int(a) == int(b) if _is_static_dim(a) and _is_static_dim(b) else a.same_as(b)
+        for a, b in zip(have, want))
+
+
 _BLOCKED_OIHW = re.compile(r"OIHW(\d+)i(\d+)o")
 
 
@@ -383,6 +399,29 @@ def make_conv2d_pattern(with_bias: bool = False, with_bn: bool = False,
         out = _bias(out, annotations)
     if with_bn:
         out = _batch_norm(out, activation, annotations)
+    out = make_activation(out, activation, annotations)
+    annotations["root"] = out
+    return out, annotations
+
+
+def make_conv2d_residual_pattern(with_bias: bool = False, with_bn: bool = False,
+                                 activation: Optional[str] = None
+                                 ) -> tuple[DFPattern, Annotations]:
+    """A convolution (+ bias) (+ batch_norm) whose result is added to another tensor
+    of its shape (a residual block's shortcut), then (+ activation).
+
+    One partition instead of two: the add and the activation run on the register
+    tile in the conv's epilogue, so the conv's result is never written out and
+    read back by a separate element-wise pass."""
+    data, weight = wildcard(), wildcard()
+    conv = is_op("relax.nn.conv2d")(data, weight)
+    annotations: Annotations = {"data": data, "weight": weight, "conv": conv}
+    out = _bias(conv, annotations) if with_bias else conv
+    if with_bn:  # the add reads the normalised output [0], whatever follows
+        out = is_tuple_get_item(_batch_norm(out, None, annotations), 0)
+    residual = wildcard()
+    annotations["residual"] = residual
+    out = is_op("relax.add")(out, residual) | is_op("relax.add")(residual, out)
     out = make_activation(out, activation, annotations)
     annotations["root"] = out
     return out, annotations
@@ -539,6 +578,15 @@ def bmlib_patterns() -> list[tuple]:
                 table.append(_entry(name, make_conv2d_pattern(bias, bn, act), check_conv2d))
     table.append(_entry("reshape_conv2d_add_bn_relu", make_reshape_conv2d_add_bn_relu_pattern(),
                         check_conv2d))
+    # Residual blocks: conv (+ bias) (+ bn) + shortcut (+ relu), after the plain forms so
+    # they take precedence where the add reads a whole tensor of the conv's shape.
+    for act in (None, "relu"):
+        for bias in (False, True):
+            for bn in (False, True):
+                name = "conv2d" + _suffix("bias" if bias else None, "bn" if bn else None,
+                                          "add", act)
+                table.append(_entry(name, make_conv2d_residual_pattern(bias, bn, act),
+                                    check_conv2d_residual))
     # ---- QNN (issue #18): imported integer arithmetic, int8/uint8 with int32 accumulation.
     # Integer tensors never match the float entries above (check_tensors), so the two
     # blocks do not compete; see qnn_patterns for the forms and their check.
