@@ -75,17 +75,25 @@ def host_reason(call: relax.Call, table: Sequence[Any], var2val: dict) -> HostRe
     if dtypes:
         return HostReason(op, DTYPE, f"dtype {', '.join(dtypes)} (bmlib takes "
                                      f"{', '.join(SUPPORTED_DTYPES)})")
-    for entry in table:
-        name, pattern = _name_and_pattern(entry)
-        if pattern is None:
-            continue
-        try:
-            matched = pattern.match(call, var2val)
-        except Exception:  # noqa: BLE001 - a pattern that cannot be tried here says nothing
-            matched = False
-        if matched:
-            return HostReason(op, REJECTED, f"matched {name}, rejected by its check")
+    matched = [name for name, pattern in map(_name_and_pattern, table)
+               if pattern is not None and _matches(pattern, call, var2val)]
+    # A float call also fits the shape of the quantized composites' patterns (their
+    # dtypes are in the checks): name the pattern written for what the call computes.
+    meant = [name for name in matched if not _is_quantized(name)] or matched
+    if meant:
+        return HostReason(op, REJECTED, f"matched {meant[0]}, rejected by its check")
     return HostReason(op, UNMATCHED, "no pattern of the table matches it")
+
+
+def _matches(pattern: Any, call: relax.Call, var2val: dict) -> bool:
+    try:
+        return bool(pattern.match(call, var2val))
+    except Exception:  # noqa: BLE001 - a pattern that cannot be tried here says nothing
+        return False
+
+
+def _is_quantized(name: str) -> bool:
+    return name.rsplit(".", 1)[-1].startswith("qnn_")
 
 
 def _name_and_pattern(entry: Any) -> tuple[str, Optional[Any]]:

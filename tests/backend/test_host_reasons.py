@@ -75,3 +75,17 @@ def @main(%x: Tensor[(2, 8), int32]) { add(%x, %x) }""")
         convert.__code__.co_varnames else convert(str(model), str(tmp_path / "out"))
     text = (tmp_path / "out" / "report.md").read_text()
     assert "why it stayed on the host" in text and "int32" in text
+
+
+def test_a_float_matmul_refused_is_not_said_to_match_a_quantized_composite():
+    """Two different ``?`` reduction dims: no template takes the matmul (right), and the
+    reason names the float pattern it was refused by, not ``bmlib.qnn_*`` (whose
+    patterns fit any matmul's shape; their checks take integer tensors only)."""
+    text = """#[version = "0.0.5"]
+def @main(%x: Tensor[(4, ?), float32], %y: Tensor[(?, 8), float32]) {
+  nn.matmul(%x, %y)
+}"""
+    model = bmlib_relax.compile(text)
+    (reason,) = [h for h in model.report.to_dict()["host_ops"] if h["op"] == "relax.matmul"]
+    assert reason["reason"] == REJECTED
+    assert "qnn" not in reason["detail"] and "bmlib." in reason["detail"]
