@@ -51,7 +51,7 @@ RULES: Registry[Rule] = Registry("blocked layout rule for Relax op")
 
 def enabled_by_default() -> bool:
     """``$BMLIB_BLOCKED_LAYOUT`` (``0``/``off``/``false`` disable) — for A/B timing."""
-    return os.environ.get(ENV_SWITCH, "0").strip().lower() not in ("0", "off", "false", "no")
+    return os.environ.get(ENV_SWITCH, "1").strip().lower() not in ("0", "off", "false", "no")
 
 
 def blocked_layout_name(block: int) -> str:
@@ -108,6 +108,7 @@ class _BlockedConverter:
         self.bindings: dict[Any, relax.Expr] = {}
         self.uses: dict[Any, list] = {}
         self.folded_bn: dict[Any, np.ndarray] = {}  # batch_norm var -> shift (its conv scaled)
+        self.feeds_conv: set = set()  # old vars that reach a blockable conv's data
         self.converted = 0
         self._substitute: Optional[_Substitute] = None
 
@@ -160,6 +161,7 @@ class _BlockedConverter:
             return None
         bindings = [b for block in body.blocks for b in block.bindings]
         self._count_uses(bindings, body.body)
+        self._mark_feeds_conv(bindings)
         attrs = dict(self.func.attrs) if self.func.attrs is not None else None
         with self.bb.function("main", list(self.func.params), attrs=attrs):
             with self.bb.dataflow():
@@ -186,6 +188,19 @@ class _BlockedConverter:
                 self.uses.setdefault(expr, []).append(None)
 
         relax.analysis.post_order_visit(result, visit_result)
+
+    def _mark_feeds_conv(self, bindings) -> None:
+        """The values that flow, through layout-agnostic ops only, into the data of a
+        conv this pass can block.  A conv whose input has no twin is blocked only when
+        its result is such a value: a lone conv gains nothing from the blocked layout
+        (its result would be converted back right away)."""
+        for binding in reversed(bindings):
+            value = binding.value
+            if isinstance(value, relax.Call) and _conv_weight(self, value) is not None:
+                self.feeds_conv.add(value.args[0])
+            elif binding.var in self.feeds_conv:
+                for operand in _agnostic_operands(value):
+                    self.feeds_conv.add(operand)
 
     def foldable_batch_norm(self, var: relax.Var) -> Optional[relax.Call]:
         """The inference batch_norm that alone reads ``var`` (a conv's result) and whose
@@ -244,9 +259,23 @@ def _batch_norm_params(bn: relax.Call) -> Optional[tuple[np.ndarray, np.ndarray]
     return scale, beta - mean * scale
 
 
-# --------------------------------------------------------------------------- rules
-@RULES.register("relax.nn.conv2d")
-def _conv2d(conv: _BlockedConverter, var: relax.Var, call: relax.Call) -> bool:
+def _agnostic_operands(value) -> list:
+    """The tensor operands a layout-agnostic op (one with a rule here) computes on."""
+    if isinstance(value, relax.TupleGetItem):
+        return [value.tuple_value]
+    if not isinstance(value, relax.Call) or not isinstance(value.op, tvm.ir.Op) or \
+            value.op.name not in RULES or value.op.name == "relax.nn.conv2d":
+        return []
+    if value.op.name in BINARY:
+        return list(value.args)
+    return [value.args[0]]
+
+
+def _conv_weight(conv: "_BlockedConverter", call: relax.Call) -> Optional[np.ndarray]:
+    """The OIHW weight of a conv2d this pass can block: static fp32 NCHW, a constant
+    weight, groups 1 or depthwise with multiplier 1 (what the blocked templates take)."""
+    if not isinstance(call.op, tvm.ir.Op) or call.op.name != "relax.nn.conv2d":
+        return None
     attrs = call.attrs
     data, weight = call.args
     array = const_array(weight)
@@ -258,19 +287,31 @@ def _conv2d(conv: _BlockedConverter, var: relax.Var, call: relax.Call) -> bool:
             or str(data.ty.dtype) not in BLOCKED_DTYPES or \
             (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout)) != \
             ("NCHW", "OIHW", "NCHW"):
+        return None
+    groups = int(attrs.groups)
+    if groups == 1 or (groups == in_shape[1] == out_shape[1] and array.shape[1] == 1):
+        return array
+    return None
+
+
+# --------------------------------------------------------------------------- rules
+@RULES.register("relax.nn.conv2d")
+def _conv2d(conv: _BlockedConverter, var: relax.Var, call: relax.Call) -> bool:
+    attrs = call.attrs
+    data = call.args[0]
+    array = _conv_weight(conv, call)
+    twin = conv.blocked(data)
+    if array is None or (twin is None and var not in conv.feeds_conv):
         return False
     groups = int(attrs.groups)
-    channels, out_channels = in_shape[1], out_shape[1]
+    channels, out_channels = _static_shape(data)[1], _static_shape(call)[1]
     lanes = vector_lanes(conv.target, str(array.dtype))
-    twin = conv.blocked(data)
     if groups == 1:
         ib, ob = conv2d_blocking(channels, out_channels, lanes)
         if twin is not None:
             ib = twin[1]
-    elif groups == channels == out_channels and array.shape[1] == 1:
-        ib = ob = twin[1] if twin is not None else depthwise_blocking(channels, lanes)
     else:
-        return False
+        ib = ob = twin[1] if twin is not None else depthwise_blocking(channels, lanes)
     bn = conv.foldable_batch_norm(var)
     shift = None
     if bn is not None:
