@@ -7,7 +7,7 @@ its result again: on MobileNet the pack alone was half of a depthwise partition.
 ONNX Runtime and OpenVINO run the whole graph blocked; this pass does the same
 for the built-in table, in the manner of :mod:`.layout` (NHWC → NCHW):
 
-* every static fp32 NCHW ``conv2d`` with a constant weight (groups 1, or
+* every static fp32 or fp16 NCHW ``conv2d`` with a constant weight (groups 1, or
   depthwise with multiplier 1) becomes ``conv2d(data_layout="NCHW{ib}c",
   kernel_layout="OIHW{ib}i{ob}o", out_layout="NCHW{ob}c")`` on the *blocked
   twin* of its input (an input without a twin — the model's input — is read
@@ -42,7 +42,7 @@ from .layout import BINARY, UNARY, _Substitute
 from .rewrite import (conv2d_blocking, const_array, depthwise_blocking, pack_conv2d_weight)
 from .target import vector_lanes
 
-BLOCKED_DTYPES = ("float32",)
+BLOCKED_DTYPES = ("float32", "float16")  # what the conv templates compute in
 ENV_SWITCH = "BMLIB_BLOCKED_LAYOUT"
 
 Rule = Callable[["_BlockedConverter", relax.Var, relax.Call], bool]

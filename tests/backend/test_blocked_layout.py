@@ -17,6 +17,7 @@ import pytest
 import tvm
 from tvm import relax
 
+import bmlib_relax
 from bmlib_relax import partition_for_bmlib
 from bmlib_relax.backend.blocked_layout import ENV_SWITCH, blocked_constant
 from bmlib_relax.backend.schedule import UnscheduledBlockWarning
@@ -127,6 +128,10 @@ def test_opt_out_gives_the_nchw_graph(monkeypatch):
     assert not BLOCKED.search(partition_for_bmlib(mod, blocked_layout=False).script())
     monkeypatch.setenv(ENV_SWITCH, "0")
     assert not BLOCKED.search(partition_for_bmlib(mod).script())
+    monkeypatch.delenv(ENV_SWITCH)
+    model = bmlib_relax.compile(mod, blocked_layout=False)
+    assert offloaded_partitions(model.relax_module)
+    assert not BLOCKED.search(model.relax_module.script())
 
 
 def _dw_block(stride, channels):
@@ -230,3 +235,13 @@ def test_only_per_channel_constants_are_reblocked(shape, ok):
     assert (blocked is not None) == ok
     if ok and array.size == 8:
         np.testing.assert_array_equal(blocked.reshape(2, 4).reshape(-1), np.arange(8))
+
+
+@pytest.mark.parametrize("case", ["mixed blocks in an add", "depthwise 24ch stride 2",
+                                  "flat pixels 7x7"])
+def test_float16_chains_are_blocked_too(case):
+    build, shape, weights = CASES[case]
+    mod, arrays = make_module(build, [shape], weights, dtype="float16")
+    partitioned = partition_for_bmlib(mod)
+    assert BLOCKED.search(partitioned.script())
+    _check_offloaded_run(mod, partitioned, arrays, rtol=2e-2)
