@@ -245,3 +245,20 @@ def test_float16_chains_are_blocked_too(case):
     partitioned = partition_for_bmlib(mod)
     assert BLOCKED.search(partitioned.script())
     _check_offloaded_run(mod, partitioned, arrays, rtol=2e-2)
+
+
+@pytest.mark.parametrize("pool_size, strides, padding, fast", [
+    (3, 2, 1, True), (2, 2, 0, True), (3, 1, [0, 1, 2, 1], True), ((1, 3), 1, [0, 1], True),
+    (2, 1, 2, False)])  # padding >= window: TOPI's pool on the blocked layout
+def test_max_pool_on_blocked_data(pool_size, strides, padding, fast):
+    def build(x, w1, w2):
+        a = R.nn.conv2d(x, w1, padding=1)
+        # relu: a window of padding only is -inf (padding >= window)
+        return R.nn.conv2d(R.nn.relu(R.nn.max_pool2d(a, pool_size, strides, padding)), w2,
+                           padding=1)
+
+    mod, arrays = make_module(build, [(1, 3, 9, 11)], [(24, 3, 3, 3), (16, 24, 3, 3)])
+    partitioned = partition_for_bmlib(mod)
+    scripts = [prim.script() for prim, _ in lower_and_verify(partitioned).values()]
+    assert any('"bmlib.max_pool2d_blocked"' in s for s in scripts) == fast
+    _check_offloaded_run(mod, partitioned, arrays)
