@@ -436,6 +436,54 @@ def make_conv2d_pattern(with_bias: bool = False, with_bn: bool = False,
     return out, annotations
 
 
+def make_conv2d_chain_pattern(length: int) -> tuple[DFPattern, Annotations]:
+    """``conv2d`` followed by ``length`` element-wise ops (see
+    :func:`check_conv2d_residual_chain`)."""
+    data, weight = wildcard(), wildcard()
+    conv = is_op("relax.nn.conv2d")(data, weight)
+    annotations: Annotations = {"data": data, "weight": weight, "conv": conv}
+    out = conv
+    for i in range(length):
+        out = _elemwise_step(out)
+        annotations[f"step{i}"] = out
+    annotations["root"] = out
+    return out, annotations
+
+
+def check_conv2d_residual_chain(context: PatternCheckContext) -> bool:
+    """A blocked (NCHW{ob}c) conv2d whose element-wise epilogue adds another tensor of
+    its own shape (a residual), every step keeping that shape: the conv template
+    computes the whole chain per register tile (one pass over the output instead of
+    a separate add partition reading it back)."""
+    if not check_tensors(context):
+        return False
+    conv = context.annotated_expr["conv"]
+    attrs = conv.attrs
+    out = _shape(conv)
+    if out is None or len(out) != 5 or not blocked_conv2d_layouts(
+            str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout)):
+        return False
+    residual = False
+    previous = conv
+    steps = sorted((k for k in context.annotated_expr if k.startswith("step")),
+                   key=lambda k: int(k[4:]))
+    for key in steps:
+        step = context.annotated_expr[key]
+        if _shape(step) != out:
+            return False
+        for operand in step.args:
+            if operand.same_as(previous) or not isinstance(getattr(operand, "ty", None),
+                                                           relax.TensorType):
+                continue
+            shape = _shape(operand)
+            if shape == out and not isinstance(operand, tvm.ir.expr.GenericConst):
+                residual = True
+            elif shape is None or not _per_blocked_channel(shape, out):
+                return False  # a per-channel constant (bias, scale) or a scalar only
+        previous = step
+    return residual
+
+
 def make_reshape_conv2d_add_bn_relu_pattern() -> tuple[DFPattern, Annotations]:
     """The seed composite: ``relu(bn(reshape(b) + conv2d(x, w))[0])``."""
     bias = wildcard()
@@ -589,6 +637,9 @@ def bmlib_patterns() -> list[tuple]:
                 table.append(_entry(name, make_conv2d_pattern(bias, bn, act), check_conv2d))
     table.append(_entry("reshape_conv2d_add_bn_relu", make_reshape_conv2d_add_bn_relu_pattern(),
                         check_conv2d))
+    # A blocked conv with its residual add in the epilogue (+ bias, scale/shift, activation).
+    table += [_entry(f"conv2d_residual_chain{n}", make_conv2d_chain_pattern(n),
+                     check_conv2d_residual_chain) for n in (1, 2, 3, 4)]
     # ---- QNN (issue #18): imported integer arithmetic, int8/uint8 with int32 accumulation.
     # Integer tensors never match the float entries above (check_tensors), so the two
     # blocks do not compete; see qnn_patterns for the forms and their check.

@@ -262,3 +262,33 @@ def test_max_pool_on_blocked_data(pool_size, strides, padding, fast):
     scripts = [prim.script() for prim, _ in lower_and_verify(partitioned).values()]
     assert any('"bmlib.max_pool2d_blocked"' in s for s in scripts) == fast
     _check_offloaded_run(mod, partitioned, arrays)
+
+
+def _composite_names(mod: tvm.IRModule) -> list[str]:
+    names = []
+
+    def visit(expr):
+        if isinstance(expr, relax.Function) and expr.attrs is not None and \
+                "Composite" in expr.attrs:
+            names.append(str(expr.attrs["Composite"]))
+
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return names
+
+
+def test_residual_add_joins_the_conv_epilogue():
+    """conv → add(shortcut) → batch_norm scale/shift → relu is one partition; the
+    shortcut is read by the conv's epilogue (no add partition)."""
+    build, shape, weights = RESNET_LIKE
+    mod, arrays = make_module(build, [shape], weights)
+    partitioned = partition_for_bmlib(mod)
+    names = _composite_names(partitioned)
+    assert "bmlib.conv2d_residual_chain4" in names, names
+    assert not any(n in ("bmlib.add", "bmlib.elemwise_chain2", "bmlib.elemwise_chain3")
+                   for n in names), names
+    # Off the blocked layout the graph (and its composites) is the old one.
+    assert not any("residual" in n for n in
+                   _composite_names(partition_for_bmlib(mod, blocked_layout=False)))
+    _check_offloaded_run(mod, partitioned, arrays)
