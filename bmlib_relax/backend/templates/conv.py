@@ -200,9 +200,11 @@ def _pad_pack(data: te.Tensor, block: int, padding, out_size, kernel, strides, d
                       attrs={SCHEDULE_ATTR: "bmlib.pack_nchwc"})
 
 
-def _pad_blocked(data: te.Tensor, padding, out_size, kernel, strides, dilation):
+def _pad_blocked(data: te.Tensor, padding, out_size, kernel, strides, dilation,
+                 inline: bool = False):
     """NCHW{b}c data as the conv reads it: as it is when the conv does not pad, else
-    padded into the ``(n, C/b, ph, pw, b)`` buffer :func:`_pad_pack` would make."""
+    padded into the ``(n, C/b, ph, pw, b)`` buffer :func:`_pad_pack` would make, or
+    (``inline``) read through that padding test by the conv itself."""
     if not any(padding):
         return data
     n = data.shape[0]
@@ -218,7 +220,8 @@ def _pad_blocked(data: te.Tensor, padding, out_size, kernel, strides, dilation):
         return tirx.if_then_else(inside, data[nn, c, yy, xx, ci], zero)
 
     return te.compute(batched(n, cb, ph, pw, block), compute, name="bmlib_data_pad",
-                      attrs={SCHEDULE_ATTR: "bmlib.pad_nchwc"})
+                      attrs={SCHEDULE_ATTR: "bmlib.pad_nchwc_inline" if inline
+                             else "bmlib.pad_nchwc"})
 
 
 def _conv_input(data, block, padding, out_size, kernel, strides, dilation, in_blocked):
@@ -387,7 +390,10 @@ def depthwise_nchwc(data, kernel, strides, padding, dilation, dtype, cb, blocked
     blocks = int(kernel.shape[0])
     oh, ow = _out_size(data, (kh, kw), strides, padding, dilation)
     if blocked[0]:
-        packed = _pad_blocked(data, padding, (oh, ow), (kh, kw), strides, dilation)
+        # The padding test inline: a depthwise tap is one vector load, and a separate
+        # padding pass cost more than the conv (MobileNet's stride-2 layers: 2.5x).
+        packed = _pad_blocked(data, padding, (oh, ow), (kh, kw), strides, dilation,
+                              inline=True)
     else:
         packed = _pad_pack(data, cb, padding, (oh, ow), (kh, kw), strides, dilation)
     axes = _reduce_axes(kh=kh, kw=kw)
@@ -419,6 +425,12 @@ def schedule_pad_nchwc(sch, block, ctx):
     n, cb, y, x, c = sch.get_loops(block)
     sch.vectorize(c)
     sch.parallel(sch.fuse(n, cb, y))
+
+
+@register_schedule("bmlib.pad_nchwc_inline")
+def schedule_pad_nchwc_inline(sch, block, ctx):
+    """Padding read by a depthwise conv: inlined (a test per tap, no pass of its own)."""
+    sch.compute_inline(block)
 
 
 def _tile_under(sch, block, loops, unrolled: int, vectorized: int) -> None:
