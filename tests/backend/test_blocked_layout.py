@@ -292,3 +292,12 @@ def test_residual_add_joins_the_conv_epilogue():
     assert not any("residual" in n for n in
                    _composite_names(partition_for_bmlib(mod, blocked_layout=False)))
     _check_offloaded_run(mod, partitioned, arrays)
+
+
+def test_nhwc_models_run_blocked_after_the_nchw_conversion():
+    """A TF-style NHWC graph: backend/layout.py makes it NCHW, then this pass blocks it."""
+    from test_layout import X, _imported
+
+    partitioned = partition_for_bmlib(_imported())
+    assert BLOCKED.search(partitioned.script())
+    _check_offloaded_run(_imported(), partitioned, [X], rtol=1e-5)
