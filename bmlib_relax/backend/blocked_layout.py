@@ -106,6 +106,7 @@ class _BlockedConverter:
         self.twin: dict[Any, tuple[relax.Expr, int]] = {}  # old var -> (NCHW{b}c value, b)
         self.bn_twin: dict[Any, tuple[relax.Expr, int]] = {}  # batch_norm var -> its [0]
         self.bindings: dict[Any, relax.Expr] = {}
+        self.bound_var: dict[Any, relax.Var] = {}  # bound value -> its var
         self.uses: dict[Any, list] = {}
         self.folded_bn: dict[Any, np.ndarray] = {}  # batch_norm var -> shift (its conv scaled)
         self.feeds_conv: set = set()  # old vars that reach a blockable conv's data
@@ -176,6 +177,7 @@ class _BlockedConverter:
     def _count_uses(self, bindings, result) -> None:
         for binding in bindings:
             self.bindings[binding.var] = binding.value
+            self.bound_var[binding.value] = binding.var
 
             def visit(expr, user=binding.value):
                 if isinstance(expr, relax.Var):
@@ -212,7 +214,7 @@ class _BlockedConverter:
         if not _is_batch_norm(bn) or not bn.args[0].same_as(var) or \
                 _batch_norm_params(bn) is None:
             return None
-        bn_var = next((v for v, value in self.bindings.items() if value.same_as(bn)), None)
+        bn_var = self.bound_var.get(bn)
         if bn_var is None or not self.only_first_field_used(bn_var):
             return None
         return bn
@@ -329,8 +331,7 @@ def _conv2d(conv: _BlockedConverter, var: relax.Var, call: relax.Call) -> bool:
     conv.twin[var] = (result, ob)
     conv.converted += 1
     if bn is not None:
-        bn_var = next(v for v, value in conv.bindings.items() if value.same_as(bn))
-        conv.folded_bn[bn_var] = shift
+        conv.folded_bn[conv.bound_var[bn]] = shift
     return True
 
 

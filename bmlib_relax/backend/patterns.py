@@ -244,7 +244,7 @@ def check_conv2d(context: PatternCheckContext) -> bool:
     if not is_conv2d_kernel_layout(str(attrs.kernel_layout)) or \
             (blocked and not blocked_conv2d_layouts(str(attrs.data_layout),
                                                     str(attrs.kernel_layout),
-                                                    str(attrs.out_layout))):
+                                                    str(attrs.out_layout), int(attrs.groups))):
         return False
     # A fused bias must be per output channel, and batch_norm must normalise channels.
     bn = context.annotated_expr.get("bn")
@@ -259,16 +259,18 @@ _BLOCKED_OIHW = re.compile(r"OIHW(\d+)i(\d+)o")
 _BLOCKED_NCHW = re.compile(r"NCHW(\d+)c")
 
 
-def blocked_conv2d_layouts(data: str, kernel: str, out: str) -> bool:
+def blocked_conv2d_layouts(data: str, kernel: str, out: str, groups: int) -> bool:
     """NCHW or NCHW{ib}c data, an OIHW{ib}i{ob}o kernel and an NCHW{ob}c result: the
-    blocked forms the conv2d template takes (a depthwise kernel blocks 1 input channel)."""
+    blocked forms the conv2d template takes (groups 1; or depthwise, whose kernel
+    blocks one input channel and whose data has the output's blocks)."""
     blocking = blocked_kernel_layout(kernel)
     out_match = _BLOCKED_NCHW.fullmatch(out)
     data_match = _BLOCKED_NCHW.fullmatch(data)
-    if blocking is None or out_match is None or int(out_match.group(1)) != blocking[1]:
+    if blocking is None or out_match is None or int(out_match.group(1)) != blocking[1] or \
+            (groups > 1 and blocking[0] != 1):
         return False
     return data == "NCHW" or (data_match is not None and
-                              int(data_match.group(1)) in (blocking[0], blocking[1]))
+                              int(data_match.group(1)) == blocking[0 if groups == 1 else 1])
 
 
 def is_pool_layout(layout: str) -> bool:
@@ -461,7 +463,8 @@ def check_conv2d_residual_chain(context: PatternCheckContext) -> bool:
     attrs = conv.attrs
     out = _shape(conv)
     if out is None or len(out) != 5 or not blocked_conv2d_layouts(
-            str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout)):
+            str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout),
+            int(attrs.groups)):
         return False
     residual = False
     previous = conv

@@ -286,6 +286,10 @@ def test_residual_add_joins_the_conv_epilogue():
     partitioned = partition_for_bmlib(mod)
     names = _composite_names(partitioned)
     assert "bmlib.conv2d_residual_chain4" in names, names
+    # batch_norm right after a conv is folded into its weights and a bias.
+    assert "bmlib.conv2d_bias_relu" in names, names
+    assert not any("relax.nn.batch_norm" in _ops_of(f) for f in partitioned.functions.values()
+                   if isinstance(f, relax.Function))
     assert not any(n in ("bmlib.add", "bmlib.elemwise_chain2", "bmlib.elemwise_chain3")
                    for n in names), names
     # Off the blocked layout the graph (and its composites) is the old one.
