@@ -475,8 +475,11 @@ def check_conv2d_residual_chain(context: PatternCheckContext) -> bool:
         if _shape(step) != out:
             return False
         for operand in step.args:
-            if operand.same_as(previous) or not isinstance(getattr(operand, "ty", None),
-                                                           relax.TensorType):
+            # An operand bound inside the match is read through its var.
+            value = context.matched_bindings.get(operand, operand) \
+                if isinstance(operand, relax.Var) else operand
+            if value.same_as(previous) or not isinstance(getattr(operand, "ty", None),
+                                                         relax.TensorType):
                 continue
             shape = _shape(operand)
             if shape == out and not isinstance(operand, tvm.ir.expr.GenericConst):
