@@ -19,8 +19,8 @@ for the built-in table, in the manner of :mod:`.layout` (NHWC → NCHW):
   becomes a per-channel scale and shift on the twin;
 * layout-agnostic ops on twins are computed on the twins: element-wise ops
   (per-channel constants re-laid out to ``(1, C/b, 1, 1, b)``), residual adds
-  (an operand with another block is converted), max/avg/adaptive pools and
-  ``mean`` over H, W;
+  (an operand with another block is converted), max/avg/adaptive pools,
+  ``mean`` over H, W and channel concats of whole blocks;
 * the NCHW value is materialised with one ``layout_transform`` only where an
   op needs it (reshape, dense, the function's result, an op without a rule).
 
@@ -270,6 +270,9 @@ def _agnostic_operands(value) -> list:
         return []
     if value.op.name in BINARY:
         return list(value.args)
+    if value.op.name == "relax.concat":
+        parts = value.args[0]
+        return list(parts.fields) if isinstance(parts, relax.Tuple) else []
     return [value.args[0]]
 
 
@@ -440,6 +443,29 @@ def _mean(conv: _BlockedConverter, var: relax.Var, call: relax.Call) -> bool:
     reduced = conv.bb.emit(relax.op.mean(value, [2, 3], keepdims=False))  # (N, C/b, b)
     shape = _static_shape(call)
     conv.plain[var] = conv.bb.emit(relax.op.reshape(reduced, shape))
+    return True
+
+
+@RULES.register("relax.concat")
+def _concat(conv: _BlockedConverter, var: relax.Var, call: relax.Call) -> bool:
+    """A channel concat (fire modules, inception) of blocked tensors: a concat of the
+    channel-block axis, when every part's channels are whole blocks."""
+    parts = call.args[0]
+    out_shape = _static_shape(call)
+    if not isinstance(parts, relax.Tuple) or out_shape is None or len(out_shape) != 4 or \
+            call.attrs.axis is None or int(call.attrs.axis) % 4 != 1:
+        return False
+    twins = [conv.blocked(p) for p in parts.fields]
+    if all(t is None for t in twins):
+        return False
+    block = next(t for t in twins if t is not None)[1]
+    shapes = [_static_shape(p) for p in parts.fields]
+    if any(s is None or len(s) != 4 or s[1] % block for s in shapes):
+        return False
+    blocked = [conv.as_block(p, block, s[1]) for p, s in zip(parts.fields, shapes)]
+    if any(b is None for b in blocked):
+        return False
+    conv.twin[var] = (conv.bb.emit(relax.op.concat(blocked, axis=1)), block)
     return True
 
 

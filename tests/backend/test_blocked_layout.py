@@ -169,7 +169,18 @@ def _bn_not_after_conv(x, w1, w2):
     return R.nn.conv2d(R.nn.relu(_bn(a, 40, 3)), w2, padding=1)
 
 
+def _fire(x, w1, w2, w3, w4):
+    """SqueezeNet's fire module: a channel concat of two convs, then a conv."""
+    s = R.nn.relu(R.nn.conv2d(x, w1))
+    both = R.concat([R.nn.relu(R.nn.conv2d(s, w2)), R.nn.relu(R.nn.conv2d(s, w3, padding=1))],
+                    axis=1)
+    return R.nn.conv2d(both, w4)
+
+
 CASES = {
+    "fire module (channel concat)": (_fire, (1, 16, 9, 9),
+                                     [(16, 16, 1, 1), (32, 16, 1, 1), (32, 16, 3, 3),
+                                      (16, 64, 1, 1)]),
     "depthwise 24ch stride 2": (_dw_block(2, 24), (1, 3, 10, 10),
                                 [(24, 3, 3, 3), (24, 1, 3, 3), (40, 24, 1, 1)]),
     "depthwise 32ch stride 1": (_dw_block(1, 32), (1, 16, 8, 8),
