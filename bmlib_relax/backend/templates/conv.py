@@ -15,6 +15,11 @@ the blocked layout and runs as a GEMM on NCHW (:func:`conv2d_1x1_gemm`).
 Weights usually arrive packed by :mod:`..rewrite`; a plain OIHW weight (not a
 constant) is packed inside the PrimFunc, or read as it is by the 1x1 GEMM.
 
+With the blocked layout (:mod:`..blocked_layout`) a conv reads ``NCHW{ib}c`` data
+as it is (padded first when the conv pads; a depthwise conv tests the padding
+inline) and returns ``NCHW{ob}c``: no pack, no unpack, and 1x1 convs too run
+the blocked kernel.  The epilogue is then 5-D and tiled the same way.
+
 ``conv2d`` takes a symbolic batch (``symbolic_dims="batch"``): the blocks run over
 ``(n, ...)`` with ``n`` a ``tir.Var`` (see :func:`batched`), the batch joins the
 fused parallel loop, and the tiles, the vectorized axes and the packed weights
