@@ -18,6 +18,7 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from .backend.codegen import is_bmlib_partition
+from .backend.blocked_layout import to_blocked, to_nchw
 
 
 @dataclass
@@ -77,6 +78,11 @@ def compare(got: Any, want: Any, rtol: float, atol: float) -> list[Difference]:
 _PACKED_KERNEL = re.compile(r"^OIHW(\d+)i(\d+)o$")
 
 
+def _activation_block(layout: str) -> int:
+    match = re.fullmatch(r"NCHW(\d+)c", layout)
+    return int(match.group(1)) if match else 0
+
+
 @mutator
 class _KernelUnpacker(PyExprMutator):
     """Turns ``conv2d(x, W_packed, kernel_layout="OIHW{ib}i{ob}o")`` back into an OIHW conv.
@@ -100,10 +106,18 @@ class _KernelUnpacker(PyExprMutator):
         unpacked = relax.op.reshape(relax.op.permute_dims(weight, [0, 5, 1, 4, 2, 3]),
                                     (oo * ob, io * ib, kh, kw))
         attrs = call.attrs
-        return relax.op.nn.conv2d(
+        # Blocked NCHW{b}c activations (backend/blocked_layout.py): convolve in NCHW.
+        data_block, out_block = (_activation_block(str(attrs.data_layout)),
+                                 _activation_block(str(attrs.out_layout)))
+        if data_block:
+            data = self.builder_.normalize(to_nchw(data, data_block))
+        conv = self.builder_.normalize(relax.op.nn.conv2d(
             data, unpacked, strides=attrs.strides, padding=attrs.padding,
-            dilation=attrs.dilation, groups=attrs.groups, data_layout=attrs.data_layout,
-            kernel_layout="OIHW", out_layout=attrs.out_layout, out_dtype=attrs.out_dtype)
+            dilation=attrs.dilation, groups=attrs.groups,
+            data_layout="NCHW" if data_block else attrs.data_layout,
+            kernel_layout="OIHW", out_layout="NCHW" if out_block else attrs.out_layout,
+            out_dtype=attrs.out_dtype))
+        return to_blocked(conv, out_block) if out_block else conv
 
 
 def unpack_kernels(mod: tvm.IRModule) -> tvm.IRModule:

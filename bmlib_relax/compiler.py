@@ -145,7 +145,8 @@ def compile(relay_mod: RelayLike, params: ParamsLike = None, *, target: TargetLi
             input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
             lowerings: Optional[Mapping[str, Callable]] = None,
             num_threads: Optional[int] = None,
-            inputs: Optional[Sequence[str]] = None) -> CompiledModel:
+            inputs: Optional[Sequence[str]] = None,
+            blocked_layout: Optional[bool] = None) -> CompiledModel:
     """Compile a Relay program (or a Relax module) with bmlib offload.
 
     ``relay_mod`` is Relay text, a parsed module or a function, or a Relax
@@ -166,6 +167,8 @@ def compile(relay_mod: RelayLike, params: ParamsLike = None, *, target: TargetLi
     ``input_shapes``: every other parameter of ``@main`` must then be bound by
     ``params``, or a ``ParamError`` lists the missing weights.  Without a
     declaration the unbound parameters are the inputs (``report.inputs``).
+    ``blocked_layout=False`` (or ``$BMLIB_BLOCKED_LAYOUT=0``) keeps every activation
+    NCHW between partitions (see :mod:`.backend.blocked_layout`; for A/B timing).
     """
     target = resolve_target(target)
     ThreadConfig(num_threads)  # a bad num_threads / $TVM_NUM_THREADS fails before compiling
@@ -189,7 +192,7 @@ def compile(relay_mod: RelayLike, params: ParamsLike = None, *, target: TargetLi
                 what="construct")
     with lowering_scope(lowerings):
         partitioned = partition_for_bmlib(imported, patterns=patterns, merge=merge,
-                                          target=target)
+                                          target=target, blocked_layout=blocked_layout)
         executable, records = build_offloaded(partitioned, target)
     report = build_report(partitioned, records, target, patterns)
     return CompiledModel(executable, partitioned, report, num_threads=num_threads)

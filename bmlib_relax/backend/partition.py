@@ -10,7 +10,7 @@ from tvm.relax import dpl
 
 from ..errors import BmlibError, CodegenError, UserCodeError
 from ..legacy.lowerings import get_legacy_lowering
-from . import conv_fold, fold, layout, rewrite
+from . import blocked_layout, conv_fold, fold, layout, rewrite
 from .const_args import bind_constant_arguments
 from .merge import merge_composites
 from .partition_scalars import bind_scalar_arguments
@@ -206,9 +206,17 @@ def _call_ops(func: relax.Function) -> list[str]:
     return ops
 
 
+_blocked = blocked_layout  # the module; the keyword below shadows its name
+
+
+def _blocked_layout_default() -> bool:
+    return _blocked.enabled_by_default()
+
+
 def partition_for_bmlib(mod: tvm.IRModule, patterns: Optional[Sequence[Any]] = None,
                         merge: bool = False, target: Any = None,
-                        pack_weights: Optional[bool] = None) -> tvm.IRModule:
+                        pack_weights: Optional[bool] = None,
+                        blocked_layout: Optional[bool] = None) -> tvm.IRModule:
     """Partition ``mod`` for bmlib, TVM-style.
 
     ``patterns`` defaults to the ``bmlib`` table.  Weights stay arguments of
@@ -224,12 +232,20 @@ def partition_for_bmlib(mod: tvm.IRModule, patterns: Optional[Sequence[Any]] = N
     (:mod:`.conv_fold`), and re-lays out constant conv2d/dense weights for
     ``target``'s vectors (:mod:`.rewrite`).  A legacy
     table sees the graph unfolded, as Relay's MergeComposite did.
+    ``blocked_layout`` (default: on with weight packing, unless
+    ``$BMLIB_BLOCKED_LAYOUT=0``) keeps activations channel-blocked (NCHW{b}c) from
+    conv to conv, converting only at the edges (:mod:`.blocked_layout`).
     """
     built_in = pack_weights if pack_weights is not None else patterns is None
+    if blocked_layout is None:
+        blocked_layout = _blocked_layout_default()
     if built_in:
         mod = bind_constant_arguments(mod)  # weights passed to functions, see const_args
         mod = fold.fold_constants(layout.convert_nhwc_to_nchw(mod))
-        mod = rewrite.pack_weights(conv_fold.fold_into_convolutions(mod), target)
+        mod = conv_fold.fold_into_convolutions(mod)
+        if blocked_layout:
+            mod = _blocked.convert_to_blocked(mod, target)
+        mod = rewrite.pack_weights(mod, target)
     table = resolve_patterns(patterns)
     take_check_error()
     try:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from typing import Callable, Optional
 
+import numpy as np
 import tvm
 from tvm import relax
 from tvm.relax.backend.pattern_registry import get_patterns_with_prefix, register_patterns
@@ -207,11 +208,21 @@ def _per_channel(bias_shape: list[int], out_shape: list[int], axis: int) -> bool
     return all(d == 1 or (i == axis and d == out_shape[axis]) for i, d in enumerate(aligned))
 
 
+def _per_blocked_channel(bias_shape: list[int], out_shape: list[int]) -> bool:
+    """``bias`` broadcasts along the channel axes (1 and 4) of an NCHW{b}c ``out`` only."""
+    if len(bias_shape) > 5:
+        return False
+    aligned = [1] * (5 - len(bias_shape)) + bias_shape
+    return all(d == 1 or (i in (1, 4) and d == out_shape[i]) for i, d in enumerate(aligned))
+
+
 def _bias_ok(context: PatternCheckContext, producer: str, axis: int) -> bool:
     if "bias" not in context.annotated_expr:
         return True
     bias = _shape(context.annotated_expr["bias"])
     out = _dims(context.annotated_expr[producer])  # a symbolic dim takes no bias but 1
+    if bias is not None and out is not None and len(out) == 5 and axis == 1:
+        return _per_blocked_channel(bias, out)
     return bias is not None and out is not None and _per_channel(bias, out, axis)
 
 
@@ -226,13 +237,18 @@ def check_conv2d(context: PatternCheckContext) -> bool:
         return False
     attrs = context.annotated_expr["conv"].attrs
     # The conv2d template is written for NCHW data and OIHW weights, or the
-    # blocked OIHW{ib}i{ob}o weights that bmlib's weight packing produces.
-    if (str(attrs.data_layout), str(attrs.out_layout)) != ("NCHW", "NCHW") or \
-            not is_conv2d_kernel_layout(str(attrs.kernel_layout)):
+    # blocked OIHW{ib}i{ob}o weights that bmlib's weight packing produces; with
+    # those, also for NCHW{ib}c data and NCHW{ob}c results (see .blocked_layout).
+    layouts = (str(attrs.data_layout), str(attrs.out_layout))
+    blocked = layouts != ("NCHW", "NCHW")
+    if not is_conv2d_kernel_layout(str(attrs.kernel_layout)) or \
+            (blocked and not blocked_conv2d_layouts(str(attrs.data_layout),
+                                                    str(attrs.kernel_layout),
+                                                    str(attrs.out_layout), int(attrs.groups))):
         return False
     # A fused bias must be per output channel, and batch_norm must normalise channels.
     bn = context.annotated_expr.get("bn")
-    if bn is not None and int(bn.attrs.axis) not in (1, -3):
+    if bn is not None and (blocked or int(bn.attrs.axis) not in (1, -3)):
         return False
     return _bias_ok(context, "conv", axis=1) and _bn_ok(context)
 
@@ -254,6 +270,28 @@ def check_conv2d_residual(context: PatternCheckContext) -> bool:
 
 
 _BLOCKED_OIHW = re.compile(r"OIHW(\d+)i(\d+)o")
+
+
+_BLOCKED_NCHW = re.compile(r"NCHW(\d+)c")
+
+
+def blocked_conv2d_layouts(data: str, kernel: str, out: str, groups: int) -> bool:
+    """NCHW or NCHW{ib}c data, an OIHW{ib}i{ob}o kernel and an NCHW{ob}c result: the
+    blocked forms the conv2d template takes (groups 1; or depthwise, whose kernel
+    blocks one input channel and whose data has the output's blocks)."""
+    blocking = blocked_kernel_layout(kernel)
+    out_match = _BLOCKED_NCHW.fullmatch(out)
+    data_match = _BLOCKED_NCHW.fullmatch(data)
+    if blocking is None or out_match is None or int(out_match.group(1)) != blocking[1] or \
+            (groups > 1 and blocking[0] != 1):
+        return False
+    return data == "NCHW" or (data_match is not None and
+                              int(data_match.group(1)) == blocking[0 if groups == 1 else 1])
+
+
+def is_pool_layout(layout: str) -> bool:
+    """NCHW, or NCHW{b}c (see .blocked_layout)."""
+    return layout == "NCHW" or _BLOCKED_NCHW.fullmatch(layout) is not None
 
 
 def is_conv2d_kernel_layout(layout: str) -> bool:
@@ -324,9 +362,21 @@ def check_erf_gelu(context: PatternCheckContext) -> bool:
 
 def check_pool2d(context: PatternCheckContext) -> bool:
     attrs = context.annotated_expr["root"].attrs
-    # topi pooling follows the input layout; NCHW is the one the templates are tested on.
-    return check_tensors(context) and str(attrs.layout) == "NCHW" and \
-        str(attrs.out_layout) == "NCHW"
+    # topi pooling follows the input layout; NCHW and NCHW{b}c are the ones the
+    # templates are tested on.
+    return check_tensors(context) and is_pool_layout(str(attrs.layout)) and \
+        str(attrs.out_layout) == str(attrs.layout)
+
+
+def check_layout_transform(context: PatternCheckContext) -> bool:
+    """NCHW <-> NCHW{b}c (and one block to another) without padding: the conversions
+    .blocked_layout makes at the edges of the blocked region."""
+    root = context.annotated_expr["root"]
+    if not check_tensors(context) or root.attrs.pad_value is not None:
+        return False
+    shapes = (_shape(root.args[0]), _shape(root))
+    return all(s is not None and len(s) in (4, 5) for s in shapes) and \
+        int(np.prod(shapes[0])) == int(np.prod(shapes[1]))
 
 
 def check_batch_norm(context: PatternCheckContext) -> bool:
@@ -425,6 +475,58 @@ def make_conv2d_residual_pattern(with_bias: bool = False, with_bn: bool = False,
     out = make_activation(out, activation, annotations)
     annotations["root"] = out
     return out, annotations
+
+
+def make_conv2d_chain_pattern(length: int) -> tuple[DFPattern, Annotations]:
+    """``conv2d`` followed by ``length`` element-wise ops (see
+    :func:`check_conv2d_residual_chain`)."""
+    data, weight = wildcard(), wildcard()
+    conv = is_op("relax.nn.conv2d")(data, weight)
+    annotations: Annotations = {"data": data, "weight": weight, "conv": conv}
+    out = conv
+    for i in range(length):
+        out = _elemwise_step(out)
+        annotations[f"step{i}"] = out
+    annotations["root"] = out
+    return out, annotations
+
+
+def check_conv2d_residual_chain(context: PatternCheckContext) -> bool:
+    """A blocked (NCHW{ob}c) conv2d whose element-wise epilogue adds another tensor of
+    its own shape (a residual), every step keeping that shape: the conv template
+    computes the whole chain per register tile (one pass over the output instead of
+    a separate add partition reading it back)."""
+    if not check_tensors(context):
+        return False
+    conv = context.annotated_expr["conv"]
+    attrs = conv.attrs
+    out = _shape(conv)
+    if out is None or len(out) != 5 or not blocked_conv2d_layouts(
+            str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout),
+            int(attrs.groups)):
+        return False
+    residual = False
+    previous = conv
+    steps = sorted((k for k in context.annotated_expr if k.startswith("step")),
+                   key=lambda k: int(k[4:]))
+    for key in steps:
+        step = context.annotated_expr[key]
+        if _shape(step) != out:
+            return False
+        for operand in step.args:
+            # An operand bound inside the match is read through its var.
+            value = context.matched_bindings.get(operand, operand) \
+                if isinstance(operand, relax.Var) else operand
+            if value.same_as(previous) or not isinstance(getattr(operand, "ty", None),
+                                                         relax.TensorType):
+                continue
+            shape = _shape(operand)
+            if shape == out and not isinstance(operand, tvm.ir.expr.GenericConst):
+                residual = True
+            elif shape is None or not _per_blocked_channel(shape, out):
+                return False  # a per-channel constant (bias, scale) or a scalar only
+        previous = step
+    return residual
 
 
 def make_reshape_conv2d_add_bn_relu_pattern() -> tuple[DFPattern, Annotations]:
@@ -558,6 +660,8 @@ def bmlib_patterns() -> list[tuple]:
         _entry("avg_pool2d", make_op_pattern("relax.nn.avg_pool2d"), check_pool2d),
         _entry("adaptive_avg_pool2d", make_op_pattern("relax.nn.adaptive_avg_pool2d"),
                check_pool2d),
+        _entry("layout_transform", make_op_pattern("relax.layout_transform"),
+               check_layout_transform),
     ]
     # Matrix products: any matmul, batched, then dense (+ bias) (+ activation).
     table.append(_entry("matmul", make_matmul_pattern(), check_matmul))
@@ -587,6 +691,9 @@ def bmlib_patterns() -> list[tuple]:
                                           "add", act)
                 table.append(_entry(name, make_conv2d_residual_pattern(bias, bn, act),
                                     check_conv2d_residual))
+    # A blocked conv with its residual add in the epilogue (+ bias, scale/shift, activation).
+    table += [_entry(f"conv2d_residual_chain{n}", make_conv2d_chain_pattern(n),
+                     check_conv2d_residual_chain) for n in (1, 2, 3, 4)]
     # ---- QNN (issue #18): imported integer arithmetic, int8/uint8 with int32 accumulation.
     # Integer tensors never match the float entries above (check_tensors), so the two
     # blocks do not compete; see qnn_patterns for the forms and their check.

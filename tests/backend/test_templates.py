@@ -113,6 +113,11 @@ CASES = {
     "data_movement": [
         _case("reshape", lambda a: R.reshape(a, (6, 4)), [(2, 3, 4)]),
         _case("permute_dims", lambda a: R.permute_dims(a, [2, 0, 1]), [(2, 3, 4)]),
+        # NCHW <-> NCHW{b}c, the edges of backend/blocked_layout.py.
+        _case("layout_transform", lambda a: R.layout_transform(
+            a, index_map=lambda n, c, h, w: (n, c // 4, h, w, c % 4)), [(2, 8, 3, 5)]),
+        _case("layout_transform", lambda a: R.layout_transform(
+            a, index_map=lambda n, cb, h, w, c: (n, cb * 3 + c, h, w)), [(1, 2, 3, 5, 3)]),
         _case("expand_dims", lambda a: R.expand_dims(a, [0, 2]), [(3, 4)]),
         _case("squeeze", lambda a: R.squeeze(a, [1]), [(3, 1, 4)]),
         _case("flatten", lambda a: R.flatten(a), [(2, 3, 4)]),

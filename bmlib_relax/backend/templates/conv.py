@@ -15,12 +15,19 @@ the blocked layout and runs as a GEMM on NCHW (:func:`conv2d_1x1_gemm`).
 Weights usually arrive packed by :mod:`..rewrite`; a plain OIHW weight (not a
 constant) is packed inside the PrimFunc, or read as it is by the 1x1 GEMM.
 
+With the blocked layout (:mod:`..blocked_layout`) a conv reads ``NCHW{ib}c`` data
+as it is (padded first when the conv pads; a depthwise conv tests the padding
+inline) and returns ``NCHW{ob}c``: no pack, no unpack, and 1x1 convs too run
+the blocked kernel.  The epilogue is then 5-D and tiled the same way.
+
 ``conv2d`` takes a symbolic batch (``symbolic_dims="batch"``): the blocks run over
 ``(n, ...)`` with ``n`` a ``tir.Var`` (see :func:`batched`), the batch joins the
 fused parallel loop, and the tiles, the vectorized axes and the packed weights
 stay static (channels and spatial dims must be static).
 """
 from __future__ import annotations
+
+import re
 
 from tvm import te, tirx, topi
 
@@ -42,6 +49,7 @@ ACCUMULATORS_32_REGISTERS = 14
 # The 1x1 GEMM tile: output channels (one broadcast weight each, unrolled) x
 # vectors of consecutive output pixels; 12 accumulators, measured best of 8-12.
 GEMM_ROWS, GEMM_VECTORS = 6, 2
+_BLOCKED_NCHW = re.compile(r"NCHW(\d+)c")
 
 
 @register_template("relax.nn.conv2d", symbolic_dims="batch")
@@ -50,8 +58,14 @@ def conv2d(call, inputs, ctx):
     data, weight = inputs
     kernel_layout = str(attrs.kernel_layout)
     blocking = blocked_kernel_layout(kernel_layout)
-    if str(attrs.data_layout) != "NCHW" or (blocking is None and kernel_layout != "OIHW"):
-        raise ctx.error(f"layout {attrs.data_layout}/{attrs.kernel_layout} has no template")
+    data_block = activation_block(str(attrs.data_layout))
+    out_block = activation_block(str(attrs.out_layout))
+    if data_block is False or out_block is False or \
+            (blocking is None and kernel_layout != "OIHW"):
+        raise ctx.error(f"layout {attrs.data_layout}/{attrs.kernel_layout}/{attrs.out_layout} "
+                        "has no template")
+    if data_block or out_block:
+        return _blocked_conv2d(call, data, weight, blocking, data_block, out_block, ctx)
     dtype = out_dtype(attrs, data.dtype)
     groups = int(attrs.groups)
     strides, padding, dilation = (attr_ints(attrs.strides), attr_ints(attrs.padding),
@@ -82,6 +96,47 @@ def conv2d(call, inputs, ctx):
         return topi.nn.depthwise_conv2d_nchw(data, kernel, strides, padding, dilation, dtype)
     from .conv_grouped import group_conv2d  # builds on this module, so imported here
     return group_conv2d(data, weight, blocking, strides, padding, dilation, groups, dtype, ctx)
+
+
+def activation_block(layout: str):
+    """The channel block of an ``NCHW{b}c`` activation layout; None for NCHW; False for
+    any other layout."""
+    if layout == "NCHW":
+        return None
+    match = _BLOCKED_NCHW.fullmatch(layout)
+    return int(match.group(1)) if match else False
+
+
+def _blocked_conv2d(call, data, weight, blocking, data_block, out_block, ctx):
+    """conv2d with NCHW{ib}c and/or NCHW{ob}c activations (see ..blocked_layout): the
+    blocked compute of :func:`conv2d_nchwc` / :func:`depthwise_nchwc`, reading the
+    blocked input as it is (a pad stage when the conv pads) and returning its blocked
+    result (no unpack)."""
+    attrs = call.attrs
+    dtype = out_dtype(attrs, data.dtype)
+    groups = int(attrs.groups)
+    strides, padding, dilation = (attr_ints(attrs.strides), attr_ints(attrs.padding),
+                                  attr_ints(attrs.dilation))
+    channels = int(data.shape[1]) * (data_block or 1)
+    out_channels = int(call.ty.shape.values[1]) * (out_block or 1)
+    if blocking is None or out_block is None:
+        raise ctx.error("a blocked conv2d needs an OIHW{ib}i{ob}o kernel and an NCHW{ob}c "
+                        "output")
+    ib, ob = blocking
+    if ob != out_block:
+        raise ctx.error(f"kernel blocks {ob} output channels, the output layout {out_block}")
+    lanes = ctx.lanes(dtype)
+    if groups == 1:
+        if data_block is not None and ib != data_block:
+            raise ctx.error(f"kernel blocks {ib} input channels, the data layout {data_block}")
+        return conv2d_nchwc(data, weight, strides, padding, dilation, dtype, ib, ob,
+                            row_tile=tile_pixels(ob, lanes, vector_registers(ctx.target)),
+                            blocked=(data_block is not None, True))
+    if groups == channels == out_channels and ib == 1 and \
+            (data_block is None or data_block == ob):
+        return depthwise_nchwc(data, weight, strides, padding, dilation, dtype, ob,
+                               blocked=(data_block is not None, True))
+    raise ctx.error(f"grouped conv2d (groups={groups}) on blocked layouts has no template")
 
 
 def _direct_conv(data_layout: str, kernel_layout: str):
@@ -150,6 +205,48 @@ def _pad_pack(data: te.Tensor, block: int, padding, out_size, kernel, strides, d
                       attrs={SCHEDULE_ATTR: "bmlib.pack_nchwc"})
 
 
+def _pad_blocked(data: te.Tensor, padding, out_size, kernel, strides, dilation,
+                 inline: bool = False):
+    """NCHW{b}c data as the conv reads it: as it is when the conv does not pad, else
+    padded into the ``(n, C/b, ph, pw, b)`` buffer :func:`_pad_pack` would make, or
+    (``inline``) read through that padding test by the conv itself."""
+    if not any(padding):
+        return data
+    n = data.shape[0]
+    cb, h, w, block = (int(d) for d in data.shape[1:])
+    top, left = padding[0], padding[1]
+    ph = (out_size[0] - 1) * strides[0] + (kernel[0] - 1) * dilation[0] + 1
+    pw = (out_size[1] - 1) * strides[1] + (kernel[1] - 1) * dilation[1] + 1
+    zero = tirx.const(0, data.dtype)
+
+    def compute(nn, c, y, x, ci):
+        yy, xx = y - top, x - left
+        inside = tirx.all(yy >= 0, yy < h, xx >= 0, xx < w)
+        return tirx.if_then_else(inside, data[nn, c, yy, xx, ci], zero)
+
+    return te.compute(batched(n, cb, ph, pw, block), compute, name="bmlib_data_pad",
+                      attrs={SCHEDULE_ATTR: "bmlib.pad_nchwc_inline" if inline
+                             else "bmlib.pad_nchwc"})
+
+
+def _conv_input(data, block, padding, out_size, kernel, strides, dilation, in_blocked):
+    """The packed (or, blocked already, padded) input of a blocked conv, and the strides
+    it is read with."""
+    if in_blocked:
+        return _pad_blocked(data, padding, out_size, kernel, strides, dilation), strides
+    if tuple(kernel) == (1, 1) and list(strides) != [1, 1]:
+        # A strided 1x1 reads every stride-th pixel only: pack just those.
+        return _pad_pack(data, block, padding, out_size, (1, 1), strides, dilation,
+                         subsample=strides), [1, 1]
+    return _pad_pack(data, block, padding, out_size, kernel, strides, dilation), strides
+
+
+def _blocked_out(conv: te.Tensor, dtype: str) -> te.Tensor:
+    """The NCHW[ob]c result as it is, through an element-wise stage: the schedule
+    computes the conv per register tile of this (epilogue) block."""
+    return te.compute(conv.shape, lambda *i: conv(*i).astype(dtype), name="bmlib_blocked_out")
+
+
 def _out_size(data, kernel, strides, padding, dilation):
     h, w = int(data.shape[2]), int(data.shape[3])
     oh = (h + padding[0] + padding[2] - (kernel[0] - 1) * dilation[0] - 1) // strides[0] + 1
@@ -189,7 +286,8 @@ def tile_pixels(ob: int, lanes: int, registers: int = 16) -> int:
     return max(1, accumulators // max(1, ob // lanes))
 
 
-def conv2d_nchwc(data, kernel, strides, padding, dilation, dtype, ib, ob, row_tile=0):
+def conv2d_nchwc(data, kernel, strides, padding, dilation, dtype, ib, ob, row_tile=0,
+                 blocked=(False, False)):
     """NCHW data, [O/ob, I/ib, KH, KW, ib, ob] kernel → NCHW output via NCHW[ob]c.
 
     When the output width is a multiple of ``row_tile`` (or that is 0), the
@@ -198,19 +296,16 @@ def conv2d_nchwc(data, kernel, strides, padding, dilation, dtype, ib, ob, row_ti
     whole tiles: ``[N, O/ob, ceil(OH*OW / tile) * tile, ob]``.  The padding pixels
     recompute the last real one (so every read stays in bounds) and are dropped
     by the unpack; a tile of two vectors x 4 pixels beats one vector x 7 columns.
+    ``blocked`` (input, output): the data is NCHW{ib}c already / the result is
+    returned as NCHW{ob}c (:mod:`..blocked_layout`).
     """
     padding = _padding4(padding)
     n = data.shape[0]
     kh, kw = int(kernel.shape[2]), int(kernel.shape[3])
     oc_blocks = int(kernel.shape[0])
     oh, ow = _out_size(data, (kh, kw), strides, padding, dilation)
-    if kh == kw == 1 and list(strides) != [1, 1]:
-        # A strided 1x1 reads every stride-th pixel only: pack just those.
-        packed = _pad_pack(data, ib, padding, (oh, ow), (1, 1), strides, dilation,
-                           subsample=strides)
-        strides = [1, 1]
-    else:
-        packed = _pad_pack(data, ib, padding, (oh, ow), (kh, kw), strides, dilation)
+    packed, strides = _conv_input(data, ib, padding, (oh, ow), (kh, kw), strides, dilation,
+                                  blocked[0])
     # Separate reduce axes for input-channel blocks and the channels inside a block
     # (not ic // ib, ic % ib): the schedule orders them independently.
     axes = _reduce_axes(ico=int(kernel.shape[1]), kh=kh, kw=kw, ici=ib)
@@ -224,7 +319,7 @@ def conv2d_nchwc(data, kernel, strides, padding, dilation, dtype, ib, ob, row_ti
     if not row_tile or ow % row_tile == 0:
         conv = te.compute(batched(n, oc_blocks, oh, ow, ob), window, name="bmlib_conv2d_nchwc",
                           attrs={SCHEDULE_ATTR: "bmlib.conv2d_nchwc"})
-        return _unpack(conv, ob, dtype)
+        return _blocked_out(conv, dtype) if blocked[1] else _unpack(conv, ob, dtype)
     pixels = oh * ow
     padded = -(-pixels // row_tile) * row_tile
 
@@ -235,6 +330,10 @@ def conv2d_nchwc(data, kernel, strides, padding, dilation, dtype, ib, ob, row_ti
     conv = te.compute(batched(n, oc_blocks, padded, ob), flat, name="bmlib_conv2d_nchwc_flat",
                       attrs={SCHEDULE_ATTR: "bmlib.conv2d_nchwc_flat",
                              "bmlib_tile_pixels": row_tile})
+    if blocked[1]:
+        return te.compute(batched(n, oc_blocks, oh, ow, ob),
+                          lambda nn, c, y, x, oo: conv[nn, c, y * ow + x, oo].astype(dtype),
+                          name="bmlib_unflatten")
     return te.compute(batched(n, oc_blocks * ob, oh, ow),
                       lambda nn, c, y, x: conv[nn, c // ob, y * ow + x, c % ob].astype(dtype),
                       name="bmlib_unpack")
@@ -287,14 +386,21 @@ def conv2d_1x1_gemm(data, kernel, blocking, strides, dtype, lanes):
                       name="bmlib_unflatten")
 
 
-def depthwise_nchwc(data, kernel, strides, padding, dilation, dtype, cb):
-    """Depthwise (multiplier 1): kernel [C/cb, 1, KH, KW, 1, cb]."""
+def depthwise_nchwc(data, kernel, strides, padding, dilation, dtype, cb, blocked=(False, False)):
+    """Depthwise (multiplier 1): kernel [C/cb, 1, KH, KW, 1, cb]; ``blocked`` as in
+    :func:`conv2d_nchwc` (a blocked input has blocks of ``cb`` channels)."""
     padding = _padding4(padding)
     n = data.shape[0]
     kh, kw = int(kernel.shape[2]), int(kernel.shape[3])
     blocks = int(kernel.shape[0])
     oh, ow = _out_size(data, (kh, kw), strides, padding, dilation)
-    packed = _pad_pack(data, cb, padding, (oh, ow), (kh, kw), strides, dilation)
+    if blocked[0]:
+        # The padding test inline: a depthwise tap is one vector load, and a separate
+        # padding pass cost more than the conv (MobileNet's stride-2 layers: 2.5x).
+        packed = _pad_blocked(data, padding, (oh, ow), (kh, kw), strides, dilation,
+                              inline=True)
+    else:
+        packed = _pad_pack(data, cb, padding, (oh, ow), (kh, kw), strides, dilation)
     axes = _reduce_axes(kh=kh, kw=kw)
     ry, rx = (axes.get(k, 0) for k in ("kh", "kw"))
 
@@ -305,7 +411,7 @@ def depthwise_nchwc(data, kernel, strides, padding, dilation, dtype, cb):
 
     conv = te.compute(batched(n, blocks, oh, ow, cb), compute, name="bmlib_depthwise_nchwc",
                       attrs={SCHEDULE_ATTR: "bmlib.depthwise_nchwc"})
-    return _unpack(conv, cb, dtype)
+    return _blocked_out(conv, dtype) if blocked[1] else _unpack(conv, cb, dtype)
 
 
 # --------------------------------------------------------------------------- schedules
@@ -315,6 +421,21 @@ def schedule_pack(sch, block, ctx):
     n, cb, y, x, c = sch.get_loops(block)
     sch.unroll(c)
     sch.parallel(sch.fuse(n, cb, y))
+
+
+@register_schedule("bmlib.pad_nchwc")
+def schedule_pad_nchwc(sch, block, ctx):
+    """Padding blocked data: parallel over (batch, channel block, row), the channels of
+    a block (contiguous in input and output) vectorized."""
+    n, cb, y, x, c = sch.get_loops(block)
+    sch.vectorize(c)
+    sch.parallel(sch.fuse(n, cb, y))
+
+
+@register_schedule("bmlib.pad_nchwc_inline")
+def schedule_pad_nchwc_inline(sch, block, ctx):
+    """Padding read by a depthwise conv: inlined (a test per tap, no pass of its own)."""
+    sch.compute_inline(block)
 
 
 def _tile_under(sch, block, loops, unrolled: int, vectorized: int) -> None:
@@ -340,8 +461,12 @@ def _flat_epilogue(sch, block):
     epilogue = inline_epilogue(sch, block)
     if epilogue is None:
         raise ValueError("conv2d without its epilogue")
-    width = int(sch.get(epilogue).writes[0].source.shape[3])
-    sch.transform_block_layout(epilogue, lambda n, c, h, w: (n, c, h * width + w))
+    shape = sch.get(epilogue).writes[0].source.shape
+    width = int(shape[3])
+    if len(shape) == 5:  # NCHW{ob}c (see ..blocked_layout)
+        sch.transform_block_layout(epilogue, lambda n, c, h, w, o: (n, c, h * width + w, o))
+    else:
+        sch.transform_block_layout(epilogue, lambda n, c, h, w: (n, c, h * width + w))
     return epilogue, sch.get_loops(epilogue)
 
 
@@ -363,8 +488,12 @@ def _tile_conv(sch, block, ctx, registers=None):
     lanes = ctx.lanes(str(sch.get(block).writes[0].source.dtype))
     registers = registers or vector_registers(ctx.target)
     reg = divisor_at_most(ow_extent, tile_pixels(ob_extent, lanes, registers))
-    n, c, h, w = sch.get_loops(epilogue)
-    cb, ci = sch.split(c, [None, ob_extent])
+    loops = sch.get_loops(epilogue)
+    if len(loops) == 5:  # an NCHW{ob}c epilogue (see ..blocked_layout)
+        n, cb, h, w, ci = loops
+    else:
+        n, c, h, w = loops
+        cb, ci = sch.split(c, [None, ob_extent])
     wo, wi = sch.split(w, [None, reg])
     sch.reorder(n, cb, h, wo, wi, ci)
     sch.parallel(sch.fuse(n, cb, h))
@@ -397,8 +526,12 @@ def schedule_conv2d_nchwc_flat(sch, block, ctx):
     """
     tile = int(sch.get(block).annotations["bmlib_tile_pixels"])
     ob_extent = int(sch.get(block).writes[0].source.shape[3])
-    epilogue, (n, c, p) = _flat_epilogue(sch, block)
-    cb, ci = sch.split(c, [None, ob_extent])
+    epilogue, loops = _flat_epilogue(sch, block)
+    if len(loops) == 4:  # an NCHW{ob}c epilogue
+        n, cb, p, ci = loops
+    else:
+        n, c, p = loops
+        cb, ci = sch.split(c, [None, ob_extent])
     po, pi = sch.split(p, [None, tile])
     sch.reorder(n, cb, po, pi, ci)
     outer = sch.fuse(n, cb, po)

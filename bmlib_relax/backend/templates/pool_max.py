@@ -18,6 +18,7 @@ TOPI's compute (:func:`max_pool2d_fast_path` says which).
 """
 from __future__ import annotations
 
+import re
 from typing import Optional, Sequence
 
 from tvm import te, tirx
@@ -26,6 +27,7 @@ from ..schedule import divisor_at_most, write_buffer
 from .registry import SCHEDULE_ATTR, register_schedule
 
 ROWS_BLOCK = "bmlib_maxpool_rows"
+_BLOCKED = re.compile(r"NCHW(\d+)c")
 
 
 def _static(dims) -> Optional[list[int]]:
@@ -40,7 +42,9 @@ def max_pool2d_fast_path(data: te.Tensor, pool_size: Sequence[int], strides: Seq
                          layout: str) -> Optional[te.Tensor]:
     """The separable max pool of ``data``, or None when it does not apply."""
     shape = _static(data.shape)
-    if layout != "NCHW" or ceil_mode or shape is None or any(d != 1 for d in dilation):
+    blocked = _BLOCKED.fullmatch(layout)
+    if (layout != "NCHW" and blocked is None) or ceil_mode or shape is None or \
+            any(d != 1 for d in dilation):
         return None
     if len(padding) == 2:
         padding = [padding[0], padding[1], padding[0], padding[1]]
@@ -48,7 +52,7 @@ def max_pool2d_fast_path(data: te.Tensor, pool_size: Sequence[int], strides: Seq
     top, left, bottom, right = padding
     if max(top, bottom) >= kh or max(left, right) >= kw:
         return None
-    n, c, h, w = shape
+    n, c, h, w = shape[:4]
     sy, sx = strides
     oh = (h + top + bottom - kh) // sy + 1
     ow = (w + left + right - kw) // sx + 1
@@ -57,6 +61,9 @@ def max_pool2d_fast_path(data: te.Tensor, pool_size: Sequence[int], strides: Seq
 
     def clamp(value, upper):
         return tirx.max(tirx.min(value, upper), 0)
+
+    if blocked is not None:
+        return _blocked_max_pool(data, (kh, kw), (sy, sx), (top, left), (oh, ow), clamp)
 
     ky = te.reduce_axis((0, kh), name="ky")
     rows = te.compute(
@@ -68,6 +75,45 @@ def max_pool2d_fast_path(data: te.Tensor, pool_size: Sequence[int], strides: Seq
         (n, c, oh, ow),
         lambda nn, cc, y, x: te.max(rows[nn, cc, y, clamp(x * sx + kx - left, w - 1)], axis=kx),
         name="bmlib_maxpool_cols", attrs={SCHEDULE_ATTR: "bmlib.max_pool2d_separable"})
+
+
+def _window_max(tap, count: int):
+    """max(tap(0), ..., tap(count - 1)), unrolled: no reduction to schedule."""
+    value = tap(0)
+    for k in range(1, count):
+        value = tirx.max(value, tap(k))
+    return value
+
+
+def _blocked_max_pool(data, kernel, strides, padding, out_size, clamp):
+    """The separable max pool on NCHW{b}c data (see ..blocked_layout): rows, then
+    columns, each an unrolled max over the window's taps, the ``b`` channels of a
+    block (contiguous) the vectorized axis."""
+    n, cb, h, w, block = (int(d) for d in data.shape)
+    (kh, kw), (sy, sx), (top, left), (oh, ow) = kernel, strides, padding, out_size
+    rows = te.compute(
+        (n, cb, oh, w, block),
+        lambda nn, c, y, x, b: _window_max(
+            lambda k: data[nn, c, clamp(y * sy + k - top, h - 1), x, b], kh),
+        name=ROWS_BLOCK)
+    return te.compute(
+        (n, cb, oh, ow, block),
+        lambda nn, c, y, x, b: _window_max(
+            lambda k: rows[nn, c, y, clamp(x * sx + k - left, w - 1), b], kw),
+        name="bmlib_maxpool_cols", attrs={SCHEDULE_ATTR: "bmlib.max_pool2d_blocked"})
+
+
+@register_schedule("bmlib.max_pool2d_blocked")
+def schedule_max_pool2d_blocked(sch, block, ctx):
+    """(batch, channel block, output row) parallel: the row pass for that output row
+    (the whole input width) then the column pass, both vectorized over the block."""
+    n, c, y, _, b = sch.get_loops(block)
+    sch.parallel(sch.fuse(n, c, y))
+    sch.vectorize(b)
+    rows = sch.get_producers(block)[0]
+    sch.compute_at(rows, sch.get_loops(block)[0])
+    sch.vectorize(sch.get_loops(rows)[-1])
+    ctx.done.add(ROWS_BLOCK)
 
 
 @register_schedule("bmlib.max_pool2d_separable")

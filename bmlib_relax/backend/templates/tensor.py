@@ -155,3 +155,16 @@ def broadcast_to(call, inputs, ctx):
 def stack(call, inputs, ctx):
     axis = call.attrs.axis
     return topi.stack(list(inputs[0]), 0 if axis is None else int(axis))
+
+
+@register_template("relax.layout_transform")
+def layout_transform(call, inputs, ctx):
+    """A bijective ``layout_transform`` (no padding; the NCHW <-> NCHW{b}c conversions of
+    ..blocked_layout): each output element reads the input at the inverse index map."""
+    data = inputs[0]
+    if call.attrs.pad_value is not None:
+        raise ctx.error("layout_transform with padding has no template")
+    inverse = call.attrs.index_map.inverse([int(d) for d in data.shape])
+    return te.compute(_static_shape(call),
+                      lambda *idx: data[tuple(inverse.map_indices(list(idx)))],
+                      name="bmlib_layout_transform")
