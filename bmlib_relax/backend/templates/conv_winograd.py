@@ -94,9 +94,9 @@ def winograd_tile(in_channels: int, out_channels: int, out_h: int, out_w: int) -
         return int(mode)
     if mode == "1":
         return 4 if min(out_h, out_w) >= 4 else 2
-    if min(in_channels, out_channels) >= 64 and min(out_h, out_w) >= 7:
-        return 4
-    return None
+    if min(in_channels, out_channels) < 32 or min(out_h, out_w) < 7:
+        return None
+    return 4 if min(out_h, out_w) >= 28 else 2
 
 
 def applicable(data_shape, weight_shape, strides, dilation, groups: int, dtype: str,
@@ -312,32 +312,38 @@ def conv2d_winograd(read: Reader, shape, kernel: te.Tensor, padding, m: int, dty
     def tile_of(p):
         return p // (th * tw), (p // tw) % th, p % tw
 
-    def input_transform(eps, nu, p, c):
+    # The transforms are separable: rows first (B^T d), then columns ((B^T d) B),
+    # each a select over <= a rows of <= 4 terms, computed per tile by the schedule.
+    def input_rows(eps, p, j, c):
         nn, ty, tx = tile_of(tirx.min(p, tiles - 1))
+        return _by_row(eps, a, lambda e: _sparse_sum(
+            bt[e], lambda i: padded[nn, c // cb, ty * m + i, tx * m + j, c % cb]))
 
-        def at_row(e):
-            return _by_row(nu, a, lambda v: _sparse_sum(bt[e], lambda i: _sparse_sum(
-                bt[v], lambda j: padded[nn, c // cb, ty * m + i, tx * m + j, c % cb])))
-        return _by_row(eps, a, at_row)
-
-    v = te.compute((a, a, padded_tiles, channels), input_transform, name="bmlib_winograd_input",
+    rows = te.compute((a, padded_tiles, a, channels), input_rows, name="bmlib_winograd_input_rows")
+    v = te.compute((a, a, padded_tiles, channels),
+                   lambda eps, nu, p, c: _by_row(nu, a, lambda f: _sparse_sum(
+                       bt[f], lambda j: rows[eps, p, j, c])),
+                   name="bmlib_winograd_input",
                    attrs={SCHEDULE_ATTR: "bmlib.winograd_input", "bmlib_block": cb})
     rc = te.reduce_axis((0, channels), name="rc")
     gemm = te.compute(
         (a, a, out_channels // kb, padded_tiles, kb),
         lambda eps, nu, ko, p, ki: te.sum(v[eps, nu, p, rc] * kernel[eps, nu, ko, rc, ki],
                                           axis=rc),
-        name="bmlib_winograd_gemm",
-        attrs={SCHEDULE_ATTR: "bmlib.winograd_gemm", "bmlib_tile": tp, "bmlib_winograd_m": m})
+        name="bmlib_winograd_gemm", attrs={SCHEDULE_ATTR: "bmlib.winograd_gemm", "bmlib_tile": tp})
+    # A^T M: m rows of the output tile, then (A^T M) A in the NCHW output block.
+    out_rows = te.compute(
+        (m, a, out_channels // kb, padded_tiles, kb),
+        lambda i, f, ko, p, ki: _by_row(i, m, lambda r: _sparse_sum(
+            at[r], lambda e: gemm[e, f, ko, p, ki])),
+        name="bmlib_winograd_output_rows",
+        attrs={SCHEDULE_ATTR: "bmlib.winograd_output", "bmlib_winograd_m": m})
 
     def output_transform(nn, k, y, x):
         p = (nn * th + y // m) * tw + x // m
         ko, ki = k // kb, k % kb
-
-        def row(i):
-            return _by_row(x % m, m, lambda j: _sparse_sum(at[i], lambda e: _sparse_sum(
-                at[j], lambda f: gemm[e, f, ko, p, ki])))
-        return _by_row(y % m, m, row).astype(dtype)
+        return _by_row(x % m, m, lambda j: _sparse_sum(
+            at[j], lambda f: out_rows[y % m, f, ko, p, ki])).astype(dtype)
 
     return te.compute((n, out_channels, oh, ow), output_transform, name="bmlib_winograd_output")
 
@@ -345,37 +351,61 @@ def conv2d_winograd(read: Reader, shape, kernel: te.Tensor, padding, m: int, dty
 # --------------------------------------------------------------------------- schedules
 @register_schedule("bmlib.winograd_input")
 def schedule_winograd_input(sch, block, ctx):
-    """(tiles, channel blocks) parallel | eps, nu unrolled | channels vectorized."""
+    """(tiles, channel blocks) parallel | rows of the tile (B^T d) | eps, nu
+    unrolled | channels vectorized."""
     cb = int(sch.get(block).annotations["bmlib_block"])
+    (rows,) = sch.get_producers(block)
     eps, nu, p, c = sch.get_loops(block)
     co, ci = sch.split(c, [None, cb])
     sch.reorder(p, co, eps, nu, ci)
-    sch.parallel(sch.fuse(p, co))
+    outer = sch.fuse(p, co)
+    sch.parallel(outer)
     sch.unroll(eps)
     sch.unroll(nu)
     if cb > 1:
         sch.vectorize(ci)
+    sch.compute_at(rows, outer)
+    inner = sch.get_loops(rows)[1:]  # eps, j, channels of the block (unit loops dropped)
+    for loop in inner[:-1] if cb > 1 else inner:
+        sch.unroll(loop)
+    if cb > 1:
+        sch.vectorize(inner[-1])
+    ctx.done.add(str(sch.get(rows).name_hint))
 
 
 @register_schedule("bmlib.winograd_gemm")
 def schedule_winograd_gemm(sch, block, ctx):
-    """The batched GEMM as register tiles, then the output transform + epilogue.
-
-    GEMM: (eps, nu, K/kb, tile groups) parallel | channels | ``tp`` tiles
-    (unrolled) x ``kb`` output channels (vectorized), accumulated in a tile buffer
-    (see the register-tile note in ..schedule) and copied out.  Output: the
-    output transform inlined into the NCHW epilogue block, tiled (n, K/kb, row
-    tiles) parallel | column tiles | m x m (unrolled) x kb (vectorized).
-    """
+    """The batched GEMM as register tiles: (eps, nu, K/kb, tile groups) parallel |
+    channels | ``tp`` tiles (unrolled) x ``kb`` output channels (vectorized),
+    accumulated in a tile buffer (see the register-tile note in ..schedule) and
+    copied out."""
     from .conv import _tile_under  # conv imports this module lazily: no cycle
 
     tp = int(sch.get(block).annotations["bmlib_tile"])
+    kb = int(sch.get(block).writes[0].source.shape[4])
+    out = sch.cache_write(block, 0, "global")
+    eps, nu, ko, p, ki = sch.get_loops(out)
+    po, pi = sch.split(p, [None, tp])
+    sch.parallel(sch.fuse(eps, nu, ko, po))
+    sch.compute_at(block, sch.get_loops(out)[0])
+    if tp > 1:
+        sch.unroll(pi)
+    if kb > 1:
+        sch.vectorize(ki)
+    _tile_under(sch, block, sch.get_loops(block)[1:], tp, kb)
+    ctx.done.add(str(sch.get(out).name_hint))
+
+
+@register_schedule("bmlib.winograd_output")
+def schedule_winograd_output(sch, block, ctx):
+    """The output transform inlined into the NCHW epilogue block, tiled (n, K/kb,
+    row tiles) parallel | column tiles | m x m (unrolled) x kb (vectorized), with
+    the rows A^T M of a tile computed at its column tile."""
     m = int(sch.get(block).annotations["bmlib_winograd_m"])
+    kb = int(sch.get(block).writes[0].source.shape[4])
     epilogue = inline_epilogue(sch, block)
     if epilogue is None:
-        raise ValueError("Winograd GEMM without its output transform")
-    kb = int(sch.get(block).writes[0].source.shape[4])
-    # The output transform (+ epilogue): NCHW, vectorized over kb output channels.
+        raise ValueError("Winograd output rows without the output transform")
     n, k, y, x = sch.get_loops(epilogue)
     ko, ki = sch.split(k, [None, kb])
     yo, yi = sch.split(y, [None, m])
@@ -387,14 +417,9 @@ def schedule_winograd_gemm(sch, block, ctx):
     if kb > 1:
         sch.vectorize(ki)
     ctx.done.add(str(sch.get(epilogue).name_hint))
-    # The GEMM: tiles of tp x kb in a tile buffer, copied to M.
-    out = sch.cache_write(block, 0, "global")
-    eps, nu, ko, p, ki = sch.get_loops(out)
-    po, pi = sch.split(p, [None, tp])
-    sch.parallel(sch.fuse(eps, nu, ko, po))
-    sch.compute_at(block, sch.get_loops(out)[0])
-    if tp > 1:
-        sch.unroll(pi)
+    sch.compute_at(block, xo)
+    inner = sch.get_loops(block)[2:]  # i, f (, channels of the block)
+    for loop in inner[:-1] if kb > 1 else inner:
+        sch.unroll(loop)
     if kb > 1:
-        sch.vectorize(ki)
-    _tile_under(sch, block, sch.get_loops(block)[1:], tp, kb)
+        sch.vectorize(inner[-1])

@@ -1,0 +1,149 @@
+"""Winograd conv2d (templates/conv_winograd.py, issue #15): fp32 3x3 stride-1 convs.
+
+Every build case first asserts that the conv was offloaded and that the
+Winograd template computed it (the transformed ``HWOI{kb}o`` weight in the
+partitioned module and the ``bmlib_winograd_gemm`` block in the scheduled
+PrimFunc, none of its blocks left unscheduled), then compares with the plain
+Relax build.  ``BMLIB_WINOGRAD`` forces the tile size on these tiny shapes
+(the default rule keeps small layers on the direct template).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax, s_tir
+
+from bmlib_relax import partition_for_bmlib
+from bmlib_relax.backend.templates import conv_winograd
+from bmlib_relax.check import plain_version
+from bmlib_relax.compiler import lower_and_verify
+
+from conftest import offloaded_partitions
+from helpers import make_module, run_offloaded, run_plain
+
+R = relax.op
+
+
+@pytest.mark.parametrize("m", [2, 4])
+def test_transform_matrices_compute_a_correlation(m):
+    """A^T [(G g) * (B^T d)] = the valid correlation of d with g (1D, exact up to rounding)."""
+    at, g, bt = conv_winograd.matrices(m)
+    rng = np.random.default_rng(m)
+    d, k = rng.standard_normal(m + 2), rng.standard_normal(3)
+    want = np.array([d[i:i + 3] @ k for i in range(m)])
+    np.testing.assert_allclose(at @ ((g @ k) * (bt @ d)), want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("m", [2, 4])
+def test_weight_transform_round_trips(m):
+    w = np.random.default_rng(0).standard_normal((32, 5, 3, 3)).astype("float32")
+    u = conv_winograd.transform_weight(w, m, 16)
+    assert u.shape == (m + 2, m + 2, 2, 5, 16)
+    np.testing.assert_allclose(conv_winograd.untransform_weight(u), w, rtol=1e-5, atol=1e-5)
+
+
+def test_default_rule(monkeypatch):
+    monkeypatch.delenv(conv_winograd.ENV, raising=False)
+    assert conv_winograd.winograd_tile(64, 64, 56, 56) == 4
+    assert conv_winograd.winograd_tile(128, 128, 28, 28) == 4
+    assert conv_winograd.winograd_tile(256, 256, 14, 14) == 2
+    assert conv_winograd.winograd_tile(512, 512, 7, 7) == 2
+    assert conv_winograd.winograd_tile(16, 16, 56, 56) is None
+    assert conv_winograd.winograd_tile(512, 512, 4, 4) is None
+    monkeypatch.setenv(conv_winograd.ENV, "0")
+    assert conv_winograd.winograd_tile(64, 64, 56, 56) is None
+
+
+def _conv_bias_bn_relu(padding):
+    def build(x, w, b, gamma, beta, mean, var):
+        out = R.add(R.nn.conv2d(x, w, padding=padding),
+                    R.reshape(b, (int(w.ty.shape.values[0]), 1, 1)))
+        out = relax.TupleGetItem(R.nn.batch_norm(out, gamma, beta, mean, R.abs(var), axis=1,
+                                                 training=False), 0)
+        return R.nn.relu(out)
+
+    return build
+
+
+def _lowered(partitioned):
+    assert offloaded_partitions(partitioned)
+    return lower_and_verify(partitioned).values()
+
+
+def _assert_winograd(partitioned, used: bool = True):
+    """The Winograd GEMM block is (not) in the scheduled PrimFuncs; nothing unscheduled."""
+    blocks = []
+    for prim, record in _lowered(partitioned):
+        assert not record.unscheduled, record.unscheduled
+        sch = s_tir.Schedule(prim.without_attr("global_symbol"))
+        blocks += [str(sch.get(b).name_hint) for b in sch.get_child_blocks(sch.get_sblock("root"))]
+    assert ("bmlib_winograd_gemm_update" in blocks) == used, blocks
+
+
+# (in channels, out channels, H, W, padding, m): channels that are not whole
+# vectors, sizes that are not whole tiles, no / symmetric / asymmetric padding.
+CASES = [
+    (3, 8, 7, 9, (1, 1), "4"),
+    (24, 40, 11, 13, (0, 0), "2"),
+    (16, 32, 9, 6, (1, 0, 2, 1), "4"),
+    (20, 16, 5, 5, (1, 1), "2"),
+    (32, 64, 12, 12, (1, 1), "1"),
+]
+
+
+@pytest.mark.parametrize("channels,out_channels,h,w,padding,mode", CASES)
+def test_winograd_conv_bias_bn_relu_matches_plain_build(monkeypatch, channels, out_channels,
+                                                         h, w, padding, mode):
+    monkeypatch.setenv(conv_winograd.ENV, mode)
+    k = out_channels
+    mod, arrays = make_module(_conv_bias_bn_relu(padding), [(1, channels, h, w)],
+                              [(k, channels, 3, 3), (k,), (k,), (k,), (k,), (k,)])
+    partitioned = partition_for_bmlib(mod)
+    assert 'kernel_layout="HWOI' in partitioned.script(show_meta=False)
+    _assert_winograd(partitioned)
+    (got,), _ = run_offloaded(partitioned, arrays)
+    (want,) = run_plain(mod, arrays)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    # The checker's reference build turns the transformed weight back into OIHW.
+    (unpacked,) = run_plain(plain_version(partitioned), arrays)
+    np.testing.assert_allclose(unpacked, want, rtol=1e-4, atol=1e-4)
+
+
+def test_weight_not_a_constant_is_transformed_in_the_primfunc(monkeypatch):
+    monkeypatch.setenv(conv_winograd.ENV, "2")
+    mod, arrays = make_module(lambda x, w: R.nn.relu(R.nn.conv2d(x, w, padding=1)),
+                              [(1, 12, 9, 10), (16, 12, 3, 3)])
+    partitioned = partition_for_bmlib(mod)
+    assert 'kernel_layout="OIHW"' in partitioned.script(show_meta=False)
+    _assert_winograd(partitioned)
+    (got,), _ = run_offloaded(partitioned, arrays)
+    np.testing.assert_allclose(got, run_plain(mod, arrays)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_disabled_or_not_applicable_keeps_the_direct_template(monkeypatch):
+    monkeypatch.setenv(conv_winograd.ENV, "0")
+    mod, arrays = make_module(lambda x, w: R.nn.conv2d(x, w, padding=1), [(1, 16, 8, 8)],
+                              [(16, 16, 3, 3)])
+    _assert_winograd(partition_for_bmlib(mod), used=False)
+    monkeypatch.setenv(conv_winograd.ENV, "1")
+    strided, _ = make_module(lambda x, w: R.nn.conv2d(x, w, strides=2, padding=1),
+                             [(1, 16, 8, 8)], [(16, 16, 3, 3)])
+    _assert_winograd(partition_for_bmlib(strided), used=False)
+
+
+def test_symbolic_batch_keeps_the_direct_template(monkeypatch):
+    monkeypatch.setenv(conv_winograd.ENV, "1")
+    x = relax.Var("x", relax.TensorType((tvm.tirx.Var("n", "int64"), 16, 8, 8), "float32"))
+    weight = np.random.default_rng(0).standard_normal((16, 16, 3, 3)).astype("float32")
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(R.nn.conv2d(x, relax.const(weight), padding=1))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    partitioned = partition_for_bmlib(mod)
+    _assert_winograd(partitioned, used=False)
+    x = np.random.default_rng(1).standard_normal((2, 16, 8, 8)).astype("float32")
+    (got,), _ = run_offloaded(partitioned, [x])
+    np.testing.assert_allclose(got, run_plain(mod, [x])[0], rtol=1e-4, atol=1e-4)
