@@ -49,7 +49,8 @@ def test_default_rule(monkeypatch):
     assert conv_winograd.winograd_tile(128, 128, 28, 28) == 4
     assert conv_winograd.winograd_tile(256, 256, 14, 14) == 2
     assert conv_winograd.winograd_tile(512, 512, 7, 7) == 2
-    assert conv_winograd.winograd_tile(16, 16, 56, 56) is None
+    assert conv_winograd.winograd_tile(64, 64, 7, 7) == 4
+    assert conv_winograd.winograd_tile(3, 64, 224, 224) is None
     assert conv_winograd.winograd_tile(512, 512, 4, 4) is None
     monkeypatch.setenv(conv_winograd.ENV, "0")
     assert conv_winograd.winograd_tile(64, 64, 56, 56) is None

@@ -82,10 +82,14 @@ def winograd_tile(in_channels: int, out_channels: int, out_h: int, out_w: int) -
     """The output tile ``m`` of the Winograd conv to use for a conv the template can
     compute (see :func:`applicable`), or None for the direct template.
 
-    The default rule follows measurements on AVX-512 (docs/drafts/h-wino.md):
-    ResNet's 3x3 layers of at least 64 channels each way and 7x7 or larger
-    outputs win with F(4x4); smaller channel counts leave the GEMM too short to
-    pay for the transforms.
+    The default rule follows 1-thread A/B measurements on AVX-512 (Rocket Lake,
+    docs/drafts/h-wino.md): F(4x4) wins on every 28x28-or-larger output from 8
+    channels up (1.3-3.0x) and on small layers; with both 7 <= H, W < 28 and
+    at least 128x128 channels F(2x2) wins (its transformed weights are 2.25x
+    smaller than F(4x4)'s, and those layers stream their weights: 1.1-1.9x over
+    the direct conv).  Fewer than 8 input channels (a network's RGB input) leave
+    the GEMM too short: the direct conv is faster (3->64 at 224x224: 1.5x slower
+    with F(4x4)); so are outputs under 7x7 (tiles would be mostly padding).
     """
     mode = os.environ.get(ENV, "").strip()
     if mode == "0":
@@ -94,9 +98,9 @@ def winograd_tile(in_channels: int, out_channels: int, out_h: int, out_w: int) -
         return int(mode)
     if mode == "1":
         return 4 if min(out_h, out_w) >= 4 else 2
-    if min(in_channels, out_channels) < 32 or min(out_h, out_w) < 7:
+    if min(in_channels, out_channels) < 8 or min(out_h, out_w) < 7:
         return None
-    return 4 if min(out_h, out_w) >= 28 else 2
+    return 4 if min(out_h, out_w) >= 28 or in_channels * out_channels < 128 * 128 else 2
 
 
 def applicable(data_shape, weight_shape, strides, dilation, groups: int, dtype: str,
