@@ -119,9 +119,9 @@ def transform_weight(weight: np.ndarray, m: int, kb: int) -> np.ndarray:
     layout ``HWOI{kb}o``), computed in float64."""
     _, g, _ = matrices(m)
     k, c = weight.shape[:2]
-    u = np.einsum("ea,kcab,nb->enkc", g, weight.astype(np.float64), g)
     a = m + 2
-    u = u.reshape(a, a, k // kb, kb, c).transpose(0, 1, 2, 4, 3)
+    u = g @ weight.astype(np.float64) @ g.T  # (K, C, a, a)
+    u = u.reshape(k // kb, kb, c, a, a).transpose(3, 4, 0, 2, 1)
     return np.ascontiguousarray(u.astype(weight.dtype))
 
 
@@ -133,7 +133,7 @@ def untransform_weight(u: np.ndarray) -> np.ndarray:
     pinv = np.linalg.pinv(g)
     ko, c, kb = u.shape[2:]
     plain = u.astype(np.float64).transpose(2, 4, 3, 0, 1).reshape(ko * kb, c, a, a)
-    return np.einsum("ae,kcen,bn->kcab", pinv, plain, pinv).astype(u.dtype)
+    return (pinv @ plain @ pinv.T).astype(u.dtype)
 
 
 def winograd_layout(layout: str) -> Optional[int]:
