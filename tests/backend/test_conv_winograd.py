@@ -133,6 +133,25 @@ def test_disabled_or_not_applicable_keeps_the_direct_template(monkeypatch):
     _assert_winograd(partition_for_bmlib(strided), used=False)
 
 
+def test_prime_output_channels(monkeypatch):
+    """17 output channels block by 1: a constant weight keeps the direct template
+    (Relax has no layout HWOI1o), a weight that is not a constant is transformed in
+    the PrimFunc; both match the plain build."""
+    monkeypatch.setenv(conv_winograd.ENV, "2")
+    const, arrays = make_module(lambda x, w: R.nn.conv2d(x, w, padding=1), [(1, 8, 6, 6)],
+                                [(17, 8, 3, 3)])
+    partitioned = partition_for_bmlib(const)
+    _assert_winograd(partitioned, used=False)
+    (got,), _ = run_offloaded(partitioned, arrays)
+    np.testing.assert_allclose(got, run_plain(const, arrays)[0], rtol=1e-4, atol=1e-4)
+    free, arrays = make_module(lambda x, w: R.nn.conv2d(x, w, padding=1),
+                               [(1, 8, 6, 6), (17, 8, 3, 3)])
+    partitioned = partition_for_bmlib(free)
+    _assert_winograd(partitioned)
+    (got,), _ = run_offloaded(partitioned, arrays)
+    np.testing.assert_allclose(got, run_plain(free, arrays)[0], rtol=1e-4, atol=1e-4)
+
+
 def test_symbolic_batch_keeps_the_direct_template(monkeypatch):
     monkeypatch.setenv(conv_winograd.ENV, "1")
     x = relax.Var("x", relax.TensorType((tvm.tirx.Var("n", "int64"), 16, 8, 8), "float32"))

@@ -10,13 +10,14 @@ GEMMs over channels (:func:`conv2d_winograd`):
 * ``bmlib_winograd_pad``: NCHW (read through :func:`nchw_reader`) padded and
   packed to ``[N, C/cb, Hp, Wp, cb]``, so the input transform loads whole
   vectors of channels (the direct conv's ``bmlib.pack_nchwc`` rule schedules it);
-* ``bmlib_winograd_input``: ``V[e, n, P, C]`` (``P`` tiles, padded to whole
-  register tiles), channels vectorized;
+* ``bmlib_winograd_input_rows`` / ``bmlib_winograd_input``: ``V[e, n, P, C]``
+  (``P`` tiles, padded to whole register tiles), rows ``B^T d`` first, both per
+  tile, channels vectorized;
 * ``bmlib_winograd_gemm``: ``M[e, n, K/kb, P, kb] = sum_c V[e, n, p, c] U[e, n, K/kb, c, kb]``,
   register tiles of ``tp`` tiles x ``kb`` output channels (the direct conv's
   14 accumulators with 32 vector registers);
-* ``bmlib_winograd_output``: ``Y = A^T M A`` written NCHW (through
-  :func:`nchw_writer`'s indexing), fused with the element-wise epilogue (bias,
+* ``bmlib_winograd_output_rows`` / ``bmlib_winograd_output``: ``Y = A^T M A``
+  written NCHW (by :func:`nchw_writer`), fused with the element-wise epilogue (bias,
   batch_norm, activation) and vectorized over ``kb`` output channels.
 
 The transform matrices are constants: each transform is written in Python as a
@@ -175,6 +176,8 @@ def rewrite_conv2d(call, array: np.ndarray, lanes: int) -> Optional[Any]:
     if m is None:
         return None
     kb = out_block(int(array.shape[0]), lanes)
+    if kb == 1:
+        return None  # Relax refuses the layout HWOI1o (a prime channel count over a vector)
     top, left, bottom, right = _padding4(attr_ints(attrs.padding))
     return relax.op.nn.conv2d(
         data, relax.const(transform_weight(array, m, kb)), strides=attrs.strides,
@@ -287,9 +290,17 @@ def register_tile(tiles: int, kb: int, lanes: int, registers: int) -> int:
     return best
 
 
+def nchw_writer(shape, value: Callable[..., Any]) -> te.Tensor:
+    """The output block: NCHW ``shape`` holding ``value(n, k, y, x)`` (the accessor a
+    blocked NCHW{ob}c output would replace: ``[N, K/ob, H, W, ob]`` holding
+    ``value(n, ko * ob + ki, y, x)``, with ob = kb its loops match the schedule's split)."""
+    return te.compute(tuple(shape), value, name="bmlib_winograd_output")
+
+
 def conv2d_winograd(read: Reader, shape, kernel: te.Tensor, padding, m: int, dtype: str,
-                    ctx) -> te.Tensor:
-    """NCHW data (``read``, logical ``shape``) and ``U[a, a, K/kb, C, kb]`` → NCHW."""
+                    ctx, write: Callable[..., te.Tensor] = nchw_writer) -> te.Tensor:
+    """NCHW data (``read``, logical ``shape``) and ``U[a, a, K/kb, C, kb]`` → the
+    output ``write`` makes (NCHW)."""
     at, _, bt = MATRICES[m]
     a = m + 2
     n, channels, h, w = shape
@@ -349,7 +360,7 @@ def conv2d_winograd(read: Reader, shape, kernel: te.Tensor, padding, m: int, dty
         return _by_row(x % m, m, lambda j: _sparse_sum(
             at[j], lambda f: out_rows[y % m, f, ko, p, ki])).astype(dtype)
 
-    return te.compute((n, out_channels, oh, ow), output_transform, name="bmlib_winograd_output")
+    return write((n, out_channels, oh, ow), output_transform)
 
 
 # --------------------------------------------------------------------------- schedules
