@@ -379,8 +379,10 @@ def schedule_winograd_input(sch, block, ctx):
     sch.unroll(nu)
     if cb > 1:
         sch.vectorize(ci)
-    sch.compute_at(rows, outer)
-    inner = sch.get_loops(rows)[1:]  # eps, j, channels of the block (unit loops dropped)
+    # One row of B^T d at a time (a tile's rows would be 36 vectors: a workspace
+    # allocation per tile, as every buffer of 1 KiB or more; see ..schedule).
+    sch.compute_at(rows, eps)
+    inner = sch.get_loops(rows)[2:]  # j, channels of the block (unit loops dropped)
     for loop in inner[:-1] if cb > 1 else inner:
         sch.unroll(loop)
     if cb > 1:
@@ -432,8 +434,8 @@ def schedule_winograd_output(sch, block, ctx):
     if kb > 1:
         sch.vectorize(ki)
     ctx.done.add(str(sch.get(epilogue).name_hint))
-    sch.compute_at(block, xo)
-    inner = sch.get_loops(block)[2:]  # i, f (, channels of the block)
+    sch.compute_at(block, yi)  # one row A^T M of the tile: under 1 KiB, a stack buffer
+    inner = sch.get_loops(block)[4:]  # f (, channels of the block)
     for loop in inner[:-1] if kb > 1 else inner:
         sch.unroll(loop)
     if kb > 1:
