@@ -111,15 +111,23 @@ def test_winograd_conv_bias_bn_relu_matches_plain_build(monkeypatch, channels, o
     np.testing.assert_allclose(unpacked, want, rtol=1e-4, atol=1e-4)
 
 
-def test_weight_not_a_constant_is_transformed_in_the_primfunc(monkeypatch):
+@pytest.mark.parametrize("channels,out_channels,size", [(12, 16, (9, 10)), (64, 64, (8, 8))])
+def test_weight_not_a_constant_is_transformed_in_the_primfunc(monkeypatch, channels,
+                                                              out_channels, size):
+    # 64x64 crashed at run time when the generic rule vectorized the weight transform.
+    def build(x, w):
+        return R.nn.relu(R.nn.conv2d(x, w, padding=1))
+
     monkeypatch.setenv(conv_winograd.ENV, "2")
-    mod, arrays = make_module(lambda x, w: R.nn.relu(R.nn.conv2d(x, w, padding=1)),
-                              [(1, 12, 9, 10), (16, 12, 3, 3)])
+    mod, arrays = make_module(build, [(1, channels, *size), (out_channels, channels, 3, 3)])
     partitioned = partition_for_bmlib(mod)
     assert 'kernel_layout="OIHW"' in partitioned.script(show_meta=False)
     _assert_winograd(partitioned)
     (got,), _ = run_offloaded(partitioned, arrays)
     np.testing.assert_allclose(got, run_plain(mod, arrays)[0], rtol=1e-4, atol=1e-4)
+    # By default a weight transformed on every call is not worth it: the direct conv.
+    monkeypatch.delenv(conv_winograd.ENV)
+    _assert_winograd(partition_for_bmlib(mod), used=False)
 
 
 def test_disabled_or_not_applicable_keeps_the_direct_template(monkeypatch):
