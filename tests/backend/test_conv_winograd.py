@@ -175,3 +175,54 @@ def test_symbolic_batch_keeps_the_direct_template(monkeypatch):
     x = np.random.default_rng(1).standard_normal((2, 16, 8, 8)).astype("float32")
     (got,), _ = run_offloaded(partitioned, [x])
     np.testing.assert_allclose(got, run_plain(mod, [x])[0], rtol=1e-4, atol=1e-4)
+
+
+class _Context:
+    """What conv2d_winograd reads from the codegen's LowerContext: the target."""
+
+    def __init__(self):
+        from bmlib_relax.backend.target import resolve_target
+        self.target = resolve_target(None)
+
+    def lanes(self, dtype):
+        from bmlib_relax.backend.target import vector_lanes
+        return vector_lanes(self.target, dtype)
+
+
+@pytest.mark.parametrize("m", [2, 4])
+def test_blocked_input_and_output_at_te_level(m):
+    """NCHW{8}c data in, NCHW{kb}c out (the reader / writer accessors the blocked
+    layout plugs in), scheduled by the same rules, vs a NumPy convolution."""
+    from tvm import te
+
+    from bmlib_relax.backend.schedule import ScheduleContext, apply_schedules
+
+    ctx = _Context()
+    channels, out_channels, h, w, ib = 16, 32, 9, 7, 8
+    kb = conv_winograd.out_block(out_channels, ctx.lanes("float32"))
+    data = te.placeholder((1, channels // ib, h, w, ib), "float32", name="data")
+    kernel = te.placeholder((m + 2, m + 2, out_channels // kb, channels, kb), "float32",
+                            name="kernel")
+    out = conv_winograd.conv2d_winograd(
+        conv_winograd.blocked_reader(data), [1, channels, h, w], kernel, [1, 1, 1, 1], m,
+        "float32", ctx, write=conv_winograd.blocked_writer)
+    assert [int(d) for d in out.shape] == [1, out_channels // kb, h, w, kb]
+    sctx = ScheduleContext(ctx.target)
+    prim = apply_schedules(te.create_prim_func([data, kernel, out]), ctx.target, sctx)
+    assert not sctx.unscheduled, sctx.unscheduled
+    built = tvm.compile(tvm.IRModule({"main": prim}), target=ctx.target)
+    rng = np.random.default_rng(m)
+    x = rng.standard_normal((1, channels, h, w)).astype("float32")
+    weight = rng.standard_normal((out_channels, channels, 3, 3)).astype("float32")
+    x_blocked = x.reshape(1, channels // ib, ib, h, w).transpose(0, 1, 3, 4, 2).copy()
+    result = tvm.runtime.tensor(np.zeros([int(d) for d in out.shape], "float32"))
+    built["main"](tvm.runtime.tensor(x_blocked),
+                  tvm.runtime.tensor(conv_winograd.transform_weight(weight, m, kb)), result)
+    padded = np.pad(x[0], ((0, 0), (1, 1), (1, 1)))
+    want = np.zeros((out_channels, h, w))
+    for dy in range(3):
+        for dx in range(3):
+            want += np.einsum("kc,chw->khw", weight[:, :, dy, dx],
+                              padded[:, dy:dy + h, dx:dx + w])
+    got = result.numpy()[0].transpose(0, 3, 1, 2).reshape(out_channels, h, w)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -239,6 +239,12 @@ def nchw_reader(data: te.Tensor) -> Reader:
     return lambda n, c, y, x: data[n, c, y, x]
 
 
+def blocked_reader(data: te.Tensor) -> Reader:
+    """``read(n, c, y, x)`` of channel-blocked NCHW{b}c data ``[N, C/b, H, W, b]``."""
+    block = int(data.shape[4])
+    return lambda n, c, y, x: data[n, c // block, y, x, c % block]
+
+
 def _sparse_sum(coefficients, terms: Callable[[int], Any]):
     """``sum_i coefficients[i] * terms(i)`` over the non-zero coefficients, written
     without the multiply for +-1."""
@@ -293,11 +299,19 @@ def register_tile(tiles: int, kb: int, lanes: int, registers: int) -> int:
     return best
 
 
-def nchw_writer(shape, value: Callable[..., Any]) -> te.Tensor:
-    """The output block: NCHW ``shape`` holding ``value(n, k, y, x)`` (the accessor a
-    blocked NCHW{ob}c output would replace: ``[N, K/ob, H, W, ob]`` holding
-    ``value(n, ko * ob + ki, y, x)``, with ob = kb its loops match the schedule's split)."""
+def nchw_writer(shape, value: Callable[..., Any], kb: int) -> te.Tensor:
+    """The output block: NCHW ``shape`` holding ``value(n, k, y, x)`` (see
+    :func:`blocked_writer` for NCHW{kb}c)."""
     return te.compute(tuple(shape), value, name="bmlib_winograd_output")
+
+
+def blocked_writer(shape, value: Callable[..., Any], kb: int) -> te.Tensor:
+    """The output block in NCHW{kb}c, ``[N, K/kb, H, W, kb]`` (``kb`` the GEMM's
+    output-channel block, so the schedule's vectorized channels are the block's)."""
+    n, channels, h, w = shape
+    return te.compute((n, channels // kb, h, w, kb),
+                      lambda nn, ko, y, x, ki: value(nn, ko * kb + ki, y, x),
+                      name="bmlib_winograd_output")
 
 
 def conv2d_winograd(read: Reader, shape, kernel: te.Tensor, padding, m: int, dtype: str,
@@ -363,7 +377,7 @@ def conv2d_winograd(read: Reader, shape, kernel: te.Tensor, padding, m: int, dty
         return _by_row(x % m, m, lambda j: _sparse_sum(
             at[j], lambda f: out_rows[y % m, f, ko, p, ki])).astype(dtype)
 
-    return write((n, out_channels, oh, ow), output_transform)
+    return write((n, out_channels, oh, ow), output_transform, kb)
 
 
 # --------------------------------------------------------------------------- schedules
@@ -438,8 +452,12 @@ def schedule_winograd_output(sch, block, ctx):
     epilogue = inline_epilogue(sch, block)
     if epilogue is None:
         raise ValueError("Winograd output rows without the output transform")
-    n, k, y, x = sch.get_loops(epilogue)
-    ko, ki = sch.split(k, [None, kb])
+    loops = sch.get_loops(epilogue)
+    if len(loops) == 5:  # NCHW{kb}c output (blocked_writer)
+        n, ko, y, x, ki = loops
+    else:
+        n, k, y, x = loops
+        ko, ki = sch.split(k, [None, kb])
     yo, yi = sch.split(y, [None, m])
     xo, xi = sch.split(x, [None, m])
     sch.reorder(n, ko, yo, xo, yi, xi, ki)
