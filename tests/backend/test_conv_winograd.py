@@ -226,3 +226,21 @@ def test_blocked_input_and_output_at_te_level(m):
                               padded[:, dy:dy + h, dx:dx + w])
     got = result.numpy()[0].transpose(0, 3, 1, 2).reshape(out_channels, h, w)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("target, tile", [
+    ({"kind": "llvm", "mcpu": "skylake-avx512"}, (7, 32)),  # 14 of 32 zmm registers
+    ({"kind": "llvm", "mcpu": "haswell"}, (4, 16)),         # 8 of 16 ymm registers
+])
+def test_gemm_tile_follows_the_register_file(monkeypatch, target, tile):
+    monkeypatch.setenv(conv_winograd.ENV, "2")
+    mod, _ = make_module(lambda x, w: R.nn.conv2d(x, w, padding=1), [(1, 16, 28, 28)],
+                         [(32, 16, 3, 3)])
+    partitioned = partition_for_bmlib(mod, target=target)
+    assert offloaded_partitions(partitioned)
+    (prim, _), = lower_and_verify(partitioned, target=target).values()
+    sch = s_tir.Schedule(prim.without_attr("global_symbol"))
+    loops = [sch.get(loop) for loop in sch.get_loops(sch.get_sblock("bmlib_winograd_gemm_update"))]
+    assert (int(loops[-2].extent), int(loops[-1].extent)) == tile
+    assert loops[-2].kind == tvm.tirx.ForKind.UNROLLED
+    assert loops[-1].kind == tvm.tirx.ForKind.VECTORIZED
