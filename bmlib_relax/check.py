@@ -76,6 +76,7 @@ def compare(got: Any, want: Any, rtol: float, atol: float) -> list[Difference]:
 
 
 _PACKED_KERNEL = re.compile(r"^OIHW(\d+)i(\d+)o$")
+_WINOGRAD_KERNEL = re.compile(r"^HWOI(\d+)o$")
 
 
 def _activation_block(layout: str) -> int:
@@ -99,6 +100,8 @@ class _KernelUnpacker(PyExprMutator):
         if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.nn.conv2d"):
             return call
         packed = _PACKED_KERNEL.match(str(call.attrs.kernel_layout))
+        if _WINOGRAD_KERNEL.match(str(call.attrs.kernel_layout)):
+            return _winograd_to_oihw(call)
         if packed is None:
             return call
         data, weight = call.args
@@ -118,6 +121,25 @@ class _KernelUnpacker(PyExprMutator):
             kernel_layout="OIHW", out_layout="NCHW" if out_block else attrs.out_layout,
             out_dtype=attrs.out_dtype))
         return to_blocked(conv, out_block) if out_block else conv
+
+
+def _winograd_to_oihw(call: relax.Call) -> relax.Expr:
+    """A Winograd conv (``HWOI{kb}o``: ``U = G g G^T``, padding grown by ``a - 3``, see
+    backend/templates/conv_winograd.py) as the OIHW conv it computes:
+    ``g = G+ U G+^T`` with ``G+`` the pseudo-inverse of ``G``."""
+    from .backend.templates.conv_winograd import matrices
+
+    data, weight = call.args
+    a, _, ko, c, kb = [int(d) for d in weight.ty.shape.values]
+    pinv = np.linalg.pinv(matrices(a - 2)[1]).astype("float32")
+    plain = relax.op.reshape(relax.op.permute_dims(weight, [2, 4, 3, 0, 1]), (ko * kb, c, a, a))
+    oihw = relax.op.matmul(relax.op.matmul(relax.const(pinv), plain), relax.const(pinv.T))
+    attrs = call.attrs
+    top, left, bottom, right = [int(p) for p in attrs.padding]
+    return relax.op.nn.conv2d(
+        data, oihw, strides=attrs.strides, padding=(top, left, bottom - (a - 3), right - (a - 3)),
+        dilation=attrs.dilation, groups=attrs.groups, data_layout=attrs.data_layout,
+        kernel_layout="OIHW", out_layout=attrs.out_layout, out_dtype=attrs.out_dtype)
 
 
 def unpack_kernels(mod: tvm.IRModule) -> tvm.IRModule:

@@ -270,6 +270,7 @@ def check_conv2d_residual(context: PatternCheckContext) -> bool:
 
 
 _BLOCKED_OIHW = re.compile(r"OIHW(\d+)i(\d+)o")
+_WINOGRAD_HWOI = re.compile(r"HWOI(\d+)o")  # templates/conv_winograd.py's transformed weights
 
 
 _BLOCKED_NCHW = re.compile(r"NCHW(\d+)c")
@@ -295,7 +296,8 @@ def is_pool_layout(layout: str) -> bool:
 
 
 def is_conv2d_kernel_layout(layout: str) -> bool:
-    return layout == "OIHW" or _BLOCKED_OIHW.fullmatch(layout) is not None
+    return layout == "OIHW" or _BLOCKED_OIHW.fullmatch(layout) is not None or \
+        _WINOGRAD_HWOI.fullmatch(layout) is not None
 
 
 def blocked_kernel_layout(layout: str) -> Optional[tuple[int, int]]:

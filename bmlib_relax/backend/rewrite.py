@@ -114,6 +114,10 @@ class _WeightPacker(PyExprMutator):
         out_channels = array.shape[0]
         lanes = vector_lanes(self.target, str(call.ty.dtype) if str(array.dtype) in
                              QUANTIZED_DTYPES else str(array.dtype))
+        winograd = _winograd(call, array, lanes)
+        if winograd is not None:  # 3x3 stride 1 fp32 (templates/conv_winograd.py)
+            self.packed += 1
+            return winograd
         dot = conv2d_dot_layout(self.target, str(data.ty.dtype), array, groups)
         if conv2d_packs_own_weight(self.target, str(data.ty.dtype), array, groups):
             return call
@@ -168,6 +172,11 @@ class _WeightPacker(PyExprMutator):
             return call
         self.packed += 1
         return relax.const(np.ascontiguousarray(array.T))
+
+def _winograd(call: relax.Call, array: np.ndarray, lanes: int):
+    from .templates.conv_winograd import rewrite_conv2d  # lazy: templates import this module
+    return rewrite_conv2d(call, array, lanes)
+
 
 def rewrite_functions(mutator: PyExprMutator, mod: tvm.IRModule) -> tvm.IRModule:
     """Apply ``mutator`` to every Relax function of ``mod`` except external (Codegen) ones."""

@@ -26,6 +26,12 @@ AVX512 = {"kind": "llvm", "mcpu": "skylake-avx512"}
 AVX2 = {"kind": "llvm", "mcpu": "haswell"}
 
 
+@pytest.fixture(autouse=True)
+def _direct_template(monkeypatch):
+    """These are the direct template's tiles: no Winograd (test_conv_winograd.py has its own)."""
+    monkeypatch.setenv("BMLIB_WINOGRAD", "0")
+
+
 def _conv_bias_relu(strides=1, padding=1, groups=1):
     def build(x, w, b):
         out = R.nn.conv2d(x, w, strides=strides, padding=padding, groups=groups)

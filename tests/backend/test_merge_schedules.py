@@ -71,8 +71,12 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("winograd", ["0", "1"])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_merged_convolutions_are_scheduled_and_correct(case):
+def test_merged_convolutions_are_scheduled_and_correct(monkeypatch, case, winograd):
+    # BMLIB_WINOGRAD: the direct template's rules ("0"), or Winograd for the 3x3
+    # stride-1 convs ("1", templates/conv_winograd.py).
+    monkeypatch.setenv("BMLIB_WINOGRAD", winograd)
     build, shape, weights, rules = CASES[case]
     mod, arrays = make_module(build, [shape], weights)
     # The NCHW schedules (GEMM, unpack epilogues) of merged partitions; the blocked
@@ -82,10 +86,10 @@ def test_merged_convolutions_are_scheduled_and_correct(case):
     lowered = lower_and_verify(partitioned)
     (name, (prim, record)), = lowered.items()  # merged: both convolutions in one partition
     script = prim.script()
-    convs = {b for b in re.findall(r'T\.sblock\("(bmlib_conv2d\w*)"\)', script)
-             if not b.endswith("_init")}
+    convs = {b for b in re.findall(r'T\.sblock\("(bmlib_conv2d\w*|bmlib_winograd_gemm\w*_update)"\)',
+                                   script) if not b.endswith("_init")}
     assert len(convs) == 2, convs
-    for rule in rules:
+    for rule in rules if winograd == "0" else ():
         assert f'"bmlib_schedule": "{rule}"' in script
     assert record.unscheduled == []
     assert "T.parallel" in script and "T.vectorized" in script

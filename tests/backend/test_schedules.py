@@ -37,7 +37,8 @@ def test_default_target_is_the_host_cpu():
                              "mcpu": str(tvm.target.codegen.llvm_get_system_cpu())}
 
 
-def test_conv2d_weights_are_packed_once_and_stay_arguments():
+def test_conv2d_weights_are_packed_once_and_stay_arguments(monkeypatch):
+    monkeypatch.setenv("BMLIB_WINOGRAD", "0")  # the direct template's blocked weights
     mod, arrays = make_module(_conv_relu, [(1, 16, 10, 10)], [(16, 16, 3, 3)])
     partitioned = partition_for_bmlib(mod)
     text = partitioned.script()
@@ -80,10 +81,11 @@ def test_conv2d_schedule_is_applied():
     ((1, 8, 9, 9), (48, 8, 3, 3), 2, 1),        # 5x5 output
     ((1, 8, 7, 7), (24, 8, 3, 3), 1, 1),        # 24 channels: one-vector blocks, 8-pixel tiles
 ])
-def test_conv2d_on_widths_without_whole_row_tiles(data, weight, strides, padding):
+def test_conv2d_on_widths_without_whole_row_tiles(monkeypatch, data, weight, strides, padding):
     # Rows of 5, 6 or 10 pixels take no whole tile of 4 or 8 (AVX2), 7 or 14
     # (AVX-512): the output pixels are tiled as one flat, padded axis, whose
     # padding must not leak into the output.
+    monkeypatch.setenv("BMLIB_WINOGRAD", "0")  # the direct template (3x3 s1: Winograd)
     def build(x, w, b):
         return R.nn.relu(R.add(R.nn.conv2d(x, w, strides=strides, padding=padding),
                                R.reshape(b, (weight[0], 1, 1))))
@@ -126,11 +128,13 @@ def _parallel_bodies(asm: str) -> list[str]:
     return [body.split(".Lfunc_end")[0] for body in parts[2::2]]
 
 
-@pytest.mark.parametrize("kernel", ["conv2d", "matmul"])
-def test_accumulator_tiles_are_not_workspace_allocations(kernel):
+@pytest.mark.parametrize("kernel", ["conv2d", "conv2d_direct", "matmul"])
+def test_accumulator_tiles_are_not_workspace_allocations(monkeypatch, kernel):
     # A "local" tile would become a TVMBackendAllocWorkspace/FreeWorkspace pair
     # per tile inside the parallel loop (see the register-tile note in schedule.py).
-    if kernel == "conv2d":
+    # conv2d: Winograd (3x3 stride 1), conv2d_direct: the direct template.
+    monkeypatch.setenv("BMLIB_WINOGRAD", "0" if kernel == "conv2d_direct" else "1")
+    if kernel.startswith("conv2d"):
         mod, _ = make_module(_conv_relu, [(1, 16, 14, 14)], [(32, 16, 3, 3)])
     else:
         mod, _ = make_module(lambda x, w: R.nn.relu(R.matmul(x, w)), [(64, 128)], [(128, 64)])

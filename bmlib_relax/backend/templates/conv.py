@@ -54,6 +54,9 @@ _BLOCKED_NCHW = re.compile(r"NCHW(\d+)c")
 
 @register_template("relax.nn.conv2d", symbolic_dims="batch")
 def conv2d(call, inputs, ctx):
+    from .conv_winograd import dispatch  # builds on this module, so imported here
+    if (winograd := dispatch(call, inputs, ctx)) is not None:  # 3x3 stride-1 fp32
+        return winograd
     attrs = call.attrs
     data, weight = inputs
     kernel_layout = str(attrs.kernel_layout)
