@@ -136,10 +136,17 @@ def _winograd_to_oihw(call: relax.Call) -> relax.Expr:
     oihw = relax.op.matmul(relax.op.matmul(relax.const(pinv), plain), relax.const(pinv.T))
     attrs = call.attrs
     top, left, bottom, right = [int(p) for p in attrs.padding]
-    return relax.op.nn.conv2d(
+    # Blocked NCHW{b}c activations (backend/blocked_layout.py): convolve in NCHW.
+    data_block, out_block = (_activation_block(str(attrs.data_layout)),
+                             _activation_block(str(attrs.out_layout)))
+    if data_block:
+        data = to_nchw(data, data_block)
+    conv = relax.op.nn.conv2d(
         data, oihw, strides=attrs.strides, padding=(top, left, bottom - (a - 3), right - (a - 3)),
-        dilation=attrs.dilation, groups=attrs.groups, data_layout=attrs.data_layout,
-        kernel_layout="OIHW", out_layout=attrs.out_layout, out_dtype=attrs.out_dtype)
+        dilation=attrs.dilation, groups=attrs.groups,
+        data_layout="NCHW" if data_block else attrs.data_layout, kernel_layout="OIHW",
+        out_layout="NCHW" if out_block else attrs.out_layout, out_dtype=attrs.out_dtype)
+    return to_blocked(conv, out_block) if out_block else conv
 
 
 def unpack_kernels(mod: tvm.IRModule) -> tvm.IRModule:

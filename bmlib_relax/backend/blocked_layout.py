@@ -41,6 +41,7 @@ from ..registry import Registry
 from .layout import BINARY, UNARY, _Substitute
 from .rewrite import (conv2d_blocking, const_array, depthwise_blocking, pack_conv2d_weight)
 from .target import vector_lanes
+from .templates.conv_winograd import winograd_conv2d
 
 BLOCKED_DTYPES = ("float32", "float16")  # what the conv templates compute in
 ENV_SWITCH = "BMLIB_BLOCKED_LAYOUT"
@@ -322,15 +323,21 @@ def _conv2d(conv: _BlockedConverter, var: relax.Var, call: relax.Call) -> bool:
     if bn is not None:
         scale, shift = _batch_norm_params(bn)
         array = (array.astype("float64") * scale.reshape(-1, 1, 1, 1)).astype(array.dtype)
-    packed = pack_conv2d_weight(array, 1 if groups > 1 else ib, ob)
-    kernel_layout = f"OIHW{1 if groups > 1 else ib}i{ob}o"
     source = twin[0] if twin is not None else conv.substitute(data)
-    result = conv.bb.emit(relax.op.nn.conv2d(
-        source, relax.const(packed), strides=attrs.strides, padding=attrs.padding,
-        dilation=attrs.dilation, groups=groups,
-        data_layout=blocked_layout_name(ib) if twin is not None else "NCHW",
-        kernel_layout=kernel_layout, out_layout=blocked_layout_name(ob),
-        out_dtype=attrs.out_dtype))
+    data_layout = blocked_layout_name(ib) if twin is not None else "NCHW"
+    # A 3x3 stride-1 conv where Winograd wins takes its transformed weight (HWOI{ob}o)
+    # and reads and writes the same blocked activations (templates/conv_winograd.py).
+    blocked = winograd_conv2d(source, array, attrs, _static_shape(data), str(data.ty.dtype),
+                              _static_shape(call), lanes, data_layout, ob) \
+        if groups == 1 else None
+    if blocked is None:
+        packed = pack_conv2d_weight(array, 1 if groups > 1 else ib, ob)
+        blocked = relax.op.nn.conv2d(
+            source, relax.const(packed), strides=attrs.strides, padding=attrs.padding,
+            dilation=attrs.dilation, groups=groups, data_layout=data_layout,
+            kernel_layout=f"OIHW{1 if groups > 1 else ib}i{ob}o",
+            out_layout=blocked_layout_name(ob), out_dtype=attrs.out_dtype)
+    result = conv.bb.emit(blocked)
     conv.twin[var] = (result, ob)
     conv.converted += 1
     if bn is not None:

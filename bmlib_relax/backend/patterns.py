@@ -279,10 +279,15 @@ _BLOCKED_NCHW = re.compile(r"NCHW(\d+)c")
 def blocked_conv2d_layouts(data: str, kernel: str, out: str, groups: int) -> bool:
     """NCHW or NCHW{ib}c data, an OIHW{ib}i{ob}o kernel and an NCHW{ob}c result: the
     blocked forms the conv2d template takes (groups 1; or depthwise, whose kernel
-    blocks one input channel and whose data has the output's blocks)."""
+    blocks one input channel and whose data has the output's blocks).  A Winograd
+    kernel (``HWOI{kb}o``) reads NCHW or any NCHW{b}c and writes NCHW{kb}c."""
     blocking = blocked_kernel_layout(kernel)
     out_match = _BLOCKED_NCHW.fullmatch(out)
     data_match = _BLOCKED_NCHW.fullmatch(data)
+    winograd = _WINOGRAD_HWOI.fullmatch(kernel)
+    if winograd is not None:  # transformed weights (conv_winograd.py): any input block
+        return groups == 1 and out_match is not None and \
+            out_match.group(1) == winograd.group(1) and (data == "NCHW" or data_match is not None)
     if blocking is None or out_match is None or int(out_match.group(1)) != blocking[1] or \
             (groups > 1 and blocking[0] != 1):
         return False

@@ -159,30 +159,44 @@ def _divisor_at_most(n: int, limit: int) -> int:
 
 
 def rewrite_conv2d(call, array: np.ndarray, lanes: int) -> Optional[Any]:
-    """The Winograd form of a constant-weight Relax ``conv2d`` (see the module
-    docstring), or None when the template does not apply or would not win."""
-    from tvm import relax  # the backend's Relax side; templates themselves need TE only
-
-    attrs = call.attrs
+    """The Winograd form of a constant-weight Relax ``conv2d`` on NCHW data (see the
+    module docstring), or None when the template does not apply or would not win."""
     data = call.args[0]
     shape = [getattr(d, "value", d) for d in data.ty.shape.values]
-    out = [getattr(d, "value", d) for d in call.ty.shape.values]
+    return winograd_conv2d(data, array, call.attrs, shape, str(data.ty.dtype),
+                           [getattr(d, "value", d) for d in call.ty.shape.values], lanes)
+
+
+def winograd_conv2d(data, array: np.ndarray, attrs, shape, dtype: str, out_shape, lanes: int,
+                    data_layout: str = "NCHW", result_block: Optional[int] = None
+                    ) -> Optional[Any]:
+    """``conv2d(data, U, kernel_layout="HWOI{kb}o")`` computing the conv ``attrs``
+    describes with the OIHW weight ``array`` (logical NCHW ``shape`` and ``out_shape``),
+    or None when Winograd does not apply or would not win.
+
+    ``data_layout`` is the layout ``data`` is in (``NCHW`` or a blocked ``NCHW{b}c``:
+    the template reads either); ``result_block`` asks for an ``NCHW{kb}c`` result (the
+    blocked layout pass, :mod:`..blocked_layout`), and is refused (None) unless it is
+    the Winograd GEMM's own output-channel block ``kb``.
+    """
+    from tvm import relax  # the backend's Relax side; templates themselves need TE only
+
     if not applicable(shape, array.shape, attr_ints(attrs.strides), attr_ints(attrs.dilation),
-                      int(attrs.groups), str(data.ty.dtype),
-                      out_dtype(attrs, str(data.ty.dtype))) or \
-            not all(isinstance(d, int) for d in out) or str(array.dtype) != "float32":
+                      int(attrs.groups), dtype, out_dtype(attrs, dtype)) or \
+            not all(isinstance(d, int) for d in out_shape) or str(array.dtype) != "float32":
         return None
-    m = winograd_tile(int(shape[1]), int(array.shape[0]), int(out[2]), int(out[3]))
+    m = winograd_tile(int(shape[1]), int(array.shape[0]), int(out_shape[2]), int(out_shape[3]))
     if m is None:
         return None
     kb = out_block(int(array.shape[0]), lanes)
-    if kb == 1:
+    if kb == 1 or (result_block is not None and result_block != kb):
         return None  # Relax refuses the layout HWOI1o (a prime channel count over a vector)
     top, left, bottom, right = _padding4(attr_ints(attrs.padding))
     return relax.op.nn.conv2d(
         data, relax.const(transform_weight(array, m, kb)), strides=attrs.strides,
         padding=(top, left, bottom + m - 1, right + m - 1), dilation=attrs.dilation,
-        groups=1, data_layout="NCHW", kernel_layout=f"HWOI{kb}o", out_layout="NCHW",
+        groups=1, data_layout=data_layout, kernel_layout=f"HWOI{kb}o",
+        out_layout="NCHW" if result_block is None else f"NCHW{kb}c",
         out_dtype=attrs.out_dtype)
 
 
@@ -202,10 +216,21 @@ def dispatch(call, inputs, ctx) -> Optional[te.Tensor]:
     attrs = call.attrs
     data, weight = inputs
     kb = winograd_layout(str(attrs.kernel_layout))
-    if str(attrs.data_layout) != "NCHW" or str(attrs.out_layout) not in ("NCHW", ""):
+    data_block, result_block = (_activation_block(str(attrs.data_layout)),
+                                _activation_block(str(attrs.out_layout) or "NCHW"))
+    if data_block is None or result_block is None:
         return None
     dtype = out_dtype(attrs, str(data.dtype))
     shape = [int(d) if isinstance(d, (int, tirx.IntImm)) else d for d in data.shape]
+    if data_block:  # NCHW{b}c data: its logical NCHW shape, read through blocked_reader
+        shape = shape[:1] + [shape[1] * shape[4]] + shape[2:4]
+    read = blocked_reader(data) if data_block else nchw_reader(data)
+    if kb is None and (data_block or result_block):
+        return None  # blocked data with an OIHW{ib}i{ob}o weight: the direct template
+    if result_block and result_block != kb:
+        raise ctx.error(f"Winograd conv2d: output layout {attrs.out_layout} is not blocked "
+                        f"by the kernel's {kb} output channels")
+    write = blocked_writer if result_block else nchw_writer
     strides, dilation = attr_ints(attrs.strides), attr_ints(attrs.dilation)
     padding = _padding4(attr_ints(attrs.padding))
     if kb is not None:
@@ -216,7 +241,7 @@ def dispatch(call, inputs, ctx) -> Optional[te.Tensor]:
             raise ctx.error(f"Winograd kernel layout {attrs.kernel_layout} with a {a}x{a} "
                             f"transformed kernel has no template for this conv2d")
         padding = padding[:2] + [padding[2] - (m - 1), padding[3] - (m - 1)]
-        return conv2d_winograd(nchw_reader(data), shape, weight, padding, m, dtype, ctx)
+        return conv2d_winograd(read, shape, weight, padding, m, dtype, ctx, write)
     if str(attrs.kernel_layout) != "OIHW" or not applicable(
             shape, [int(d) for d in weight.shape], strides, dilation, int(attrs.groups),
             str(data.dtype), dtype):
@@ -227,6 +252,14 @@ def dispatch(call, inputs, ctx) -> Optional[te.Tensor]:
         return None
     kernel = kernel_transform(weight, m, out_block(int(weight.shape[0]), ctx.lanes(dtype)))
     return conv2d_winograd(nchw_reader(data), shape, kernel, padding, m, dtype, ctx)
+
+
+def _activation_block(layout: str) -> Optional[int]:
+    """0 for NCHW, ``b`` for a blocked NCHW{b}c, None for any other layout."""
+    if layout == "NCHW":
+        return 0
+    match = re.fullmatch(r"NCHW(\d+)c", layout)
+    return int(match.group(1)) if match else None
 
 
 # --------------------------------------------------------------------------- compute
