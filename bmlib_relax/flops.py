@@ -183,6 +183,10 @@ def layout_dims(shape: list[int], layout: str) -> dict[str, int]:
     return dims
 
 
+# The kernel layout of a Winograd conv2d's transformed weight (see _conv_flops).
+WINOGRAD_KERNEL = re.compile(r"HWOI\d+o")
+
+
 def _conv_flops(call, default_data: str, default_kernel: str, transposed: bool) -> int:
     attrs = call.attrs
     out = layout_dims(_shape(call.ty), str(getattr(attrs, "out_layout", "") or
@@ -192,6 +196,11 @@ def _conv_flops(call, default_data: str, default_kernel: str, transposed: bool) 
                          str(getattr(attrs, "kernel_layout", default_kernel)))
     spatial = [axis for axis in "DHW" if axis in weight]
     window = math.prod(weight[axis] for axis in spatial)
+    if WINOGRAD_KERNEL.fullmatch(str(getattr(attrs, "kernel_layout", ""))):
+        # A Winograd conv's weight is U = G g G^T, a x a per channel pair
+        # (backend/templates/conv_winograd.py): it computes the 3x3 conv, whose
+        # FLOPs are counted, as for every conv, as the direct convolution's.
+        window = 9
     groups = int(getattr(attrs, "groups", 1))
     if transposed:
         # Every input element is scattered onto (O / groups) * window outputs.
