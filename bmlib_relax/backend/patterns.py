@@ -282,9 +282,12 @@ def _reduction_dims_agree(context: PatternCheckContext) -> bool:
 
 
 def check_dense(context: PatternCheckContext) -> bool:
-    # nn.dense's weight is 2-D and transposed by permute_dims([1, 0]).
+    # nn.dense's weight is 2-D and transposed by permute_dims([1, 0]), or its 3-D
+    # column panels (rewrite.pack_dense_weight) read through a [K, N] view.
     weight = _shape(context.annotated_expr["weight"])
-    return weight is not None and len(weight) == 2 and check_matmul(context)
+    rhs = _shape(context.annotated_expr["rhs"])
+    return weight is not None and rhs is not None and len(rhs) == 2 and \
+        len(weight) in (2, 3) and check_matmul(context)
 
 
 def check_batch_matmul(context: PatternCheckContext) -> bool:
@@ -415,7 +418,11 @@ def make_matmul_pattern(transposed_rhs: Optional[bool] = None, with_bias: bool =
     ``matmul(x, permute_dims(w))``, ``None`` accepts either."""
     lhs, weight = wildcard(), wildcard()
     transposed = is_op("relax.permute_dims")(weight)
-    rhs = {True: transposed, False: weight, None: transposed | weight}[transposed_rhs]
+    # A dense weight packed into column panels (rewrite.pack_dense_weight) is read
+    # through its view reshape(permute_dims(panels)), lowered inside the partition.
+    panels = is_op("relax.reshape")(is_op("relax.permute_dims")(weight), wildcard())
+    rhs = {True: transposed | panels, False: weight,
+           None: panels | transposed | weight}[transposed_rhs]
     matmul = is_op("relax.matmul")(lhs, rhs)
     annotations: Annotations = {"lhs": lhs, "rhs": rhs, "weight": weight, "matmul": matmul}
     out = _bias(matmul, annotations) if with_bias else matmul

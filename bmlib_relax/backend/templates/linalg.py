@@ -16,10 +16,20 @@ import tvm
 from tvm import te, topi
 
 from ..schedule import divisor_at_most, inline_epilogue
+from ..target import vector_registers
 from ._utils import dims, out_dtype, result_shape, same_dim, same_shape, static_dim
 from .registry import SCHEDULE_ATTR, register_schedule, register_template
 
-MAX_ACCUMULATORS = 12  # vector registers held by a register tile
+MAX_ACCUMULATORS = 12  # vector registers held by a register tile (16-register targets)
+# With 32 vector registers (AVX-512) the tile holds 24 accumulators (8 rows x 3 vectors):
+# per k step 3 B vectors and 8 A broadcasts feed 24 FMAs, half the B traffic per FMA of
+# the 12-accumulator tile (a 128x768x768 dense: 164 -> 194 GFLOP/s on one core).
+WIDE_ACCUMULATORS = 24
+
+
+def accumulator_budget(target) -> int:
+    """Vector accumulators a register tile may hold on ``target``."""
+    return WIDE_ACCUMULATORS if vector_registers(target) >= 32 else MAX_ACCUMULATORS
 
 
 @register_template("relax.matmul", symbolic_dims=True)
@@ -53,7 +63,7 @@ def matmul(call, inputs, ctx):
         # Symbolic rows / columns: padded to whole register tiles, so the tile loops
         # are static and vectorized (the guarded tail is the padding, dropped below).
         tile = padded_tile(static_dim(rows), static_dim(cols), ctx.lanes(dtype),
-                           tvm.runtime.DataType(dtype).bits // 8)
+                           accumulator_budget(ctx.target))
         if static_dim(rows) is None and tile[0] > 1:
             a2 = _pad_axis(a2, len(a2.shape) - 2, tile[0])
             attrs[TILE_ATTR] = list(tile)
@@ -81,12 +91,12 @@ SYMBOLIC_ROWS_HINT = 3
 
 
 def padded_tile(rows: "int | None", cols: "int | None", lanes: int,
-                itemsize: int) -> tuple[int, int]:
+                accumulators: int = MAX_ACCUMULATORS) -> tuple[int, int]:
     """The register tile of a matmul with symbolic rows or columns (None), as
     :func:`matmul_tile` picks it for ``SYMBOLIC_ROWS_HINT`` rows and up to 4 vectors
     of columns; a symbolic extent is padded to a multiple of the tile."""
     return matmul_tile(rows if rows is not None else SYMBOLIC_ROWS_HINT,
-                       cols if cols is not None else 4 * lanes, lanes, itemsize)
+                       cols if cols is not None else 4 * lanes, lanes, accumulators)
 
 
 def _pad_axis(tensor, axis: int, multiple: int):
@@ -121,28 +131,30 @@ def _broadcast(batch_a, batch_b, ctx):
     return out
 
 
-# A register tile is a small "global" buffer that LLVM keeps in registers; at
-# 1 KiB TVM would turn it into a workspace allocation per tile (see the note on
-# register tiles in ..schedule).
-TILE_MAX_BYTES = 1024 - 1
+def panel_vectors(col_vectors: int, rows: "int | None") -> int:
+    """Vectors of columns in a register tile (the width of a packed B panel), from the
+    column count alone, so compile-time weight packing (:mod:`..rewrite`) and the
+    schedule agree: 3 vectors when they divide (8 rows x 3 = 24 accumulators), else
+    4, 2, 1 (keeping two panels or more for the threads).  One row (a GEMV) has no rows to reuse a B vector over: up to 8 vectors,
+    8 independent FMA chains per k step."""
+    if rows == 1:
+        return divisor_at_most(col_vectors, 8)
+    fits = [v for v in (3, 4, 2, 1) if col_vectors % v == 0]
+    # at least two column panels when the columns allow: they are the parallel loop
+    return next((v for v in fits if col_vectors // v >= 2), fits[0])
 
 
-def matmul_tile(rows: int, cols: int, lanes: int, itemsize: int = 4) -> tuple[int, int]:
-    """``(rows_tile, cols_tile)`` of the register tile: up to 4 vectors of
-    columns (whole vectors when ``cols`` allows) by as many rows as the register
-    budget (``MAX_ACCUMULATORS`` vectors, under 1 KiB) leaves, each a divisor of
-    its extent."""
+def matmul_tile(rows: int, cols: int, lanes: int,
+                accumulators: int = MAX_ACCUMULATORS) -> tuple[int, int]:
+    """``(rows_tile, cols_tile)`` of the register tile: :func:`panel_vectors` whole
+    vectors of columns (when ``cols`` allows) by as many rows as the ``accumulators``
+    budget leaves, each a divisor of its extent.
+
+    A tile over 1 KiB is allocated once per parallel iteration (a workspace, see the
+    register-tile note in ..schedule), never per tile; LLVM keeps it in registers."""
     if cols % lanes == 0:
-        budget = min(MAX_ACCUMULATORS, TILE_MAX_BYTES // (lanes * itemsize))
-        best = (1, lanes)
-        for vectors in range(1, 5):
-            if (cols // lanes) % vectors:
-                continue
-            rows_tile = divisor_at_most(rows, max(1, budget // vectors))
-            # most accumulators (FMAs per loaded vector), then more rows
-            if (rows_tile * vectors, rows_tile) > (best[0] * best[1] // lanes, best[0]):
-                best = (rows_tile, vectors * lanes)
-        return best
+        vectors = panel_vectors(cols // lanes, rows)
+        return divisor_at_most(rows, max(1, accumulators // vectors)), vectors * lanes
     return divisor_at_most(rows, 4), divisor_at_most(cols, lanes)
 
 
@@ -172,11 +184,15 @@ def schedule_matmul(sch, block, ctx):
         raise ValueError("a matmul with symbolic columns that were not padded to tiles")
     dtype = str(sch.get(block).writes[0].source.dtype)
     lanes = ctx.lanes(dtype)
+    budget = accumulator_budget(ctx.target)
+    packed_width = _inline_packed_weight(sch, block, cols)
     if padded is not None:  # symbolic extents padded to whole tiles by the template
         rows_tile, cols_tile = (int(t) for t in padded)
+    elif packed_width is not None:  # the panel width the weight was packed with
+        rows_tile = divisor_at_most(rows, max(1, budget * lanes // packed_width))
+        cols_tile = packed_width
     else:
-        rows_tile, cols_tile = matmul_tile(1 if rows is None else rows, cols, lanes,
-                                           tvm.runtime.DataType(dtype).bits // 8)
+        rows_tile, cols_tile = matmul_tile(1 if rows is None else rows, cols, lanes, budget)
     epilogue = inline_epilogue(sch, block)
     unpadded = None  # with padding: the epilogue that reads the padded result
     if epilogue is not None and \
@@ -218,9 +234,46 @@ def schedule_matmul(sch, block, ctx):
     sch.decompose_reduction(block, k)
     if unpadded is not None:
         _epilogue_per_tile(sch, unpadded, io, lanes if cols is not None else None, ctx)
-    # Symbolic rows: a free batch / sequence length is taken to span several row tiles.
-    _pack_b_panel(sch, block, outer, 2 if rows is None else rows // rows_tile, cols_tile,
-                  lanes)
+    if packed_width is None:  # else the weight already is in panels
+        # Symbolic rows: a free batch / sequence length is taken to span several row tiles.
+        _pack_b_panel(sch, block, outer, 2 if rows is None else rows // rows_tile, cols_tile,
+                      lanes)
+
+
+def _inline_packed_weight(sch, block, cols) -> "int | None":
+    """Read a compile-time packed weight in place: when B is ``reshape(permute_dims(W,
+    [1, 0, 2]), [K, N])`` of a ``[N / nr, K, nr]`` parameter (see ``pack_dense_weight``
+    in :mod:`..rewrite`), inline both view blocks, so the matmul reads ``W[j // nr, k,
+    j % nr]``: each parallel iteration streams one contiguous ``K x nr`` panel, with no
+    copy at run time.  Returns ``nr``, or None (B left as it is)."""
+    if cols is None:
+        return None
+    b_buffer = sch.get(block).reads[-1].source
+    producers = [p for p in sch.get_producers(block)
+                 if sch.get(p).writes[0].source.same_as(b_buffer)]
+    if len(producers) != 1:
+        return None
+    chain = [producers[0]]
+    inner = sch.get_producers(chain[0])
+    if len(inner) != 1:
+        return None
+    chain.append(inner[0])
+    if sch.get_producers(chain[1]) or len(sch.get(chain[1]).reads) != 1:
+        return None
+    for view in chain:
+        stmt = sch.get(view)
+        if SCHEDULE_ATTR in stmt.annotations or len(stmt.reads) != 1 or \
+                any(int(iv.iter_type) != 0 for iv in stmt.iter_vars):
+            return None
+    source = sch.get(chain[1]).reads[0].source
+    shape = [static_dim(d) for d in source.shape]
+    b_shape = [static_dim(d) for d in b_buffer.shape]
+    if len(shape) != 3 or len(b_shape) != 2 or None in shape or None in b_shape or \
+            b_shape != [shape[1], shape[0] * shape[2]] or shape[0] * shape[2] != cols:
+        return None
+    for view in chain:
+        sch.compute_inline(view)
+    return shape[2]
 
 
 def _epilogue_per_tile(sch, epilogue, io, lanes, ctx) -> None:
