@@ -31,7 +31,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from .dot_product import conv2d_dot_layout, conv2d_packs_own_weight, pack_dot_weight
 from .target import vector_lanes
-from .templates.linalg import panel_vectors
+from .templates.linalg import packed_panel_width
 
 PACKABLE_DTYPES = ("float32", "float16")
 # Quantized (QNN) weights: packed too, blocked by the vectors of their int32 accumulator.
@@ -123,14 +123,15 @@ class _WeightPacker(PyExprMutator):
                 not isinstance(lhs.ty, relax.TensorType) or lhs.ty.ndim < 1 or \
                 not _static(lhs.ty, lhs.ty.ndim - 1):
             return call
-        lanes = vector_lanes(self.target, "float32")
         k, n = array.shape
-        if n % lanes or n == lanes:
-            return call  # one vector of columns: nothing to cut into panels
         rows = None
         if lhs.ty.ndim >= 2 and _static(lhs.ty, lhs.ty.ndim - 2):
             rows = int(lhs.ty.shape.values[-2])
-        width = panel_vectors(n // lanes, rows) * lanes
+        elif lhs.ty.ndim == 1:
+            rows = 1
+        width = packed_panel_width(rows, n, vector_lanes(self.target, "float32"))
+        if width is None:
+            return call
         panels = relax.const(pack_dense_weight(array, width))
         view = self.builder_.emit(relax.op.reshape(
             self.builder_.emit(relax.op.permute_dims(panels, [1, 0, 2])), (k, n)))

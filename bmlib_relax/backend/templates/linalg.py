@@ -12,6 +12,8 @@ the tile loops stay static: the padding is the guarded tail.
 """
 from __future__ import annotations
 
+import math
+
 import tvm
 from tvm import te, topi
 
@@ -142,6 +144,26 @@ def panel_vectors(col_vectors: int, rows: "int | None") -> int:
     fits = [v for v in (3, 4, 2, 1) if col_vectors % v == 0]
     # at least two column panels when the columns allow: they are the parallel loop
     return next((v for v in fits if col_vectors // v >= 2), fits[0])
+
+
+# The narrowest vector a GEMV panel is cut into when the columns are no multiple of
+# the target's vector (1000 classes on 16 lanes: 8-lane vectors).
+MIN_VECTOR = 4
+
+
+def packed_panel_width(rows: "int | None", cols: int, lanes: int) -> "int | None":
+    """Width of the column panels a constant ``[K, cols]`` weight is packed into at
+    compile time (:mod:`..rewrite`), or None to leave it as it is: whole vectors of
+    :func:`panel_vectors`; for one row (a GEMV, e.g. a 1000-class classifier) also
+    narrower vectors that divide the columns, since reading the weight contiguously
+    is all a GEMV does."""
+    vector = lanes if cols % lanes == 0 else None
+    if vector is None and rows == 1:
+        vector = next((v for v in (lanes // 2, lanes // 4) if v >= MIN_VECTOR and
+                       cols % v == 0), None)
+    if vector is None or cols == vector:
+        return None  # no whole vectors, or a single one: nothing to cut into panels
+    return panel_vectors(cols // vector, rows) * vector
 
 
 def matmul_tile(rows: int, cols: int, lanes: int,
@@ -299,8 +321,10 @@ def _register_tile(sch, ii, ji, rows_tile: int, cols_tile: int, lanes: int) -> N
     vectors of exactly ``lanes`` (LLVM handles a 48-wide vector badly: a 4x48
     tile ran 10x slower than 4x(3x16))."""
     if ji is not None and cols_tile > 1:
-        if cols_tile > lanes and cols_tile % lanes == 0:
-            jv, jl = sch.split(ji, [None, lanes])
+        # a GEMV panel of half vectors (1000 columns: 40 = 5 x 8 lanes) splits the same way
+        vector = lanes if cols_tile % lanes == 0 else math.gcd(cols_tile, lanes)
+        if cols_tile > vector >= MIN_VECTOR and cols_tile % vector == 0:
+            jv, jl = sch.split(ji, [None, vector])
             sch.unroll(jv)
             sch.vectorize(jl)
         else:
