@@ -17,7 +17,7 @@ import math
 import tvm
 from tvm import te, topi
 
-from ..schedule import divisor_at_most, inline_epilogue
+from ..schedule import divisor_at_most, inline_epilogue, is_scheduled
 from ..target import vector_registers
 from ._utils import dims, out_dtype, result_shape, same_dim, same_shape, static_dim
 from .registry import SCHEDULE_ATTR, register_schedule, register_template
@@ -215,6 +215,7 @@ def schedule_matmul(sch, block, ctx):
         cols_tile = packed_width
     else:
         rows_tile, cols_tile = matmul_tile(1 if rows is None else rows, cols, lanes, budget)
+    _join_elementwise_branches(sch, block)
     epilogue = inline_epilogue(sch, block)
     unpadded = None  # with padding: the epilogue that reads the padded result
     if epilogue is not None and \
@@ -260,6 +261,40 @@ def schedule_matmul(sch, block, ctx):
         # Symbolic rows: a free batch / sequence length is taken to span several row tiles.
         _pack_b_panel(sch, block, outer, 2 if rows is None else rows // rows_tile, cols_tile,
                       lanes)
+
+
+def _join_elementwise_branches(sch, block) -> None:
+    """Inline the element-wise blocks after the matmul whose readers are all
+    element-wise blocks of the same shape, so a branching epilogue becomes one
+    block computed per tile: GELU reads the biased product twice
+    (``0.5 * y * (1 + erf(y / sqrt(2)))``), which stopped :func:`inline_epilogue` at
+    the bias and left the activation a pass of its own over the whole output."""
+    shape = dims(sch.get(block).writes[0].source.shape)
+    outputs = {str(sch.get(b).name_hint)
+               for b in sch.get_output_blocks(sch.get_sblock("root"))}
+
+    def elementwise(b) -> bool:
+        stmt = sch.get(b)
+        return SCHEDULE_ATTR not in stmt.annotations and len(stmt.writes) == 1 and \
+            all(int(iv.iter_type) == 0 for iv in stmt.iter_vars) and \
+            same_shape(dims(stmt.writes[0].source.shape), shape) and \
+            not is_scheduled(sch, b)
+
+    frontier = [c for c in sch.get_consumers(block) if elementwise(c)]
+    if len(frontier) != 1 or len(sch.get_consumers(frontier[0])) < 2:
+        return  # no branching after the matmul: inline_epilogue takes the chain
+    seen = set()
+    while frontier:
+        current = frontier.pop(0)
+        name = str(sch.get(current).name_hint)
+        if name in seen:
+            continue
+        seen.add(name)
+        consumers = sch.get_consumers(current)
+        if name in outputs or not consumers or not all(elementwise(c) for c in consumers):
+            continue
+        frontier.extend(consumers)
+        sch.compute_inline(current)
 
 
 def _inline_packed_weight(sch, block, cols) -> "int | None":
