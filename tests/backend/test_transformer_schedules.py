@@ -119,6 +119,45 @@ def test_packed_dense_runs_zmm_fma_with_24_accumulators():
     assert len(accumulators) >= 24, sorted(accumulators)  # 8 rows x 3 vectors
 
 
+@pytest.mark.parametrize("residual_first", [False, True])
+def test_residual_add_is_the_dense_epilogue(residual_first):
+    def layer(x, r, w, b):
+        y = _dense_bias(x, w, b)
+        return R.add(r, y) if residual_first else R.add(y, r)
+
+    mod, arrays = make_module(layer, [(16, 24), (16, 3 * LANES)], [(3 * LANES, 24),
+                                                                    (3 * LANES,)])
+    partitioned, prims = _lower(mod)
+    assert len(prims) == 1  # one partition: dense, bias and residual add
+    script = next(iter(prims.values())).script()
+    top_loops = re.findall(r"^    for .*$", script, flags=re.M)
+    assert len(top_loops) == 1, top_loops
+    _check(mod, arrays, partitioned)
+
+
+def test_residual_of_another_shape_stays_out_of_the_dense():
+    def layer(x, r, w, b):
+        return R.add(_dense_bias(x, w, b), r)  # r broadcasts over the rows
+
+    mod, arrays = make_module(layer, [(16, 24), (1, 2 * LANES)], [(2 * LANES, 24),
+                                                                  (2 * LANES,)])
+    partitioned, prims = _lower(mod)
+    assert len(prims) == 2
+    _check(mod, arrays, partitioned)
+
+
+def test_scaled_attention_scores_are_one_partition():
+    def scores(q, k):
+        return R.nn.softmax(R.multiply(R.matmul(q, R.permute_dims(k, [0, 2, 1])),
+                                       _const(0.125)))
+
+    mod, arrays = make_module(scores, [(2, 16, 8), (2, 16, 8)])
+    partitioned, prims = _lower(mod)
+    assert any("matmul" in name and "multiply" in name for name in prims), list(prims)
+    assert len(prims) == 2  # the scaled product, then softmax
+    _check(mod, arrays, partitioned)
+
+
 # ----------------------------------------------------------------- GEMV (one row)
 @pytest.mark.parametrize("k, n", [(64, 1000), (33, 8 * LANES), (16, 3 * LANES)])
 def test_one_row_dense_is_a_gemv_over_packed_panels(k, n):

@@ -208,6 +208,8 @@ def schedule_matmul(sch, block, ctx):
     lanes = ctx.lanes(dtype)
     budget = accumulator_budget(ctx.target)
     packed_width = _inline_packed_weight(sch, block, cols)
+    if packed_width is None:
+        _inline_operand_views(sch, block)
     if padded is not None:  # symbolic extents padded to whole tiles by the template
         rows_tile, cols_tile = (int(t) for t in padded)
     elif packed_width is not None:  # the panel width the weight was packed with
@@ -295,6 +297,62 @@ def _join_elementwise_branches(sch, block) -> None:
             continue
         frontier.extend(consumers)
         sch.compute_inline(current)
+
+
+def _is_view(sch, producer) -> bool:
+    """A data-movement block (reshape, permute_dims): it stores a load, computes nothing."""
+    stmt = sch.get(producer)
+    return SCHEDULE_ATTR not in stmt.annotations and len(stmt.reads) == 1 and \
+        isinstance(stmt.body, tvm.tirx.BufferStore) and \
+        isinstance(stmt.body.value, tvm.ir.expr.TensorLoad) and \
+        all(int(iv.iter_type) == 0 for iv in stmt.iter_vars) and \
+        len(sch.get_consumers(producer)) == 1
+
+
+def _inline_views(sch, block, buffer) -> bool:
+    """Inline the chain of views that produces ``buffer`` for ``block``; False if none."""
+    inlined = False
+    while True:
+        producers = [p for p in sch.get_producers(block)
+                     if sch.get(p).writes[0].source.same_as(buffer) and _is_view(sch, p)]
+        if len(producers) != 1:
+            return inlined
+        buffer = sch.get(producers[0]).reads[0].source
+        sch.compute_inline(producers[0])
+        inlined = True
+
+
+def _inline_operand_views(sch, block) -> None:
+    """Read operands through the head-splitting views of attention in place.
+
+    A batched matmul of a partition that took the ``reshape`` / ``permute_dims`` of
+    its operands (the ``batch_matmul_heads`` patterns) reads the rows of A through
+    them (A is read one element at a time, any layout will do); B only when its
+    columns stay contiguous (the vectorized axis), else its views are copied once,
+    as blocks of their own.  Either way no partition, VM call and buffer per view."""
+    stmt = sch.get(block)
+    if len(stmt.reads) < 2:
+        return
+    a_buffer, b_buffer = stmt.reads[-2].source, stmt.reads[-1].source
+    _inline_views(sch, block, a_buffer)
+    trial = sch.copy()
+    if not _inline_views(trial, trial.get_sblock(stmt.name_hint), b_buffer):
+        return
+    if _columns_contiguous(trial, trial.get_sblock(stmt.name_hint)):
+        _inline_views(sch, block, b_buffer)
+
+
+def _columns_contiguous(sch, block) -> bool:
+    """B's read in the matmul moves by one element along its last axis per column."""
+    stmt = sch.get(block)
+    column = [iv.var for iv in stmt.iter_vars if int(iv.iter_type) == 0][-1]
+    region = stmt.reads[-1].region
+    for axis, extent in enumerate(region):
+        coefficients = tvm.sym.detect_linear_equation(extent.min, [column])
+        want = 1 if axis == len(region) - 1 else 0
+        if len(coefficients) != 2 or static_dim(coefficients[0]) != want:
+            return False
+    return True
 
 
 def _inline_packed_weight(sch, block, cols) -> "int | None":
