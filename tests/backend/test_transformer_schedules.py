@@ -158,6 +158,38 @@ def test_scaled_attention_scores_are_one_partition():
     _check(mod, arrays, partitioned)
 
 
+def test_attention_heads_are_read_through_their_views():
+    """Q K^T and A V take the reshape / permute_dims that split the heads: Q and V are
+    read in place (no copy block), K^T is copied per column panel inside the product."""
+    seq, heads, dim = 16, 2, LANES
+
+    def attention(q, k, v):
+        def split(t):
+            return R.permute_dims(R.reshape(t, (seq, heads, dim)), [1, 0, 2])
+
+        scores = R.nn.softmax(R.multiply(
+            R.matmul(split(q), R.permute_dims(split(k), [0, 2, 1])), _const(0.25)))
+        v_t = R.permute_dims(split(v), [0, 2, 1])
+        return R.matmul(scores, R.permute_dims(v_t, [0, 2, 1]))
+
+    shape = (seq, heads * dim)
+    mod, arrays = make_module(attention, [shape, shape, shape])
+    partitioned, prims = _lower(mod)
+    assert len(prims) == 3, list(prims)  # scaled scores, softmax, weighted values
+    for name, prim in prims.items():
+        if "matmul" not in name:
+            continue
+        script = prim.script()
+        copies = re.findall(r'T\.sblock\("(T_\w+)"\)', script)
+        if "multiply" in name:  # K^T: one copy, computed per panel inside the loop nest
+            assert len(copies) == 2 and any("transpose" in c for c in copies), copies
+            top_loops = re.findall(r"^    for .*$", script, flags=re.M)
+            assert len(top_loops) == 1, top_loops
+        else:  # V: read in place
+            assert not copies, copies
+    _check(mod, arrays, partitioned)
+
+
 # ----------------------------------------------------------------- GEMV (one row)
 @pytest.mark.parametrize("k, n", [(64, 1000), (33, 8 * LANES), (16, 3 * LANES)])
 def test_one_row_dense_is_a_gemv_over_packed_panels(k, n):

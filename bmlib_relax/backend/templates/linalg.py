@@ -208,8 +208,7 @@ def schedule_matmul(sch, block, ctx):
     lanes = ctx.lanes(dtype)
     budget = accumulator_budget(ctx.target)
     packed_width = _inline_packed_weight(sch, block, cols)
-    if packed_width is None:
-        _inline_operand_views(sch, block)
+    b_view = _inline_operand_views(sch, block) if packed_width is None else None
     if padded is not None:  # symbolic extents padded to whole tiles by the template
         rows_tile, cols_tile = (int(t) for t in padded)
     elif packed_width is not None:  # the panel width the weight was packed with
@@ -259,7 +258,10 @@ def schedule_matmul(sch, block, ctx):
     sch.decompose_reduction(block, k)
     if unpadded is not None:
         _epilogue_per_tile(sch, unpadded, io, lanes if cols is not None else None, ctx)
-    if packed_width is None:  # else the weight already is in panels
+    if b_view is not None:  # B's views, computed per panel: the panel itself
+        _view_per_panel(sch, b_view, outer, lanes)
+        ctx.done.add(b_view)
+    elif packed_width is None:  # else the weight already is in panels
         # Symbolic rows: a free batch / sequence length is taken to span several row tiles.
         _pack_b_panel(sch, block, outer, 2 if rows is None else rows // rows_tile, cols_tile,
                       lanes)
@@ -322,24 +324,43 @@ def _inline_views(sch, block, buffer) -> bool:
         inlined = True
 
 
-def _inline_operand_views(sch, block) -> None:
+def _inline_operand_views(sch, block) -> "str | None":
     """Read operands through the head-splitting views of attention in place.
 
     A batched matmul of a partition that took the ``reshape`` / ``permute_dims`` of
     its operands (the ``batch_matmul_heads`` patterns) reads the rows of A through
-    them (A is read one element at a time, any layout will do); B only when its
-    columns stay contiguous (the vectorized axis), else its views are copied once,
-    as blocks of their own.  Either way no partition, VM call and buffer per view."""
+    them (A is read one element at a time, any layout will do), and B when its
+    columns stay contiguous (the vectorized axis).  Otherwise (``K^T``) the views of
+    B are folded into one block, returned by name: the schedule computes it per
+    column panel, so it is the packed panel.  Either way no partition, VM call and
+    buffer per view."""
     stmt = sch.get(block)
     if len(stmt.reads) < 2:
-        return
+        return None
     a_buffer, b_buffer = stmt.reads[-2].source, stmt.reads[-1].source
     _inline_views(sch, block, a_buffer)
     trial = sch.copy()
     if not _inline_views(trial, trial.get_sblock(stmt.name_hint), b_buffer):
-        return
+        return None
     if _columns_contiguous(trial, trial.get_sblock(stmt.name_hint)):
         _inline_views(sch, block, b_buffer)
+        return None
+    (last,) = [p for p in sch.get_producers(block)
+               if sch.get(p).writes[0].source.same_as(b_buffer)]
+    _inline_views(sch, last, sch.get(last).reads[0].source)
+    return str(sch.get(last).name_hint)
+
+
+def _view_per_panel(sch, view: str, outer, lanes: int) -> None:
+    """Compute B's (folded) view block at the parallel loop: each iteration copies
+    its ``K x nr`` panel out of the source, contiguous for the register tile."""
+    block = sch.get_sblock(view)
+    sch.compute_at(block, outer)
+    inner = sch.get_loops(block)[-1]
+    extent = static_dim(sch.get(inner).extent)
+    if extent is not None and extent % lanes == 0:
+        _, vector = sch.split(inner, [None, lanes])
+        sch.vectorize(vector)
 
 
 def _columns_contiguous(sch, block) -> bool:
@@ -347,8 +368,12 @@ def _columns_contiguous(sch, block) -> bool:
     stmt = sch.get(block)
     column = [iv.var for iv in stmt.iter_vars if int(iv.iter_type) == 0][-1]
     region = stmt.reads[-1].region
+    analyzer = tvm.sym.Analyzer()  # the iteration ranges fold the views' div / mod
+    for iv in stmt.iter_vars:
+        analyzer.bind(iv.var, iv.dom)
     for axis, extent in enumerate(region):
-        coefficients = tvm.sym.detect_linear_equation(extent.min, [column])
+        coefficients = tvm.sym.detect_linear_equation(analyzer.simplify(extent.min),
+                                                      [column])
         want = 1 if axis == len(region) - 1 else 0
         if len(coefficients) != 2 or static_dim(coefficients[0]) != want:
             return False
