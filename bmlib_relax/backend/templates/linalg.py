@@ -259,8 +259,8 @@ def schedule_matmul(sch, block, ctx):
     if unpadded is not None:
         _epilogue_per_tile(sch, unpadded, io, lanes if cols is not None else None, ctx)
     if b_view is not None:  # B's views, computed per panel: the panel itself
-        _view_per_panel(sch, b_view, outer, lanes)
-        ctx.done.add(b_view)
+        if _view_per_panel(sch, b_view, outer, lanes):
+            ctx.done.add(b_view)
     elif packed_width is None:  # else the weight already is in panels
         # Symbolic rows: a free batch / sequence length is taken to span several row tiles.
         _pack_b_panel(sch, block, outer, 2 if rows is None else rows // rows_tile, cols_tile,
@@ -351,16 +351,21 @@ def _inline_operand_views(sch, block) -> "str | None":
     return str(sch.get(last).name_hint)
 
 
-def _view_per_panel(sch, view: str, outer, lanes: int) -> None:
+def _view_per_panel(sch, view: str, outer, lanes: int) -> bool:
     """Compute B's (folded) view block at the parallel loop: each iteration copies
-    its ``K x nr`` panel out of the source, contiguous for the register tile."""
+    its ``K x nr`` panel out of the source, contiguous for the register tile.  False
+    when it cannot move there (the view then stays a pass of its own)."""
     block = sch.get_sblock(view)
-    sch.compute_at(block, outer)
+    try:
+        sch.compute_at(block, outer)
+    except Exception:  # noqa: BLE001 - a schedule error leaves the schedule as it was
+        return False
     inner = sch.get_loops(block)[-1]
     extent = static_dim(sch.get(inner).extent)
     if extent is not None and extent % lanes == 0:
         _, vector = sch.split(inner, [None, lanes])
         sch.vectorize(vector)
+    return True
 
 
 def _columns_contiguous(sch, block) -> bool:
