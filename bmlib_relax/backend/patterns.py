@@ -343,15 +343,30 @@ def _reduction_dims_agree(context: PatternCheckContext) -> bool:
 
 
 def check_dense(context: PatternCheckContext) -> bool:
-    # nn.dense's weight is 2-D and transposed by permute_dims([1, 0]).
+    # nn.dense's weight is 2-D and transposed by permute_dims([1, 0]), or its 3-D
+    # column panels (rewrite.pack_dense_weight) read through a [K, N] view.
     weight = _shape(context.annotated_expr["weight"])
-    return weight is not None and len(weight) == 2 and check_matmul(context)
+    rhs = _shape(context.annotated_expr["rhs"])
+    return weight is not None and rhs is not None and len(rhs) == 2 and \
+        len(weight) in (2, 3) and check_matmul(context)
 
 
 def check_batch_matmul(context: PatternCheckContext) -> bool:
     lhs, rhs = (_shape(context.annotated_expr[k]) for k in ("lhs", "rhs"))
     return lhs is not None and rhs is not None and len(lhs) >= 3 and len(rhs) >= 3 and \
         check_matmul(context)
+
+
+def check_residual(context: PatternCheckContext) -> bool:
+    """The residual has the dense's static shape: an element-wise epilogue, no broadcast."""
+    out = _shape(context.annotated_expr["matmul"])
+    return out is not None and _shape(context.annotated_expr["residual"]) == out
+
+
+def check_scale(context: PatternCheckContext) -> bool:
+    """The scale is a 0-d constant (bound into the partition as an immediate)."""
+    scale = context.annotated_expr["scale"]
+    return isinstance(scale, tvm.ir.expr.GenericConst) and _shape(scale) == []
 
 
 def check_erf_gelu(context: PatternCheckContext) -> bool:
@@ -557,19 +572,58 @@ def make_conv2d_transpose_pattern(activation: Optional[str] = None):
     return out, annotations
 
 
+def _head_views(tensor: DFPattern) -> DFPattern:
+    """``tensor``, or up to three ``permute_dims`` of it or of its ``reshape``: how an
+    imported attention splits heads out of ``[seq, hidden]`` and transposes them."""
+    base = is_op("relax.reshape")(tensor, wildcard())
+    one = is_op("relax.permute_dims")(base) | is_op("relax.permute_dims")(tensor)
+    two = is_op("relax.permute_dims")(one)
+    return is_op("relax.permute_dims")(two) | two | one | base | tensor
+
+
 def make_matmul_pattern(transposed_rhs: Optional[bool] = None, with_bias: bool = False,
-                        activation: Optional[str] = None) -> tuple[DFPattern, Annotations]:
+                        activation: Optional[str] = None,
+                        head_views: bool = False) -> tuple[DFPattern, Annotations]:
     """``matmul(lhs, rhs)``; ``transposed_rhs=True`` is the dense form
-    ``matmul(x, permute_dims(w))``, ``None`` accepts either."""
+    ``matmul(x, permute_dims(w))``, ``None`` accepts either; ``head_views`` takes the
+    operands' head-splitting views in too (:func:`_head_views`)."""
+    if head_views:
+        lhs, rhs = _head_views(wildcard()), _head_views(wildcard())
+        matmul = is_op("relax.matmul")(lhs, rhs)
+        return matmul, {"lhs": lhs, "rhs": rhs, "matmul": matmul, "root": matmul}
     lhs, weight = wildcard(), wildcard()
     transposed = is_op("relax.permute_dims")(weight)
-    rhs = {True: transposed, False: weight, None: transposed | weight}[transposed_rhs]
+    # A dense weight packed into column panels (rewrite.pack_dense_weight) is read
+    # through its view reshape(permute_dims(panels)), lowered inside the partition.
+    panels = is_op("relax.reshape")(is_op("relax.permute_dims")(weight), wildcard())
+    rhs = {True: transposed | panels, False: weight,
+           None: panels | transposed | weight}[transposed_rhs]
     matmul = is_op("relax.matmul")(lhs, rhs)
     annotations: Annotations = {"lhs": lhs, "rhs": rhs, "weight": weight, "matmul": matmul}
     out = _bias(matmul, annotations) if with_bias else matmul
     out = make_activation(out, activation, annotations)
     annotations["root"] = out
     return out, annotations
+
+
+def make_residual_pattern(with_bias: bool) -> tuple[DFPattern, Annotations]:
+    """A dense (+ bias) added to a tensor of its own shape (a residual connection)."""
+    out, annotations = make_matmul_pattern(None, with_bias)
+    residual = wildcard()
+    annotations["residual"] = residual
+    root = is_op("relax.add")(out, residual) | is_op("relax.add")(residual, out)
+    annotations["root"] = root
+    return root, annotations
+
+
+def make_scaled_matmul_pattern(head_views: bool = False) -> tuple[DFPattern, Annotations]:
+    """``matmul(lhs, rhs) * c`` (attention's scaled scores)."""
+    out, annotations = make_matmul_pattern(head_views=head_views)
+    scale = wildcard()
+    annotations["scale"] = scale
+    root = is_op("relax.multiply")(out, scale)
+    annotations["root"] = root
+    return root, annotations
 
 
 def _batch_norm(data: DFPattern, activation: Optional[str],
@@ -679,6 +733,19 @@ def bmlib_patterns() -> list[tuple]:
             # The weight is permute_dims(w), or w.T already folded by weight packing.
             table.append(_entry("dense" + _suffix("bias" if bias else None, act),
                                 make_matmul_pattern(None, bias, act), check))
+    # Transformer epilogues computed per register tile: a dense (+ bias) joining the
+    # residual stream, and attention's scores scaled by a constant (1 / sqrt(d)).
+    for bias in (False, True):
+        table.append(_entry("dense" + _suffix("bias" if bias else None, "residual"),
+                            make_residual_pattern(bias), _all(check_dense, check_residual)))
+    table.append(_entry("batch_matmul_scale", make_scaled_matmul_pattern(),
+                        _all(check_batch_matmul, check_scale)))
+    # Attention's products with the reshape / permute_dims that split the heads
+    # (read in place by the matmul schedule instead of copied by partitions of their own).
+    table.append(_entry("batch_matmul_heads", make_matmul_pattern(head_views=True),
+                        check_batch_matmul))
+    table.append(_entry("batch_matmul_heads_scale", make_scaled_matmul_pattern(True),
+                        _all(check_batch_matmul, check_scale)))
     # Convolutions (+ bias) (+ batch_norm) (+ activation), grouped and depthwise included.
     for act in (None, "relu", "leaky_relu", "swish", "clip"):
         table.append(_entry("conv2d_transpose" + _suffix(act),

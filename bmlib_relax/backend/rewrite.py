@@ -13,6 +13,12 @@ and its arity is unchanged):
   building and running it through ``FoldConstant``.
 * ``permute_dims(W, [1, 0])`` of a dense weight becomes the constant ``W.T``,
   so the matmul template streams ``[K, N]`` rows along its vectorized ``N``.
+* a float32 ``matmul(x, W)`` with a constant ``[K, N]`` weight (the dense form
+  above) reads ``reshape(permute_dims(P, [1, 0, 2]), [K, N])`` of ``P = W`` cut
+  into ``[N / nr, K, nr]`` column panels, ``nr`` the register tile's width: the
+  view is inlined by the matmul schedule, so each thread streams contiguous
+  panels (instead of copying a strided ``K x nr`` panel out of ``W`` on every
+  call).
 """
 from __future__ import annotations
 
@@ -25,6 +31,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from .dot_product import conv2d_dot_layout, conv2d_packs_own_weight, pack_dot_weight
 from .target import vector_lanes
+from .templates.linalg import packed_panel_width
 
 PACKABLE_DTYPES = ("float32", "float16")
 # Quantized (QNN) weights: packed too, blocked by the vectors of their int32 accumulator.
@@ -64,6 +71,12 @@ def pack_conv2d_weight(weight: np.ndarray, ib: int, ob: int) -> np.ndarray:
     return np.ascontiguousarray(blocked.transpose(0, 2, 4, 5, 3, 1))
 
 
+def pack_dense_weight(weight: np.ndarray, width: int) -> np.ndarray:
+    """``[K, N]`` → ``[N / width, K, width]`` column panels."""
+    k, n = weight.shape
+    return np.ascontiguousarray(weight.reshape(k, n // width, width).transpose(1, 0, 2))
+
+
 def const_array(expr) -> Any:
     """The NumPy value of a Relax constant, else ``None``."""
     if isinstance(expr, tvm.ir.expr.GenericConst):
@@ -95,7 +108,35 @@ class _WeightPacker(PyExprMutator):
             return self._conv2d_transpose(call)
         if call.op.name == "relax.permute_dims":
             return self._transpose(call)
+        if call.op.name == "relax.matmul":
+            return self._matmul(call)
         return call
+
+    def _matmul(self, call: relax.Call) -> relax.Expr:
+        """A constant ``[K, N]`` float32 weight as a view of its column panels."""
+        lhs, weight = call.args
+        array = const_array(weight)
+        if array is None and isinstance(weight, relax.Var):  # a folded weight: `lv = const`
+            array = const_array(self.lookup_binding(weight))
+        if array is None or array.ndim != 2 or str(array.dtype) != "float32" or \
+                str(call.attrs.out_dtype) not in ("None", "", "void", "float32") or \
+                not isinstance(lhs.ty, relax.TensorType) or lhs.ty.ndim < 1 or \
+                not _static(lhs.ty, lhs.ty.ndim - 1):
+            return call
+        k, n = array.shape
+        rows = None
+        if lhs.ty.ndim >= 2 and _static(lhs.ty, lhs.ty.ndim - 2):
+            rows = int(lhs.ty.shape.values[-2])
+        elif lhs.ty.ndim == 1:
+            rows = 1
+        width = packed_panel_width(rows, n, vector_lanes(self.target, "float32"))
+        if width is None:
+            return call
+        panels = relax.const(pack_dense_weight(array, width))
+        view = self.builder_.emit(relax.op.reshape(
+            self.builder_.emit(relax.op.permute_dims(panels, [1, 0, 2])), (k, n)))
+        self.packed += 1
+        return relax.op.matmul(lhs, view, out_dtype=call.attrs.out_dtype)
 
     def _conv2d(self, call: relax.Call) -> relax.Expr:
         attrs = call.attrs

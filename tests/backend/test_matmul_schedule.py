@@ -10,7 +10,8 @@ from tvm import relax
 
 from bmlib_relax import partition_for_bmlib
 from bmlib_relax.backend.target import vector_lanes
-from bmlib_relax.backend.templates.linalg import TILE_MAX_BYTES, matmul_tile
+from bmlib_relax.backend.templates.linalg import (MAX_ACCUMULATORS, WIDE_ACCUMULATORS,
+                                                  matmul_tile)
 from bmlib_relax.compiler import lower_and_verify
 
 from helpers import make_module, run_offloaded, run_plain
@@ -28,19 +29,27 @@ def _lowered_script(mod) -> tuple[str, object]:
     return prim.script(), partitioned
 
 
+@pytest.mark.parametrize("budget", [MAX_ACCUMULATORS, WIDE_ACCUMULATORS])
 @pytest.mark.parametrize("rows, cols, lanes", [(128, 3072, 16), (128, 768, 8), (16, 64, 16),
-                                               (7, 96, 8), (1, 1000, 16), (3, 40, 4)])
-def test_register_tile_fits_the_budget_and_divides_the_output(rows, cols, lanes):
-    rows_tile, cols_tile = matmul_tile(rows, cols, lanes)
+                                               (7, 96, 8), (1, 1000, 16), (3, 40, 4),
+                                               (1, 768, 16)])
+def test_register_tile_fits_the_budget_and_divides_the_output(rows, cols, lanes, budget):
+    rows_tile, cols_tile = matmul_tile(rows, cols, lanes, budget)
     assert rows % rows_tile == 0 and cols % cols_tile == 0
-    assert rows_tile * cols_tile * 4 <= TILE_MAX_BYTES  # stays a stack tile, not a workspace
     if cols % lanes == 0:
         assert cols_tile % lanes == 0
+        assert rows_tile * (cols_tile // lanes) <= budget  # accumulators fit the registers
 
 
-def test_large_dense_reads_b_through_a_packed_panel_with_whole_vectors():
+def test_bert_shaped_tile_uses_24_accumulators_with_32_registers():
+    assert matmul_tile(128, 768, 16, WIDE_ACCUMULATORS) == (8, 48)
+    assert matmul_tile(128, 768, 16, MAX_ACCUMULATORS) == (4, 48)
+
+
+def test_large_matmul_reads_b_through_a_packed_panel_with_whole_vectors():
     # N a multiple of 1024 bytes: without the panel, B's rows alias in the caches.
-    mod, arrays = make_module(_dense_bias_relu, [(32, 256)], [(1024, 256), (1024,)])
+    # B is an input here; a constant weight is packed at compile time instead.
+    mod, arrays = make_module(lambda x, w: R.nn.relu(R.matmul(x, w)), [(32, 256), (256, 1024)])
     script, partitioned = _lowered_script(mod)
     lanes = vector_lanes(None)
     panel = re.search(r"(\w+_global) = T\.sblock_alloc_buffer", script)
@@ -56,7 +65,7 @@ def test_large_dense_reads_b_through_a_packed_panel_with_whole_vectors():
 
 
 def test_small_or_single_row_matmul_is_not_packed():
-    mod, arrays = make_module(_dense_bias_relu, [(1, 512)], [(1000, 512), (1000,)])
+    mod, arrays = make_module(lambda x, w: R.nn.relu(R.matmul(x, w)), [(1, 512), (512, 1000)])
     script, partitioned = _lowered_script(mod)
     assert "_global = T.sblock_alloc_buffer" not in script  # no reuse: no copy
     (got,), _ = run_offloaded(partitioned, arrays)

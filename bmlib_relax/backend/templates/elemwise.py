@@ -32,8 +32,16 @@ UNARY = {
     "relax.rsqrt": topi.rsqrt,
     "relax.negative": topi.negative,
     "relax.abs": topi.abs,
-    "relax.erf": topi.erf,
+    "relax.erf": lambda x: erf(x),
 }
+
+
+def erf(x):
+    """``erf`` of a tensor: for float32 TVM's rational ``fast_erf`` (a few ulp from
+    ``erff``, exact 1 beyond |x| = 4), which vectorizes; ``T.erf`` lowers to one scalar
+    ``erff`` call per element (a GELU epilogue of a 128x768x3072 dense took as long
+    as the dense)."""
+    return topi.fast_erf(x) if str(x.dtype) == "float32" else topi.erf(x)
 
 
 
@@ -63,12 +71,13 @@ def silu(call, inputs, ctx):
 @register_template("relax.nn.gelu", symbolic_dims=True)
 def gelu(call, inputs, ctx):
     x = inputs[0]
+    scaled = te.compute(x.shape, lambda *i: x[i] * tirx.const(math.sqrt(0.5), x.dtype),
+                        name="gelu_scaled")
+    erf_x = erf(scaled)
 
     def compute(*idx):
-        v = x[idx]
         half = tirx.const(0.5, x.dtype)
-        return v * half * (tirx.const(1.0, x.dtype) + tirx.erf(v * tirx.const(math.sqrt(0.5),
-                                                                              x.dtype)))
+        return x[idx] * half * (tirx.const(1.0, x.dtype) + erf_x[idx])
 
     return te.compute(x.shape, compute, name="gelu")
 

@@ -12,14 +12,26 @@ the tile loops stay static: the padding is the guarded tail.
 """
 from __future__ import annotations
 
+import math
+
 import tvm
 from tvm import te, topi
 
-from ..schedule import divisor_at_most, inline_epilogue
+from ..schedule import divisor_at_most, inline_epilogue, is_scheduled
+from ..target import vector_registers
 from ._utils import dims, out_dtype, result_shape, same_dim, same_shape, static_dim
 from .registry import SCHEDULE_ATTR, register_schedule, register_template
 
-MAX_ACCUMULATORS = 12  # vector registers held by a register tile
+MAX_ACCUMULATORS = 12  # vector registers held by a register tile (16-register targets)
+# With 32 vector registers (AVX-512) the tile holds 24 accumulators (8 rows x 3 vectors):
+# per k step 3 B vectors and 8 A broadcasts feed 24 FMAs, half the B traffic per FMA of
+# the 12-accumulator tile (a 128x768x768 dense: 164 -> 194 GFLOP/s on one core).
+WIDE_ACCUMULATORS = 24
+
+
+def accumulator_budget(target) -> int:
+    """Vector accumulators a register tile may hold on ``target``."""
+    return WIDE_ACCUMULATORS if vector_registers(target) >= 32 else MAX_ACCUMULATORS
 
 
 @register_template("relax.matmul", symbolic_dims=True)
@@ -53,7 +65,7 @@ def matmul(call, inputs, ctx):
         # Symbolic rows / columns: padded to whole register tiles, so the tile loops
         # are static and vectorized (the guarded tail is the padding, dropped below).
         tile = padded_tile(static_dim(rows), static_dim(cols), ctx.lanes(dtype),
-                           tvm.runtime.DataType(dtype).bits // 8)
+                           accumulator_budget(ctx.target))
         if static_dim(rows) is None and tile[0] > 1:
             a2 = _pad_axis(a2, len(a2.shape) - 2, tile[0])
             attrs[TILE_ATTR] = list(tile)
@@ -81,12 +93,12 @@ SYMBOLIC_ROWS_HINT = 3
 
 
 def padded_tile(rows: "int | None", cols: "int | None", lanes: int,
-                itemsize: int) -> tuple[int, int]:
+                accumulators: int = MAX_ACCUMULATORS) -> tuple[int, int]:
     """The register tile of a matmul with symbolic rows or columns (None), as
     :func:`matmul_tile` picks it for ``SYMBOLIC_ROWS_HINT`` rows and up to 4 vectors
     of columns; a symbolic extent is padded to a multiple of the tile."""
     return matmul_tile(rows if rows is not None else SYMBOLIC_ROWS_HINT,
-                       cols if cols is not None else 4 * lanes, lanes, itemsize)
+                       cols if cols is not None else 4 * lanes, lanes, accumulators)
 
 
 def _pad_axis(tensor, axis: int, multiple: int):
@@ -121,28 +133,50 @@ def _broadcast(batch_a, batch_b, ctx):
     return out
 
 
-# A register tile is a small "global" buffer that LLVM keeps in registers; at
-# 1 KiB TVM would turn it into a workspace allocation per tile (see the note on
-# register tiles in ..schedule).
-TILE_MAX_BYTES = 1024 - 1
+def panel_vectors(col_vectors: int, rows: "int | None") -> int:
+    """Vectors of columns in a register tile (the width of a packed B panel), from the
+    column count alone, so compile-time weight packing (:mod:`..rewrite`) and the
+    schedule agree: 3 vectors when they divide (8 rows x 3 = 24 accumulators), else
+    4, 2, 1 (keeping two panels or more for the threads).  One row (a GEMV) has no rows to reuse a B vector over: up to 8 vectors,
+    8 independent FMA chains per k step."""
+    if rows == 1:
+        return divisor_at_most(col_vectors, 8)
+    fits = [v for v in (3, 4, 2, 1) if col_vectors % v == 0]
+    # at least two column panels when the columns allow: they are the parallel loop
+    return next((v for v in fits if col_vectors // v >= 2), fits[0])
 
 
-def matmul_tile(rows: int, cols: int, lanes: int, itemsize: int = 4) -> tuple[int, int]:
-    """``(rows_tile, cols_tile)`` of the register tile: up to 4 vectors of
-    columns (whole vectors when ``cols`` allows) by as many rows as the register
-    budget (``MAX_ACCUMULATORS`` vectors, under 1 KiB) leaves, each a divisor of
-    its extent."""
+# The narrowest vector a GEMV panel is cut into when the columns are no multiple of
+# the target's vector (1000 classes on 16 lanes: 8-lane vectors).
+MIN_VECTOR = 4
+
+
+def packed_panel_width(rows: "int | None", cols: int, lanes: int) -> "int | None":
+    """Width of the column panels a constant ``[K, cols]`` weight is packed into at
+    compile time (:mod:`..rewrite`), or None to leave it as it is: whole vectors of
+    :func:`panel_vectors`; for one row (a GEMV, e.g. a 1000-class classifier) also
+    narrower vectors that divide the columns, since reading the weight contiguously
+    is all a GEMV does."""
+    vector = lanes if cols % lanes == 0 else None
+    if vector is None and rows == 1:
+        vector = next((v for v in (lanes // 2, lanes // 4) if v >= MIN_VECTOR and
+                       cols % v == 0), None)
+    if vector is None or cols == vector:
+        return None  # no whole vectors, or a single one: nothing to cut into panels
+    return panel_vectors(cols // vector, rows) * vector
+
+
+def matmul_tile(rows: int, cols: int, lanes: int,
+                accumulators: int = MAX_ACCUMULATORS) -> tuple[int, int]:
+    """``(rows_tile, cols_tile)`` of the register tile: :func:`panel_vectors` whole
+    vectors of columns (when ``cols`` allows) by as many rows as the ``accumulators``
+    budget leaves, each a divisor of its extent.
+
+    A tile over 1 KiB is allocated once per parallel iteration (a workspace, see the
+    register-tile note in ..schedule), never per tile; LLVM keeps it in registers."""
     if cols % lanes == 0:
-        budget = min(MAX_ACCUMULATORS, TILE_MAX_BYTES // (lanes * itemsize))
-        best = (1, lanes)
-        for vectors in range(1, 5):
-            if (cols // lanes) % vectors:
-                continue
-            rows_tile = divisor_at_most(rows, max(1, budget // vectors))
-            # most accumulators (FMAs per loaded vector), then more rows
-            if (rows_tile * vectors, rows_tile) > (best[0] * best[1] // lanes, best[0]):
-                best = (rows_tile, vectors * lanes)
-        return best
+        vectors = panel_vectors(cols // lanes, rows)
+        return divisor_at_most(rows, max(1, accumulators // vectors)), vectors * lanes
     return divisor_at_most(rows, 4), divisor_at_most(cols, lanes)
 
 
@@ -172,11 +206,17 @@ def schedule_matmul(sch, block, ctx):
         raise ValueError("a matmul with symbolic columns that were not padded to tiles")
     dtype = str(sch.get(block).writes[0].source.dtype)
     lanes = ctx.lanes(dtype)
+    budget = accumulator_budget(ctx.target)
+    packed_width = _inline_packed_weight(sch, block, cols)
+    b_view = _inline_operand_views(sch, block) if packed_width is None else None
     if padded is not None:  # symbolic extents padded to whole tiles by the template
         rows_tile, cols_tile = (int(t) for t in padded)
+    elif packed_width is not None:  # the panel width the weight was packed with
+        rows_tile = divisor_at_most(rows, max(1, budget * lanes // packed_width))
+        cols_tile = packed_width
     else:
-        rows_tile, cols_tile = matmul_tile(1 if rows is None else rows, cols, lanes,
-                                           tvm.runtime.DataType(dtype).bits // 8)
+        rows_tile, cols_tile = matmul_tile(1 if rows is None else rows, cols, lanes, budget)
+    _join_elementwise_branches(sch, block)
     epilogue = inline_epilogue(sch, block)
     unpadded = None  # with padding: the epilogue that reads the padded result
     if epilogue is not None and \
@@ -218,9 +258,167 @@ def schedule_matmul(sch, block, ctx):
     sch.decompose_reduction(block, k)
     if unpadded is not None:
         _epilogue_per_tile(sch, unpadded, io, lanes if cols is not None else None, ctx)
-    # Symbolic rows: a free batch / sequence length is taken to span several row tiles.
-    _pack_b_panel(sch, block, outer, 2 if rows is None else rows // rows_tile, cols_tile,
-                  lanes)
+    if b_view is not None:  # B's views, computed per panel: the panel itself
+        if _view_per_panel(sch, b_view, outer, lanes):
+            ctx.done.add(b_view)
+    elif packed_width is None:  # else the weight already is in panels
+        # Symbolic rows: a free batch / sequence length is taken to span several row tiles.
+        _pack_b_panel(sch, block, outer, 2 if rows is None else rows // rows_tile, cols_tile,
+                      lanes)
+
+
+def _join_elementwise_branches(sch, block) -> None:
+    """Inline the element-wise blocks after the matmul whose readers are all
+    element-wise blocks of the same shape, so a branching epilogue becomes one
+    block computed per tile: GELU reads the biased product twice
+    (``0.5 * y * (1 + erf(y / sqrt(2)))``), which stopped :func:`inline_epilogue` at
+    the bias and left the activation a pass of its own over the whole output."""
+    shape = dims(sch.get(block).writes[0].source.shape)
+    outputs = {str(sch.get(b).name_hint)
+               for b in sch.get_output_blocks(sch.get_sblock("root"))}
+
+    def elementwise(b) -> bool:
+        stmt = sch.get(b)
+        return SCHEDULE_ATTR not in stmt.annotations and len(stmt.writes) == 1 and \
+            all(int(iv.iter_type) == 0 for iv in stmt.iter_vars) and \
+            same_shape(dims(stmt.writes[0].source.shape), shape) and \
+            not is_scheduled(sch, b)
+
+    frontier = [c for c in sch.get_consumers(block) if elementwise(c)]
+    if len(frontier) != 1 or len(sch.get_consumers(frontier[0])) < 2:
+        return  # no branching after the matmul: inline_epilogue takes the chain
+    seen = set()
+    while frontier:
+        current = frontier.pop(0)
+        name = str(sch.get(current).name_hint)
+        if name in seen:
+            continue
+        seen.add(name)
+        consumers = sch.get_consumers(current)
+        if name in outputs or not consumers or not all(elementwise(c) for c in consumers):
+            continue
+        frontier.extend(consumers)
+        sch.compute_inline(current)
+
+
+def _is_view(sch, producer) -> bool:
+    """A data-movement block (reshape, permute_dims): it stores a load, computes nothing."""
+    stmt = sch.get(producer)
+    return SCHEDULE_ATTR not in stmt.annotations and len(stmt.reads) == 1 and \
+        isinstance(stmt.body, tvm.tirx.BufferStore) and \
+        isinstance(stmt.body.value, tvm.ir.expr.TensorLoad) and \
+        all(int(iv.iter_type) == 0 for iv in stmt.iter_vars) and \
+        len(sch.get_consumers(producer)) == 1
+
+
+def _inline_views(sch, block, buffer) -> bool:
+    """Inline the chain of views that produces ``buffer`` for ``block``; False if none."""
+    inlined = False
+    while True:
+        producers = [p for p in sch.get_producers(block)
+                     if sch.get(p).writes[0].source.same_as(buffer) and _is_view(sch, p)]
+        if len(producers) != 1:
+            return inlined
+        buffer = sch.get(producers[0]).reads[0].source
+        sch.compute_inline(producers[0])
+        inlined = True
+
+
+def _inline_operand_views(sch, block) -> "str | None":
+    """Read operands through the head-splitting views of attention in place.
+
+    A batched matmul of a partition that took the ``reshape`` / ``permute_dims`` of
+    its operands (the ``batch_matmul_heads`` patterns) reads the rows of A through
+    them (A is read one element at a time, any layout will do), and B when its
+    columns stay contiguous (the vectorized axis).  Otherwise (``K^T``) the views of
+    B are folded into one block, returned by name: the schedule computes it per
+    column panel, so it is the packed panel.  Either way no partition, VM call and
+    buffer per view."""
+    stmt = sch.get(block)
+    if len(stmt.reads) < 2:
+        return None
+    a_buffer, b_buffer = stmt.reads[-2].source, stmt.reads[-1].source
+    _inline_views(sch, block, a_buffer)
+    trial = sch.copy()
+    if not _inline_views(trial, trial.get_sblock(stmt.name_hint), b_buffer):
+        return None
+    if _columns_contiguous(trial, trial.get_sblock(stmt.name_hint)):
+        _inline_views(sch, block, b_buffer)
+        return None
+    (last,) = [p for p in sch.get_producers(block)
+               if sch.get(p).writes[0].source.same_as(b_buffer)]
+    _inline_views(sch, last, sch.get(last).reads[0].source)
+    return str(sch.get(last).name_hint)
+
+
+def _view_per_panel(sch, view: str, outer, lanes: int) -> bool:
+    """Compute B's (folded) view block at the parallel loop: each iteration copies
+    its ``K x nr`` panel out of the source, contiguous for the register tile.  False
+    when it cannot move there (the view then stays a pass of its own)."""
+    block = sch.get_sblock(view)
+    try:
+        sch.compute_at(block, outer)
+    except Exception:  # noqa: BLE001 - a schedule error leaves the schedule as it was
+        return False
+    inner = sch.get_loops(block)[-1]
+    extent = static_dim(sch.get(inner).extent)
+    if extent is not None and extent % lanes == 0:
+        _, vector = sch.split(inner, [None, lanes])
+        sch.vectorize(vector)
+    return True
+
+
+def _columns_contiguous(sch, block) -> bool:
+    """B's read in the matmul moves by one element along its last axis per column."""
+    stmt = sch.get(block)
+    column = [iv.var for iv in stmt.iter_vars if int(iv.iter_type) == 0][-1]
+    region = stmt.reads[-1].region
+    analyzer = tvm.sym.Analyzer()  # the iteration ranges fold the views' div / mod
+    for iv in stmt.iter_vars:
+        analyzer.bind(iv.var, iv.dom)
+    for axis, extent in enumerate(region):
+        coefficients = tvm.sym.detect_linear_equation(analyzer.simplify(extent.min),
+                                                      [column])
+        want = 1 if axis == len(region) - 1 else 0
+        if len(coefficients) != 2 or static_dim(coefficients[0]) != want:
+            return False
+    return True
+
+
+def _inline_packed_weight(sch, block, cols) -> "int | None":
+    """Read a compile-time packed weight in place: when B is ``reshape(permute_dims(W,
+    [1, 0, 2]), [K, N])`` of a ``[N / nr, K, nr]`` parameter (see ``pack_dense_weight``
+    in :mod:`..rewrite`), inline both view blocks, so the matmul reads ``W[j // nr, k,
+    j % nr]``: each parallel iteration streams one contiguous ``K x nr`` panel, with no
+    copy at run time.  Returns ``nr``, or None (B left as it is)."""
+    if cols is None:
+        return None
+    b_buffer = sch.get(block).reads[-1].source
+    producers = [p for p in sch.get_producers(block)
+                 if sch.get(p).writes[0].source.same_as(b_buffer)]
+    if len(producers) != 1:
+        return None
+    chain = [producers[0]]
+    inner = sch.get_producers(chain[0])
+    if len(inner) != 1:
+        return None
+    chain.append(inner[0])
+    if sch.get_producers(chain[1]) or len(sch.get(chain[1]).reads) != 1:
+        return None
+    for view in chain:
+        stmt = sch.get(view)
+        if SCHEDULE_ATTR in stmt.annotations or len(stmt.reads) != 1 or \
+                any(int(iv.iter_type) != 0 for iv in stmt.iter_vars):
+            return None
+    source = sch.get(chain[1]).reads[0].source
+    shape = [static_dim(d) for d in source.shape]
+    b_shape = [static_dim(d) for d in b_buffer.shape]
+    if len(shape) != 3 or len(b_shape) != 2 or None in shape or None in b_shape or \
+            b_shape != [shape[1], shape[0] * shape[2]] or shape[0] * shape[2] != cols:
+        return None
+    for view in chain:
+        sch.compute_inline(view)
+    return shape[2]
 
 
 def _epilogue_per_tile(sch, epilogue, io, lanes, ctx) -> None:
@@ -246,8 +444,10 @@ def _register_tile(sch, ii, ji, rows_tile: int, cols_tile: int, lanes: int) -> N
     vectors of exactly ``lanes`` (LLVM handles a 48-wide vector badly: a 4x48
     tile ran 10x slower than 4x(3x16))."""
     if ji is not None and cols_tile > 1:
-        if cols_tile > lanes and cols_tile % lanes == 0:
-            jv, jl = sch.split(ji, [None, lanes])
+        # a GEMV panel of half vectors (1000 columns: 40 = 5 x 8 lanes) splits the same way
+        vector = lanes if cols_tile % lanes == 0 else math.gcd(cols_tile, lanes)
+        if cols_tile > vector >= MIN_VECTOR and cols_tile % vector == 0:
+            jv, jl = sch.split(ji, [None, vector])
             sch.unroll(jv)
             sch.vectorize(jl)
         else:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from tvm import te, tirx, topi
 
 from ..schedule import block_name, is_spatial, vectorize_innermost
-from ._utils import attr_ints
+from ._utils import attr_ints, static_dim, static_dim
 from .registry import SCHEDULE_ATTR, register_schedule, register_template
 
 
@@ -57,61 +57,150 @@ def batch_norm(call, inputs, ctx):
     return out, mean, var
 
 
+def _row_reduction(value, outer, length, reducer, lanes, name):
+    """``reducer`` of ``value(row, k)`` over ``k < length`` for every row of ``outer``.
+
+    A static row of whole vectors is reduced in two steps: ``lanes`` partial results
+    per row (``partial[row, l]`` over ``k = ko * lanes + l``: one vector accumulator,
+    see :func:`schedule_rowwise`), then those ``lanes`` values.  A single scalar chain
+    (one add per FMA latency) made softmax's row sums cost more than its ``exp``."""
+    steps = static_dim(length)
+    if steps is None or steps % lanes or steps < 2 * lanes:
+        k = te.reduce_axis((0, length), name="k")
+        return te.compute(outer, lambda *i: reducer(value(i, k), axis=k), name=name,
+                          attrs={ROW_PART_ATTR: 1})
+    ko = te.reduce_axis((0, steps // lanes), name="ko")
+    partial = te.compute(
+        [*outer, lanes], lambda *i: reducer(value(i[:-1], ko * lanes + i[-1]), axis=ko),
+        name=f"{name}_partial", attrs={PARTIAL_ATTR: 1, ROW_PART_ATTR: 1})
+    kl = te.reduce_axis((0, lanes), name="kl")
+    return te.compute(outer, lambda *i: reducer(partial[i + (kl,)], axis=kl), name=name,
+                      attrs={ROW_PART_ATTR: 1})
+
+
+# Block annotation of the lane-partial step of a row reduction (see _row_reduction).
+PARTIAL_ATTR = "bmlib_lane_partial"
+# Block annotation of every per-row intermediate of softmax / layer_norm: what
+# schedule_rowwise computes at the row (and nothing upstream of it in a merged partition).
+ROW_PART_ATTR = "bmlib_row_part"
+
+
 @register_template("relax.nn.layer_norm", symbolic_dims=True)
 def layer_norm(call, inputs, ctx):
+    """layer_norm over the last axis of float32 data, per row: the mean, then the
+    variance as the mean of squared deviations (a second pass over the L1-resident
+    row, not ``E[x^2] - E[x]^2``, which cancels for rows far from zero), then
+    ``(x - mean) * rsqrt(var + eps) * gamma + beta``; scheduled per row like softmax.
+    Other axes and dtypes keep topi's layer_norm."""
     attrs = call.attrs
     data, gamma, beta = inputs
     if not (bool(attrs.center) and bool(attrs.scale)):
         raise ctx.error("layer_norm without center/scale has no template")
-    return topi.nn.layer_norm(data, gamma, beta, attr_ints(attrs.axes), float(attrs.epsilon))
+    axes = [a % len(data.shape) for a in attr_ints(attrs.axes)]
+    if axes != [len(data.shape) - 1] or str(data.dtype) != "float32" or \
+            len(data.shape) < 2 or len(gamma.shape) != 1 or len(beta.shape) != 1:
+        return topi.nn.layer_norm(data, gamma, beta, attr_ints(attrs.axes),
+                                  float(attrs.epsilon))
+    outer, length = list(data.shape[:-1]), data.shape[-1]
+    lanes = ctx.lanes("float32")
+    count = tirx.Cast("float32", length) if static_dim(length) is None else \
+        tirx.const(float(static_dim(length)), "float32")
+    total = _row_reduction(lambda i, k: data[i + (k,)], outer, length, te.sum, lanes,
+                           "bmlib_ln_sum")
+    mean = te.compute(outer, lambda *i: total[i] / count, name="bmlib_ln_mean",
+                         attrs={ROW_PART_ATTR: 1})
+    squares = _row_reduction(
+        lambda i, k: (data[i + (k,)] - mean[i]) * (data[i + (k,)] - mean[i]), outer, length,
+        te.sum, lanes, "bmlib_ln_squares")
+    eps = tirx.const(float(attrs.epsilon), "float32")
+    inv = te.compute(outer, lambda *i: tirx.rsqrt(squares[i] / count + eps),
+                     name="bmlib_ln_rstd",
+                         attrs={ROW_PART_ATTR: 1})
+    return te.compute(data.shape, lambda *i: (data[i] - mean[i[:-1]]) * inv[i[:-1]] *
+                      gamma[i[-1]] + beta[i[-1]], name="bmlib_layer_norm",
+                      attrs={SCHEDULE_ATTR: "bmlib.rowwise"})
 
 
 @register_template("relax.nn.softmax", symbolic_dims=True)
 def softmax(call, inputs, ctx):
-    """Softmax over the last axis in four computes, scheduled per row (see
-    :func:`schedule_softmax`): the row maximum, ``exp(x - max)`` (TVM's
-    vectorizable polynomial ``fast_exp`` for float32: ``T.exp`` becomes one
-    ``expf`` call per element), the row sum, and the normalisation.  Other axes and
-    dtypes keep topi's softmax."""
+    """Softmax over the last axis, per row (see :func:`schedule_rowwise`): the row
+    maximum, ``exp(x - max)`` (TVM's vectorizable polynomial ``fast_exp`` for float32:
+    ``T.exp`` becomes one ``expf`` call per element), the row sum, and the
+    normalisation by one reciprocal per row.  Other axes and dtypes keep topi's
+    softmax."""
     x = inputs[0]
     axis = int(call.attrs.axis) % len(x.shape)
     if axis != len(x.shape) - 1 or len(x.shape) < 2 or str(x.dtype) != "float32":
         return topi.nn.softmax(x, axis=axis)
     outer, length = list(x.shape[:-1]), x.shape[-1]
-    k = te.reduce_axis((0, length), name="k")
-    row_max = te.compute(outer, lambda *i: te.max(x[i + (k,)], axis=k),
-                         name="bmlib_softmax_max")
+    lanes = ctx.lanes("float32")
+    row_max = _row_reduction(lambda i, k: x[i + (k,)], outer, length, te.max, lanes,
+                             "bmlib_softmax_max")
     shifted = te.compute(x.shape, lambda *i: x[i] - row_max[i[:-1]],
-                         name="bmlib_softmax_shift")
+                         name="bmlib_softmax_shift",
+                         attrs={ROW_PART_ATTR: 1})
     exp = topi.fast_exp(shifted)
-    k2 = te.reduce_axis((0, length), name="k")
-    row_sum = te.compute(outer, lambda *i: te.sum(exp[i + (k2,)], axis=k2),
-                         name="bmlib_softmax_sum")
-    return te.compute(x.shape, lambda *i: exp[i] / row_sum[i[:-1]], name="bmlib_softmax",
-                      attrs={SCHEDULE_ATTR: "bmlib.softmax"})
+    row_sum = _row_reduction(lambda i, k: exp[i + (k,)], outer, length, te.sum, lanes,
+                             "bmlib_softmax_sum")
+    inv = te.compute(outer, lambda *i: tirx.const(1.0, "float32") / row_sum[i],
+                     name="bmlib_softmax_inv",
+                         attrs={ROW_PART_ATTR: 1})
+    return te.compute(x.shape, lambda *i: exp[i] * inv[i[:-1]], name="bmlib_softmax",
+                      attrs={SCHEDULE_ATTR: "bmlib.rowwise"})
 
 
-@register_schedule("bmlib.softmax")
-def schedule_softmax(sch, block, ctx):
-    """Rows in parallel, each row's maximum, exponentials, sum and normalisation
-    computed at the row (one pass over L1-resident data instead of four over the
-    tensor); a static row length is vectorized, a symbolic one left to LLVM's loop
-    vectorizer (never a TIR vector)."""
-    (exp, row_sum) = sorted(sch.get_producers(block),
-                            key=lambda b: not is_spatial(sch, b))  # the exp block first
-    (shifted,) = sch.get_producers(exp)
-    (row_max,) = [b for b in sch.get_producers(shifted) if not is_spatial(sch, b)]
+@register_schedule("bmlib.rowwise")
+def schedule_rowwise(sch, block, ctx):
+    """Rows in parallel; everything the row's output needs (softmax: maximum,
+    exponentials, sum; layer_norm: mean, variance) computed at the row, one pass
+    over L1-resident data each instead of one over the tensor.  A static row length
+    is vectorized, a symbolic one left to LLVM's loop vectorizer (never a TIR
+    vector); a lane-partial reduction keeps its lanes as one vector accumulator."""
     loops = sch.get_loops(block)
     row = sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
     sch.parallel(row)
-    sch.compute_inline(shifted)
-    for producer in (row_sum, exp, row_max):
-        sch.compute_at(producer, row)
+    row_depth = len(sch.get_loops(block)) - 1
     lanes = ctx.lanes(str(sch.get(block).writes[0].source.dtype))
-    for spatial in (exp, block):
-        vectorize_innermost(sch, spatial, lanes)
-    for done in (block, exp, row_sum, row_max):
-        ctx.done.add(block_name(sch, done))
+    names, order, frontier = set(), [], [block]
+    while frontier:  # every intermediate of this softmax / layer_norm, nearest first
+        for producer in sch.get_producers(frontier.pop(0)):
+            name = block_name(sch, producer)
+            if name not in names and name not in ctx.done and _row_part(sch, producer):
+                names.add(name)
+                order.append(name)
+                frontier.append(producer)
+    for name in order:  # the shift folds into the exponential that reads it
+        if name.endswith("_shift"):
+            sch.compute_inline(sch.get_sblock(name))
+    order = [name for name in order if not name.endswith("_shift")]
+    placed, pending = {block_name(sch, block)}, list(order)
+    while pending:  # each computed at the row once all its readers are there
+        name = next(n for n in pending if all(
+            block_name(sch, c) in placed for c in sch.get_consumers(sch.get_sblock(n))))
+        sch.compute_at(sch.get_sblock(name), row)
+        placed.add(name)
+        pending.remove(name)
+    for name in order:
+        producer = sch.get_sblock(name)
+        if PARTIAL_ATTR in sch.get(producer).annotations:
+            lane, step = sch.get_loops(producer)[-2:]
+            sch.reorder(step, lane)
+            sch.vectorize(lane)
+            sch.decompose_reduction(producer, step)
+        elif is_spatial(sch, producer) and len(sch.get_loops(producer)) > row_depth:
+            vectorize_innermost(sch, producer, lanes)  # not a per-row scalar (1 / sum)
+    vectorize_innermost(sch, block, lanes)
+    for name in [block_name(sch, block), *order]:
+        ctx.done.add(name)
+
+
+def _row_part(sch, block) -> bool:
+    """A per-row intermediate of the template, or the ``fast_exp`` of its shift."""
+    if ROW_PART_ATTR in sch.get(block).annotations:
+        return True
+    producers = sch.get_producers(block)
+    return str(sch.get(block).name_hint).startswith("T_fast_exp") and bool(producers) and \
+        all(ROW_PART_ATTR in sch.get(p).annotations for p in producers)
 
 
 @register_template("relax.nn.log_softmax", symbolic_dims=True)
