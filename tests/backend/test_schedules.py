@@ -148,6 +148,11 @@ def test_accumulator_tiles_are_not_workspace_allocations(monkeypatch, kernel):
     # A matmul tile over 1 KiB (24 accumulators with AVX-512) is allocated once per
     # parallel iteration; what matters is that its k loop keeps it in registers.
     loops = _innermost_fma_loops(asm)
+    if kernel == "conv2d":
+        # Winograd's input/output transforms multiply by the transform's constants
+        # (loaded from the constant pool) and store every value they make; the
+        # GEMM's loop is the one that must keep its tile in registers.
+        loops = [body for body in loops if ".LCPI" not in body]
     assert loops, "no FMA loop"
     for body in loops:
         assert "call" not in body, body
