@@ -173,7 +173,9 @@ class _BlockedConverter:
             self.bb.emit_func_output(result)
         if not self.converted:
             return None
-        return self.bb.get()["main"]
+        # Weights and biases bound to vars were re-laid out into new constants: drop the
+        # originals (and anything else left unread) so the build does not keep both.
+        return relax.analysis.remove_all_unused(self.bb.get()["main"])
 
     def _count_uses(self, bindings, result) -> None:
         for binding in bindings:

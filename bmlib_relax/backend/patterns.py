@@ -397,8 +397,14 @@ def check_layout_transform(context: PatternCheckContext) -> bool:
     if not check_tensors(context) or root.attrs.pad_value is not None:
         return False
     shapes = (_shape(root.args[0]), _shape(root))
-    return all(s is not None and len(s) in (4, 5) for s in shapes) and \
-        int(np.prod(shapes[0])) == int(np.prod(shapes[1]))
+    if not all(s is not None and len(s) in (4, 5) for s in shapes) or \
+            int(np.prod(shapes[0])) != int(np.prod(shapes[1])):
+        return False
+    try:  # the template reads through the inverse map: a map without one stays on the host
+        root.attrs.index_map.inverse(shapes[0])
+    except Exception:  # noqa: BLE001 - TVM reports a non-bijective map by raising
+        return False
+    return True
 
 
 def check_batch_norm(context: PatternCheckContext) -> bool:
