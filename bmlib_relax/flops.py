@@ -192,6 +192,8 @@ def _conv_flops(call, default_data: str, default_kernel: str, transposed: bool) 
                          str(getattr(attrs, "kernel_layout", default_kernel)))
     spatial = [axis for axis in "DHW" if axis in weight]
     window = math.prod(weight[axis] for axis in spatial)
+    if re.fullmatch(r"HWOI\d+o", str(getattr(attrs, "kernel_layout", ""))):
+        window = 9  # a Winograd-transformed 3x3 weight (backend/templates/conv_winograd.py)
     groups = int(getattr(attrs, "groups", 1))
     if transposed:
         # Every input element is scattered onto (O / groups) * window outputs.
