@@ -17,6 +17,7 @@ from tvm import relax, s_tir
 from bmlib_relax import partition_for_bmlib
 from bmlib_relax.backend.templates import conv_winograd
 from bmlib_relax.check import plain_version
+from bmlib_relax.errors import ParamError
 from bmlib_relax.compiler import lower_and_verify
 
 from conftest import offloaded_partitions
@@ -54,6 +55,9 @@ def test_default_rule(monkeypatch):
     assert conv_winograd.winograd_tile(512, 512, 4, 4) is None
     monkeypatch.setenv(conv_winograd.ENV, "0")
     assert conv_winograd.winograd_tile(64, 64, 56, 56) is None
+    monkeypatch.setenv(conv_winograd.ENV, "yes")
+    with pytest.raises(ParamError, match="BMLIB_WINOGRAD must be"):
+        conv_winograd.winograd_tile(64, 64, 56, 56)
 
 
 def _conv_bias_bn_relu(padding):
