@@ -58,6 +58,10 @@ def test_default_rule(monkeypatch):
     monkeypatch.setenv(conv_winograd.ENV, "yes")
     with pytest.raises(ParamError, match="BMLIB_WINOGRAD must be"):
         conv_winograd.winograd_tile(64, 64, 56, 56)
+    mod, _ = make_module(lambda x, w: R.nn.conv2d(x, w, padding=1), [(1, 16, 8, 8)],
+                         [(16, 16, 3, 3)])
+    with pytest.raises(ParamError, match="BMLIB_WINOGRAD must be"):
+        partition_for_bmlib(mod)
 
 
 def _conv_bias_bn_relu(padding):
