@@ -229,7 +229,7 @@ def dispatch(call, inputs, ctx) -> Optional[te.Tensor]:
                             f"transformed kernel has no template for this conv2d")
         padding = padding[:2] + [padding[2] - (m - 1), padding[3] - (m - 1)]
         return conv2d_winograd(nchw_reader(data), shape, weight, padding, m, dtype, ctx)
-    if str(attrs.kernel_layout) != "OIHW" or not applicable(
+    if str(attrs.kernel_layout) != "OIHW" or str(weight.dtype) != "float32" or not applicable(
             shape, [int(d) for d in weight.shape], strides, dilation, int(attrs.groups),
             str(data.dtype), dtype):
         return None
