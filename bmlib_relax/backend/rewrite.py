@@ -230,4 +230,6 @@ def rewrite_functions(mutator: PyExprMutator, mod: tvm.IRModule) -> tvm.IRModule
 
 def pack_weights(mod: tvm.IRModule, target: Any = None) -> tvm.IRModule:
     """Re-lay out the constant conv2d / dense weights of ``mod`` for the bmlib templates."""
+    from .templates.conv_winograd import winograd_mode
+    winograd_mode()  # a bad $BMLIB_WINOGRAD is a ParamError here, not inside the FFI visitor
     return rewrite_functions(_WeightPacker(mod, target), mod)

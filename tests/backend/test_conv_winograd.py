@@ -17,6 +17,7 @@ from tvm import relax, s_tir
 from bmlib_relax import partition_for_bmlib
 from bmlib_relax.backend.templates import conv_winograd
 from bmlib_relax.check import plain_version
+from bmlib_relax.errors import ParamError
 from bmlib_relax.compiler import lower_and_verify
 
 from conftest import offloaded_partitions
@@ -54,6 +55,13 @@ def test_default_rule(monkeypatch):
     assert conv_winograd.winograd_tile(512, 512, 4, 4) is None
     monkeypatch.setenv(conv_winograd.ENV, "0")
     assert conv_winograd.winograd_tile(64, 64, 56, 56) is None
+    monkeypatch.setenv(conv_winograd.ENV, "yes")
+    with pytest.raises(ParamError, match="BMLIB_WINOGRAD must be"):
+        conv_winograd.winograd_tile(64, 64, 56, 56)
+    mod, _ = make_module(lambda x, w: R.nn.conv2d(x, w, padding=1), [(1, 16, 8, 8)],
+                         [(16, 16, 3, 3)])
+    with pytest.raises(ParamError, match="BMLIB_WINOGRAD must be"):
+        partition_for_bmlib(mod)
 
 
 def _conv_bias_bn_relu(padding):
@@ -244,3 +252,20 @@ def test_gemm_tile_follows_the_register_file(monkeypatch, target, tile):
     assert (int(loops[-2].extent), int(loops[-1].extent)) == tile
     assert loops[-2].kind == tvm.tirx.ForKind.UNROLLED
     assert loops[-1].kind == tvm.tirx.ForKind.VECTORIZED
+
+
+def test_flops_count_the_convolution_not_the_transformed_kernel(monkeypatch):
+    """The report's FLOPs of a Winograd conv are its direct 3x3 conv's (2*N*K*C*9*H*W)."""
+    from bmlib_relax.backend.rewrite import pack_weights
+    from bmlib_relax.flops import count_flops
+
+    def conv_flops(mode):
+        monkeypatch.setenv(conv_winograd.ENV, mode)
+        mod, _ = make_module(lambda x, w: R.nn.conv2d(x, w, padding=1), [(1, 8, 12, 12)],
+                             [(16, 8, 3, 3)])
+        (call,) = [b.value for b in pack_weights(mod)["main"].body.blocks[0].bindings
+                   if isinstance(b.value, relax.Call) and b.value.op.name == "relax.nn.conv2d"]
+        return str(call.attrs.kernel_layout), int(count_flops(call))
+
+    assert conv_flops("4") == ("HWOI16o", 2 * 16 * 8 * 9 * 12 * 12)
+    assert conv_flops("0")[1] == 2 * 16 * 8 * 9 * 12 * 12

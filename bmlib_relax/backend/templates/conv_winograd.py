@@ -48,6 +48,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 from tvm import te, tirx
 
+from ...errors import ParamError
 from ..schedule import inline_epilogue
 from ..target import vector_registers
 from ._utils import attr_ints, out_dtype
@@ -92,7 +93,7 @@ def winograd_tile(in_channels: int, out_channels: int, out_h: int, out_w: int) -
     the GEMM too short: the direct conv is faster (3->64 at 224x224: 1.5x slower
     with F(4x4)); so are outputs under 7x7 (tiles would be mostly padding).
     """
-    mode = os.environ.get(ENV, "").strip()
+    mode = winograd_mode()
     if mode == "0":
         return None
     if mode in ("2", "4"):
@@ -102,6 +103,17 @@ def winograd_tile(in_channels: int, out_channels: int, out_h: int, out_w: int) -
     if min(in_channels, out_channels) < 8 or min(out_h, out_w) < 7:
         return None
     return 4 if min(out_h, out_w) >= 28 or in_channels * out_channels < 128 * 128 else 2
+
+
+def winograd_mode() -> str:
+    """``$BMLIB_WINOGRAD``: "" (unset: the default rule), "0", "1", "2" or "4"; anything
+    else is a :class:`~bmlib_relax.errors.ParamError` (a typo must not silently mean
+    the default)."""
+    mode = os.environ.get(ENV, "").strip()
+    if mode not in ("", "0", "1", "2", "4"):
+        raise ParamError(f"{ENV} must be 0 (off), 1 (wherever it applies), 2 or 4 (that "
+                         f"tile size) or unset (the measured rule), got {mode!r}", ENV)
+    return mode
 
 
 def applicable(data_shape, weight_shape, strides, dilation, groups: int, dtype: str,
@@ -242,13 +254,13 @@ def dispatch(call, inputs, ctx) -> Optional[te.Tensor]:
                             f"transformed kernel has no template for this conv2d")
         padding = padding[:2] + [padding[2] - (m - 1), padding[3] - (m - 1)]
         return conv2d_winograd(read, shape, weight, padding, m, dtype, ctx, write)
-    if str(attrs.kernel_layout) != "OIHW" or not applicable(
+    if str(attrs.kernel_layout) != "OIHW" or str(weight.dtype) != "float32" or not applicable(
             shape, [int(d) for d in weight.shape], strides, dilation, int(attrs.groups),
             str(data.dtype), dtype):
         return None
     out = [int(d) for d in call.ty.shape.values[2:4]]
     m = winograd_tile(shape[1], int(weight.shape[0]), *out)
-    if m is None or os.environ.get(ENV, "").strip() not in ("1", "2", "4"):
+    if m is None or winograd_mode() not in ("1", "2", "4"):
         return None
     kernel = kernel_transform(weight, m, out_block(int(weight.shape[0]), ctx.lanes(dtype)))
     return conv2d_winograd(nchw_reader(data), shape, kernel, padding, m, dtype, ctx)
