@@ -54,3 +54,21 @@ def run_plain(mod: tvm.IRModule, arrays: Sequence[np.ndarray]):
 def run_offloaded(partitioned: tvm.IRModule, arrays: Sequence[np.ndarray]):
     executable, records = build_offloaded(partitioned)
     return run(executable, arrays), records
+
+
+def composite_names(mod: tvm.IRModule) -> list[str]:
+    """The ``Composite`` names of the functions inside ``mod``'s functions (one per
+    matched pattern instance, so a name may repeat)."""
+    names = []
+
+    def visit(expr):
+        if isinstance(expr, relax.Function) and expr.attrs is not None and \
+                "Composite" in expr.attrs:
+            names.append(str(expr.attrs["Composite"]))
+
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+            if func.attrs is not None and "Composite" in func.attrs:
+                names.append(str(func.attrs["Composite"]))
+    return names

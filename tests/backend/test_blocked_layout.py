@@ -24,7 +24,7 @@ from bmlib_relax.backend.schedule import UnscheduledBlockWarning
 from bmlib_relax.compiler import lower_and_verify
 
 from conftest import offloaded_partitions
-from helpers import make_module, run_offloaded, run_plain
+from helpers import composite_names, make_module, run_offloaded, run_plain
 
 R = relax.op
 BLOCKED = re.compile(r"NCHW\d+c")
@@ -275,27 +275,13 @@ def test_max_pool_on_blocked_data(pool_size, strides, padding, fast):
     _check_offloaded_run(mod, partitioned, arrays)
 
 
-def _composite_names(mod: tvm.IRModule) -> list[str]:
-    names = []
-
-    def visit(expr):
-        if isinstance(expr, relax.Function) and expr.attrs is not None and \
-                "Composite" in expr.attrs:
-            names.append(str(expr.attrs["Composite"]))
-
-    for func in mod.functions.values():
-        if isinstance(func, relax.Function):
-            relax.analysis.post_order_visit(func, visit)
-    return names
-
-
 def test_residual_add_joins_the_conv_epilogue():
     """conv → add(shortcut) → batch_norm scale/shift → relu is one partition; the
     shortcut is read by the conv's epilogue (no add partition)."""
     build, shape, weights = RESNET_LIKE
     mod, arrays = make_module(build, [shape], weights)
     partitioned = partition_for_bmlib(mod)
-    names = _composite_names(partitioned)
+    names = composite_names(partitioned)
     assert "bmlib.conv2d_residual_chain4" in names, names
     # batch_norm right after a conv is folded into its weights and a bias.
     assert "bmlib.conv2d_bias_relu" in names, names
@@ -305,7 +291,7 @@ def test_residual_add_joins_the_conv_epilogue():
                    for n in names), names
     # Off the blocked layout the graph (and its composites) is the old one.
     assert not any("residual" in n for n in
-                   _composite_names(partition_for_bmlib(mod, blocked_layout=False)))
+                   composite_names(partition_for_bmlib(mod, blocked_layout=False)))
     _check_offloaded_run(mod, partitioned, arrays)
 
 

@@ -15,32 +15,15 @@ from bmlib_relax import partition_for_bmlib
 from bmlib_relax.backend.schedule import UnscheduledBlockWarning
 
 from conftest import offloaded_partitions
-from helpers import make_module, run_offloaded, run_plain
+from helpers import composite_names, make_module, run_offloaded, run_plain
 
 R = relax.op
-
-
-def composites(mod) -> list[str]:
-    """The composite names inside the bmlib partitions of ``mod``."""
-    names = []
-
-    def visit(expr):
-        if isinstance(expr, relax.Function) and expr.attrs is not None and \
-                "Composite" in expr.attrs:
-            names.append(str(expr.attrs["Composite"]))
-
-    for func in mod.functions.values():
-        if isinstance(func, relax.Function):
-            relax.analysis.post_order_visit(func, visit)
-            if func.attrs is not None and "Composite" in func.attrs:
-                names.append(str(func.attrs["Composite"]))
-    return sorted(set(names))
 
 
 def _check(mod, arrays, want_composite):
     partitioned = partition_for_bmlib(mod)
     assert offloaded_partitions(partitioned)
-    assert want_composite in composites(partitioned), composites(partitioned)
+    assert want_composite in sorted(set(composite_names(partitioned))), sorted(set(composite_names(partitioned)))
     with warnings.catch_warnings():
         warnings.simplefilter("error", UnscheduledBlockWarning)
         got, records = run_offloaded(partitioned, arrays)
@@ -95,7 +78,7 @@ def test_per_channel_operand_is_a_bias_not_a_shortcut():
 
     mod, arrays = make_module(build, [(1, 16, 6, 6)], [(16, 16, 3, 3), (1, 16, 1, 1)])
     partitioned = _check(mod, arrays, "bmlib.conv2d_bias_relu")
-    assert not [c for c in composites(partitioned) if "_add" in c]
+    assert not [c for c in sorted(set(composite_names(partitioned))) if "_add" in c]
 
 
 def test_broadcast_operand_is_not_taken_as_shortcut():
@@ -106,4 +89,4 @@ def test_broadcast_operand_is_not_taken_as_shortcut():
 
     mod, arrays = make_module(build, [(1, 16, 6, 6), (1, 1, 6, 6)], [(16, 16, 3, 3)])
     partitioned = _check(mod, arrays, "bmlib.conv2d")
-    assert not [c for c in composites(partitioned) if c.endswith("_add")]
+    assert not [c for c in sorted(set(composite_names(partitioned))) if c.endswith("_add")]

@@ -49,7 +49,7 @@ import numpy as np
 from tvm import te, tirx
 
 from ...errors import ParamError
-from ..schedule import inline_epilogue
+from ..schedule import divisor_at_most, inline_epilogue
 from ..target import vector_registers
 from ._utils import attr_ints, out_dtype
 from .registry import SCHEDULE_ATTR, register_schedule
@@ -160,14 +160,7 @@ def out_block(out_channels: int, lanes: int) -> int:
     the largest divisor up to one vector."""
     if out_channels % (2 * lanes) == 0:
         return 2 * lanes
-    return _divisor_at_most(out_channels, lanes)
-
-
-def _divisor_at_most(n: int, limit: int) -> int:
-    for d in range(min(n, limit), 0, -1):
-        if n % d == 0:
-            return d
-    return 1
+    return divisor_at_most(out_channels, lanes)
 
 
 def rewrite_conv2d(call, array: np.ndarray, lanes: int) -> Optional[Any]:
@@ -375,7 +368,7 @@ def conv2d_winograd(read: Reader, shape, kernel: te.Tensor, padding, m: int, dty
     tiles = n * th * tw
     tp = register_tile(tiles, kb, lanes, vector_registers(ctx.target))
     padded_tiles = -(-tiles // tp) * tp
-    cb = _divisor_at_most(channels, lanes)
+    cb = divisor_at_most(channels, lanes)
     zero = tirx.const(0, dtype)
 
     def pad(nn, co, y, x, ci):
