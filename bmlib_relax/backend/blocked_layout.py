@@ -38,9 +38,10 @@ import tvm
 from tvm import relax
 
 from ..registry import Registry
-from .layout import BINARY, UNARY, _Substitute
+from .layout import BINARY, UNARY
 from .rewrite import (conv2d_blocking, const_array, depthwise_blocking, pack_conv2d_weight)
 from .target import vector_lanes
+from .twins import TwinRebuilder, rebuild_functions
 from .templates.conv_winograd import winograd_conv2d
 
 BLOCKED_DTYPES = ("float32", "float16")  # what the conv templates compute in
@@ -96,14 +97,12 @@ def blocked_constant(array: np.ndarray, channels: int, block: int) -> Optional[n
                                 .transpose(0, 1, 3, 4, 2))
 
 
-class _BlockedConverter:
+class _BlockedConverter(TwinRebuilder):
     """Rebuilds one function binding by binding, keeping blocked twins of NCHW values."""
 
     def __init__(self, func: relax.Function, target: Any):
-        self.func = func
+        super().__init__(func)
         self.target = target
-        self.bb = relax.BlockBuilder()
-        self.plain: dict[Any, relax.Expr] = {}
         self.twin: dict[Any, tuple[relax.Expr, int]] = {}  # old var -> (NCHW{b}c value, b)
         self.bn_twin: dict[Any, tuple[relax.Expr, int]] = {}  # batch_norm var -> its [0]
         self.bindings: dict[Any, relax.Expr] = {}
@@ -111,22 +110,11 @@ class _BlockedConverter:
         self.uses: dict[Any, list] = {}
         self.folded_bn: dict[Any, np.ndarray] = {}  # batch_norm var -> shift (its conv scaled)
         self.feeds_conv: set = set()  # old vars that reach a blockable conv's data
-        self.converted = 0
-        self._substitute: Optional[_Substitute] = None
 
     # -- values ---------------------------------------------------------------
-    def original(self, var: relax.Var) -> relax.Expr:
-        if var not in self.plain:
-            if var not in self.twin:
-                return var  # a parameter
-            value, block = self.twin[var]
-            self.plain[var] = self.bb.emit(to_nchw(value, block))
-        return self.plain[var]
-
-    def substitute(self, expr: relax.Expr) -> relax.Expr:
-        if self._substitute is None:
-            self._substitute = _Substitute(self.original)
-        return self._substitute.visit_expr(expr)
+    def materialise(self, var: relax.Var) -> relax.Expr:
+        value, block = self.twin[var]
+        return self.bb.emit(to_nchw(value, block))
 
     def blocked(self, expr: relax.Expr) -> Optional[tuple[relax.Expr, int]]:
         return self.twin.get(expr) if isinstance(expr, relax.Var) else None
@@ -155,27 +143,14 @@ class _BlockedConverter:
         return self.bb.emit(to_blocked(self.substitute(expr), block))
 
     # -- rebuilding -------------------------------------------------------------
-    def run(self) -> Optional[relax.Function]:
-        body = self.func.body
-        if not isinstance(body, relax.SeqExpr) or \
-                not all(isinstance(b, relax.DataflowBlock) for b in body.blocks) or \
-                any(not isinstance(x, relax.VarBinding) for b in body.blocks for x in b.bindings):
-            return None
-        bindings = [b for block in body.blocks for b in block.bindings]
-        self._count_uses(bindings, body.body)
+    def prepare(self, bindings: list, result: relax.Expr) -> None:
+        self._count_uses(bindings, result)
         self._mark_feeds_conv(bindings)
-        attrs = dict(self.func.attrs) if self.func.attrs is not None else None
-        with self.bb.function("main", list(self.func.params), attrs=attrs):
-            with self.bb.dataflow():
-                for binding in bindings:
-                    self._binding(binding.var, binding.value)
-                result = self.bb.emit_output(self.substitute(body.body))
-            self.bb.emit_func_output(result)
-        if not self.converted:
-            return None
+
+    def finish(self, func: relax.Function) -> relax.Function:
         # Weights and biases bound to vars were re-laid out into new constants: drop the
         # originals (and anything else left unread) so the build does not keep both.
-        return relax.analysis.remove_all_unused(self.bb.get()["main"])
+        return relax.analysis.remove_all_unused(func)
 
     def _count_uses(self, bindings, result) -> None:
         for binding in bindings:
@@ -227,7 +202,7 @@ class _BlockedConverter:
         return bool(users) and all(isinstance(u, relax.TupleGetItem) and int(u.index) == 0
                                    for u in users)
 
-    def _binding(self, var: relax.Var, value: relax.Expr) -> None:
+    def rebuild_binding(self, var: relax.Var, value: relax.Expr) -> None:
         if isinstance(value, relax.TupleGetItem) and isinstance(value.tuple_value, relax.Var) \
                 and value.tuple_value in self.bn_twin and int(value.index) == 0:
             self.twin[var] = self.bn_twin[value.tuple_value]
@@ -495,20 +470,5 @@ def has_blockable_conv(func: relax.Function) -> bool:
 def convert_to_blocked(mod: tvm.IRModule, target: Any = None) -> tvm.IRModule:
     """Run the static fp32 NCHW convolutions of every function (and the layout-agnostic
     ops between them) in NCHW{b}c, converting only at the edges."""
-    updates = {}
-    for gvar, func in mod.functions.items():
-        if not isinstance(func, relax.Function) or \
-                (func.attrs is not None and ("Codegen" in func.attrs or
-                                             "Composite" in func.attrs)):
-            continue
-        if not has_blockable_conv(func):
-            continue
-        converted = _BlockedConverter(func, target).run()
-        if converted is not None:
-            updates[gvar] = converted
-    if not updates:
-        return mod
-    mod = mod.clone() if hasattr(mod, "clone") else tvm.IRModule(dict(mod.functions))
-    for gvar, func in updates.items():
-        mod[gvar] = func
-    return relax.transform.Normalize()(mod)
+    return rebuild_functions(mod, has_blockable_conv,
+                             lambda func: _BlockedConverter(func, target))

@@ -21,15 +21,15 @@ leaves a transpose pair around each convolution, which is why this pass exists.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 import numpy as np
 import tvm
 from tvm import relax
-from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..registry import Registry
 from .rewrite import const_array
+from .twins import TwinRebuilder, rebuild_functions
 
 TO_NCHW = (0, 3, 1, 2)
 TO_NHWC = (0, 2, 3, 1)
@@ -51,42 +51,17 @@ def _rank(expr: relax.Expr) -> Optional[int]:
     return int(ty.ndim) if isinstance(ty, relax.TensorType) and int(ty.ndim) >= 0 else None
 
 
-@mutator
-class _Substitute(PyExprMutator):
-    """Replace old variables by their values in the function being rebuilt."""
-
-    def __init__(self, lookup: Callable[[relax.Var], relax.Expr]):
-        super().__init__()
-        self.lookup = lookup
-
-    def visit_var_(self, var: relax.Var) -> relax.Expr:  # noqa: D401 - visitor hook
-        return self.lookup(var)
-
-    def visit_dataflow_var_(self, var: relax.Var) -> relax.Expr:  # noqa: D401
-        return self.lookup(var)
-
-
-class _LayoutConverter:
+class _LayoutConverter(TwinRebuilder):
     """Rebuilds one function binding by binding, keeping NCHW twins of NHWC values."""
 
     def __init__(self, func: relax.Function):
-        self.func = func
-        self.bb = relax.BlockBuilder()
-        self.plain: dict[Any, relax.Expr] = {}  # old var -> value in its original layout
-        self.twin: dict[Any, relax.Expr] = {}   # old var -> NCHW value of an NHWC tensor
+        super().__init__(func)
         self.wanted: set = set()  # old vars whose NCHW value an NHWC conv will read
         self.current: Optional[relax.Var] = None  # the binding being rebuilt
-        self.converted = 0
-        self._substitute: Optional[_Substitute] = None
 
     # -- values ---------------------------------------------------------------
-    def original(self, var: relax.Var) -> relax.Expr:
-        """The value of ``var`` in its original layout (materialised on first use)."""
-        if var not in self.plain:
-            if var not in self.twin:
-                return var  # a parameter
-            self.plain[var] = self.bb.emit(relax.op.permute_dims(self.twin[var], TO_NHWC))
-        return self.plain[var]
+    def materialise(self, var: relax.Var) -> relax.Expr:
+        return self.bb.emit(relax.op.permute_dims(self.twin[var], TO_NHWC))
 
     def nchw(self, expr: relax.Expr) -> Optional[relax.Expr]:
         """The NCHW twin of a 4-D NHWC operand, if it has one."""
@@ -123,33 +98,11 @@ class _LayoutConverter:
             value = self.bb.emit(relax.op.reshape(value, shape))
         return self.bb.emit(relax.op.permute_dims(value, TO_NCHW))
 
-    def substitute(self, expr: relax.Expr) -> relax.Expr:
-        if self._substitute is None:
-            self._substitute = _Substitute(self.original)
-        return self._substitute.visit_expr(expr)
-
     # -- rebuilding -------------------------------------------------------------
-    def run(self) -> Optional[relax.Function]:
-        body = self.func.body
-        if not isinstance(body, relax.SeqExpr) or \
-                not all(isinstance(b, relax.DataflowBlock) for b in body.blocks) or \
-                any(not isinstance(x, relax.VarBinding) for b in body.blocks for x in b.bindings):
-            return None
-        self._mark_wanted(body)
-        attrs = dict(self.func.attrs) if self.func.attrs is not None else None
-        with self.bb.function("main", list(self.func.params), attrs=attrs):
-            with self.bb.dataflow():
-                for block in body.blocks:
-                    for binding in block.bindings:
-                        self._binding(binding.var, binding.value)
-                result = self.bb.emit_output(self.substitute(body.body))
-            self.bb.emit_func_output(result)
-        if not self.converted:
-            return None
-        return self.bb.get()["main"]
+    def prepare(self, bindings: list, result: relax.Expr) -> None:
+        self._mark_wanted(bindings)
 
-    def _mark_wanted(self, body: relax.SeqExpr) -> None:
-        bindings = [b for block in body.blocks for b in block.bindings]
+    def _mark_wanted(self, bindings: list) -> None:
         for binding in reversed(bindings):
             value = binding.value
             if not isinstance(value, relax.Call) or not isinstance(value.op, tvm.ir.Op):
@@ -160,7 +113,7 @@ class _LayoutConverter:
             elif binding.var in self.wanted and (name in UNARY or name == "relax.nn.pad"):
                 self.wanted.add(value.args[0])
 
-    def _binding(self, var: relax.Var, value: relax.Expr) -> None:
+    def rebuild_binding(self, var: relax.Var, value: relax.Expr) -> None:
         self.current = var
         if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
             rule = RULES.get(value.op.name)
@@ -300,20 +253,4 @@ def has_nhwc_conv(func: relax.Function) -> bool:
 
 def convert_nhwc_to_nchw(mod: tvm.IRModule) -> tvm.IRModule:
     """Run the NHWC convolutions (and what follows them) of every function in NCHW."""
-    updates = {}
-    for gvar, func in mod.functions.items():
-        if not isinstance(func, relax.Function) or \
-                (func.attrs is not None and ("Codegen" in func.attrs or
-                                             "Composite" in func.attrs)):
-            continue
-        if not has_nhwc_conv(func):
-            continue
-        converted = _LayoutConverter(func).run()
-        if converted is not None:
-            updates[gvar] = converted
-    if not updates:
-        return mod
-    mod = mod.clone() if hasattr(mod, "clone") else tvm.IRModule(dict(mod.functions))
-    for gvar, func in updates.items():
-        mod[gvar] = func
-    return relax.transform.Normalize()(mod)
+    return rebuild_functions(mod, has_nhwc_conv, _LayoutConverter)
