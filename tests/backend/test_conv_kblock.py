@@ -146,3 +146,25 @@ def test_k_blocking_predicate(kernel, out, expected, monkeypatch):
     assert out[2] % rows == 0
     monkeypatch.setenv(conv_templates.KBLOCK_ENV, "off")
     assert conv_templates.k_blocking(_Kernel(kernel), "float32", 7, _Call(out)) is None
+
+
+@pytest.mark.parametrize("kblock", ["0", FORCED])
+@pytest.mark.parametrize("shape, stride, out", [((1, 8, 14, 14), 2, 32), ((1, 8, 15, 13), 2, 32),
+                                                ((1, 8, 21, 21), 3, 32),
+                                                ((1, 8, 14, 14), 2, 24)])  # flat pixels
+def test_strided_1x1_gathers_its_pixels(kblock, shape, stride, out, monkeypatch):
+    """A strided 1x1 on blocked data reads a gathered copy of the pixels it samples
+    (bmlib_data_subsample), with the plain row tiles or the K-blocked ones; odd
+    sizes leave the last row/column out as the strided conv does."""
+    monkeypatch.setenv(conv_templates.KBLOCK_ENV, kblock)
+    mod, arrays = make_module(_chain(stride=stride), [shape],
+                              [(64, 8, 3, 3), (out, 64, 1, 1), (out,)])
+    partitioned = partition_for_bmlib(mod)
+    lowered = lower_and_verify(partitioned)
+    gathered = [name for name, (prim, _) in lowered.items()
+                if "bmlib_data_subsample" in prim.script()]
+    assert len(gathered) == 1
+    _check(mod, partitioned, arrays)
+    monkeypatch.setenv(conv_templates.STRIDED_GATHER_ENV, "0")
+    assert not any("bmlib_data_subsample" in prim.script()
+                   for prim, _ in lower_and_verify(partitioned).values())

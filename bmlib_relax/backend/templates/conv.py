@@ -62,6 +62,9 @@ KBLOCK_ENV = "BMLIB_CONV_KBLOCK"
 KBLOCK_MIN_WEIGHT_BYTES = 48 * 1024
 KBLOCK_CHUNK_BYTES = 16 * 1024
 KBLOCK_GROUP_BYTES = 16 * 1024
+# A strided 1x1 conv on NCHW{b}c data gathers the pixels it reads first
+# (_subsample_blocked); ``$BMLIB_CONV_STRIDED_GATHER=0`` switches that off.
+STRIDED_GATHER_ENV = "BMLIB_CONV_STRIDED_GATHER"
 
 
 @register_template("relax.nn.conv2d", symbolic_dims="batch")
@@ -298,12 +301,34 @@ def _conv_input(data, block, padding, out_size, kernel, strides, dilation, in_bl
     """The packed (or, blocked already, padded) input of a blocked conv, and the strides
     it is read with."""
     if in_blocked:
+        if tuple(kernel) == (1, 1) and list(strides) != [1, 1] and not any(padding) and \
+                _strided_gather_enabled():
+            return _subsample_blocked(data, out_size, strides), [1, 1]
         return _pad_blocked(data, padding, out_size, kernel, strides, dilation), strides
     if tuple(kernel) == (1, 1) and list(strides) != [1, 1]:
         # A strided 1x1 reads every stride-th pixel only: pack just those.
         return _pad_pack(data, block, padding, out_size, (1, 1), strides, dilation,
                          subsample=strides), [1, 1]
     return _pad_pack(data, block, padding, out_size, kernel, strides, dilation), strides
+
+
+def _strided_gather_enabled() -> bool:
+    """``$BMLIB_CONV_STRIDED_GATHER`` (``0``/``off`` disable) — for A/B timing."""
+    return os.environ.get(STRIDED_GATHER_ENV, "1").strip().lower() not in \
+        ("0", "off", "false", "no")
+
+
+def _subsample_blocked(data: te.Tensor, out_size, strides) -> te.Tensor:
+    """The pixels a strided 1x1 conv reads from NCHW{b}c data, gathered into a
+    contiguous ``(n, C/b, OH, OW, b)`` buffer (one vectorized pass, scheduled as a
+    padding pass): the conv's row tiles then read consecutive pixels instead of
+    every stride-th one."""
+    n = data.shape[0]
+    cb, block = int(data.shape[1]), int(data.shape[4])
+    sy, sx = strides
+    return te.compute(batched(n, cb, out_size[0], out_size[1], block),
+                      lambda nn, c, y, x, ci: data[nn, c, y * sy, x * sx, ci],
+                      name="bmlib_data_subsample", attrs={SCHEDULE_ATTR: "bmlib.pad_nchwc"})
 
 
 def _blocked_out(conv: te.Tensor, dtype: str) -> te.Tensor:
