@@ -18,7 +18,11 @@ constant) is packed inside the PrimFunc, or read as it is by the 1x1 GEMM.
 With the blocked layout (:mod:`..blocked_layout`) a conv reads ``NCHW{ib}c`` data
 as it is (padded first when the conv pads; a depthwise conv tests the padding
 inline) and returns ``NCHW{ob}c``: no pack, no unpack, and 1x1 convs too run
-the blocked kernel.  The epilogue is then 5-D and tiled the same way.
+the blocked kernel.  The epilogue is then 5-D and tiled the same way.  Two blocked-path
+variants: a conv whose weights per output-channel block overflow L1 is K-blocked
+(:func:`k_blocking`: chunks of input channels outside the pixel tiles, so each chunk's
+weights serve a group of output rows from L1), and a strided 1x1 gathers the pixels it
+samples into a contiguous buffer first (:func:`_subsample_blocked`).
 
 ``conv2d`` takes a symbolic batch (``symbolic_dims="batch"``): the blocks run over
 ``(n, ...)`` with ``n`` a ``tir.Var`` (see :func:`batched`), the batch joins the
