@@ -18,7 +18,11 @@ constant) is packed inside the PrimFunc, or read as it is by the 1x1 GEMM.
 With the blocked layout (:mod:`..blocked_layout`) a conv reads ``NCHW{ib}c`` data
 as it is (padded first when the conv pads; a depthwise conv tests the padding
 inline) and returns ``NCHW{ob}c``: no pack, no unpack, and 1x1 convs too run
-the blocked kernel.  The epilogue is then 5-D and tiled the same way.
+the blocked kernel.  The epilogue is then 5-D and tiled the same way.  Two blocked-path
+variants: a conv whose weights per output-channel block overflow L1 is K-blocked
+(:func:`k_blocking`: chunks of input channels outside the pixel tiles, so each chunk's
+weights serve a group of output rows from L1), and a strided 1x1 gathers the pixels it
+samples into a contiguous buffer first (:func:`_subsample_blocked`).
 
 ``conv2d`` takes a symbolic batch (``symbolic_dims="batch"``): the blocks run over
 ``(n, ...)`` with ``n`` a ``tir.Var`` (see :func:`batched`), the batch joins the
@@ -27,8 +31,10 @@ stay static (channels and spatial dims must be static).
 """
 from __future__ import annotations
 
+import os
 import re
 
+import tvm
 from tvm import te, tirx, topi
 
 from ..patterns import blocked_kernel_layout
@@ -50,6 +56,19 @@ ACCUMULATORS_32_REGISTERS = 14
 # vectors of consecutive output pixels; 12 accumulators, measured best of 8-12.
 GEMM_ROWS, GEMM_VECTORS = 6, 2
 _BLOCKED_NCHW = re.compile(r"NCHW(\d+)c")
+# Input-channel (K) blocking of weight-heavy blocked convs (see k_chunks): a conv
+# whose weights per output-channel block exceed KBLOCK_MIN_WEIGHT_BYTES (they
+# no longer stay in the 48 KiB L1 across the pixel tiles) runs its reduction in
+# chunks of at most KBLOCK_CHUNK_BYTES of weights, each reused by every pixel
+# tile of a group of at most KBLOCK_GROUP_BYTES of output.
+# ``$BMLIB_CONV_KBLOCK=0`` switches it off (A/B timing).
+KBLOCK_ENV = "BMLIB_CONV_KBLOCK"
+KBLOCK_MIN_WEIGHT_BYTES = 48 * 1024
+KBLOCK_CHUNK_BYTES = 16 * 1024
+KBLOCK_GROUP_BYTES = 16 * 1024
+# A strided 1x1 conv on NCHW{b}c data gathers the pixels it reads first
+# (_subsample_blocked); ``$BMLIB_CONV_STRIDED_GATHER=0`` switches that off.
+STRIDED_GATHER_ENV = "BMLIB_CONV_STRIDED_GATHER"
 
 
 @register_template("relax.nn.conv2d", symbolic_dims="batch")
@@ -132,14 +151,64 @@ def _blocked_conv2d(call, data, weight, blocking, data_block, out_block, ctx):
     if groups == 1:
         if data_block is not None and ib != data_block:
             raise ctx.error(f"kernel blocks {ib} input channels, the data layout {data_block}")
+        row_tile = tile_pixels(ob, lanes, vector_registers(ctx.target))
         return conv2d_nchwc(data, weight, strides, padding, dilation, dtype, ib, ob,
-                            row_tile=tile_pixels(ob, lanes, vector_registers(ctx.target)),
-                            blocked=(data_block is not None, True))
+                            row_tile=row_tile, blocked=(data_block is not None, True),
+                            k_blocking=k_blocking(weight, dtype, row_tile, call))
     if groups == channels == out_channels and ib == 1 and \
             (data_block is None or data_block == ob):
         return depthwise_nchwc(data, weight, strides, padding, dilation, dtype, ob,
                                blocked=(data_block is not None, True))
     raise ctx.error(f"grouped conv2d (groups={groups}) on blocked layouts has no template")
+
+
+def _kblock_settings() -> tuple[int, int, int] | None:
+    """(min weight bytes, chunk bytes, group bytes), or None when ``$BMLIB_CONV_KBLOCK``
+    is ``0``/``off``; ``$BMLIB_CONV_KBLOCK=min,chunk,group`` (KiB) overrides the
+    thresholds for measurements."""
+    value = os.environ.get(KBLOCK_ENV, "1").strip().lower()
+    if value in ("0", "off", "false", "no"):
+        return None
+    parts = value.split(",")
+    if len(parts) == 3 and all(p.strip().isdigit() for p in parts):
+        return tuple(int(p) * 1024 for p in parts)
+    return KBLOCK_MIN_WEIGHT_BYTES, KBLOCK_CHUNK_BYTES, KBLOCK_GROUP_BYTES
+
+
+def k_blocking(kernel, dtype: str, row_tile: int, call) -> tuple[int, int] | None:
+    """``(input-channel blocks per chunk, output rows per group)`` for a weight-heavy
+    blocked conv, or None to keep the plain row-tiled schedule.
+
+    The plain schedule runs the whole reduction inside each register tile (one
+    output row of ``row_tile`` pixels): each output-channel block's weights
+    stream through L1 once per row tile.  When they exceed L1
+    (``KBLOCK_MIN_WEIGHT_BYTES``: a 1024->1024 1x1 has 128 KiB per block of 32
+    output channels) they come from L2 every time, and 7x7/14x14 layers ran at
+    ~50-67 % of the FMA peak.  K-blocking splits the reduction into chunks whose
+    weights fit L1 (``KBLOCK_CHUNK_BYTES``) and runs every row tile of a group of
+    output rows (``KBLOCK_GROUP_BYTES`` of accumulated output, kept in L1) per
+    chunk.  Only row-tiled convs (output width a multiple of the tile).
+    """
+    settings = _kblock_settings()
+    if settings is None:
+        return None
+    min_weight, chunk_bytes, group_bytes = settings
+    oh, ow = (int(d) for d in call.ty.shape.values[2:4])
+    if not row_tile or ow % row_tile:
+        return None
+    _, ico, kh, kw, ib, ob = (int(d) for d in kernel.shape)
+    itemsize = max(1, tvm.DataType(dtype).bits // 8)
+    per_ic_block = ib * kh * kw * ob * itemsize
+    if ico < 2 or ico * per_ic_block <= min_weight:
+        return None
+    chunk = max(d for d in range(1, ico + 1) if ico % d == 0 and
+                (d == 1 or d * per_ic_block <= chunk_bytes))
+    if chunk == ico:
+        return None
+    row_bytes = ow * ob * 4  # the accumulated output is float32-sized at most
+    rows = max(d for d in range(1, oh + 1) if oh % d == 0 and
+               (d == 1 or d * row_bytes <= group_bytes))
+    return chunk, rows
 
 
 def _direct_conv(data_layout: str, kernel_layout: str):
@@ -236,12 +305,34 @@ def _conv_input(data, block, padding, out_size, kernel, strides, dilation, in_bl
     """The packed (or, blocked already, padded) input of a blocked conv, and the strides
     it is read with."""
     if in_blocked:
+        if tuple(kernel) == (1, 1) and list(strides) != [1, 1] and not any(padding) and \
+                _strided_gather_enabled():
+            return _subsample_blocked(data, out_size, strides), [1, 1]
         return _pad_blocked(data, padding, out_size, kernel, strides, dilation), strides
     if tuple(kernel) == (1, 1) and list(strides) != [1, 1]:
         # A strided 1x1 reads every stride-th pixel only: pack just those.
         return _pad_pack(data, block, padding, out_size, (1, 1), strides, dilation,
                          subsample=strides), [1, 1]
     return _pad_pack(data, block, padding, out_size, kernel, strides, dilation), strides
+
+
+def _strided_gather_enabled() -> bool:
+    """``$BMLIB_CONV_STRIDED_GATHER`` (``0``/``off`` disable) — for A/B timing."""
+    return os.environ.get(STRIDED_GATHER_ENV, "1").strip().lower() not in \
+        ("0", "off", "false", "no")
+
+
+def _subsample_blocked(data: te.Tensor, out_size, strides) -> te.Tensor:
+    """The pixels a strided 1x1 conv reads from NCHW{b}c data, gathered into a
+    contiguous ``(n, C/b, OH, OW, b)`` buffer (one vectorized pass, scheduled as a
+    padding pass): the conv's row tiles then read consecutive pixels instead of
+    every stride-th one."""
+    n = data.shape[0]
+    cb, block = int(data.shape[1]), int(data.shape[4])
+    sy, sx = strides
+    return te.compute(batched(n, cb, out_size[0], out_size[1], block),
+                      lambda nn, c, y, x, ci: data[nn, c, y * sy, x * sx, ci],
+                      name="bmlib_data_subsample", attrs={SCHEDULE_ATTR: "bmlib.pad_nchwc"})
 
 
 def _blocked_out(conv: te.Tensor, dtype: str) -> te.Tensor:
@@ -290,7 +381,7 @@ def tile_pixels(ob: int, lanes: int, registers: int = 16) -> int:
 
 
 def conv2d_nchwc(data, kernel, strides, padding, dilation, dtype, ib, ob, row_tile=0,
-                 blocked=(False, False)):
+                 blocked=(False, False), k_blocking=None):
     """NCHW data, [O/ob, I/ib, KH, KW, ib, ob] kernel → NCHW output via NCHW[ob]c.
 
     When the output width is a multiple of ``row_tile`` (or that is 0), the
@@ -319,6 +410,9 @@ def conv2d_nchwc(data, kernel, strides, padding, dilation, dtype, ib, ob, row_ti
                        x * strides[1] + rx * dilation[1], ici].astype(dtype)
         return _sum(value * kernel[oc, ico, ry, rx, ici, oo].astype(dtype), axes)
 
+    if k_blocking is not None and blocked[1] and row_tile and ow % row_tile == 0:
+        return _k_blocked_conv(packed, kernel, strides, dilation, dtype, (oh, ow),
+                               k_blocking, row_tile)
     if not row_tile or ow % row_tile == 0:
         conv = te.compute(batched(n, oc_blocks, oh, ow, ob), window, name="bmlib_conv2d_nchwc",
                           attrs={SCHEDULE_ATTR: "bmlib.conv2d_nchwc"})
@@ -340,6 +434,37 @@ def conv2d_nchwc(data, kernel, strides, padding, dilation, dtype, ib, ob, row_ti
     return te.compute(batched(n, oc_blocks * ob, oh, ow),
                       lambda nn, c, y, x: conv[nn, c // ob, y * ow + x, c % ob].astype(dtype),
                       name="bmlib_unpack")
+
+
+def _k_blocked_conv(packed, kernel, strides, dilation, dtype, out_size, k_blocking, row_tile):
+    """The blocked conv as partial sums over chunks of input-channel blocks
+    (:func:`k_blocking`), then their sum: ``bmlib_conv2d_kchunk[n, oc, chunk, y, x, oo]``
+    is one chunk's reduction (the register tile), ``bmlib_conv2d_ksum`` adds the
+    chunks up (the output group held in L1), and its NCHW{ob}c epilogue follows.
+    The schedule (:func:`schedule_conv2d_kchunk`) puts the chunk loop outside the
+    pixel tiles, so the chunk's weights are read from L1 by every tile."""
+    n = packed.shape[0]
+    oh, ow = out_size
+    oc_blocks, ico, kh, kw, ib, ob = (int(d) for d in kernel.shape)
+    chunk, rows = k_blocking
+    axes = _reduce_axes(ici_o=chunk, kh=kh, kw=kw, ici=ib)
+    ki, ry, rx, ici = (axes.get(k, 0) for k in ("ici_o", "kh", "kw", "ici"))
+
+    def partial(nn, oc, ko, y, x, oo):
+        ic = ko * chunk + ki
+        value = packed[nn, ic, y * strides[0] + ry * dilation[0],
+                       x * strides[1] + rx * dilation[1], ici].astype(dtype)
+        return _sum(value * kernel[oc, ic, ry, rx, ici, oo].astype(dtype), axes)
+
+    partials = te.compute(batched(n, oc_blocks, ico // chunk, oh, ow, ob), partial,
+                          name="bmlib_conv2d_kchunk",
+                          attrs={SCHEDULE_ATTR: "bmlib.conv2d_kchunk",
+                                 "bmlib_tile_pixels": row_tile, "bmlib_group_rows": rows})
+    rko = te.reduce_axis((0, ico // chunk), name="rko")
+    total = te.compute(batched(n, oc_blocks, oh, ow, ob),
+                       lambda nn, oc, y, x, oo: te.sum(partials[nn, oc, rko, y, x, oo], axis=rko),
+                       name="bmlib_conv2d_ksum")
+    return _blocked_out(total, dtype)
 
 
 def conv2d_1x1_gemm(data, kernel, blocking, strides, dtype, lanes):
@@ -550,6 +675,61 @@ def schedule_conv2d_nchwc_flat(sch, block, ctx):
     sch.unroll(pi)
     if ob_extent > 1:
         sch.vectorize(ci)
+
+
+@register_schedule("bmlib.conv2d_kchunk")
+def schedule_conv2d_kchunk(sch, block, ctx):
+    """K-blocked conv (:func:`_k_blocked_conv`): the NCHW{ob}c epilogue tiled
+    (n, C/ob, OH/rows) parallel | rows, OW, ob (vectorized); the chunk sum computed
+    at its parallel loop as (chunks | rows, OW/tile | tile, ob), initialised to zero
+    first; each chunk's register tile (``tile`` columns x ``ob`` channels) computed
+    at the sum's column-tile loop, its reduction (the chunk's input-channel blocks,
+    kernel window, channels of a block) outside the tile.
+
+    Output-channel blocks are the outer parallel axis, so threads split the
+    weights rather than share them."""
+    tile = int(sch.get(block).annotations["bmlib_tile_pixels"])
+    rows = int(sch.get(block).annotations["bmlib_group_rows"])
+    total = sch.get_consumers(block)[0]
+    epilogue = inline_epilogue(sch, total)
+    if epilogue is None:
+        raise ValueError("conv2d without its epilogue")
+    chunks, oh_extent, ow_extent, ob_extent = (int(d) for d in
+                                               sch.get(block).writes[0].source.shape[2:])
+    n, cb, h, w, ci = sch.get_loops(epilogue)
+    ho, hi = sch.split(h, [None, rows])
+    outer = sch.fuse(n, cb, ho)
+    sch.parallel(outer)
+    sch.compute_at(total, outer)
+    ctx.done.add(str(sch.get(epilogue).name_hint))
+    ctx.done.add(str(sch.get(total).name_hint))
+    if ob_extent > 1:
+        sch.vectorize(ci)
+    # The sum's loops under the parallel one: (rows), columns, (ob), chunks (no unit loops).
+    loops = sch.get_loops(total)[1:]
+    names = [name for name, ext in (("rows", rows), ("w", ow_extent), ("ob", ob_extent),
+                                    ("ko", chunks)) if ext > 1]
+    by_name = dict(zip(names, loops))
+    if "w" not in by_name or "ko" not in by_name:
+        raise ValueError("k-blocked conv without column or chunk loops")
+    wo, wi = sch.split(by_name["w"], [None, tile])
+    order = [by_name["ko"]] + ([by_name["rows"]] if "rows" in by_name else []) + [wo, wi] + \
+        ([by_name["ob"]] if "ob" in by_name else [])
+    sch.reorder(*order)
+    sch.compute_at(block, wo)
+    # Vectorize before decompose_reduction: the update block alone (its chunk loop
+    # outside) is no "local reduction block" for the vectorize check.
+    if ob_extent > 1:
+        sch.vectorize(by_name["ob"])
+    if tile > 1:
+        sch.unroll(wi)
+    init = sch.decompose_reduction(total, by_name["ko"])
+    if ob_extent > 1:
+        sch.vectorize(sch.get_loops(init)[-1])
+    inner = int(tile > 1) + int(ob_extent > 1) + \
+        sum(int(iv.iter_type) != 0 for iv in sch.get(block).iter_vars)
+    loops = sch.get_loops(block)
+    _tile_under(sch, block, loops[len(loops) - inner:], tile, ob_extent)
 
 
 @register_schedule("bmlib.conv2d_1x1_gemm")

@@ -1,0 +1,170 @@
+"""The K-blocked schedule of weight-heavy blocked convs (templates/conv.py: k_blocking,
+_k_blocked_conv, schedule_conv2d_kchunk): numerics against the plain build, the path
+actually taken (its blocks in the lowered partition, nothing left unscheduled), the
+predicate that chooses it and the switch that turns it off.
+
+``$BMLIB_CONV_KBLOCK=0,1,8`` (KiB thresholds: any weight size, 1 KiB chunks, 8 KiB
+output groups) forces the path onto tiny convs, so the chunk loop has several
+iterations at test sizes, and the output rows are one group (7x7) or several
+(14x14, 21x21).
+"""
+from __future__ import annotations
+
+import importlib
+import warnings
+
+import numpy as np
+import pytest
+from tvm import relax
+
+from bmlib_relax import partition_for_bmlib
+from bmlib_relax.backend.schedule import UnscheduledBlockWarning
+from bmlib_relax.compiler import lower_and_verify
+
+from conftest import offloaded_partitions
+from helpers import make_module, run_offloaded, run_plain
+
+conv_templates = importlib.import_module("bmlib_relax.backend.templates.conv")
+R = relax.op
+FORCED = "0,1,8"
+
+
+def _chain(stride=1, kernel=1, padding=0, dilation=1):
+    """conv+relu (makes the activations blocked), then the conv under test + bias + relu."""
+    def build(x, w1, w2, bias):
+        a = R.nn.relu(R.nn.conv2d(x, w1, padding=1))
+        b = R.nn.conv2d(a, w2, strides=stride, padding=padding, dilation=dilation)
+        return R.nn.relu(R.add(b, R.reshape(bias, [1, -1, 1, 1])))
+    return build
+
+
+def _residual(x, w1, w2, w3):
+    """Two heavy convs whose results meet in an add (merged: one conv's epilogue)."""
+    a = R.nn.relu(R.nn.conv2d(x, w1, padding=1))
+    return R.nn.relu(R.add(R.nn.conv2d(a, w2), R.nn.conv2d(a, w3)))
+
+
+CASES = {
+    # name: (build, input shape, weights)
+    "1x1 64->96 7x7": (_chain(), (1, 8, 7, 7), [(64, 8, 3, 3), (96, 64, 1, 1), (96,)]),
+    "1x1 odd 40->24 14x14": (_chain(), (1, 8, 14, 14), [(40, 8, 3, 3), (24, 40, 1, 1), (24,)]),
+    "1x1 stride 2 64->32 14->7": (_chain(stride=2), (1, 8, 14, 14),
+                                  [(64, 8, 3, 3), (32, 64, 1, 1), (32,)]),
+    "3x3 stride 2 pad 1 48->64 14->7": (_chain(stride=2, kernel=3, padding=1), (1, 8, 14, 14),
+                                        [(48, 8, 3, 3), (64, 48, 3, 3), (64,)]),
+    "3x3 dilated 64->32 7x7": (_chain(kernel=3, padding=2, dilation=2), (1, 8, 7, 7),
+                               [(64, 8, 3, 3), (32, 64, 3, 3), (32,)]),
+    "1x1 rows in groups 64->32 21x21": (_chain(), (1, 8, 21, 21),
+                                        [(64, 8, 3, 3), (32, 64, 1, 1), (32,)]),
+}
+
+
+def _kchunk_partitions(partitioned) -> list[str]:
+    lowered = lower_and_verify(partitioned)
+    return [name for name, (prim, _) in lowered.items()
+            if "bmlib_conv2d_kchunk" in prim.script()]
+
+
+def _check(mod, partitioned, arrays, rtol=1e-4):
+    assert offloaded_partitions(partitioned)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnscheduledBlockWarning)
+        got, records = run_offloaded(partitioned, arrays)
+    assert all(not r.unscheduled for r in records.values())
+    for g, want in zip(got, run_plain(mod, arrays)):
+        np.testing.assert_allclose(g, want, rtol=rtol, atol=rtol)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_k_blocked_convs_match_the_plain_build(case, monkeypatch):
+    monkeypatch.setenv(conv_templates.KBLOCK_ENV, FORCED)
+    build, shape, weights = CASES[case]
+    mod, arrays = make_module(build, [shape], weights)
+    partitioned = partition_for_bmlib(mod)
+    assert _kchunk_partitions(partitioned), "the K-blocked path was not taken"
+    _check(mod, partitioned, arrays)
+
+
+def test_merged_residual_k_blocked(monkeypatch):
+    monkeypatch.setenv(conv_templates.KBLOCK_ENV, FORCED)
+    mod, arrays = make_module(_residual, [(1, 8, 7, 7)],
+                              [(64, 8, 3, 3), (32, 64, 1, 1), (32, 64, 1, 1)])
+    partitioned = partition_for_bmlib(mod, merge=True)
+    assert _kchunk_partitions(partitioned)
+    _check(mod, partitioned, arrays)
+
+
+def test_default_predicate_takes_heavy_convs_only(monkeypatch):
+    """By default a conv is K-blocked when its weights per output-channel block pass
+    KBLOCK_MIN_WEIGHT_BYTES: a 512->64 1x1 (64 KiB per block of 32) is, the 3x3
+    8->512 before it (4.5 KiB per block) is not; the switch turns it off."""
+    monkeypatch.delenv(conv_templates.KBLOCK_ENV, raising=False)
+    mod, arrays = make_module(_chain(), [(1, 8, 7, 7)], [(512, 8, 3, 3), (64, 512, 1, 1), (64,)])
+    partitioned = partition_for_bmlib(mod)
+    heavy = _kchunk_partitions(partitioned)
+    assert len(heavy) == 1
+    _check(mod, partitioned, arrays)
+    monkeypatch.setenv(conv_templates.KBLOCK_ENV, "0")
+    assert not _kchunk_partitions(partitioned)
+
+
+class _Type:
+    def __init__(self, shape):
+        self.shape = type("S", (), {"values": list(shape)})()
+
+
+class _Call:
+    def __init__(self, out_shape):
+        self.ty = _Type(out_shape)
+
+
+class _Kernel:
+    def __init__(self, shape):
+        self.shape = list(shape)
+
+
+@pytest.mark.parametrize("kernel, out, expected", [
+    # 1024->1024 1x1 on 7x7, blocks of 32: 128 KiB per output block; 4 KiB per input block
+    ((32, 32, 1, 1, 32, 32), (1, 32, 7, 7, 32), "chunked"),
+    # 256->256 on 28x28: 32 KiB per output block, stays in L1: plain schedule
+    ((8, 8, 1, 1, 32, 32), (1, 8, 28, 28, 32), None),
+    # width not a multiple of the 7-pixel tile: the flat-pixel path, unchanged
+    ((32, 32, 1, 1, 32, 32), (1, 32, 5, 5, 32), None),
+    # a single input-channel block: nothing to chunk
+    ((4, 1, 3, 3, 512, 32), (1, 4, 7, 7, 32), None),
+])
+def test_k_blocking_predicate(kernel, out, expected, monkeypatch):
+    monkeypatch.delenv(conv_templates.KBLOCK_ENV, raising=False)
+    plan = conv_templates.k_blocking(_Kernel(kernel), "float32", 7, _Call(out))
+    if expected is None:
+        assert plan is None
+        return
+    chunk, rows = plan
+    ico, per_block = kernel[1], kernel[4] * kernel[2] * kernel[3] * kernel[5] * 4
+    assert ico % chunk == 0 and 1 <= chunk < ico
+    assert chunk * per_block <= conv_templates.KBLOCK_CHUNK_BYTES
+    assert out[2] % rows == 0
+    monkeypatch.setenv(conv_templates.KBLOCK_ENV, "off")
+    assert conv_templates.k_blocking(_Kernel(kernel), "float32", 7, _Call(out)) is None
+
+
+@pytest.mark.parametrize("kblock", ["0", FORCED])
+@pytest.mark.parametrize("shape, stride, out", [((1, 8, 14, 14), 2, 32), ((1, 8, 15, 13), 2, 32),
+                                                ((1, 8, 21, 21), 3, 32),
+                                                ((1, 8, 14, 14), 2, 24)])  # flat pixels
+def test_strided_1x1_gathers_its_pixels(kblock, shape, stride, out, monkeypatch):
+    """A strided 1x1 on blocked data reads a gathered copy of the pixels it samples
+    (bmlib_data_subsample), with the plain row tiles or the K-blocked ones; odd
+    sizes leave the last row/column out as the strided conv does."""
+    monkeypatch.setenv(conv_templates.KBLOCK_ENV, kblock)
+    mod, arrays = make_module(_chain(stride=stride), [shape],
+                              [(64, 8, 3, 3), (out, 64, 1, 1), (out,)])
+    partitioned = partition_for_bmlib(mod)
+    lowered = lower_and_verify(partitioned)
+    gathered = [name for name, (prim, _) in lowered.items()
+                if "bmlib_data_subsample" in prim.script()]
+    assert len(gathered) == 1
+    _check(mod, partitioned, arrays)
+    monkeypatch.setenv(conv_templates.STRIDED_GATHER_ENV, "0")
+    assert not any("bmlib_data_subsample" in prim.script()
+                   for prim, _ in lower_and_verify(partitioned).values())
