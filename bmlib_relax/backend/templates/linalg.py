@@ -255,6 +255,8 @@ def schedule_matmul(sch, block, ctx):
     else:
         k = rest[0]
         _register_tile(sch, ii, ji, rows_tile, cols_tile, lanes)
+    if packed_width is not None and rows is not None and padded is None:
+        k = _mark_panel_prefetch(sch, block, k, rows // rows_tile)
     sch.decompose_reduction(block, k)
     if unpadded is not None:
         _epilogue_per_tile(sch, unpadded, io, lanes if cols is not None else None, ctx)
@@ -473,3 +475,139 @@ def _pack_b_panel(sch, block, outer, row_tiles: int, cols_tile: int, lanes: int)
     if int(sch.get(inner).extent) % lanes == 0:
         _, vector = sch.split(inner, [None, lanes])
         sch.vectorize(vector)
+
+
+# ----------------------------------------------------------------- panel prefetch
+# A packed weight is streamed from memory once per model run (a BERT layer has 28 MB
+# of weights): the first row tile of every panel waited on it.  While a parallel
+# iteration computes panel p, its reduction loop prefetches panel p + 1 into L2, one
+# cache line per k step of the first row tiles, so the next panel is cached when the
+# iteration moves on (TIR has the ``tirx.prefetch`` intrinsic but no schedule
+# primitive that inserts it: the schedule marks the loop, :func:`insert_panel_prefetches`
+# adds the statement after scheduling).
+PREFETCH_ATTR = "bmlib_panel_prefetch"
+PREFETCH_MODE = "chunk"
+CACHE_LINE_BYTES = 64
+PREFETCH_LOCALITY = 2  # x86 prefetcht1: into L2 (a panel is larger than L1)
+
+
+PREFETCH_CHUNK = 64  # k steps between two prefetch bursts (the accumulators stay in registers)
+
+
+def _mark_panel_prefetch(sch, block, k, row_tiles: int):
+    """Mark the reduction loop ``k`` (inside the row-tile loop, inside the parallel
+    panel loop) of a matmul reading a packed ``[N / nr, K, nr]`` weight; returns the
+    loop the reduction is to be decomposed at."""
+    weight = sch.get(block).reads[-1].source
+    shape = [static_dim(d) for d in weight.shape]
+    if len(shape) != 3 or None in shape:
+        return k
+    if PREFETCH_MODE == "chunk":
+        depth = static_dim(sch.get(k).extent)
+        chunk = divisor_at_most(depth, PREFETCH_CHUNK) if depth is not None else 1
+        if chunk < 8:
+            return k
+        ko, _ = sch.split(k, [None, chunk])
+        sch.annotate(ko, PREFETCH_ATTR, [str(weight.name), row_tiles] + shape)
+        return ko
+    sch.annotate(k, PREFETCH_ATTR, [str(weight.name), row_tiles] + shape)
+    return k
+
+
+def _marked(stmt) -> bool:
+    if isinstance(stmt, tvm.tirx.For):
+        return PREFETCH_ATTR in stmt.annotations or _marked(stmt.body)
+    return any(_marked(child) for child in _children(stmt))
+
+
+def _children(stmt) -> list:
+    """The statements directly inside ``stmt``."""
+    if isinstance(stmt, tvm.tirx.SeqStmt):
+        return list(stmt.seq)
+    return [getattr(stmt, attr) for attr in ("body", "block", "then_case", "else_case", "init")
+            if isinstance(getattr(stmt, attr, None), tvm.tirx.Stmt)]
+
+
+def insert_panel_prefetches(prim):
+    """Add the next-panel prefetch to every loop :func:`_mark_panel_prefetch` marked.
+
+    The function is flattened first (as for :func:`.qnn_conv.lower_dot_products`).  In
+    a marked loop (``k``; its parent the row-tile loop ``io``; the enclosing parallel
+    loop the panel ``p``): ``prefetch(W[p + 1] + line * 64 bytes)`` for ``line = io * K
+    + k`` while ``line`` is within the panel."""
+    if not _marked(prim.body):
+        return prim
+    from .qnn_conv import _prelower_passes  # the same flattening as the dot products
+    flat = tvm.transform.Sequential(_prelower_passes())(tvm.IRModule({"main": prim}))["main"]
+    top = list(flat.body.seq) if isinstance(flat.body, tvm.tirx.SeqStmt) else [flat.body]
+    flat_buffers = {str(s.buffer.name): s.buffer for s in top
+                    if isinstance(s, tvm.tirx.DeclBuffer)}
+    return flat.with_body(_add_prefetches(flat.body, None, None, flat_buffers))
+
+
+def _add_prefetches(stmt, parallel, parent, buffers: dict):
+    if isinstance(stmt, tvm.tirx.For):
+        inner_parallel = stmt.loop_var if int(stmt.kind) == int(tvm.tirx.ForKind.PARALLEL) \
+            else parallel
+        body = _add_prefetches(stmt.body, inner_parallel, stmt.loop_var, buffers)
+        annotations = dict(stmt.annotations)
+        mark = annotations.pop(PREFETCH_ATTR, None)
+        if mark is not None and parallel is not None and parent is not None and \
+                not parent.same_as(parallel):
+            inside, before = _panel_prefetch(stmt, buffers, mark, parallel, parent)
+            if inside is not None:
+                body = tvm.tirx.SeqStmt([inside, body])
+            if before is not None:
+                return tvm.tirx.SeqStmt([before, tvm.tirx.For(
+                    stmt.loop_var, stmt.min, stmt.extent, stmt.kind, body,
+                    stmt.thread_binding, annotations)])
+        return tvm.tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, body,
+                            stmt.thread_binding, annotations)
+    if isinstance(stmt, tvm.tirx.SeqStmt):
+        return tvm.tirx.SeqStmt([_add_prefetches(s, parallel, parent, buffers) for s in stmt.seq])
+    if isinstance(stmt, tvm.tirx.IfThenElse):
+        return tvm.tirx.IfThenElse(
+            stmt.condition, _add_prefetches(stmt.then_case, parallel, parent, buffers),
+            None if stmt.else_case is None else
+            _add_prefetches(stmt.else_case, parallel, parent, buffers))
+    if isinstance(stmt, tvm.tirx.AttrStmt):
+        return tvm.tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value,
+                                 _add_prefetches(stmt.body, parallel, parent, buffers))
+    return stmt  # anything else (buffer declarations, stores) holds no marked loop
+
+
+def _panel_prefetch(loop, buffers: dict, mark, panel_loop, row_tile):
+    """``(inside, before)``: the prefetch statement to put in the reduction loop or
+    before it, or (None, None) when the flat weight buffer is not found
+    (``buffers``: the function's flattened parameters)."""
+    name, row_tiles, panels, depth, width = (str(mark[0]),) + tuple(int(v) for v in mark[1:])
+    weight = buffers.get(name)
+    if weight is None:
+        return None, None
+    element = tvm.runtime.DataType(str(weight.dtype)).bits // 8
+    per_line = max(1, CACHE_LINE_BYTES // element)
+    lines = depth * width // per_line
+    nxt = tvm.tirx.min(tvm.tirx.floormod(panel_loop, panels) + 1, panels - 1)
+
+    def fetch(line):
+        address = tvm.tirx.call_intrin("handle", "tirx.address_of", tvm.tirx.BufferLoad(
+            weight, [nxt * (depth * width) + line * per_line]))
+        return tvm.tirx.Evaluate(tvm.tirx.call_intrin(
+            "void", "tirx.prefetch", address, 0, PREFETCH_LOCALITY, 1))
+
+    if PREFETCH_MODE == "chunk":  # ``loop`` is the outer part of the reduction
+        steps = row_tiles * int(loop.extent)
+        per_step = -(-lines // steps)
+        l = tvm.tirx.Var("pf", "int32")
+        line = tvm.tirx.min((row_tile * int(loop.extent) + loop.loop_var) * per_step + l,
+                            lines - 1)
+        return tvm.tirx.For(l, 0, per_step, tvm.tirx.ForKind.SERIAL, fetch(line)), None
+    if PREFETCH_MODE == "tile":
+        per_tile = -(-lines // row_tiles)
+        l = tvm.tirx.Var("pf", "int32")
+        line = tvm.tirx.min(row_tile * per_tile + l, lines - 1)
+        return None, tvm.tirx.For(l, 0, per_tile, tvm.tirx.ForKind.SERIAL, fetch(line))
+    line = row_tile * depth + loop.loop_var
+    if PREFETCH_MODE == "kclamp":
+        return fetch(tvm.tirx.min(line, lines - 1)), None
+    return tvm.tirx.IfThenElse(line < lines, fetch(line), None), None
