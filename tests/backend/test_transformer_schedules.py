@@ -161,6 +161,20 @@ def test_packed_dense_prefetches_the_next_panel_outside_its_fma_loop(shape, epil
     _check(mod, arrays, partitioned)
 
 
+def test_prefetch_step_leaves_the_function_as_scheduled_when_flattening_fails(monkeypatch):
+    from bmlib_relax.backend.templates import qnn_conv
+
+    def failing_passes():
+        raise tvm.error.InternalError("Divide by zero")
+
+    monkeypatch.setattr(qnn_conv, "_prelower_passes", failing_passes)
+    mod, arrays = make_module(_dense_bias, [(16, 64)], [(4 * LANES, 64), (4 * LANES,)])
+    partitioned, prims = _lower(mod)
+    (prim,) = prims.values()
+    assert "T.prefetch" not in prim.script() and "T.sblock" in prim.script()
+    _check(mod, arrays, partitioned)
+
+
 @pytest.mark.parametrize("rows, k", [(16, 5), (1, 256)])
 def test_no_prefetch_for_a_short_reduction_or_a_gemv(rows, k):
     """Fewer than 8 k steps leave nothing to hide a prefetch behind; a GEMV has one row
