@@ -30,6 +30,7 @@ from .schedule import (ScheduleContext, UnscheduledBlock, UnscheduledBlockWarnin
                        apply_schedules)
 from .target import resolve_target, vector_lanes
 from .templates import get_template
+from .templates.linalg import insert_panel_prefetches
 from .templates.qnn_conv import lower_dot_products
 
 CODEGEN_NAME = "bmlib"
@@ -143,7 +144,8 @@ class PartitionLowerer:
             taken.add(id(outputs[i]))
         prim = te.create_prim_func(placeholders + outputs)
         schedule = ScheduleContext(self.target)
-        prim = lower_dot_products(apply_schedules(prim, self.target, schedule))
+        prim = lower_dot_products(insert_panel_prefetches(
+            apply_schedules(prim, self.target, schedule)))
         self.unscheduled = list(schedule.unscheduled)
         for block in self.unscheduled:
             warnings.warn(f"bmlib partition {self.symbol!r}: {block} was rolled back; the "

@@ -145,6 +145,7 @@ def compare_models(names: Sequence[str], goldens: Path, corpus: Optional[Path], 
                                     input_shapes=bench.input_shapes, num_threads=threads)
         feed = list(bench.inputs.values())
         tensors = [tvm.runtime.tensor(x) for x in feed]
+        model.threads.apply()  # the VM is called directly: size TVM's pool as model() would
         main = model._vm["main"]
         fns: dict[str, Callable[[], Any]] = {"bmlib": lambda: main(*tensors)}
         onnx_bytes = relay_to_onnx(_relay_module(bench), bench.params, name).SerializeToString()

@@ -119,6 +119,73 @@ def test_packed_dense_runs_zmm_fma_with_24_accumulators():
     assert len(accumulators) >= 24, sorted(accumulators)  # 8 rows x 3 vectors
 
 
+# ----------------------------------------------------------------- dense: next-panel prefetch
+def _innermost_fma_loops(asm: str) -> list[str]:
+    """Bodies of the innermost loops (a label to its backward branch) that run FMAs."""
+    lines = asm.splitlines()
+    labels = {line[:-1]: i for i, line in enumerate(lines) if re.match(r"^\.LBB\w+:$", line)}
+    loops = []
+    for i, line in enumerate(lines):
+        jump = re.match(r"^\s+j\w+\s+(\.LBB\w+)$", line)
+        if jump and labels.get(jump.group(1), i + 1) < i:
+            body = lines[labels[jump.group(1)] + 1:i]
+            if not any(re.match(r"^\.LBB\w+:$", b) for b in body) and \
+                    any("vfmadd" in b for b in body):
+                loops.append("\n".join(body))
+    return loops
+
+
+@pytest.mark.parametrize("shape, epilogue", [((16, 256), _dense_bias_gelu),
+                                             ((2, 8, 96), _dense_bias)])
+def test_packed_dense_prefetches_the_next_panel_outside_its_fma_loop(shape, epilogue):
+    n = 4 * LANES
+    mod, arrays = make_module(epilogue, [shape], [(n, shape[-1]), (n,)])
+    partitioned, prims = _lower(mod)
+    (prim,) = prims.values()
+    script = prim.script()
+    prefetches = re.findall(r"T\.prefetch\(T\.address_of\((\w+)\[(.*)\]\), 0, 2, 1\)", script)
+    assert prefetches, script
+    width = packed_panel_width(None if len(shape) == 3 else shape[0], n, LANES)
+    weight = [p for p in prim.params if tuple(int(d) for d in p.shape) ==
+              (n // width, shape[-1], width)]
+    assert weight and all(name.startswith(str(weight[0].name)) for name, _ in prefetches)
+    # the next panel's index and the line are clamped into the weight
+    assert all(index.count("T.min(") == 2 for _, index in prefetches), prefetches
+    asm = build_prim_funcs(prims, None).inspect_source("asm")
+    assert re.search(r"^\s+prefetcht1\s", asm, flags=re.M)
+    loops = _innermost_fma_loops(asm)
+    assert loops
+    for body in loops:  # the accumulators stay in registers: no prefetch, call, spill
+        assert "prefetch" not in body and "call" not in body, body
+        assert not re.search(r"vmov\w*\s+%[xyz]mm\d+, [^%\n]*\(", body), body
+    _check(mod, arrays, partitioned)
+
+
+def test_prefetch_step_leaves_the_function_as_scheduled_when_flattening_fails(monkeypatch):
+    from bmlib_relax.backend.templates import qnn_conv
+
+    def failing_passes():
+        raise tvm.error.InternalError("Divide by zero")
+
+    monkeypatch.setattr(qnn_conv, "_prelower_passes", failing_passes)
+    mod, arrays = make_module(_dense_bias, [(16, 64)], [(4 * LANES, 64), (4 * LANES,)])
+    partitioned, prims = _lower(mod)
+    (prim,) = prims.values()
+    assert "T.prefetch" not in prim.script() and "T.sblock" in prim.script()
+    _check(mod, arrays, partitioned)
+
+
+@pytest.mark.parametrize("rows, k", [(16, 5), (1, 256)])
+def test_no_prefetch_for_a_short_reduction_or_a_gemv(rows, k):
+    """Fewer than 8 k steps leave nothing to hide a prefetch behind; a GEMV has one row
+    tile, no row-tile loop to spread the next panel over."""
+    mod, arrays = make_module(_dense_bias, [(rows, k)], [(4 * LANES, k), (4 * LANES,)])
+    partitioned, prims = _lower(mod)
+    (prim,) = prims.values()
+    assert "T.prefetch" not in prim.script()
+    _check(mod, arrays, partitioned)
+
+
 @pytest.mark.parametrize("residual_first", [False, True])
 def test_residual_add_is_the_dense_epilogue(residual_first):
     def layer(x, r, w, b):
