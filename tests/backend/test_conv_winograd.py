@@ -49,7 +49,9 @@ def test_default_rule(monkeypatch):
     assert conv_winograd.winograd_tile(64, 64, 56, 56) == 4
     assert conv_winograd.winograd_tile(128, 128, 28, 28) == 4
     assert conv_winograd.winograd_tile(256, 256, 14, 14) == 2
-    assert conv_winograd.winograd_tile(512, 512, 7, 7) == 2
+    assert conv_winograd.winograd_tile(512, 512, 7, 7) is None  # weights stream: direct
+    assert conv_winograd.winograd_tile(128, 128, 13, 13) is None
+    assert conv_winograd.winograd_tile(64, 128, 7, 7) == 4
     assert conv_winograd.winograd_tile(64, 64, 7, 7) == 4
     assert conv_winograd.winograd_tile(3, 64, 224, 224) is None
     assert conv_winograd.winograd_tile(512, 512, 4, 4) is None

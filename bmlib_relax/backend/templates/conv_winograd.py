@@ -91,7 +91,8 @@ def winograd_tile(in_channels: int, out_channels: int, out_h: int, out_w: int) -
     smaller than F(4x4)'s, and those layers stream their weights: 1.1-1.9x over
     the direct conv).  Fewer than 8 input channels (a network's RGB input) leave
     the GEMM too short: the direct conv is faster (3->64 at 224x224: 1.5x slower
-    with F(4x4)); so are outputs under 7x7 (tiles would be mostly padding).
+    with F(4x4)); so are outputs under 7x7 (tiles would be mostly padding), and
+    outputs under 14x14 with at least 128x128 channels (see below).
     """
     mode = winograd_mode()
     if mode == "0":
@@ -101,6 +102,12 @@ def winograd_tile(in_channels: int, out_channels: int, out_h: int, out_w: int) -
     if mode == "1":
         return 4 if min(out_h, out_w) >= 4 else 2
     if min(in_channels, out_channels) < 8 or min(out_h, out_w) < 7:
+        return None
+    if min(out_h, out_w) < 14 and in_channels * out_channels >= 128 * 128:
+        # 7x7 outputs with many channels (ResNet's last stage) stream their weights from
+        # L3 in a model: F(2x2)'s, 1.8x the direct conv's, lost to the K-blocked direct
+        # template there (whole ResNet-18, interleaved: 18.5 -> 17.7 ms with direct),
+        # though a one-layer build with warm weights favoured F(2x2) (1.55 -> 1.36 ms).
         return None
     return 4 if min(out_h, out_w) >= 28 or in_channels * out_channels < 128 * 128 else 2
 
