@@ -1,6 +1,7 @@
 """Helpers for backend tests: one-op Relax modules and the plain reference build."""
 from __future__ import annotations
 
+import re
 from typing import Callable, Sequence
 
 import numpy as np
@@ -72,3 +73,36 @@ def composite_names(mod: tvm.IRModule) -> list[str]:
             if func.attrs is not None and "Composite" in func.attrs:
                 names.append(str(func.attrs["Composite"]))
     return names
+
+
+def innermost_fma_loops(asm: str) -> list[str]:
+    """Bodies of the innermost loops (a label to its backward branch) that run FMAs."""
+    lines = asm.splitlines()
+    labels = {line[:-1]: i for i, line in enumerate(lines) if re.match(r"^\.LBB\w+:$", line)}
+    loops = []
+    for i, line in enumerate(lines):
+        jump = re.match(r"^\s+j\w+\s+(\.LBB\w+)$", line)
+        if jump and labels.get(jump.group(1), i + 1) < i:
+            body = lines[labels[jump.group(1)] + 1:i]
+            if not any(re.match(r"^\.LBB\w+:$", b) for b in body) and \
+                    any("vfmadd" in b for b in body):
+                loops.append("\n".join(body))
+    return loops
+
+
+def check_offloaded_run(mod: tvm.IRModule, partitioned: tvm.IRModule,
+                        arrays: Sequence[np.ndarray], rtol: float = 1e-4) -> None:
+    """Something was offloaded, no schedule rule was rolled back (no warning, no
+    unscheduled block) and the outputs match TVM's plain build of ``mod``."""
+    import warnings
+
+    from bmlib_relax.backend.schedule import UnscheduledBlockWarning
+    from conftest import offloaded_partitions
+
+    assert offloaded_partitions(partitioned)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnscheduledBlockWarning)
+        got, records = run_offloaded(partitioned, arrays)
+    assert all(not r.unscheduled for r in records.values())
+    for have, want in zip(got, run_plain(mod, arrays)):
+        np.testing.assert_allclose(have, want, rtol=rtol, atol=rtol)

@@ -10,7 +10,6 @@ and the outputs against TVM's plain build of the unpartitioned module.
 from __future__ import annotations
 
 import re
-import warnings
 
 import numpy as np
 import pytest
@@ -20,11 +19,10 @@ from tvm import relax
 import bmlib_relax
 from bmlib_relax import partition_for_bmlib
 from bmlib_relax.backend.blocked_layout import ENV_SWITCH, blocked_constant
-from bmlib_relax.backend.schedule import UnscheduledBlockWarning
 from bmlib_relax.compiler import lower_and_verify
 
 from conftest import offloaded_partitions
-from helpers import composite_names, make_module, run_offloaded, run_plain
+from helpers import check_offloaded_run, composite_names, make_module
 
 R = relax.op
 BLOCKED = re.compile(r"NCHW\d+c")
@@ -80,14 +78,6 @@ def _host_ops(mod: tvm.IRModule) -> list[str]:
     return [op for op in _ops_of(mod["main"])]
 
 
-def _check_offloaded_run(mod, partitioned, arrays, rtol=1e-4):
-    assert offloaded_partitions(partitioned)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", UnscheduledBlockWarning)
-        got, records = run_offloaded(partitioned, arrays)
-    assert all(not r.unscheduled for r in records.values())
-    for g, want in zip(got, run_plain(mod, arrays)):
-        np.testing.assert_allclose(g, want, rtol=rtol, atol=rtol)
 
 
 def test_blocked_layout_survives_between_partitions():
@@ -118,7 +108,7 @@ def test_blocked_layout_survives_between_partitions():
     packing = [name for name, (prim, _) in lowered.items()
                if "bmlib_data_pack" in prim.script() or "bmlib_unpack" in prim.script()]
     assert packing == [conv_calls[0][0]]
-    _check_offloaded_run(mod, partitioned, arrays)
+    check_offloaded_run(mod, partitioned, arrays)
 
 
 def test_opt_out_gives_the_nchw_graph(monkeypatch):
@@ -202,7 +192,7 @@ def test_blocked_chains_match_the_plain_build(case):
     mod, arrays = make_module(build, [shape], weights)
     partitioned = partition_for_bmlib(mod)
     assert BLOCKED.search(partitioned.script())
-    _check_offloaded_run(mod, partitioned, arrays)
+    check_offloaded_run(mod, partitioned, arrays)
 
 
 @pytest.mark.parametrize("case", ["resnet-like", "mixed blocks in an add"])
@@ -211,7 +201,7 @@ def test_merged_blocked_partitions(case):
     mod, arrays = make_module(build, [shape], weights)
     partitioned = partition_for_bmlib(mod, merge=True)
     assert BLOCKED.search(partitioned.script())
-    _check_offloaded_run(mod, partitioned, arrays)
+    check_offloaded_run(mod, partitioned, arrays)
 
 
 def test_a_lone_conv_keeps_nchw():
@@ -255,7 +245,7 @@ def test_float16_chains_are_blocked_too(case):
     mod, arrays = make_module(build, [shape], weights, dtype="float16")
     partitioned = partition_for_bmlib(mod)
     assert BLOCKED.search(partitioned.script())
-    _check_offloaded_run(mod, partitioned, arrays, rtol=2e-2)
+    check_offloaded_run(mod, partitioned, arrays, rtol=2e-2)
 
 
 @pytest.mark.parametrize("pool_size, strides, padding, fast", [
@@ -272,7 +262,7 @@ def test_max_pool_on_blocked_data(pool_size, strides, padding, fast):
     partitioned = partition_for_bmlib(mod)
     scripts = [prim.script() for prim, _ in lower_and_verify(partitioned).values()]
     assert any('"bmlib.max_pool2d_blocked"' in s for s in scripts) == fast
-    _check_offloaded_run(mod, partitioned, arrays)
+    check_offloaded_run(mod, partitioned, arrays)
 
 
 def test_residual_add_joins_the_conv_epilogue():
@@ -292,7 +282,7 @@ def test_residual_add_joins_the_conv_epilogue():
     # Off the blocked layout the graph (and its composites) is the old one.
     assert not any("residual" in n for n in
                    composite_names(partition_for_bmlib(mod, blocked_layout=False)))
-    _check_offloaded_run(mod, partitioned, arrays)
+    check_offloaded_run(mod, partitioned, arrays)
 
 
 def test_nhwc_models_run_blocked_after_the_nchw_conversion():
@@ -301,4 +291,4 @@ def test_nhwc_models_run_blocked_after_the_nchw_conversion():
 
     partitioned = partition_for_bmlib(_imported())
     assert BLOCKED.search(partitioned.script())
-    _check_offloaded_run(_imported(), partitioned, [X], rtol=1e-5)
+    check_offloaded_run(_imported(), partitioned, [X], rtol=1e-5)

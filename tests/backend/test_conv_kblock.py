@@ -11,18 +11,14 @@ iterations at test sizes, and the output rows are one group (7x7) or several
 from __future__ import annotations
 
 import importlib
-import warnings
 
-import numpy as np
 import pytest
 from tvm import relax
 
 from bmlib_relax import partition_for_bmlib
-from bmlib_relax.backend.schedule import UnscheduledBlockWarning
 from bmlib_relax.compiler import lower_and_verify
 
-from conftest import offloaded_partitions
-from helpers import make_module, run_offloaded, run_plain
+from helpers import check_offloaded_run, make_module
 
 conv_templates = importlib.import_module("bmlib_relax.backend.templates.conv")
 R = relax.op
@@ -65,14 +61,6 @@ def _kchunk_partitions(partitioned) -> list[str]:
             if "bmlib_conv2d_kchunk" in prim.script()]
 
 
-def _check(mod, partitioned, arrays, rtol=1e-4):
-    assert offloaded_partitions(partitioned)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", UnscheduledBlockWarning)
-        got, records = run_offloaded(partitioned, arrays)
-    assert all(not r.unscheduled for r in records.values())
-    for g, want in zip(got, run_plain(mod, arrays)):
-        np.testing.assert_allclose(g, want, rtol=rtol, atol=rtol)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -82,7 +70,7 @@ def test_k_blocked_convs_match_the_plain_build(case, monkeypatch):
     mod, arrays = make_module(build, [shape], weights)
     partitioned = partition_for_bmlib(mod)
     assert _kchunk_partitions(partitioned), "the K-blocked path was not taken"
-    _check(mod, partitioned, arrays)
+    check_offloaded_run(mod, partitioned, arrays)
 
 
 def test_merged_residual_k_blocked(monkeypatch):
@@ -91,7 +79,7 @@ def test_merged_residual_k_blocked(monkeypatch):
                               [(64, 8, 3, 3), (32, 64, 1, 1), (32, 64, 1, 1)])
     partitioned = partition_for_bmlib(mod, merge=True)
     assert _kchunk_partitions(partitioned)
-    _check(mod, partitioned, arrays)
+    check_offloaded_run(mod, partitioned, arrays)
 
 
 def test_default_predicate_takes_heavy_convs_only(monkeypatch):
@@ -103,7 +91,7 @@ def test_default_predicate_takes_heavy_convs_only(monkeypatch):
     partitioned = partition_for_bmlib(mod)
     heavy = _kchunk_partitions(partitioned)
     assert len(heavy) == 1
-    _check(mod, partitioned, arrays)
+    check_offloaded_run(mod, partitioned, arrays)
     monkeypatch.setenv(conv_templates.KBLOCK_ENV, "0")
     assert not _kchunk_partitions(partitioned)
 
@@ -164,7 +152,7 @@ def test_strided_1x1_gathers_its_pixels(kblock, shape, stride, out, monkeypatch)
     gathered = [name for name, (prim, _) in lowered.items()
                 if "bmlib_data_subsample" in prim.script()]
     assert len(gathered) == 1
-    _check(mod, partitioned, arrays)
+    check_offloaded_run(mod, partitioned, arrays)
     monkeypatch.setenv(conv_templates.STRIDED_GATHER_ENV, "0")
     assert not any("bmlib_data_subsample" in prim.script()
                    for prim, _ in lower_and_verify(partitioned).values())

@@ -21,7 +21,7 @@ from bmlib_relax.backend.target import host_target, resolve_target, vector_bits
 from bmlib_relax.backend.templates import SCHEDULE_ATTR, register_schedule
 from bmlib_relax.compiler import lower_and_verify
 
-from helpers import make_module, run_offloaded, run_plain
+from helpers import innermost_fma_loops, make_module, run_offloaded, run_plain
 
 R = relax.op
 
@@ -147,7 +147,7 @@ def test_accumulator_tiles_are_not_workspace_allocations(monkeypatch, kernel):
         assert not any("AllocWorkspace" in body for body in hot)
     # A matmul tile over 1 KiB (24 accumulators with AVX-512) is allocated once per
     # parallel iteration; what matters is that its k loop keeps it in registers.
-    loops = _innermost_fma_loops(asm)
+    loops = innermost_fma_loops(asm)
     if kernel == "conv2d":
         # Winograd's input/output transforms multiply by the transform's constants
         # (loaded from the constant pool) and store every value they make; the
@@ -159,19 +159,6 @@ def test_accumulator_tiles_are_not_workspace_allocations(monkeypatch, kernel):
         assert not re.search(r"vmov\w*\s+%[xyz]mm\d+, [^%\n]*\(", body), body  # no spills
 
 
-def _innermost_fma_loops(asm: str) -> list[str]:
-    """Bodies of the innermost loops (a label to its backward branch) that run FMAs."""
-    lines = asm.splitlines()
-    labels = {line[:-1]: i for i, line in enumerate(lines) if re.match(r"^\.LBB\w+:$", line)}
-    loops = []
-    for i, line in enumerate(lines):
-        jump = re.match(r"^\s+j\w+\s+(\.LBB\w+)$", line)
-        if jump and labels.get(jump.group(1), i + 1) < i:
-            body = lines[labels[jump.group(1)] + 1:i]
-            if not any(re.match(r"^\.LBB\w+:$", b) for b in body) and \
-                    any("vfmadd" in b for b in body):
-                loops.append("\n".join(body))
-    return loops
 
 
 def _tagged_module(rule: str):

@@ -21,7 +21,7 @@ from bmlib_relax.backend.templates.linalg import packed_panel_width
 from bmlib_relax.compiler import lower_and_verify
 
 from conftest import offloaded_partitions
-from helpers import make_module, run_offloaded, run_plain
+from helpers import innermost_fma_loops, make_module, run_offloaded, run_plain
 
 R = relax.op
 LANES = vector_lanes(None)
@@ -120,19 +120,6 @@ def test_packed_dense_runs_zmm_fma_with_24_accumulators():
 
 
 # ----------------------------------------------------------------- dense: next-panel prefetch
-def _innermost_fma_loops(asm: str) -> list[str]:
-    """Bodies of the innermost loops (a label to its backward branch) that run FMAs."""
-    lines = asm.splitlines()
-    labels = {line[:-1]: i for i, line in enumerate(lines) if re.match(r"^\.LBB\w+:$", line)}
-    loops = []
-    for i, line in enumerate(lines):
-        jump = re.match(r"^\s+j\w+\s+(\.LBB\w+)$", line)
-        if jump and labels.get(jump.group(1), i + 1) < i:
-            body = lines[labels[jump.group(1)] + 1:i]
-            if not any(re.match(r"^\.LBB\w+:$", b) for b in body) and \
-                    any("vfmadd" in b for b in body):
-                loops.append("\n".join(body))
-    return loops
 
 
 @pytest.mark.parametrize("shape, epilogue", [((16, 256), _dense_bias_gelu),
@@ -153,7 +140,7 @@ def test_packed_dense_prefetches_the_next_panel_outside_its_fma_loop(shape, epil
     assert all(index.count("T.min(") == 2 for _, index in prefetches), prefetches
     asm = build_prim_funcs(prims, None).inspect_source("asm")
     assert re.search(r"^\s+prefetcht1\s", asm, flags=re.M)
-    loops = _innermost_fma_loops(asm)
+    loops = innermost_fma_loops(asm)
     assert loops
     for body in loops:  # the accumulators stay in registers: no prefetch, call, spill
         assert "prefetch" not in body and "call" not in body, body
