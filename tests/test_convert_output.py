@@ -111,9 +111,14 @@ def test_missing_parent_folders_are_created(tmp_path):
 def _interrupt_during_conversion(out: Path, *extra) -> subprocess.CompletedProcess:
     """Start convert and send SIGINT once its temporary folder exists (mid-compile)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
+    # The child gets SIGINT's default disposition, as a command started from a terminal
+    # has: under a non-interactive shell's background job (a CI runner, `cmd &`) it is
+    # inherited as ignored, Python then installs no KeyboardInterrupt handler, and the
+    # conversion would run to completion whatever the test sends.
     proc = subprocess.Popen([sys.executable, "-m", "bmlib_relax", *map(str, CONVERT), "--check",
                              *extra, "-o", str(out)], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         if any(p.name.startswith(f".{out.name}.tmp-") for p in out.parent.iterdir()):
