@@ -75,8 +75,7 @@ def with_host_code(mod: tvm.IRModule) -> tvm.IRModule:
     if any(isinstance(func, tvm.tirx.PrimFunc) for func in mod.functions.values()):
         return mod
     anchor = tvm.tirx.PrimFunc([], tvm.tirx.Evaluate(tvm.tirx.const(0, "int32")))
-    mod = mod.shallow_copy() if hasattr(mod, "shallow_copy") else tvm.IRModule(
-        dict(mod.functions), attrs=mod.attrs)
+    mod = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)  # external_mods kept
     mod[HOST_ANCHOR] = anchor.with_attr("global_symbol", HOST_ANCHOR)
     return mod
 

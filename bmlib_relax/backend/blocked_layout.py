@@ -379,11 +379,20 @@ for _name in BINARY:
     RULES.register(_name)(_binary)
 
 
+def _nchw_pool_input_twin(conv: _BlockedConverter, call: relax.Call):
+    """The blocked twin ``(value, block)`` of an NCHW pool's input, or None (no twin,
+    or a pool in another layout: left as it is)."""
+    attrs = call.attrs
+    if str(attrs.layout) != "NCHW" or str(attrs.out_layout) != "NCHW":
+        return None
+    return conv.blocked(call.args[0])
+
+
 def _pool(make: Callable[..., relax.Expr]) -> Rule:
     def rule(conv: _BlockedConverter, var: relax.Var, call: relax.Call) -> bool:
         attrs = call.attrs
-        twin = conv.blocked(call.args[0])
-        if twin is None or str(attrs.layout) != "NCHW" or str(attrs.out_layout) != "NCHW":
+        twin = _nchw_pool_input_twin(conv, call)
+        if twin is None:
             return False
         layout = blocked_layout_name(twin[1])
         new = make(twin[0], pool_size=attrs.pool_size, strides=attrs.strides,
@@ -403,8 +412,8 @@ RULES.register("relax.nn.avg_pool2d")(_pool(relax.op.nn.avg_pool2d))
 @RULES.register("relax.nn.adaptive_avg_pool2d")
 def _adaptive_avg_pool2d(conv: _BlockedConverter, var: relax.Var, call: relax.Call) -> bool:
     attrs = call.attrs
-    twin = conv.blocked(call.args[0])
-    if twin is None or str(attrs.layout) != "NCHW" or str(attrs.out_layout) != "NCHW":
+    twin = _nchw_pool_input_twin(conv, call)
+    if twin is None:
         return False
     layout = blocked_layout_name(twin[1])
     size = None if attrs.output_size is None else [int(s) for s in attrs.output_size]
