@@ -30,8 +30,8 @@ from .schedule import (ScheduleContext, UnscheduledBlock, UnscheduledBlockWarnin
                        apply_schedules)
 from .target import resolve_target, vector_lanes
 from .templates import get_template
-from .templates.linalg import insert_panel_prefetches
 from .templates.qnn_conv import lower_dot_products
+from .prefetch import insert_prefetches
 
 CODEGEN_NAME = "bmlib"
 
@@ -144,7 +144,7 @@ class PartitionLowerer:
             taken.add(id(outputs[i]))
         prim = te.create_prim_func(placeholders + outputs)
         schedule = ScheduleContext(self.target)
-        prim = lower_dot_products(insert_panel_prefetches(
+        prim = lower_dot_products(insert_prefetches(
             apply_schedules(prim, self.target, schedule)))
         self.unscheduled = list(schedule.unscheduled)
         for block in self.unscheduled:

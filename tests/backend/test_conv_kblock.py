@@ -11,14 +11,18 @@ iterations at test sizes, and the output rows are one group (7x7) or several
 from __future__ import annotations
 
 import importlib
+import itertools
+import re
 
 import pytest
-from tvm import relax
+import tvm
+from tvm import relax, tirx
 
 from bmlib_relax import partition_for_bmlib
+from bmlib_relax.backend.codegen import build_prim_funcs
 from bmlib_relax.compiler import lower_and_verify
 
-from helpers import check_offloaded_run, make_module
+from helpers import check_offloaded_run, innermost_fma_loops, make_module
 
 conv_templates = importlib.import_module("bmlib_relax.backend.templates.conv")
 R = relax.op
@@ -156,3 +160,87 @@ def test_strided_1x1_gathers_its_pixels(kblock, shape, stride, out, monkeypatch)
     monkeypatch.setenv(conv_templates.STRIDED_GATHER_ENV, "0")
     assert not any("bmlib_data_subsample" in prim.script()
                    for prim, _ in lower_and_verify(partitioned).values())
+
+
+# ----------------------------------------------------------------- next-chunk prefetch
+def _prefetch_paths(stmt, path=()):
+    """(enclosing For loops, prefetch call) of every ``tirx.prefetch`` in a flat body."""
+    if isinstance(stmt, tirx.For):
+        yield from _prefetch_paths(stmt.body, path + (stmt,))
+    elif isinstance(stmt, tirx.SeqStmt):
+        for child in stmt.seq:
+            yield from _prefetch_paths(child, path)
+    elif isinstance(stmt, (tirx.IfThenElse, tirx.AttrStmt)):
+        for child in (getattr(stmt, "then_case", None), getattr(stmt, "else_case", None),
+                      getattr(stmt, "body", None)):
+            if isinstance(child, tirx.Stmt):
+                yield from _prefetch_paths(child, path)
+    elif isinstance(stmt, tirx.Evaluate) and isinstance(stmt.value, tvm.ir.Call) and \
+            stmt.value.op.name == "tirx.prefetch":
+        yield path, stmt.value
+
+
+_BINARY = {tirx.Add: lambda a, b: a + b, tirx.Sub: lambda a, b: a - b,
+           tirx.Mul: lambda a, b: a * b, tirx.FloorDiv: lambda a, b: a // b,
+           tirx.FloorMod: lambda a, b: a % b, tirx.Min: min, tirx.Max: max}
+
+
+def _value(expr, env: dict) -> int:
+    """An integer index expression evaluated for loop values ``env`` (by var)."""
+    if isinstance(expr, tirx.IntImm):
+        return int(expr.value)
+    if isinstance(expr, tirx.Var):
+        return env[expr]
+    if isinstance(expr, tirx.Cast):
+        return _value(expr.value, env)
+    for kind, op in _BINARY.items():
+        if isinstance(expr, kind):
+            return op(_value(expr.a, env), _value(expr.b, env))
+    raise TypeError(f"unexpected index expression {type(expr).__name__}: {expr}")
+
+
+@pytest.mark.parametrize("case", ["1x1 64->96 7x7", "1x1 rows in groups 64->32 21x21",
+                                  "3x3 stride 2 pad 1 48->64 14->7"])
+def test_k_blocked_conv_prefetches_every_line_of_its_next_chunk(case, monkeypatch):
+    """Run the prefetch loop nest's index arithmetic for every iteration: while chunk
+    ``ko`` of output block ``cb`` is computed, the lines fetched cover all of the next
+    chunk (or the next block's first chunk after the last one) and stay inside the
+    weight; the prefetch sits outside the innermost FMA loops."""
+    monkeypatch.setenv(conv_templates.KBLOCK_ENV, FORCED)
+    build, shape, weights = CASES[case]
+    mod, arrays = make_module(build, [shape], weights)
+    partitioned = partition_for_bmlib(mod)
+    lowered = lower_and_verify(partitioned)
+    prims = {name: prim for name, (prim, _) in lowered.items()
+             if "bmlib_conv2d_kchunk" in prim.script()}
+    (prim,) = prims.values()
+    (kernel,) = [p for p in prim.params if len(p.shape) == 6]
+    oc_blocks, ico, kh, kw, ib, ob = (int(d) for d in kernel.shape)
+    per_block = kh * kw * ib * ob
+    total = oc_blocks * ico * per_block
+    (path, call), = list(_prefetch_paths(prim.body))
+    index = call.args[0].args[0].indices[0]
+    outer, chunk_loop = path[0], path[1]
+    assert int(outer.kind) == int(tirx.ForKind.PARALLEL)
+    chunks = int(chunk_loop.extent)
+    chunk = ico // chunks
+    row_groups = int(outer.extent) // oc_blocks
+    fetched: dict[tuple[int, int], set[int]] = {}
+    for values in itertools.product(*(range(int(loop.extent)) for loop in path)):
+        env = {loop.loop_var: v for loop, v in zip(path, values)}
+        element = _value(index, env)
+        assert 0 <= element < total
+        cb = values[0] // row_groups
+        fetched.setdefault((cb, values[1]), set()).add(element * 4 // 64)
+    for (cb, ko), lines in fetched.items():
+        start = (cb * ico + (ko + 1) * chunk) * per_block
+        end = min(start + chunk * per_block, total)
+        expected = set(range(min(start, total - 1) * 4 // 64, (end * 4 - 1) // 64 + 1))
+        assert expected <= lines, (cb, ko)
+    asm = build_prim_funcs(prims, None).inspect_source("asm")
+    assert re.search(r"^\s+prefetcht1\s", asm, flags=re.M)
+    loops = innermost_fma_loops(asm)
+    assert loops and not any("prefetch" in body for body in loops)
+    check_offloaded_run(mod, partitioned, arrays)
+    monkeypatch.setenv(conv_templates.PREFETCH_ENV, "0")
+    assert not any("T.prefetch" in p.script() for p, _ in lower_and_verify(partitioned).values())

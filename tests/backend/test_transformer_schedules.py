@@ -149,12 +149,12 @@ def test_packed_dense_prefetches_the_next_panel_outside_its_fma_loop(shape, epil
 
 
 def test_prefetch_step_leaves_the_function_as_scheduled_when_flattening_fails(monkeypatch):
-    from bmlib_relax.backend.templates import qnn_conv
+    from bmlib_relax.backend import prefetch
 
     def failing_passes():
         raise tvm.error.InternalError("Divide by zero")
 
-    monkeypatch.setattr(qnn_conv, "_prelower_passes", failing_passes)
+    monkeypatch.setattr(prefetch, "prelower_passes", failing_passes)
     mod, arrays = make_module(_dense_bias, [(16, 64)], [(4 * LANES, 64), (4 * LANES,)])
     partitioned, prims = _lower(mod)
     (prim,) = prims.values()

@@ -37,6 +37,7 @@ import re
 import tvm
 from tvm import te, tirx, topi
 
+from .. import prefetch
 from ..patterns import blocked_kernel_layout
 from ..rewrite import conv2d_blocking, depthwise_blocking
 from ..schedule import divisor_at_most, inline_epilogue
@@ -64,11 +65,16 @@ _BLOCKED_NCHW = re.compile(r"NCHW(\d+)c")
 # ``$BMLIB_CONV_KBLOCK=0`` switches it off (A/B timing).
 KBLOCK_ENV = "BMLIB_CONV_KBLOCK"
 KBLOCK_MIN_WEIGHT_BYTES = 48 * 1024
-KBLOCK_CHUNK_BYTES = 16 * 1024
-KBLOCK_GROUP_BYTES = 16 * 1024
+# 8 KiB chunks and 32 KiB groups measured 3 % faster in the model than 16/16 KiB
+# (MobileNet 7.59 -> 7.35 ms, ResNet-50 50.6 -> 48.9 ms, 1 thread, with the prefetch).
+KBLOCK_CHUNK_BYTES = 8 * 1024
+KBLOCK_GROUP_BYTES = 32 * 1024
 # A strided 1x1 conv on NCHW{b}c data gathers the pixels it reads first
 # (_subsample_blocked); ``$BMLIB_CONV_STRIDED_GATHER=0`` switches that off.
 STRIDED_GATHER_ENV = "BMLIB_CONV_STRIDED_GATHER"
+# A K-blocked conv prefetches its next chunk of weights (_next_chunk_prefetch);
+# ``$BMLIB_CONV_PREFETCH=0`` switches that off.
+PREFETCH_ENV = "BMLIB_CONV_PREFETCH"
 
 
 @register_template("relax.nn.conv2d", symbolic_dims="batch")
@@ -717,6 +723,7 @@ def schedule_conv2d_kchunk(sch, block, ctx):
         ([by_name["ob"]] if "ob" in by_name else [])
     sch.reorder(*order)
     sch.compute_at(block, wo)
+    _mark_chunk_prefetch(sch, block, wo, by_name, rows, ow_extent // tile)
     # Vectorize before decompose_reduction: the update block alone (its chunk loop
     # outside) is no "local reduction block" for the vectorize check.
     if ob_extent > 1:
@@ -730,6 +737,70 @@ def schedule_conv2d_kchunk(sch, block, ctx):
         sum(int(iv.iter_type) != 0 for iv in sch.get(block).iter_vars)
     loops = sch.get_loops(block)
     _tile_under(sch, block, loops[len(loops) - inner:], tile, ob_extent)
+
+
+def _mark_chunk_prefetch(sch, block, tile_loop, loops: dict, rows: int, tiles_per_row: int):
+    """Mark a K-blocked conv for :func:`_next_chunk_prefetch`: the chunk loop, the row
+    loop of the group (when there is one) and the column-tile loop the chunk's
+    register tile is computed at."""
+    if os.environ.get(PREFETCH_ENV, "1").strip().lower() in ("0", "off", "false", "no"):
+        return
+    written = sch.get(block).writes[0].source
+    kernels = [r.source for r in sch.get(block).reads
+               if not r.source.same_as(written) and len(r.source.shape) == 6 and
+               all(isinstance(d, tirx.IntImm) for d in r.source.shape)]
+    if len(kernels) != 1:
+        return
+    kernel = kernels[0]
+    shape = [int(d) for d in kernel.shape]
+    oc_blocks, ico, kh, kw, ib, ob = shape
+    chunks = int(sch.get(loops["ko"]).extent)
+    out_rows = int(sch.get(block).writes[0].source.shape[3]) \
+        if len(sch.get(block).writes[0].source.shape) == 6 else None
+    if out_rows is None or ico % chunks:
+        return
+    sch.annotate(loops["ko"], prefetch.ROLE_ATTR, "conv_chunk")
+    if "rows" in loops:
+        sch.annotate(loops["rows"], prefetch.ROLE_ATTR, "conv_rows")
+    prefetch.mark(sch, tile_loop, "conv_chunk", str(kernel.name), oc_blocks, out_rows // rows,
+                  ico, ico // chunks, ib * kh * kw * ob, rows, tiles_per_row)
+
+
+@prefetch.register_prefetch("conv_chunk")
+def _next_chunk_prefetch(site: prefetch.PrefetchSite):
+    """While a K-blocked conv computes chunk ``ko`` of output-channel block ``cb``
+    (every register tile of its row group reads the chunk's weights from L1), fetch the
+    chunk after it into L2: chunk ``ko + 1``, or the first chunk of block ``cb + 1``
+    after the last (the weight is [O/ob, I/ib, KH, KW, ib, ob], so that is the next
+    stretch of memory either way).  The chunk's cache lines are spread over its
+    register tiles (row-group rows x column tiles), a few before each; every address
+    is clamped into the weight.
+
+    The weights of a late-stage conv come from memory on every run (ResNet-18 streams
+    46 MB), and the hardware prefetcher, which restarts at every chunk, hid little of
+    it: ResNet-18's 7x7 3x3 convs ran at ~45 % of the FMA peak in the model."""
+    name = str(site.mark[0])
+    oc_blocks, row_groups, ico, chunk, per_block, rows, tiles_per_row = \
+        (int(v) for v in site.mark[1:])
+    weight = site.buffers.get(name)
+    outer, chunk_loop = site.parallel, site.role("conv_chunk")
+    row_loop = site.role("conv_rows")
+    if weight is None or outer is None or chunk_loop is None or \
+            (rows > 1 and row_loop is None):
+        return None
+    per_line = prefetch.elements_per_line(weight)
+    lines = -(-chunk * per_block // per_line)
+    tiles = rows * tiles_per_row
+    per_tile = -(-lines // tiles)
+    row = row_loop.loop_var if rows > 1 else 0
+    tile = row * tiles_per_row + site.loop.loop_var
+    block = tirx.floormod(tirx.floordiv(outer.loop_var, row_groups), oc_blocks)
+    start = (block * ico + (chunk_loop.loop_var + 1) * chunk) * per_block
+    total = oc_blocks * ico * per_block
+    l = tirx.Var("pf", "int32")
+    line = tirx.min(tile * per_tile + l, lines - 1)
+    fetch = prefetch.line_prefetch(weight, tirx.min(start + line * per_line, total - 1))
+    return tirx.For(l, 0, per_tile, tirx.ForKind.SERIAL, fetch)
 
 
 @register_schedule("bmlib.conv2d_1x1_gemm")

@@ -12,18 +12,17 @@ the tile loops stay static: the padding is the guarded tail.
 """
 from __future__ import annotations
 
-import logging
 import math
 
 import tvm
 from tvm import te, topi
 
+from .. import prefetch
 from ..schedule import divisor_at_most, inline_epilogue, is_scheduled
 from ..target import vector_registers
 from ._utils import dims, out_dtype, result_shape, same_dim, same_shape, static_dim
 from .registry import SCHEDULE_ATTR, register_schedule, register_template
 
-_LOG = logging.getLogger(__name__)
 
 MAX_ACCUMULATORS = 12  # vector registers held by a register tile (16-register targets)
 # With 32 vector registers (AVX-512) the tile holds 24 accumulators (8 rows x 3 vectors):
@@ -486,17 +485,12 @@ def _pack_b_panel(sch, block, outer, row_tiles: int, cols_tile: int, lanes: int)
 # panel waited on memory.  While a parallel iteration computes panel p, it prefetches
 # panel p + 1 into L2, a few cache lines before every chunk of PREFETCH_CHUNK k steps,
 # spread over all its row tiles, so the next panel is cached when the iteration moves
-# on (bert_layer, 1 thread: 12.1 -> 10.9 ms).  TIR has the ``tirx.prefetch`` intrinsic
-# but no schedule primitive that inserts it: the schedule splits and marks the
-# reduction loop, :func:`insert_panel_prefetches` adds the statements after scheduling.
-# Not in the innermost reduction loop: a prefetch there stops LLVM from keeping the
-# accumulators in registers across it (measured 2x slower); before a chunk they are
-# kept in registers for the chunk's 64 steps.
-PREFETCH_ATTR = "bmlib_panel_prefetch"
+# on (bert_layer, 1 thread: 12.1 -> 10.9 ms).  The schedule splits and marks the
+# reduction loop, :mod:`..prefetch` adds the statements after scheduling.  Not in the
+# innermost reduction loop: before a chunk the accumulators stay in registers for the
+# chunk's 64 steps.
 PREFETCH_CHUNK = 64  # k steps between two prefetch bursts
 MIN_PREFETCH_CHUNK = 8  # fewer: not worth reloading the accumulators around a burst
-CACHE_LINE_BYTES = 64
-PREFETCH_LOCALITY = 2  # x86 prefetcht1: into L2 (a panel is larger than L1)
 PREFETCH_AHEAD = 1  # panels (2 measured slower: 11.3 vs 11.0 ms)
 
 
@@ -513,103 +507,41 @@ def _mark_panel_prefetch(sch, block, k, row_tiles: int):
     if chunk < MIN_PREFETCH_CHUNK:
         return k
     ko, _ = sch.split(k, [None, chunk])
-    sch.annotate(ko, PREFETCH_ATTR, [str(weight.name), row_tiles] + shape)
+    prefetch.mark(sch, ko, "panel", str(weight.name), row_tiles, *shape)
     return ko
 
 
-def _marked(stmt) -> bool:
-    if isinstance(stmt, tvm.tirx.For):
-        return PREFETCH_ATTR in stmt.annotations or _marked(stmt.body)
-    return any(_marked(child) for child in _children(stmt))
-
-
-def _children(stmt) -> list:
-    """The statements directly inside ``stmt``."""
-    if isinstance(stmt, tvm.tirx.SeqStmt):
-        return list(stmt.seq)
-    return [getattr(stmt, attr) for attr in ("body", "block", "then_case", "else_case", "init")
-            if isinstance(getattr(stmt, attr, None), tvm.tirx.Stmt)]
-
-
-def insert_panel_prefetches(prim):
-    """Add the next-panel prefetch to every loop :func:`_mark_panel_prefetch` marked.
-
-    The function is flattened first (as for :func:`.qnn_conv.lower_dot_products`).  A
-    marked loop is the chunk loop ``ko`` of the reduction; its parent is the row-tile
-    loop ``io`` (or none, with a single row tile) and the enclosing parallel loop runs
-    over the panels ``p``; a marked loop found elsewhere gets no prefetch.  (A GEMV is
-    not marked: it only streams its weight, which the hardware prefetcher follows.)"""
-    if not _marked(prim.body):
-        return prim
-    from .qnn_conv import _prelower_passes  # the same flattening as the dot products
-    try:
-        flat = tvm.transform.Sequential(_prelower_passes())(
-            tvm.IRModule({"main": prim}))["main"]
-    except (RuntimeError, ValueError) as exc:  # TVM raises InternalError (a RuntimeError)
-        # Seen on the whole of ResNet-18 as one partition (``merge`` mode) when its
-        # classifier was marked: the flattening passes, run here before the rest of
-        # TVM's pipeline, failed to fold an index (divide by zero).  The function then
-        # stays as scheduled, without prefetches: correct, a bit slower.
-        _LOG.debug("panel prefetch skipped: flattening failed: %s", exc)
-        return prim
-    top = list(flat.body.seq) if isinstance(flat.body, tvm.tirx.SeqStmt) else [flat.body]
-    flat_buffers = {str(s.buffer.name): s.buffer for s in top
-                    if isinstance(s, tvm.tirx.DeclBuffer)}
-    return flat.with_body(_add_prefetches(flat.body, None, None, flat_buffers))
-
-
-def _add_prefetches(stmt, parallel, parent, buffers: dict):
-    """``stmt`` with a prefetch loop at the start of every marked loop's body."""
-    if isinstance(stmt, tvm.tirx.For):
-        inner_parallel = stmt.loop_var if int(stmt.kind) == int(tvm.tirx.ForKind.PARALLEL) \
-            else parallel
-        body = _add_prefetches(stmt.body, inner_parallel, stmt.loop_var, buffers)
-        annotations = dict(stmt.annotations)
-        mark = annotations.pop(PREFETCH_ATTR, None)
-        row_tile = parent if parent is not None and parallel is not None and \
-            not parent.same_as(parallel) else None
-        if mark is not None and row_tile is None and int(mark[1]) == 1:
-            row_tile = 0  # one row tile: its loop was folded away
-        if mark is not None and parallel is not None and row_tile is not None:
-            fetch = _panel_prefetch(stmt, buffers, mark, parallel, row_tile)
-            if fetch is not None:
-                body = tvm.tirx.SeqStmt([fetch, body])
-        return tvm.tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, body,
-                            stmt.thread_binding, annotations)
-    if isinstance(stmt, tvm.tirx.SeqStmt):
-        return tvm.tirx.SeqStmt([_add_prefetches(s, parallel, parent, buffers)
-                                 for s in stmt.seq])
-    if isinstance(stmt, tvm.tirx.IfThenElse):
-        return tvm.tirx.IfThenElse(
-            stmt.condition, _add_prefetches(stmt.then_case, parallel, parent, buffers),
-            None if stmt.else_case is None else
-            _add_prefetches(stmt.else_case, parallel, parent, buffers))
-    if isinstance(stmt, tvm.tirx.AttrStmt):
-        return tvm.tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value,
-                                 _add_prefetches(stmt.body, parallel, parent, buffers))
-    return stmt  # anything else (buffer declarations, stores) holds no marked loop
-
-
-def _panel_prefetch(loop, buffers: dict, mark, panel_loop, row_tile):
-    """The prefetch loop to put before a chunk (``loop``: the chunk loop ``ko``), or
-    None when the flat weight buffer is not found (``buffers``: the function's
-    flattened parameters).  Chunk ``ko`` of row tile ``io`` fetches lines ``[(io * KO
-    + ko) * per, ... + per)`` of the next panel; every address is clamped into the
-    weight (the last panel fetches itself)."""
-    name, row_tiles, panels, depth, width = (str(mark[0]),) + tuple(int(v) for v in mark[1:])
-    weight = buffers.get(name)
-    if weight is None:
+@prefetch.register_prefetch("panel")
+def _panel_prefetch(site: prefetch.PrefetchSite):
+    """The prefetch loop to put before a chunk (``site.loop``: the chunk loop ``ko``),
+    or None when the flat weight buffer is not found or the loop is not where the
+    schedule put it.  Its parent is the row-tile loop ``io`` (or none, with a single
+    row tile: that loop was folded away) and the enclosing parallel loop runs over the
+    panels ``p``.  Chunk ``ko`` of row tile ``io`` fetches lines ``[(io * KO + ko) *
+    per, ... + per)`` of the next panel; every address is clamped into the weight (the
+    last panel fetches itself).  (A GEMV is not marked: it only streams its weight,
+    which the hardware prefetcher follows.)"""
+    name, row_tiles, panels, depth, width = (str(site.mark[0]),) + \
+        tuple(int(v) for v in site.mark[1:])
+    weight = site.buffers.get(name)
+    panel_loop = site.parallel
+    parent = site.enclosing[-1] if site.enclosing else None
+    if weight is None or panel_loop is None:
         return None
-    element = tvm.runtime.DataType(str(weight.dtype)).bits // 8
-    per_line = max(1, CACHE_LINE_BYTES // element)
+    if parent is not None and not parent.same_as(panel_loop):
+        row_tile = parent.loop_var
+    elif row_tiles == 1:
+        row_tile = 0
+    else:
+        return None
+    loop = site.loop
+    per_line = prefetch.elements_per_line(weight)
     lines = max(1, depth * width // per_line)
     chunks = int(loop.extent)
     per_chunk = -(-lines // (row_tiles * chunks))
-    nxt = tvm.tirx.min(tvm.tirx.floormod(panel_loop, panels) + PREFETCH_AHEAD, panels - 1)
+    nxt = tvm.tirx.min(tvm.tirx.floormod(panel_loop.loop_var, panels) + PREFETCH_AHEAD,
+                       panels - 1)
     l = tvm.tirx.Var("pf", "int32")
     line = tvm.tirx.min((row_tile * chunks + loop.loop_var) * per_chunk + l, lines - 1)
-    address = tvm.tirx.call_intrin("handle", "tirx.address_of", tvm.tirx.BufferLoad(
-        weight, [nxt * (depth * width) + line * per_line]))
-    fetch = tvm.tirx.Evaluate(tvm.tirx.call_intrin(
-        "void", "tirx.prefetch", address, 0, PREFETCH_LOCALITY, 1))
+    fetch = prefetch.line_prefetch(weight, nxt * (depth * width) + line * per_line)
     return tvm.tirx.For(l, 0, per_chunk, tvm.tirx.ForKind.SERIAL, fetch)

@@ -33,6 +33,7 @@ from typing import Optional
 import tvm
 from tvm import te, tirx
 
+from ..prefetch import flatten
 from ..dot_product import DotProduct, dot_kernel_layout, dot_product_for, output_block
 from ..schedule import (UnscheduledBlockWarning, divisor_at_most, inline_epilogue,
                         loop_extents, parallelize)
@@ -83,16 +84,6 @@ INSTRUCTIONS = {
     "avx512_madd": _madd("llvm.x86.avx512.pmaddw.d.512"),
     "avx2_madd": _madd("llvm.x86.avx2.pmadd.wd"),
 }
-
-def _prelower_passes() -> list:
-    from tvm import s_tir
-
-    return [s_tir.transform.LowerInitBlock(),
-            s_tir.transform.PlanAndUpdateBufferAllocationLocation(),
-            s_tir.transform.ConvertBlocksToOpaque(), s_tir.transform.CompactBufferAllocation(),
-            s_tir.transform.LowerMatchBuffer(), s_tir.transform.LowerOpaqueBlock(),
-            tirx.transform.FlattenBuffer()]
-
 
 def _has_dot_loop(stmt) -> bool:
     found = []
@@ -198,7 +189,7 @@ def lower_dot_products(prim: tirx.PrimFunc) -> tirx.PrimFunc:
     left to do for them)."""
     if not _has_dot_loop(prim.body):
         return prim
-    flat = tvm.transform.Sequential(_prelower_passes())(tvm.IRModule({"main": prim}))["main"]
+    flat = flatten(prim)
     try:
         return flat.with_body(_replace(flat.body))
     except ValueError as exc:  # the marked loops stay plain multiply-adds: correct, slow
