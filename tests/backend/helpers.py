@@ -106,3 +106,24 @@ def check_offloaded_run(mod: tvm.IRModule, partitioned: tvm.IRModule,
     assert all(not r.unscheduled for r in records.values())
     for have, want in zip(got, run_plain(mod, arrays)):
         np.testing.assert_allclose(have, want, rtol=rtol, atol=rtol)
+
+
+_BINARY = {"Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lambda a, b: a * b,
+           "FloorDiv": lambda a, b: a // b, "FloorMod": lambda a, b: a % b, "Min": min,
+           "Max": max}
+
+
+def index_value(expr, env: dict) -> int:
+    """An integer TIR index expression evaluated for the loop values ``env`` (by var)."""
+    from tvm import tirx
+
+    if isinstance(expr, tirx.IntImm):
+        return int(expr.value)
+    if isinstance(expr, tirx.Var):
+        return env[expr]
+    if isinstance(expr, tirx.Cast):
+        return index_value(expr.value, env)
+    for kind, op in _BINARY.items():
+        if isinstance(expr, getattr(tirx, kind)):
+            return op(index_value(expr.a, env), index_value(expr.b, env))
+    raise TypeError(f"unexpected index expression {type(expr).__name__}: {expr}")

@@ -22,7 +22,7 @@ from bmlib_relax import partition_for_bmlib
 from bmlib_relax.backend.codegen import build_prim_funcs
 from bmlib_relax.compiler import lower_and_verify
 
-from helpers import check_offloaded_run, innermost_fma_loops, make_module
+from helpers import check_offloaded_run, index_value, innermost_fma_loops, make_module
 
 conv_templates = importlib.import_module("bmlib_relax.backend.templates.conv")
 R = relax.op
@@ -180,25 +180,6 @@ def _prefetch_paths(stmt, path=()):
         yield path, stmt.value
 
 
-_BINARY = {tirx.Add: lambda a, b: a + b, tirx.Sub: lambda a, b: a - b,
-           tirx.Mul: lambda a, b: a * b, tirx.FloorDiv: lambda a, b: a // b,
-           tirx.FloorMod: lambda a, b: a % b, tirx.Min: min, tirx.Max: max}
-
-
-def _value(expr, env: dict) -> int:
-    """An integer index expression evaluated for loop values ``env`` (by var)."""
-    if isinstance(expr, tirx.IntImm):
-        return int(expr.value)
-    if isinstance(expr, tirx.Var):
-        return env[expr]
-    if isinstance(expr, tirx.Cast):
-        return _value(expr.value, env)
-    for kind, op in _BINARY.items():
-        if isinstance(expr, kind):
-            return op(_value(expr.a, env), _value(expr.b, env))
-    raise TypeError(f"unexpected index expression {type(expr).__name__}: {expr}")
-
-
 @pytest.mark.parametrize("case", ["1x1 64->96 7x7", "1x1 rows in groups 64->32 21x21",
                                   "3x3 stride 2 pad 1 48->64 14->7"])
 def test_k_blocked_conv_prefetches_every_line_of_its_next_chunk(case, monkeypatch):
@@ -228,7 +209,7 @@ def test_k_blocked_conv_prefetches_every_line_of_its_next_chunk(case, monkeypatc
     fetched: dict[tuple[int, int], set[int]] = {}
     for values in itertools.product(*(range(int(loop.extent)) for loop in path)):
         env = {loop.loop_var: v for loop, v in zip(path, values)}
-        element = _value(index, env)
+        element = index_value(index, env)
         assert 0 <= element < total
         cb = values[0] // row_groups
         fetched.setdefault((cb, values[1]), set()).add(element * 4 // 64)

@@ -1,0 +1,73 @@
+"""Which loop a blocked conv parallelizes first (templates/conv.py: _rows_outer): output
+rows outside the output-channel blocks when the weights are light (every thread then
+reads only its rows of the input), the channel blocks outside when they are heavy (rows
+outside would stream the weights once per row); ``$BMLIB_CONV_ROWS_OUTER=0`` keeps the
+blocks outside.  Structure only, with numerics against the plain build."""
+from __future__ import annotations
+
+import importlib
+
+import pytest
+from tvm import relax, s_tir, tirx
+
+from bmlib_relax import partition_for_bmlib
+from bmlib_relax.compiler import lower_and_verify
+
+from helpers import check_offloaded_run, index_value, make_module
+
+conv_templates = importlib.import_module("bmlib_relax.backend.templates.conv")
+R = relax.op
+
+
+def _pair(x, w1, w2):
+    """Two 3x3 stride-2 convs (no Winograd, no K-blocking at these sizes): the second
+    reads the first's blocked output."""
+    a = R.nn.relu(R.nn.conv2d(x, w1, strides=2, padding=1))
+    return R.nn.relu(R.nn.conv2d(a, w2, strides=2, padding=1))
+
+
+def _conv_realizes(stmt, loops=()):
+    """(enclosing loops, realize) of every bmlib_conv2d_nchwc update in a scheduled body."""
+    if isinstance(stmt, s_tir.SBlockRealize):
+        name = str(stmt.block.name_hint)
+        if name.startswith("bmlib_conv2d_nchwc") and not name.endswith("_init"):
+            yield loops, stmt
+        yield from _conv_realizes(stmt.block.body, loops)
+    elif isinstance(stmt, tirx.For):
+        yield from _conv_realizes(stmt.body, loops + (stmt,))
+    elif isinstance(stmt, tirx.SeqStmt):
+        for child in stmt.seq:
+            yield from _conv_realizes(child, loops)
+
+
+def _second_iteration(partitioned) -> dict[int, tuple[int, int]]:
+    """{input channels: (output-channel block, output row)} of every conv's second
+    parallel iteration (the other loops at 0)."""
+    found = {}
+    for prim, _ in lower_and_verify(partitioned).values():
+        for loops, realize in _conv_realizes(prim.body):
+            parallel = [l for l in loops if int(l.kind) == int(tirx.ForKind.PARALLEL)]
+            assert len(parallel) == 1
+            env = {l.loop_var: int(l.loop_var.same_as(parallel[0].loop_var)) for l in loops}
+            n, oc_block, row = (index_value(v, env) for v in realize.iter_values[:3])
+            (kernel,) = [r.source for r in realize.block.reads if len(r.source.shape) == 6]
+            found[int(kernel.shape[1]) * int(kernel.shape[4])] = (oc_block, row)
+    return found
+
+
+@pytest.mark.parametrize("channels, rows_outer", [(64, True), (512, False)])
+def test_light_weights_parallelize_rows_first(channels, rows_outer, monkeypatch):
+    """The second conv (14x14 -> 7x7) with 64 channels has 144 KiB of weights: rows
+    outside (parallel iteration 1 is block 1 of row 0); with 512, 9 MiB: blocks
+    outside (iteration 1 is row 1 of block 0)."""
+    monkeypatch.delenv(conv_templates.ROWS_OUTER_ENV, raising=False)
+    monkeypatch.setenv(conv_templates.KBLOCK_ENV, "0")
+    mod, arrays = make_module(_pair, [(1, 8, 28, 28)], [(channels, 8, 3, 3),
+                                                        (channels, channels, 3, 3)])
+    partitioned = partition_for_bmlib(mod)
+    # the 8->C conv (at most 144 KiB of weights) always has its rows outside
+    assert _second_iteration(partitioned) == {8: (1, 0),
+                                              channels: (1, 0) if rows_outer else (0, 1)}
+    check_offloaded_run(mod, partitioned, arrays)
+    monkeypatch.setenv(conv_templates.ROWS_OUTER_ENV, "0")
+    assert _second_iteration(partitioned) == {8: (0, 1), channels: (0, 1)}
