@@ -16,6 +16,7 @@ and ``add(conv, reshape(b))`` are one pattern.
 """
 from __future__ import annotations
 
+import os
 import re
 from typing import Callable, Optional
 
@@ -557,6 +558,100 @@ def check_conv2d_residual_chain(context: PatternCheckContext) -> bool:
     return residual
 
 
+# A depthwise conv whose result feeds a light 1x1 conv (MobileNet's separable blocks)
+# is one partition when the 1x1's weights are at most this size: the schedule
+# computes the depthwise output a row at a time, for every channel, right before the
+# 1x1 conv of that row reads it from L1 (see templates/conv.py), so that output (the
+# largest activations of such models) is never written out and read back.  Heavier
+# 1x1 weights would be streamed once per row.
+FUSED_POINTWISE_MAX_WEIGHT_BYTES = 256 * 1024
+# ``$BMLIB_FUSE_DEPTHWISE=0`` keeps them apart (A/B timing).
+FUSE_DEPTHWISE_ENV = "BMLIB_FUSE_DEPTHWISE"
+
+
+def make_depthwise_pointwise_pattern(first: int, second: int
+                                     ) -> tuple[DFPattern, Annotations]:
+    """A (depthwise) conv2d, ``first`` element-wise ops, a conv2d reading their result,
+    and ``second`` element-wise ops (see :func:`check_depthwise_pointwise`)."""
+    data, weight, pointwise_weight = wildcard(), wildcard(), wildcard()
+    conv = is_op("relax.nn.conv2d")(data, weight)
+    annotations: Annotations = {"data": data, "weight": weight, "conv": conv,
+                                "pointwise_weight": pointwise_weight}
+    out = conv
+    for i in range(first):
+        out = _elemwise_step(out)
+        annotations[f"dw_step{i}"] = out
+    out = is_op("relax.nn.conv2d")(out, pointwise_weight)
+    annotations["pointwise"] = out
+    for i in range(second):
+        out = _elemwise_step(out)
+        annotations[f"pw_step{i}"] = out
+    annotations["root"] = out
+    return out, annotations
+
+
+def _chain_of_channel_ops(context: PatternCheckContext, prefix: str, producer) -> bool:
+    """The annotated steps ``{prefix}{i}`` after ``producer`` keep its blocked shape and
+    read nothing but it and per-channel constants or scalars (a bias, a folded
+    batch_norm's scale and shift, an activation's bounds)."""
+    out = _shape(producer)
+    steps = sorted((k for k in context.annotated_expr if k.startswith(prefix)),
+                   key=lambda k: int(k[len(prefix):]))
+    previous = producer
+    for key in steps:
+        step = context.annotated_expr[key]
+        if _shape(step) != out:
+            return False
+        for operand in step.args:
+            value = context.matched_bindings.get(operand, operand) \
+                if isinstance(operand, relax.Var) else operand
+            if value.same_as(previous) or not isinstance(getattr(operand, "ty", None),
+                                                         relax.TensorType):
+                continue
+            shape = _shape(operand)
+            if shape is None or not _per_blocked_channel(shape, out):
+                return False
+        previous = step
+    return True
+
+
+def check_depthwise_pointwise(context: PatternCheckContext) -> bool:
+    """A blocked depthwise conv2d (NCHW{b}c in and out), its per-channel epilogue, then a
+    blocked 1x1 stride-1 conv2d without padding whose weights are at most
+    ``FUSED_POINTWISE_MAX_WEIGHT_BYTES``, and its per-channel epilogue."""
+    if os.environ.get(FUSE_DEPTHWISE_ENV, "1").strip().lower() in ("0", "off", "false", "no"):
+        return False
+    if not check_tensors(context):
+        return False
+    depthwise = context.annotated_expr["conv"]
+    pointwise = context.annotated_expr["pointwise"]
+    dw_in, dw_out = _shape(context.annotated_expr["data"]), _shape(depthwise)
+    pw_out = _shape(pointwise)
+    pw_weight = _shape(context.annotated_expr["pointwise_weight"])
+    if None in (dw_in, dw_out, pw_out, pw_weight) or len(dw_in) != 5 or len(dw_out) != 5 \
+            or len(pw_out) != 5:
+        return False
+    attrs, pw_attrs = depthwise.attrs, pointwise.attrs
+    channels = dw_in[1] * dw_in[4]
+    if int(attrs.groups) != channels or dw_out[1] * dw_out[4] != channels or \
+            not blocked_conv2d_layouts(str(attrs.data_layout), str(attrs.kernel_layout),
+                                       str(attrs.out_layout), int(attrs.groups)):
+        return False
+    if int(pw_attrs.groups) != 1 or str(pw_attrs.data_layout) != str(attrs.out_layout) or \
+            not blocked_conv2d_layouts(str(pw_attrs.data_layout), str(pw_attrs.kernel_layout),
+                                       str(pw_attrs.out_layout), 1) or \
+            [int(v) for v in pw_attrs.strides] != [1, 1] or \
+            any(int(v) for v in pw_attrs.padding) or \
+            [int(v) for v in pw_attrs.dilation] != [1, 1] or \
+            len(pw_weight) != 6 or pw_weight[2:4] != [1, 1]:
+        return False
+    itemsize = np.dtype(str(pointwise.ty.dtype)).itemsize
+    if int(np.prod(pw_weight)) * itemsize > FUSED_POINTWISE_MAX_WEIGHT_BYTES:
+        return False
+    return _chain_of_channel_ops(context, "dw_step", depthwise) and \
+        _chain_of_channel_ops(context, "pw_step", pointwise)
+
+
 def make_reshape_conv2d_add_bn_relu_pattern() -> tuple[DFPattern, Annotations]:
     """The seed composite: ``relu(bn(reshape(b) + conv2d(x, w))[0])``."""
     bias = wildcard()
@@ -774,6 +869,11 @@ def bmlib_patterns() -> list[tuple]:
     # A blocked conv with its residual add in the epilogue (+ bias, scale/shift, activation).
     table += [_entry(f"conv2d_residual_chain{n}", make_conv2d_chain_pattern(n),
                      check_conv2d_residual_chain) for n in (1, 2, 3, 4)]
+    # A depthwise conv and the light 1x1 conv after it, computed row by row together.
+    table += [_entry(f"depthwise_pointwise{first}_{second}",
+                     make_depthwise_pointwise_pattern(first, second),
+                     check_depthwise_pointwise)
+              for first in (0, 1, 2) for second in (0, 1, 2, 3)]
     # ---- QNN (issue #18): imported integer arithmetic, int8/uint8 with int32 accumulation.
     # Integer tensors never match the float entries above (check_tensors), so the two
     # blocks do not compete; see qnn_patterns for the forms and their check.

@@ -325,8 +325,8 @@ def inline_scalar_constants(sch: s_tir.Schedule, names: list) -> None:
 def _apply_tagged_rules(sch: s_tir.Schedule, names: list,
                         ctx: ScheduleContext) -> s_tir.Schedule:
     for name in names:
-        if not _exists(sch, name):
-            continue
+        if name in ctx.done or not _exists(sch, name):
+            continue  # (done: another rule scheduled it with its own, e.g. a fused conv pair)
         rule_name = block_rule(sch, sch.get_sblock(name))
         if rule_name is None:
             continue

@@ -40,7 +40,7 @@ from tvm import te, tirx, topi
 from .. import prefetch
 from ..patterns import blocked_kernel_layout
 from ..rewrite import conv2d_blocking, depthwise_blocking
-from ..schedule import divisor_at_most, inline_epilogue
+from ..schedule import divisor_at_most, inline_epilogue, is_scheduled
 from ..target import vector_registers
 from ._utils import attr_ints, out_dtype
 from .registry import SCHEDULE_ATTR, register_schedule, register_template
@@ -640,8 +640,16 @@ def _tile_conv(sch, block, ctx, registers=None, rows_outer=False):
     else:
         sch.reorder(n, cb, h, wo, wi, ci)
         sch.parallel(sch.fuse(n, cb, h))
-    sch.compute_at(block, wo)
     ctx.done.add(str(sch.get(epilogue).name_hint))
+    _register_tile(sch, block, wo, wi, ci, reg, ob_extent)
+
+
+def _register_tile(sch, block, wo, wi, ci, reg: int, ob_extent: int) -> None:
+    """Compute the conv ``block`` at its epilogue's column-tile loop ``wo`` as a
+    register tile (``reg`` columns ``wi`` x ``ob_extent`` channels ``ci``): the
+    reduction loops (input-channel blocks, kernel window, input channels of a block)
+    outside, the columns unrolled, the channels vectorized."""
+    sch.compute_at(block, wo)
     inner = int(reg > 1) + int(ob_extent > 1) + \
         sum(int(iv.iter_type) != 0 for iv in sch.get(block).iter_vars)
     loops = sch.get_loops(block)
@@ -861,8 +869,75 @@ def schedule_conv2d_1x1_gemm(sch, block, ctx):
     sch.vectorize(pi)
 
 
+# 8 accumulators even with 32 registers: a 9-tap reduction per tile gains nothing
+# from a longer one (1.0-1.3x slower at 28, measured).
+DEPTHWISE_REGISTERS = 16
+
+
 @register_schedule("bmlib.depthwise_nchwc")
 def schedule_depthwise_nchwc(sch, block, ctx):
-    # 8 accumulators even with 32 registers: a 9-tap reduction per tile gains
-    # nothing from a longer one (1.0-1.3x slower at 28, measured).
-    _tile_conv(sch, block, ctx, registers=16)
+    pointwise = _fused_pointwise(sch, block)
+    if pointwise is None:
+        _tile_conv(sch, block, ctx, registers=DEPTHWISE_REGISTERS)
+    else:
+        _schedule_depthwise_pointwise(sch, block, pointwise, ctx)
+
+
+def _fused_pointwise(sch, depthwise):
+    """The light blocked 1x1 conv that reads this depthwise conv (through its
+    element-wise epilogue) in the same partition (``bmlib.depthwise_pointwise*``),
+    or None."""
+    current = depthwise
+    while True:
+        consumers = sch.get_consumers(current)
+        if len(consumers) != 1 or is_scheduled(sch, consumers[0]):
+            return None
+        current = consumers[0]
+        rule = sch.get(current).annotations.get(SCHEDULE_ATTR)
+        if rule is not None:
+            break
+        if any(int(iv.iter_type) != 0 for iv in sch.get(current).iter_vars):
+            return None
+    if str(rule) != "bmlib.conv2d_nchwc" or len(sch.get(current).writes[0].source.shape) != 5:
+        return None
+    written = sch.get(current).writes[0].source
+    kernels = [r.source for r in sch.get(current).reads
+               if not r.source.same_as(written) and len(r.source.shape) == 6]
+    if len(kernels) != 1 or [int(d) for d in kernels[0].shape[2:4]] != [1, 1] or \
+            not _rows_outer(sch, current):
+        return None
+    return current
+
+
+def _schedule_depthwise_pointwise(sch, depthwise, pointwise, ctx):
+    """A depthwise conv and the 1x1 conv after it, one output row at a time.
+
+    The 1x1 conv is tiled as :func:`_tile_conv` does with rows outside, but only the
+    rows are parallel; under each row, before the 1x1's channel blocks, the
+    depthwise conv's epilogue (its output after bias and activation) is computed for
+    that row and every channel, in register tiles of its own.  The 1x1 conv then
+    reads it from L1: the depthwise output, MobileNet's largest activations, is
+    never written to memory and read back."""
+    dw_epilogue = inline_epilogue(sch, depthwise)
+    pw_epilogue = inline_epilogue(sch, pointwise)
+    if dw_epilogue is None or pw_epilogue is None:
+        raise ValueError("depthwise + 1x1 conv without their epilogues")
+    lanes = ctx.lanes(str(sch.get(pointwise).writes[0].source.dtype))
+    ow, ob = (int(d) for d in sch.get(pointwise).writes[0].source.shape[3:])
+    reg = divisor_at_most(ow, tile_pixels(ob, lanes, vector_registers(ctx.target)))
+    n, cb, h, w, ci = sch.get_loops(pw_epilogue)
+    wo, wi = sch.split(w, [None, reg])
+    sch.reorder(n, h, cb, wo, wi, ci)
+    row = sch.fuse(n, h)
+    sch.parallel(row)
+    _register_tile(sch, pointwise, wo, wi, ci, reg, ob)
+    sch.compute_at(dw_epilogue, row)
+    dw_ow, dw_ob = (int(d) for d in sch.get(depthwise).writes[0].source.shape[3:])
+    loops = sch.get_loops(dw_epilogue)[1:]  # under the row: (channel blocks,) columns, lanes
+    if len(loops) not in (2, 3) or dw_ow == 1 or dw_ob == 1:
+        raise ValueError(f"unexpected depthwise epilogue loops under the row: {len(loops)}")
+    dw_cols, dw_ci = loops[-2], loops[-1]
+    dw_reg = divisor_at_most(dw_ow, tile_pixels(dw_ob, lanes, DEPTHWISE_REGISTERS))
+    dw_wo, dw_wi = sch.split(dw_cols, [None, dw_reg])
+    _register_tile(sch, depthwise, dw_wo, dw_wi, dw_ci, dw_reg, dw_ob)
+    ctx.done.update(str(sch.get(b).name_hint) for b in (dw_epilogue, pw_epilogue, pointwise))
