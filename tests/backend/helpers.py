@@ -6,7 +6,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 import tvm
-from tvm import relax
+from tvm import relax, tirx
 
 from bmlib_relax.backend.patterns import bmlib_patterns
 from bmlib_relax.compiler import build_offloaded
@@ -127,3 +127,20 @@ def index_value(expr, env: dict) -> int:
         if isinstance(expr, getattr(tirx, kind)):
             return op(index_value(expr.a, env), index_value(expr.b, env))
     raise TypeError(f"unexpected index expression {type(expr).__name__}: {expr}")
+
+
+def prefetch_calls(stmt, path=()):
+    """(enclosing For loops, prefetch call) of every ``tirx.prefetch`` in a flat body."""
+    if isinstance(stmt, tirx.For):
+        yield from prefetch_calls(stmt.body, path + (stmt,))
+    elif isinstance(stmt, tirx.SeqStmt):
+        for child in stmt.seq:
+            yield from prefetch_calls(child, path)
+    elif isinstance(stmt, (tirx.IfThenElse, tirx.AttrStmt)):
+        for child in (getattr(stmt, "then_case", None), getattr(stmt, "else_case", None),
+                      getattr(stmt, "body", None)):
+            if isinstance(child, tirx.Stmt):
+                yield from prefetch_calls(child, path)
+    elif isinstance(stmt, tirx.Evaluate) and isinstance(stmt.value, tvm.ir.Call) and \
+            stmt.value.op.name == "tirx.prefetch":
+        yield path, stmt.value

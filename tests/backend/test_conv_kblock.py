@@ -15,14 +15,14 @@ import itertools
 import re
 
 import pytest
-import tvm
 from tvm import relax, tirx
 
 from bmlib_relax import partition_for_bmlib
 from bmlib_relax.backend.codegen import build_prim_funcs
 from bmlib_relax.compiler import lower_and_verify
 
-from helpers import check_offloaded_run, index_value, innermost_fma_loops, make_module
+from helpers import (check_offloaded_run, index_value, innermost_fma_loops, make_module,
+                     prefetch_calls)
 
 conv_templates = importlib.import_module("bmlib_relax.backend.templates.conv")
 R = relax.op
@@ -163,23 +163,6 @@ def test_strided_1x1_gathers_its_pixels(kblock, shape, stride, out, monkeypatch)
 
 
 # ----------------------------------------------------------------- next-chunk prefetch
-def _prefetch_paths(stmt, path=()):
-    """(enclosing For loops, prefetch call) of every ``tirx.prefetch`` in a flat body."""
-    if isinstance(stmt, tirx.For):
-        yield from _prefetch_paths(stmt.body, path + (stmt,))
-    elif isinstance(stmt, tirx.SeqStmt):
-        for child in stmt.seq:
-            yield from _prefetch_paths(child, path)
-    elif isinstance(stmt, (tirx.IfThenElse, tirx.AttrStmt)):
-        for child in (getattr(stmt, "then_case", None), getattr(stmt, "else_case", None),
-                      getattr(stmt, "body", None)):
-            if isinstance(child, tirx.Stmt):
-                yield from _prefetch_paths(child, path)
-    elif isinstance(stmt, tirx.Evaluate) and isinstance(stmt.value, tvm.ir.Call) and \
-            stmt.value.op.name == "tirx.prefetch":
-        yield path, stmt.value
-
-
 @pytest.mark.parametrize("case", ["1x1 64->96 7x7", "1x1 rows in groups 64->32 21x21",
                                   "3x3 stride 2 pad 1 48->64 14->7"])
 def test_k_blocked_conv_prefetches_every_line_of_its_next_chunk(case, monkeypatch):
@@ -199,7 +182,7 @@ def test_k_blocked_conv_prefetches_every_line_of_its_next_chunk(case, monkeypatc
     oc_blocks, ico, kh, kw, ib, ob = (int(d) for d in kernel.shape)
     per_block = kh * kw * ib * ob
     total = oc_blocks * ico * per_block
-    (path, call), = list(_prefetch_paths(prim.body))
+    (path, call), = list(prefetch_calls(prim.body))
     index = call.args[0].args[0].indices[0]
     outer, chunk_loop = path[0], path[1]
     assert int(outer.kind) == int(tirx.ForKind.PARALLEL)

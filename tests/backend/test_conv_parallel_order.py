@@ -2,10 +2,12 @@
 rows outside the output-channel blocks when the weights are light (every thread then
 reads only its rows of the input), the channel blocks outside when they are heavy (rows
 outside would stream the weights once per row); ``$BMLIB_CONV_ROWS_OUTER=0`` keeps the
-blocks outside.  Structure only, with numerics against the plain build."""
+blocks outside.  A conv with the blocks outside prefetches the next block's weights.
+Structure only, with numerics against the plain build."""
 from __future__ import annotations
 
 import importlib
+import itertools
 
 import pytest
 from tvm import relax, s_tir, tirx
@@ -13,7 +15,7 @@ from tvm import relax, s_tir, tirx
 from bmlib_relax import partition_for_bmlib
 from bmlib_relax.compiler import lower_and_verify
 
-from helpers import check_offloaded_run, index_value, make_module
+from helpers import check_offloaded_run, index_value, make_module, prefetch_calls
 
 conv_templates = importlib.import_module("bmlib_relax.backend.templates.conv")
 R = relax.op
@@ -62,6 +64,7 @@ def test_light_weights_parallelize_rows_first(channels, rows_outer, monkeypatch)
     outside (iteration 1 is row 1 of block 0)."""
     monkeypatch.delenv(conv_templates.ROWS_OUTER_ENV, raising=False)
     monkeypatch.setenv(conv_templates.KBLOCK_ENV, "0")
+    monkeypatch.setenv(conv_templates.PREFETCH_ENV, "0")  # keeps the functions unflattened
     mod, arrays = make_module(_pair, [(1, 8, 28, 28)], [(channels, 8, 3, 3),
                                                         (channels, channels, 3, 3)])
     partitioned = partition_for_bmlib(mod)
@@ -71,3 +74,40 @@ def test_light_weights_parallelize_rows_first(channels, rows_outer, monkeypatch)
     check_offloaded_run(mod, partitioned, arrays)
     monkeypatch.setenv(conv_templates.ROWS_OUTER_ENV, "0")
     assert _second_iteration(partitioned) == {8: (0, 1), channels: (0, 1)}
+
+
+def test_heavy_conv_prefetches_the_next_output_blocks_weights(monkeypatch):
+    """Blocks outside (160->160 3x3: 900 KiB of weights): while the rows of output block
+    ``cb`` are computed, the prefetch loops fetch every cache line of block ``cb + 1``'s
+    weights (the last block fetches itself, clamped), and nothing outside the weight."""
+    monkeypatch.delenv(conv_templates.ROWS_OUTER_ENV, raising=False)
+    monkeypatch.delenv(conv_templates.PREFETCH_ENV, raising=False)
+    monkeypatch.setenv(conv_templates.KBLOCK_ENV, "0")
+    mod, arrays = make_module(_pair, [(1, 8, 28, 28)], [(160, 8, 3, 3), (160, 160, 3, 3)])
+    partitioned = partition_for_bmlib(mod)
+    prims = [prim for prim, _ in lower_and_verify(partitioned).values()
+             if "T.prefetch" in prim.script()]
+    (prim,) = prims  # the 8->160 conv is light: rows outside, no prefetch
+    (kernel,) = [p for p in prim.params if len(p.shape) == 6]
+    oc_blocks = int(kernel.shape[0])
+    per_block = 1
+    for d in kernel.shape[1:]:
+        per_block *= int(d)
+    total = oc_blocks * per_block
+    (path, call), = list(prefetch_calls(prim.body))
+    index = call.args[0].args[0].indices[0]
+    outer = path[0]
+    assert int(outer.kind) == int(tirx.ForKind.PARALLEL)
+    rows = int(outer.extent) // oc_blocks
+    fetched: dict[int, set[int]] = {}
+    for values in itertools.product(*(range(int(loop.extent)) for loop in path)):
+        element = index_value(index, {loop.loop_var: v for loop, v in zip(path, values)})
+        assert 0 <= element < total
+        fetched.setdefault(values[0] // rows, set()).add(element * 4 // 64)
+    for cb, lines in fetched.items():
+        start = min((cb + 1) * per_block, total - 1)
+        end = min((cb + 2) * per_block, total)
+        assert set(range(start * 4 // 64, (end * 4 - 1) // 64 + 1)) <= lines, cb
+    check_offloaded_run(mod, partitioned, arrays)
+    monkeypatch.setenv(conv_templates.PREFETCH_ENV, "0")
+    assert not any("T.prefetch" in p.script() for p, _ in lower_and_verify(partitioned).values())
