@@ -15,7 +15,7 @@ import itertools
 import re
 
 import pytest
-from tvm import relax, tirx
+from tvm import relax, s_tir, tirx
 
 from bmlib_relax import partition_for_bmlib
 from bmlib_relax.backend.codegen import build_prim_funcs
@@ -59,6 +59,35 @@ CASES = {
 }
 
 
+def _kchunk_prims(partitioned) -> list:
+    return [prim for prim, _ in lower_and_verify(partitioned).values()
+            if "bmlib_conv2d_kchunk" in prim.script()]
+
+
+def _buffers(prim) -> list:
+    """The buffers a (scheduled or flattened) PrimFunc allocates."""
+    found = []
+
+    def visit(stmt):
+        if isinstance(stmt, s_tir.SBlockRealize):
+            found.extend(stmt.block.alloc_buffers)
+            visit(stmt.block.body)
+        elif isinstance(stmt, tirx.AllocBuffer):
+            found.append(stmt.buffer)
+        elif isinstance(stmt, tirx.SeqStmt):
+            for child in stmt.seq:
+                visit(child)
+        elif isinstance(stmt, (tirx.For, tirx.AttrStmt)):
+            visit(stmt.body)
+        elif isinstance(stmt, tirx.IfThenElse):
+            visit(stmt.then_case)
+            if stmt.else_case is not None:
+                visit(stmt.else_case)
+
+    visit(prim.body)
+    return found
+
+
 def _kchunk_partitions(partitioned) -> list[str]:
     lowered = lower_and_verify(partitioned)
     return [name for name, (prim, _) in lowered.items()
@@ -67,13 +96,31 @@ def _kchunk_partitions(partitioned) -> list[str]:
 
 
 
+@pytest.mark.parametrize("kernel_rows", ["1", "0"])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_k_blocked_convs_match_the_plain_build(case, monkeypatch):
+def test_k_blocked_convs_match_the_plain_build(case, kernel_rows, monkeypatch):
+    """With 1 KiB chunks a 3x3 conv's input-channel block (at least 4.5 KiB of weights)
+    is split into chunks of one kernel row, unless ``$BMLIB_CONV_KROW=0``; 1x1 convs
+    chunk input-channel blocks either way."""
     monkeypatch.setenv(conv_templates.KBLOCK_ENV, FORCED)
+    monkeypatch.setenv(conv_templates.KROW_ENV, kernel_rows)
     build, shape, weights = CASES[case]
     mod, arrays = make_module(build, [shape], weights)
     partitioned = partition_for_bmlib(mod)
-    assert _kchunk_partitions(partitioned), "the K-blocked path was not taken"
+    kchunk = _kchunk_partitions(partitioned)
+    assert kchunk, "the K-blocked path was not taken"
+    kernel_size = weights[1][2]
+    monkeypatch.setenv(conv_templates.PREFETCH_ENV, "0")  # the chunk buffer unflattened
+    prims = _kchunk_prims(partitioned)
+    monkeypatch.delenv(conv_templates.PREFETCH_ENV)
+    for prim in prims:
+        (kernel,) = [p for p in prim.params if len(p.shape) == 6]
+        (chunk_buffer,) = [b for b in _buffers(prim) if b.name == "bmlib_conv2d_kchunk"]
+        ico = int(kernel.shape[1])
+        by_row = kernel_rows == "1" and kernel_size > 1
+        chunks = int(chunk_buffer.shape[2])
+        assert chunks == ico * kernel_size if by_row else ico % chunks == 0, \
+            (case, chunk_buffer.shape, kernel.shape)
     check_offloaded_run(mod, partitioned, arrays)
 
 
@@ -131,7 +178,7 @@ def test_k_blocking_predicate(kernel, out, expected, monkeypatch):
     if expected is None:
         assert plan is None
         return
-    chunk, rows = plan
+    chunk, rows, _ = plan
     ico, per_block = kernel[1], kernel[4] * kernel[2] * kernel[3] * kernel[5] * 4
     assert ico % chunk == 0 and 1 <= chunk < ico
     assert chunk * per_block <= conv_templates.KBLOCK_CHUNK_BYTES

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import NamedTuple
 
 import tvm
 from tvm import te, tirx, topi
@@ -72,6 +73,7 @@ KBLOCK_GROUP_BYTES = 32 * 1024
 # A strided 1x1 conv on NCHW{b}c data gathers the pixels it reads first
 # (_subsample_blocked); ``$BMLIB_CONV_STRIDED_GATHER=0`` switches that off.
 STRIDED_GATHER_ENV = "BMLIB_CONV_STRIDED_GATHER"
+KROW_ENV = "BMLIB_CONV_KROW"
 # A conv whose weights are at most this size parallelizes over output rows first
 # (_rows_outer): an eighth of the smallest L2 this project targets (2 MB, AVX-512 Xeons).
 # ``$BMLIB_CONV_ROWS_OUTER=0`` keeps the channel blocks outside (A/B timing).
@@ -186,9 +188,18 @@ def _kblock_settings() -> tuple[int, int, int] | None:
     return KBLOCK_MIN_WEIGHT_BYTES, KBLOCK_CHUNK_BYTES, KBLOCK_GROUP_BYTES
 
 
-def k_blocking(kernel, dtype: str, row_tile: int, call) -> tuple[int, int] | None:
-    """``(input-channel blocks per chunk, output rows per group)`` for a weight-heavy
-    blocked conv, or None to keep the plain row-tiled schedule.
+class KBlocking(NamedTuple):
+    """How :func:`_k_blocked_conv` splits a reduction: ``chunk`` input-channel blocks
+    per chunk (or, ``by_kernel_row``, one kernel row of one block per chunk) and
+    ``rows`` output rows per group."""
+    chunk: int
+    rows: int
+    by_kernel_row: bool = False
+
+
+def k_blocking(kernel, dtype: str, row_tile: int, call) -> KBlocking | None:
+    """How to K-block a weight-heavy blocked conv (:class:`KBlocking`), or None to keep
+    the plain row-tiled schedule.
 
     The plain schedule runs the whole reduction inside each register tile (one
     output row of ``row_tile`` pixels): each output-channel block's weights
@@ -198,7 +209,9 @@ def k_blocking(kernel, dtype: str, row_tile: int, call) -> tuple[int, int] | Non
     ~50-67 % of the FMA peak.  K-blocking splits the reduction into chunks whose
     weights fit L1 (``KBLOCK_CHUNK_BYTES``) and runs every row tile of a group of
     output rows (``KBLOCK_GROUP_BYTES`` of accumulated output, kept in L1) per
-    chunk.  Only row-tiled convs (output width a multiple of the tile).
+    chunk.  When one input-channel block's weights alone pass the chunk size (a 3x3
+    kernel over 32 channels: 36 KiB per output block), a chunk is one kernel row of
+    one block (12 KiB).  Only row-tiled convs (output width a multiple of the tile).
     """
     settings = _kblock_settings()
     if settings is None:
@@ -216,10 +229,16 @@ def k_blocking(kernel, dtype: str, row_tile: int, call) -> tuple[int, int] | Non
                 (d == 1 or d * per_ic_block <= chunk_bytes))
     if chunk == ico:
         return None
+    by_kernel_row = per_ic_block > chunk_bytes and kh > 1 and _kernel_row_chunks_enabled()
     row_bytes = ow * ob * 4  # the accumulated output is float32-sized at most
     rows = max(d for d in range(1, oh + 1) if oh % d == 0 and
                (d == 1 or d * row_bytes <= group_bytes))
-    return chunk, rows
+    return KBlocking(chunk, rows, by_kernel_row)
+
+
+def _kernel_row_chunks_enabled() -> bool:
+    """``$BMLIB_CONV_KROW`` (``0``/``off`` disable): chunks of one kernel row, for A/B."""
+    return os.environ.get(KROW_ENV, "1").strip().lower() not in ("0", "off", "false", "no")
 
 
 def _direct_conv(data_layout: str, kernel_layout: str):
@@ -457,21 +476,33 @@ def _k_blocked_conv(packed, kernel, strides, dilation, dtype, out_size, k_blocki
     n = packed.shape[0]
     oh, ow = out_size
     oc_blocks, ico, kh, kw, ib, ob = (int(d) for d in kernel.shape)
-    chunk, rows = k_blocking
-    axes = _reduce_axes(ici_o=chunk, kh=kh, kw=kw, ici=ib)
-    ki, ry, rx, ici = (axes.get(k, 0) for k in ("ici_o", "kh", "kw", "ici"))
+    chunk, rows, by_kernel_row = k_blocking
+    if by_kernel_row:  # chunk ko: kernel row ko % KH of input-channel block ko // KH
+        chunks = ico * kh
+        axes = _reduce_axes(kw=kw, ici=ib)
+        rx, ici = (axes.get(k, 0) for k in ("kw", "ici"))
+
+        def position(ko):
+            return ko // kh, ko % kh
+    else:
+        chunks = ico // chunk
+        axes = _reduce_axes(ici_o=chunk, kh=kh, kw=kw, ici=ib)
+        ki, ry_axis, rx, ici = (axes.get(k, 0) for k in ("ici_o", "kh", "kw", "ici"))
+
+        def position(ko):
+            return ko * chunk + ki, ry_axis
 
     def partial(nn, oc, ko, y, x, oo):
-        ic = ko * chunk + ki
+        ic, ry = position(ko)
         value = packed[nn, ic, y * strides[0] + ry * dilation[0],
                        x * strides[1] + rx * dilation[1], ici].astype(dtype)
         return _sum(value * kernel[oc, ic, ry, rx, ici, oo].astype(dtype), axes)
 
-    partials = te.compute(batched(n, oc_blocks, ico // chunk, oh, ow, ob), partial,
+    partials = te.compute(batched(n, oc_blocks, chunks, oh, ow, ob), partial,
                           name="bmlib_conv2d_kchunk",
                           attrs={SCHEDULE_ATTR: "bmlib.conv2d_kchunk",
                                  "bmlib_tile_pixels": row_tile, "bmlib_group_rows": rows})
-    rko = te.reduce_axis((0, ico // chunk), name="rko")
+    rko = te.reduce_axis((0, chunks), name="rko")
     total = te.compute(batched(n, oc_blocks, oh, ow, ob),
                        lambda nn, oc, y, x, oo: te.sum(partials[nn, oc, rko, y, x, oo], axis=rko),
                        name="bmlib_conv2d_ksum")
@@ -791,18 +822,23 @@ def _mark_chunk_prefetch(sch, block, tile_loop, loops: dict, rows: int, tiles_pe
     kernel = _kernel_buffer(sch, block)
     if kernel is None:
         return
-    shape = [int(d) for d in kernel.shape]
-    oc_blocks, ico, kh, kw, ib, ob = shape
+    oc_blocks = int(kernel.shape[0])
+    per_block = 1
+    for d in kernel.shape[1:]:
+        per_block *= int(d)
     chunks = int(sch.get(loops["ko"]).extent)
     out_rows = int(sch.get(block).writes[0].source.shape[3]) \
         if len(sch.get(block).writes[0].source.shape) == 6 else None
-    if out_rows is None or ico % chunks:
+    if out_rows is None or per_block % chunks:
         return
     sch.annotate(loops["ko"], prefetch.ROLE_ATTR, "conv_chunk")
     if "rows" in loops:
         sch.annotate(loops["rows"], prefetch.ROLE_ATTR, "conv_rows")
+    # Chunks are consecutive stretches of an output block's weights (input-channel
+    # blocks, or kernel rows of one block): chunk ko of block cb starts at element
+    # (cb * chunks + ko) * per_chunk.
     prefetch.mark(sch, tile_loop, "conv_chunk", str(kernel.name), oc_blocks, out_rows // rows,
-                  ico, ico // chunks, ib * kh * kw * ob, rows, tiles_per_row)
+                  chunks, per_block // chunks, rows, tiles_per_row)
 
 
 def _mark_block_prefetch(sch, block, tile_loop, out_rows: int, tiles_per_row: int):
@@ -876,7 +912,7 @@ def _next_chunk_prefetch(site: prefetch.PrefetchSite):
     46 MB), and the hardware prefetcher, which restarts at every chunk, hid little of
     it: ResNet-18's 7x7 3x3 convs ran at ~45 % of the FMA peak in the model."""
     name = str(site.mark[0])
-    oc_blocks, row_groups, ico, chunk, per_block, rows, tiles_per_row = \
+    oc_blocks, row_groups, chunks, per_chunk, rows, tiles_per_row = \
         (int(v) for v in site.mark[1:])
     weight = site.buffers.get(name)
     outer, chunk_loop = site.parallel, site.role("conv_chunk")
@@ -885,14 +921,14 @@ def _next_chunk_prefetch(site: prefetch.PrefetchSite):
             (rows > 1 and row_loop is None):
         return None
     per_line = prefetch.elements_per_line(weight)
-    lines = -(-chunk * per_block // per_line)
+    lines = -(-per_chunk // per_line)
     tiles = rows * tiles_per_row
     per_tile = -(-lines // tiles)
     row = row_loop.loop_var if rows > 1 else 0
     tile = row * tiles_per_row + site.loop.loop_var
     block = tirx.floormod(tirx.floordiv(outer.loop_var, row_groups), oc_blocks)
-    start = (block * ico + (chunk_loop.loop_var + 1) * chunk) * per_block
-    total = oc_blocks * ico * per_block
+    start = (block * chunks + chunk_loop.loop_var + 1) * per_chunk
+    total = oc_blocks * chunks * per_chunk
     l = tirx.Var("pf", "int32")
     line = tirx.min(tile * per_tile + l, lines - 1)
     fetch = prefetch.line_prefetch(weight, tirx.min(start + line * per_line, total - 1))
