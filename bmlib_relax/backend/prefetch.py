@@ -92,11 +92,12 @@ def flatten(prim: tirx.PrimFunc) -> tirx.PrimFunc:
     return tvm.transform.Sequential(prelower_passes())(tvm.IRModule({"main": prim}))["main"]
 
 
-def line_prefetch(buffer: tirx.Buffer, element) -> tirx.Stmt:
-    """Prefetch (into L2) the cache line holding ``buffer[element]`` of a flat buffer."""
+def line_prefetch(buffer: tirx.Buffer, element, locality: int = PREFETCH_LOCALITY
+                  ) -> tirx.Stmt:
+    """Prefetch the cache line holding ``buffer[element]`` of a flat buffer (into L2 by
+    default; ``locality`` 3 is L1)."""
     address = tirx.call_intrin("handle", "tirx.address_of", tirx.BufferLoad(buffer, [element]))
-    return tirx.Evaluate(tirx.call_intrin("void", "tirx.prefetch", address, 0,
-                                          PREFETCH_LOCALITY, 1))
+    return tirx.Evaluate(tirx.call_intrin("void", "tirx.prefetch", address, 0, locality, 1))
 
 
 def elements_per_line(buffer: tirx.Buffer) -> int:

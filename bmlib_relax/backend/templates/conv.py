@@ -41,7 +41,7 @@ from tvm import te, tirx, topi
 from .. import prefetch
 from ..patterns import blocked_kernel_layout
 from ..rewrite import conv2d_blocking, depthwise_blocking
-from ..schedule import divisor_at_most, inline_epilogue, is_scheduled
+from ..schedule import divisor_at_most, inline_epilogue, is_scheduled, same_shape
 from ..target import vector_registers
 from ._utils import attr_ints, out_dtype
 from .registry import SCHEDULE_ATTR, register_schedule, register_template
@@ -975,8 +975,9 @@ def _fused_pointwise(sch, depthwise):
     """The light blocked 1x1 conv that reads this depthwise conv (through its
     element-wise epilogue) in the same partition (``bmlib.depthwise_pointwise*``),
     or None."""
+    shape = sch.get(depthwise).writes[0].source.shape
     current = depthwise
-    while True:
+    while True:  # the same-shape element-wise chain inline_epilogue folds, then the 1x1
         consumers = sch.get_consumers(current)
         if len(consumers) != 1 or is_scheduled(sch, consumers[0]):
             return None
@@ -984,7 +985,9 @@ def _fused_pointwise(sch, depthwise):
         rule = sch.get(current).annotations.get(SCHEDULE_ATTR)
         if rule is not None:
             break
-        if any(int(iv.iter_type) != 0 for iv in sch.get(current).iter_vars):
+        written = sch.get(current).writes
+        if any(int(iv.iter_type) != 0 for iv in sch.get(current).iter_vars) or \
+                len(written) != 1 or not same_shape(written[0].source.shape, shape):
             return None
     if str(rule) != "bmlib.conv2d_nchwc" or len(sch.get(current).writes[0].source.shape) != 5:
         return None
