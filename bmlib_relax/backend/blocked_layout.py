@@ -30,7 +30,6 @@ Disable with ``partition_for_bmlib(..., blocked_layout=False)`` or
 """
 from __future__ import annotations
 
-import os
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -39,6 +38,7 @@ from tvm import relax
 
 from ..registry import Registry
 from .layout import BINARY, UNARY
+from .switches import switched_on
 from .rewrite import (conv2d_blocking, const_array, depthwise_blocking, pack_conv2d_weight)
 from .target import vector_lanes
 from .twins import TwinRebuilder, rebuild_functions
@@ -53,7 +53,7 @@ RULES: Registry[Rule] = Registry("blocked layout rule for Relax op")
 
 def enabled_by_default() -> bool:
     """``$BMLIB_BLOCKED_LAYOUT`` (``0``/``off``/``false`` disable) — for A/B timing."""
-    return os.environ.get(ENV_SWITCH, "1").strip().lower() not in ("0", "off", "false", "no")
+    return switched_on(ENV_SWITCH)
 
 
 def blocked_layout_name(block: int) -> str:

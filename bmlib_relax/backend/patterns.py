@@ -16,7 +16,6 @@ and ``add(conv, reshape(b))`` are one pattern.
 """
 from __future__ import annotations
 
-import os
 import re
 from typing import Callable, Optional
 
@@ -29,6 +28,7 @@ from tvm.relax.dpl import DFPattern, is_const, is_op, is_tuple_get_item, wildcar
 from tvm.relax.transform import PatternCheckContext
 from tvm.sym.analyzer import Analyzer
 
+from .switches import switched_on
 from .templates.registry import supports_symbolic_dims, symbolic_batch_only
 
 PREFIX = "bmlib"
@@ -512,12 +512,18 @@ def make_conv2d_chain_pattern(length: int) -> tuple[DFPattern, Annotations]:
     data, weight = wildcard(), wildcard()
     conv = is_op("relax.nn.conv2d")(data, weight)
     annotations: Annotations = {"data": data, "weight": weight, "conv": conv}
-    out = conv
-    for i in range(length):
-        out = _elemwise_step(out)
-        annotations[f"step{i}"] = out
+    out = _elemwise_steps(conv, length, "step", annotations)
     annotations["root"] = out
     return out, annotations
+
+
+def _elemwise_steps(out: DFPattern, length: int, prefix: str,
+                    annotations: Annotations) -> DFPattern:
+    """``length`` element-wise ops after ``out``, annotated ``{prefix}0``, ``{prefix}1``..."""
+    for i in range(length):
+        out = _elemwise_step(out)
+        annotations[f"{prefix}{i}"] = out
+    return out
 
 
 def check_conv2d_residual_chain(context: PatternCheckContext) -> bool:
@@ -534,14 +540,24 @@ def check_conv2d_residual_chain(context: PatternCheckContext) -> bool:
             str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout),
             int(attrs.groups)):
         return False
+    return _blocked_epilogue(context, "step", conv) is True
+
+
+def _blocked_epilogue(context: PatternCheckContext, prefix: str, producer) -> Optional[bool]:
+    """Check the annotated element-wise steps ``{prefix}{i}`` after ``producer`` (an
+    NCHW{b}c tensor): each keeps its shape and reads, besides the previous step, only
+    per-channel constants or scalars (a bias, a folded batch_norm's scale and shift, an
+    activation's bounds) or whole tensors of that shape (a residual).  None when a
+    step breaks that; else whether some step reads a residual."""
+    out = _shape(producer)
     residual = False
-    previous = conv
-    steps = sorted((k for k in context.annotated_expr if k.startswith("step")),
-                   key=lambda k: int(k[4:]))
+    previous = producer
+    steps = sorted((k for k in context.annotated_expr if k.startswith(prefix)),
+                   key=lambda k: int(k[len(prefix):]))
     for key in steps:
         step = context.annotated_expr[key]
         if _shape(step) != out:
-            return False
+            return None
         for operand in step.args:
             # An operand bound inside the match is read through its var.
             value = context.matched_bindings.get(operand, operand) \
@@ -553,7 +569,7 @@ def check_conv2d_residual_chain(context: PatternCheckContext) -> bool:
             if shape == out and not isinstance(operand, tvm.ir.expr.GenericConst):
                 residual = True
             elif shape is None or not _per_blocked_channel(shape, out):
-                return False  # a per-channel constant (bias, scale) or a scalar only
+                return None  # a per-channel constant (bias, scale) or a scalar only
         previous = step
     return residual
 
@@ -577,49 +593,19 @@ def make_depthwise_pointwise_pattern(first: int, second: int
     conv = is_op("relax.nn.conv2d")(data, weight)
     annotations: Annotations = {"data": data, "weight": weight, "conv": conv,
                                 "pointwise_weight": pointwise_weight}
-    out = conv
-    for i in range(first):
-        out = _elemwise_step(out)
-        annotations[f"dw_step{i}"] = out
+    out = _elemwise_steps(conv, first, "dw_step", annotations)
     out = is_op("relax.nn.conv2d")(out, pointwise_weight)
     annotations["pointwise"] = out
-    for i in range(second):
-        out = _elemwise_step(out)
-        annotations[f"pw_step{i}"] = out
+    out = _elemwise_steps(out, second, "pw_step", annotations)
     annotations["root"] = out
     return out, annotations
-
-
-def _chain_of_channel_ops(context: PatternCheckContext, prefix: str, producer) -> bool:
-    """The annotated steps ``{prefix}{i}`` after ``producer`` keep its blocked shape and
-    read nothing but it and per-channel constants or scalars (a bias, a folded
-    batch_norm's scale and shift, an activation's bounds)."""
-    out = _shape(producer)
-    steps = sorted((k for k in context.annotated_expr if k.startswith(prefix)),
-                   key=lambda k: int(k[len(prefix):]))
-    previous = producer
-    for key in steps:
-        step = context.annotated_expr[key]
-        if _shape(step) != out:
-            return False
-        for operand in step.args:
-            value = context.matched_bindings.get(operand, operand) \
-                if isinstance(operand, relax.Var) else operand
-            if value.same_as(previous) or not isinstance(getattr(operand, "ty", None),
-                                                         relax.TensorType):
-                continue
-            shape = _shape(operand)
-            if shape is None or not _per_blocked_channel(shape, out):
-                return False
-        previous = step
-    return True
 
 
 def check_depthwise_pointwise(context: PatternCheckContext) -> bool:
     """A blocked depthwise conv2d (NCHW{b}c in and out), its per-channel epilogue, then a
     blocked 1x1 stride-1 conv2d without padding whose weights are at most
     ``FUSED_POINTWISE_MAX_WEIGHT_BYTES``, and its per-channel epilogue."""
-    if os.environ.get(FUSE_DEPTHWISE_ENV, "1").strip().lower() in ("0", "off", "false", "no"):
+    if not switched_on(FUSE_DEPTHWISE_ENV):
         return False
     if not check_tensors(context):
         return False
@@ -648,8 +634,9 @@ def check_depthwise_pointwise(context: PatternCheckContext) -> bool:
     itemsize = np.dtype(str(pointwise.ty.dtype)).itemsize
     if int(np.prod(pw_weight)) * itemsize > FUSED_POINTWISE_MAX_WEIGHT_BYTES:
         return False
-    return _chain_of_channel_ops(context, "dw_step", depthwise) and \
-        _chain_of_channel_ops(context, "pw_step", pointwise)
+    # per-channel epilogues only (a residual add is left to the partitions after)
+    return _blocked_epilogue(context, "dw_step", depthwise) is False and \
+        _blocked_epilogue(context, "pw_step", pointwise) is False
 
 
 def make_reshape_conv2d_add_bn_relu_pattern() -> tuple[DFPattern, Annotations]:

@@ -41,6 +41,7 @@ from tvm import te, tirx, topi
 from .. import prefetch
 from ..patterns import blocked_kernel_layout
 from ..rewrite import conv2d_blocking, depthwise_blocking
+from ..switches import switched_on
 from ..schedule import divisor_at_most, inline_epilogue, is_scheduled, same_shape
 from ..target import vector_registers
 from ._utils import attr_ints, out_dtype
@@ -238,7 +239,7 @@ def k_blocking(kernel, dtype: str, row_tile: int, call) -> KBlocking | None:
 
 def _kernel_row_chunks_enabled() -> bool:
     """``$BMLIB_CONV_KROW`` (``0``/``off`` disable): chunks of one kernel row, for A/B."""
-    return os.environ.get(KROW_ENV, "1").strip().lower() not in ("0", "off", "false", "no")
+    return switched_on(KROW_ENV)
 
 
 def _direct_conv(data_layout: str, kernel_layout: str):
@@ -348,8 +349,7 @@ def _conv_input(data, block, padding, out_size, kernel, strides, dilation, in_bl
 
 def _strided_gather_enabled() -> bool:
     """``$BMLIB_CONV_STRIDED_GATHER`` (``0``/``off`` disable) — for A/B timing."""
-    return os.environ.get(STRIDED_GATHER_ENV, "1").strip().lower() not in \
-        ("0", "off", "false", "no")
+    return switched_on(STRIDED_GATHER_ENV)
 
 
 def _subsample_blocked(data: te.Tensor, out_size, strides) -> te.Tensor:
@@ -707,15 +707,13 @@ def _rows_outer(sch, block) -> bool:
     those convs 0.60-0.67x -> 0.48-0.55x of their 1-thread time, the model
     4.30 -> 4.12 ms).  Heavier weights keep the blocks outside: rows outside would
     stream them once per row."""
-    if os.environ.get(ROWS_OUTER_ENV, "1").strip().lower() in ("0", "off", "false", "no"):
+    if not switched_on(ROWS_OUTER_ENV):
         return False
     kernel = _kernel_buffer(sch, block)
     if kernel is None:
         return False
-    size = 1
-    for d in kernel.shape:
-        size *= int(d)
-    return size * tvm.DataType(str(kernel.dtype)).bits // 8 <= ROWS_OUTER_MAX_WEIGHT_BYTES
+    oc_blocks, per_block = _weights_per_block(kernel)
+    return oc_blocks * per_block * tvm.DataType(str(kernel.dtype)).bits // 8 <= ROWS_OUTER_MAX_WEIGHT_BYTES
 
 
 @register_schedule("bmlib.conv2d_nchwc")
@@ -817,15 +815,10 @@ def _mark_chunk_prefetch(sch, block, tile_loop, loops: dict, rows: int, tiles_pe
     """Mark a K-blocked conv for :func:`_next_chunk_prefetch`: the chunk loop, the row
     loop of the group (when there is one) and the column-tile loop the chunk's
     register tile is computed at."""
-    if os.environ.get(PREFETCH_ENV, "1").strip().lower() in ("0", "off", "false", "no"):
-        return
-    kernel = _kernel_buffer(sch, block)
+    kernel = _prefetched_kernel(sch, block)
     if kernel is None:
         return
-    oc_blocks = int(kernel.shape[0])
-    per_block = 1
-    for d in kernel.shape[1:]:
-        per_block *= int(d)
+    oc_blocks, per_block = _weights_per_block(kernel)
     chunks = int(sch.get(loops["ko"]).extent)
     out_rows = int(sch.get(block).writes[0].source.shape[3]) \
         if len(sch.get(block).writes[0].source.shape) == 6 else None
@@ -845,20 +838,29 @@ def _mark_block_prefetch(sch, block, tile_loop, out_rows: int, tiles_per_row: in
     """Mark a blocked conv whose parallel loop runs over (batch, output block, row) for
     :func:`_next_block_prefetch`, when its weights are heavy enough to come from memory
     (more than ``ROWS_OUTER_MAX_WEIGHT_BYTES``: lighter ones run rows outside)."""
-    if os.environ.get(PREFETCH_ENV, "1").strip().lower() in ("0", "off", "false", "no"):
-        return
-    kernel = _kernel_buffer(sch, block)
+    kernel = _prefetched_kernel(sch, block)
     if kernel is None:
         return
-    oc_blocks = int(kernel.shape[0])
-    per_block = 1
-    for d in kernel.shape[1:]:
-        per_block *= int(d)
+    oc_blocks, per_block = _weights_per_block(kernel)
     if oc_blocks < 2 or oc_blocks * per_block * tvm.DataType(str(kernel.dtype)).bits // 8 \
             <= ROWS_OUTER_MAX_WEIGHT_BYTES:
         return
     prefetch.mark(sch, tile_loop, "conv_block", str(kernel.name), oc_blocks, out_rows,
                   per_block, tiles_per_row)
+
+
+def _prefetched_kernel(sch, block):
+    """The kernel buffer of a conv block to prefetch from, None when prefetching is
+    switched off (``$BMLIB_CONV_PREFETCH``) or the kernel is not a static 6-D one."""
+    return _kernel_buffer(sch, block) if switched_on(PREFETCH_ENV) else None
+
+
+def _weights_per_block(kernel) -> tuple[int, int]:
+    """(output-channel blocks, elements per block) of a static 6-D blocked kernel."""
+    per_block = 1
+    for d in kernel.shape[1:]:
+        per_block *= int(d)
+    return int(kernel.shape[0]), per_block
 
 
 def _kernel_buffer(sch, block):

@@ -1,0 +1,18 @@
+"""On/off environment switches of the backend's optimisations (for A/B timing).
+
+Each optimisation that changes code generation without changing results (blocked
+layout, K-blocking, prefetch, ...) has an environment variable that turns it off
+(``0``, ``off``, ``false`` or ``no``); anything else, or unset, leaves it on.  The
+names live next to the code they switch (``BMLIB_CONV_PREFETCH`` in
+``templates/conv.py``, ...) and are listed in the README.
+"""
+from __future__ import annotations
+
+import os
+
+OFF_VALUES = ("0", "off", "false", "no")
+
+
+def switched_on(name: str) -> bool:
+    """Whether the optimisation switched by environment variable ``name`` is on."""
+    return os.environ.get(name, "1").strip().lower() not in OFF_VALUES
