@@ -385,6 +385,16 @@ def test_k_blocked_dense_accumulates_in_registers_and_sums_blocks_with_its_epilo
     _check(mod, arrays, partitioned, rtol=1e-4, atol=1e-4)
 
 
+def test_k_blocked_product_of_two_activations_matches_the_plain_build(monkeypatch):
+    """No packed weight: B's panel block is copied per (block, panel) iteration."""
+    monkeypatch.setenv(KSPLIT_ENV, "32")
+    mod, arrays = make_module(lambda x, y: R.matmul(x, y), [(16, 512), (512, 4 * LANES)])
+    partitioned, prims = _lower(mod)
+    (prim,) = prims.values()
+    assert "bmlib_matmul_kblock" in prim.script()
+    _check(mod, arrays, partitioned, rtol=1e-4, atol=1e-4)
+
+
 # ----------------------------------------------------------------- a whole encoder layer
 def test_small_encoder_layer_is_offloaded_and_matches_the_plain_build():
     """The bench's bert_layer at a tiny size: every op offloaded, every block

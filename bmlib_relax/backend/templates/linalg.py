@@ -115,6 +115,9 @@ MAX_K_BLOCKS = 8
 
 
 def _k_split_budget() -> "int | None":
+    """The budget in bytes, or None when ``$BMLIB_DENSE_KSPLIT`` is ``0``/``off``; a
+    whole number there is the budget in KiB, anything else keeps the default (as
+    ``$BMLIB_CONV_KBLOCK`` does: a measurement switch, it changes no result)."""
     value = os.environ.get(KSPLIT_ENV, "").strip().lower()
     if value in ("0", "off", "no", "false"):
         return None
