@@ -17,7 +17,7 @@ from bmlib_relax import partition_for_bmlib
 from bmlib_relax.backend.codegen import build_prim_funcs
 from bmlib_relax.backend.schedule import UnscheduledBlockWarning
 from bmlib_relax.backend.target import vector_bits, vector_lanes
-from bmlib_relax.backend.templates.linalg import packed_panel_width
+from bmlib_relax.backend.templates.linalg import KSPLIT_ENV, k_blocks, packed_panel_width
 from bmlib_relax.compiler import lower_and_verify
 
 from conftest import offloaded_partitions
@@ -330,6 +330,69 @@ def _constants(mod) -> list:
         mod["main"], lambda e: found.append(e) if isinstance(e, tvm.ir.expr.GenericConst)
         else None)
     return found
+
+
+# ----------------------------------------------------------------- dense: K-blocking
+def test_k_blocks_split_only_a_dense_whose_input_and_panel_outgrow_l2(monkeypatch):
+    monkeypatch.delenv(KSPLIT_ENV, raising=False)
+    assert k_blocks(128, 3072, 768, 16, 4) == 4  # BERT's FFN2: 4 blocks of 768
+    assert k_blocks(128, 768, 3072, 16, 4) == 1  # FFN1, Q/K/V/O: one block
+    assert k_blocks(128, 768, 768, 16, 4) == 1
+    assert k_blocks(1, 3072, 768, 16, 4) == 1  # a GEMV
+    assert k_blocks(128, 3000, 768, 16, 4) == 1  # no block of whole prefetch chunks
+    assert k_blocks(None, 3072, 768, 16, 4) == 1  # symbolic rows (padded tiles)
+    monkeypatch.setenv(KSPLIT_ENV, "0")
+    assert k_blocks(128, 3072, 768, 16, 4) == 1
+    monkeypatch.setenv(KSPLIT_ENV, "2048")
+    assert k_blocks(128, 3072, 768, 16, 4) == 2
+
+
+def test_k_blocked_dense_accumulates_in_registers_and_sums_blocks_with_its_epilogue(
+        monkeypatch):
+    monkeypatch.setenv(KSPLIT_ENV, "32")  # KiB: a small dense outgrows it
+    rows, k, n = 16, 512, 4 * LANES
+    blocks = k_blocks(rows, k, n, LANES, 4)
+    assert blocks > 1
+
+    def layer(x, r, w, b):
+        return R.add(_dense_bias(x, w, b), r)
+
+    mod, arrays = make_module(layer, [(rows, k), (rows, n)], [(n, k), (n,)])
+    partitioned, prims = _lower(mod)
+    (prim,) = prims.values()
+    width = packed_panel_width(rows, n, LANES)
+    assert (n // width, k, width) in _param_shapes(prim)  # still read packed, in place
+    script = prim.script()
+    # the partial products: one parallel loop over (block, panel) pairs, block-major;
+    # then one pass adding the blocks, the bias and the residual (parallel when it is
+    # large enough: not at this size)
+    top_loops = re.findall(r"^    for .*$", script, flags=re.M)
+    assert len(top_loops) == 2, top_loops
+    assert f"T.parallel({blocks * (n // width)})" in top_loops[0], top_loops
+    # the tile accumulates in a tile buffer, written to the partial products once
+    assert not re.search(r"bmlib_matmul_kblock\[[^\n]*\] = bmlib_matmul_kblock\[", script)
+    final = script[script.index(top_loops[1]):]
+    assert final.count("bmlib_matmul_kblock[") == blocks, final
+    # the next (block, panel) pair's block is prefetched, its indices clamped
+    prefetches = re.findall(r"T\.prefetch\(T\.address_of\((\w+)\[(.*)\]\), 0, 2, 1\)", script)
+    assert prefetches and all(index.count("T.min(") == 3 for _, index in prefetches)
+    asm = build_prim_funcs(prims, None).inspect_source("asm")
+    loops = innermost_fma_loops(asm)
+    assert loops
+    for body in loops:  # the tile accumulates in registers, not in the partial buffer
+        assert "prefetch" not in body and "call" not in body, body
+        assert not re.search(r"vmov\w*\s+%[xyz]mm\d+, [^%\n]*\(", body), body
+    _check(mod, arrays, partitioned, rtol=1e-4, atol=1e-4)
+
+
+def test_k_blocked_product_of_two_activations_matches_the_plain_build(monkeypatch):
+    """No packed weight: B's panel block is copied per (block, panel) iteration."""
+    monkeypatch.setenv(KSPLIT_ENV, "32")
+    mod, arrays = make_module(lambda x, y: R.matmul(x, y), [(16, 512), (512, 4 * LANES)])
+    partitioned, prims = _lower(mod)
+    (prim,) = prims.values()
+    assert "bmlib_matmul_kblock" in prim.script()
+    _check(mod, arrays, partitioned, rtol=1e-4, atol=1e-4)
 
 
 # ----------------------------------------------------------------- a whole encoder layer
