@@ -9,7 +9,8 @@ machine the load moves during a run; interleaving makes the ratios (what to
 read) comparable even when the absolute numbers are not.  GFLOP/s are given
 against the measured FMA peak of the same thread count (:mod:`.peak`).
 ``--whole`` compares whole models (any benchmark model name, e.g. ``resnet50``,
-``bert_layer``) the same interleaved way.
+``bert_layer``) the same interleaved way; ``--scaling`` times whole models at 1 and
+N threads in one process, the two counts interleaved (see :func:`compare_scaling`).
 """
 from __future__ import annotations
 
@@ -61,23 +62,31 @@ def _bmlib_conv(spec: dict, weight: np.ndarray, target: Any) -> Callable[[], Any
     return vm["main"]
 
 
-def interleaved(fns: dict[str, Callable[[], Any]], rounds: int = 15,
+def interleaved(fns: dict[Any, Callable[[], Any]], rounds: int = 15,
                 round_seconds: float = 0.05,
-                clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
+                clock: Callable[[], float] = time.perf_counter,
+                setup: Optional[dict[Any, Callable[[], Any]]] = None) -> dict[Any, float]:
     """Median over ``rounds`` of each variant's median call time (ms) in a round;
     the variants take turns round by round.
 
     ``clock`` is wall time by default; at one thread, ``time.process_time`` (CPU
     time of the whole process, every runtime's own threads included) is far
     steadier on a machine shared with other jobs, which only stretch wall time.
+    ``setup[variant]``, when given, runs before each of that variant's rounds (and
+    its warm-up), e.g. to size TVM's thread pool.
     """
-    for fn in fns.values():  # warm up (first calls after a build run cold)
+    setup = setup or {}
+    for name, fn in fns.items():  # warm up (first calls after a build run cold)
+        if name in setup:
+            setup[name]()
         start = time.perf_counter()
         while time.perf_counter() - start < 0.1:
             fn()
-    per_round: dict[str, list[float]] = {k: [] for k in fns}
+    per_round: dict[Any, list[float]] = {k: [] for k in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
+            if name in setup:
+                setup[name]()
             samples = []
             start = time.perf_counter()
             while len(samples) < 3 or time.perf_counter() - start < round_seconds:
@@ -156,6 +165,61 @@ def compare_models(names: Sequence[str], goldens: Path, corpus: Optional[Path], 
     return rows
 
 
+def compare_scaling(names: Sequence[str], goldens: Path, corpus: Optional[Path], target: Any,
+                    threads: int, runtimes: Sequence[str], rounds: int = 9) -> list[tuple]:
+    """(model, {(variant, thread count): ms}) at 1 and ``threads`` threads, measured in
+    one process: rounds of every variant at both counts take turns (TVM's pool is
+    resized before each bmlib round; the references have a session per count), wall
+    time.  Load that comes and goes during the run then weighs on both counts alike;
+    ``scripts/bench.py --scaling``, one fresh process per count minutes apart, also
+    measures how the machine's load moved in between."""
+    import tvm
+
+    import bmlib_relax
+    from ..relay import parse
+    from ..threads import configure_current_thread
+    from .harness import _relay_module
+    from .models import load_model
+    from .onnx_export import relay_to_onnx
+    from .runtimes import make_runner
+
+    counts = (1, threads)
+    rows = []
+    for name in names:
+        bench = load_model(name, goldens, corpus)
+        model = bmlib_relax.compile(parse(bench.text), bench.params, target=target,
+                                    input_shapes=bench.input_shapes, num_threads=threads)
+        feed = list(bench.inputs.values())
+        tensors = [tvm.runtime.tensor(x) for x in feed]
+        main = model._vm["main"]
+        fns: dict[tuple, Callable[[], Any]] = {}
+        setup: dict[tuple, Callable[[], Any]] = {}
+        for count in counts:
+            fns[("bmlib", count)] = lambda: main(*tensors)
+            setup[("bmlib", count)] = lambda c=count: configure_current_thread(c)
+        onnx_bytes = relay_to_onnx(_relay_module(bench), bench.params, name).SerializeToString()
+        for runtime in runtimes:
+            for count in counts:
+                fns[(runtime, count)] = lambda r=make_runner(runtime, onnx_bytes,
+                                                             list(bench.inputs), count): r(*feed)
+        try:
+            rows.append((name, interleaved(fns, rounds, round_seconds=0.3, setup=setup)))
+        finally:
+            configure_current_thread(threads)
+    return rows
+
+
+def render_scaling(rows: Sequence[tuple], threads: int) -> str:
+    head = f"{'model':<14} {'variant':<12} {'1 thr ms':>9} {f'{threads} thr ms':>9} " \
+        f"{f'{threads}/1 thr':>8}"
+    lines = [head, "-" * len(head)]
+    for name, times in rows:
+        for variant in dict.fromkeys(v for v, _ in times):
+            one, many = times[(variant, 1)], times[(variant, threads)]
+            lines.append(f"{name:<14} {variant:<12} {one:>9.2f} {many:>9.2f} {many / one:>8.2f}")
+    return "\n".join(lines)
+
+
 def render(model: str, rows: Sequence[dict], peak: float, runtimes: Sequence[str]) -> str:
     head = f"{'conv2d (' + model + ')':<30} {'MFLOP':>7} {'bmlib ms':>9} " + " ".join(
         f"{r[:8] + ' ms':>11}" for r in runtimes) + f" {'bmlib/best':>10} {'GFLOP/s':>8} " \
@@ -189,7 +253,23 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--corpus", default=os.environ.get("BMLIB_RELAY_CORPUS"))
     parser.add_argument("--whole", action="store_true",
                         help="compare whole models instead of their conv2d layers")
+    parser.add_argument("--scaling", action="store_true",
+                        help="whole models at 1 and --threads threads, interleaved in one "
+                             "process (default --threads: every available CPU)")
     args = parser.parse_args(argv)
+    if args.scaling:
+        from ..threads import available_cpus
+
+        threads = args.threads if args.threads > 1 else available_cpus()
+        if threads < 2:
+            parser.error("--scaling needs at least 2 CPUs")
+        runtimes = available_runtimes()
+        print(f"whole models at 1 and {threads} threads, wall time, interleaved rounds in "
+              "one process")
+        print(render_scaling(compare_scaling(
+            args.models, Path(args.goldens), Path(args.corpus) if args.corpus else None,
+            host_target(), threads, runtimes, args.rounds), threads))
+        return 0
     os.environ["TVM_NUM_THREADS"] = str(args.threads)
     target = host_target()
     if args.whole:
