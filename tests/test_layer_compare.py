@@ -44,3 +44,32 @@ def test_interleaved_times_every_variant():
                         round_seconds=0.0)
     assert set(times) == {"a", "b"} and all(t >= 0 for t in times.values())
     assert calls["a"] >= 2 * 3 and calls["b"] >= 2 * 3  # warm-up + 3 per round at least
+
+
+def test_interleaved_runs_each_variants_setup_before_its_rounds():
+    """--scaling resizes TVM's pool in a setup step: it must run before the warm-up and
+    before every round of its own variant, and never before another variant's calls."""
+    log = []
+    variants = {("x", n): (lambda n=n: log.append(("call", n))) for n in (1, 2)}
+    setup = {key: (lambda n=key[1]: log.append(("setup", n))) for key in variants}
+    interleaved(variants, rounds=3, round_seconds=0.0, setup=setup)
+    current = None
+    for kind, n in log:
+        if kind == "setup":
+            current = n
+        else:
+            assert n == current  # every call ran after its own variant's setup
+    assert log.count(("setup", 1)) == 1 + 3 and log.count(("setup", 2)) == 1 + 3
+
+
+def test_render_scaling_divides_n_by_1_thread():
+    from bmlib_relax.bench.layer_compare import render_scaling
+
+    rows = [("m", {("bmlib", 1): 8.0, ("bmlib", 2): 4.4, ("onnxruntime", 1): 7.0,
+                   ("onnxruntime", 2): 3.5})]
+    text = render_scaling(rows, 2)
+    lines = text.splitlines()
+    assert "2 thr ms" in lines[0] and "2/1 thr" in lines[0]
+    bmlib = next(line for line in lines if " bmlib " in line).split()
+    ort = next(line for line in lines if "onnxruntime" in line).split()
+    assert bmlib[-3:] == ["8.00", "4.40", "0.55"] and ort[-3:] == ["7.00", "3.50", "0.50"]

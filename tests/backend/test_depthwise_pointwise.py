@@ -1,7 +1,8 @@
 """A blocked depthwise conv and the light 1x1 conv after it as one partition
 (patterns.py: bmlib.depthwise_pointwise*; templates/conv.py: _schedule_depthwise_pointwise):
 which blocks match, the schedule's structure (one parallel loop over output rows, the
-depthwise conv computed inside it, per row, before the 1x1 conv), numerics against the plain build, and ``$BMLIB_FUSE_DEPTHWISE=0``."""
+depthwise conv computed inside it, per row, before the 1x1 conv), numerics against the
+plain build, and ``$BMLIB_FUSE_DEPTHWISE=0``."""
 from __future__ import annotations
 
 import pytest

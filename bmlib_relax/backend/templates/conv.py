@@ -645,7 +645,8 @@ def _tile_conv(sch, block, ctx, registers=None, rows_outer=False):
 
     The unpack and the element-wise epilogue after it become one NCHW block,
     tiled (n, C/ob, OH, OW/reg | ob, reg) with the first three loops fused and
-    parallel (``rows_outer``: (n, OH, C/ob), see :func:`_rows_outer`).  The convolution is computed at the ``OW/reg`` loop of that block
+    parallel (``rows_outer``: (n, OH, C/ob), see :func:`_rows_outer`).  The
+    convolution is computed at the ``OW/reg`` loop of that block
     into a register-sized accumulator tile: reduction loops (input-channel
     blocks, kernel window, input channels of a block) outside, then the
     ``reg`` output columns (unrolled) and the ``ob`` channels (vectorized).
@@ -713,7 +714,8 @@ def _rows_outer(sch, block) -> bool:
     if kernel is None:
         return False
     oc_blocks, per_block = _weights_per_block(kernel)
-    return oc_blocks * per_block * tvm.DataType(str(kernel.dtype)).bits // 8 <= ROWS_OUTER_MAX_WEIGHT_BYTES
+    itemsize = tvm.DataType(str(kernel.dtype)).bits // 8
+    return oc_blocks * per_block * itemsize <= ROWS_OUTER_MAX_WEIGHT_BYTES
 
 
 @register_schedule("bmlib.conv2d_nchwc")

@@ -4,7 +4,7 @@ from __future__ import annotations
 from tvm import te, tirx, topi
 
 from ..schedule import block_name, is_spatial, vectorize_innermost
-from ._utils import attr_ints, static_dim, static_dim
+from ._utils import attr_ints, static_dim
 from .registry import SCHEDULE_ATTR, register_schedule, register_template
 
 
