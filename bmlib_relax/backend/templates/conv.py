@@ -41,8 +41,8 @@ from tvm import te, tirx, topi
 from .. import prefetch
 from ..patterns import blocked_kernel_layout
 from ..rewrite import conv2d_blocking, depthwise_blocking
-from ..switches import switched_on
 from ..schedule import divisor_at_most, inline_epilogue, is_scheduled, same_shape
+from ..switches import switched_on
 from ..target import vector_registers
 from ._utils import attr_ints, out_dtype
 from .registry import SCHEDULE_ATTR, register_schedule, register_template
