@@ -18,7 +18,7 @@ import argparse
 import statistics
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 import numpy as np
 
@@ -134,9 +134,19 @@ def compare_layers(model: str, goldens: Path, target: Any, threads: int,
     return rows
 
 
-def compare_models(names: Sequence[str], goldens: Path, corpus: Optional[Path], target: Any,
-                   threads: int, runtimes: Sequence[str], rounds: int = 9) -> list[tuple]:
-    """(model, {variant: ms}) of whole models: bmlib and every reference, interleaved."""
+class _WholeModel(NamedTuple):
+    """A benchmark model built for the whole-model comparisons: the bmlib call (the VM's
+    ``main`` on prepared tensors), the numpy inputs, and the ONNX graph the references
+    run (emitted from the same Relay program and weights)."""
+    call: Callable[[], Any]
+    feed: list
+    input_names: list
+    onnx_bytes: bytes
+    model: Any
+
+
+def _whole_model(name: str, goldens: Path, corpus: Optional[Path], target: Any,
+                 threads: int) -> _WholeModel:
     import tvm
 
     import bmlib_relax
@@ -144,23 +154,31 @@ def compare_models(names: Sequence[str], goldens: Path, corpus: Optional[Path], 
     from .harness import _relay_module
     from .models import load_model
     from .onnx_export import relay_to_onnx
+
+    bench = load_model(name, goldens, corpus)
+    model = bmlib_relax.compile(parse(bench.text), bench.params, target=target,
+                                input_shapes=bench.input_shapes, num_threads=threads)
+    feed = list(bench.inputs.values())
+    tensors = [tvm.runtime.tensor(x) for x in feed]
+    main = model._vm["main"]
+    onnx_bytes = relay_to_onnx(_relay_module(bench), bench.params, name).SerializeToString()
+    return _WholeModel(lambda: main(*tensors), feed, list(bench.inputs), onnx_bytes, model)
+
+
+def compare_models(names: Sequence[str], goldens: Path, corpus: Optional[Path], target: Any,
+                   threads: int, runtimes: Sequence[str], rounds: int = 9) -> list[tuple]:
+    """(model, {variant: ms}) of whole models: bmlib and every reference, interleaved."""
     from .runtimes import make_runner
 
     clock = time.process_time if threads == 1 else time.perf_counter
     rows = []
     for name in names:
-        bench = load_model(name, goldens, corpus)
-        model = bmlib_relax.compile(parse(bench.text), bench.params, target=target,
-                                    input_shapes=bench.input_shapes, num_threads=threads)
-        feed = list(bench.inputs.values())
-        tensors = [tvm.runtime.tensor(x) for x in feed]
-        model.threads.apply()  # the VM is called directly: size TVM's pool as model() would
-        main = model._vm["main"]
-        fns: dict[str, Callable[[], Any]] = {"bmlib": lambda: main(*tensors)}
-        onnx_bytes = relay_to_onnx(_relay_module(bench), bench.params, name).SerializeToString()
+        built = _whole_model(name, goldens, corpus, target, threads)
+        built.model.threads.apply()  # the VM is called directly: size the pool as model() would
+        fns: dict[str, Callable[[], Any]] = {"bmlib": built.call}
         for runtime in runtimes:
-            fns[runtime] = lambda r=make_runner(runtime, onnx_bytes, list(bench.inputs),
-                                                threads): r(*feed)
+            fns[runtime] = lambda r=make_runner(runtime, built.onnx_bytes, built.input_names,
+                                                threads): r(*built.feed)
         rows.append((name, interleaved(fns, rounds, round_seconds=0.3, clock=clock)))
     return rows
 
@@ -173,35 +191,23 @@ def compare_scaling(names: Sequence[str], goldens: Path, corpus: Optional[Path],
     time.  Load that comes and goes during the run then weighs on both counts alike;
     ``scripts/bench.py --scaling``, one fresh process per count minutes apart, also
     measures how the machine's load moved in between."""
-    import tvm
-
-    import bmlib_relax
-    from ..relay import parse
     from ..threads import configure_current_thread
-    from .harness import _relay_module
-    from .models import load_model
-    from .onnx_export import relay_to_onnx
     from .runtimes import make_runner
 
     counts = (1, threads)
     rows = []
     for name in names:
-        bench = load_model(name, goldens, corpus)
-        model = bmlib_relax.compile(parse(bench.text), bench.params, target=target,
-                                    input_shapes=bench.input_shapes, num_threads=threads)
-        feed = list(bench.inputs.values())
-        tensors = [tvm.runtime.tensor(x) for x in feed]
-        main = model._vm["main"]
+        built = _whole_model(name, goldens, corpus, target, threads)
         fns: dict[tuple, Callable[[], Any]] = {}
         setup: dict[tuple, Callable[[], Any]] = {}
         for count in counts:
-            fns[("bmlib", count)] = lambda: main(*tensors)
+            fns[("bmlib", count)] = built.call
             setup[("bmlib", count)] = lambda c=count: configure_current_thread(c)
-        onnx_bytes = relay_to_onnx(_relay_module(bench), bench.params, name).SerializeToString()
         for runtime in runtimes:
             for count in counts:
-                fns[(runtime, count)] = lambda r=make_runner(runtime, onnx_bytes,
-                                                             list(bench.inputs), count): r(*feed)
+                fns[(runtime, count)] = lambda r=make_runner(runtime, built.onnx_bytes,
+                                                             built.input_names, count): \
+                    r(*built.feed)
         try:
             rows.append((name, interleaved(fns, rounds, round_seconds=0.3, setup=setup)))
         finally:
