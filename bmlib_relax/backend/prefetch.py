@@ -92,12 +92,27 @@ def flatten(prim: tirx.PrimFunc) -> tirx.PrimFunc:
     return tvm.transform.Sequential(prelower_passes())(tvm.IRModule({"main": prim}))["main"]
 
 
-def line_prefetch(buffer: tirx.Buffer, element, locality: int = PREFETCH_LOCALITY
-                  ) -> tirx.Stmt:
-    """Prefetch the cache line holding ``buffer[element]`` of a flat buffer (into L2 by
-    default; ``locality`` 3 is L1)."""
+def line_prefetch(buffer: tirx.Buffer, element) -> tirx.Stmt:
+    """Prefetch (into L2) the cache line holding ``buffer[element]`` of a flat buffer."""
     address = tirx.call_intrin("handle", "tirx.address_of", tirx.BufferLoad(buffer, [element]))
-    return tirx.Evaluate(tirx.call_intrin("void", "tirx.prefetch", address, 0, locality, 1))
+    return tirx.Evaluate(tirx.call_intrin("void", "tirx.prefetch", address, 0,
+                                          PREFETCH_LOCALITY, 1))
+
+
+def spread_prefetch(weight: tirx.Buffer, start, lines: int, tiles: int, tile,
+                    limit: Optional[int] = None) -> tirx.For:
+    """The prefetch loop of one of ``tiles`` pieces of work (``tile``, an index
+    expression) that together fetch ``lines`` cache lines from element ``start`` of
+    the flat ``weight``: piece ``t`` fetches lines ``[t * per, (t + 1) * per)``, the
+    line index clamped to the last line and, with ``limit``, the element to
+    ``limit - 1``."""
+    per_line = elements_per_line(weight)
+    per_tile = -(-lines // tiles)
+    l = tirx.Var("pf", "int32")
+    element = start + tirx.min(tile * per_tile + l, lines - 1) * per_line
+    if limit is not None:
+        element = tirx.min(element, limit - 1)
+    return tirx.For(l, 0, per_tile, tirx.ForKind.SERIAL, line_prefetch(weight, element))
 
 
 def elements_per_line(buffer: tirx.Buffer) -> int:

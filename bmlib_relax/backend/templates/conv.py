@@ -887,19 +887,13 @@ def _next_block_prefetch(site: prefetch.PrefetchSite):
     outer = site.parallel
     if weight is None or outer is None:
         return None
-    per_line = prefetch.elements_per_line(weight)
-    lines = -(-per_block // per_line)
-    tiles = out_rows * tiles_per_row
-    per_tile = -(-lines // tiles)
+    lines = -(-per_block // prefetch.elements_per_line(weight))
     row = tirx.floormod(outer.loop_var, out_rows)
     block = tirx.floormod(tirx.floordiv(outer.loop_var, out_rows), oc_blocks)
-    tile = row * tiles_per_row + site.loop.loop_var
-    start = (block + 1) * per_block
-    total = oc_blocks * per_block
-    l = tirx.Var("pf", "int32")
-    line = tirx.min(tile * per_tile + l, lines - 1)
-    fetch = prefetch.line_prefetch(weight, tirx.min(start + line * per_line, total - 1))
-    return tirx.For(l, 0, per_tile, tirx.ForKind.SERIAL, fetch)
+    return prefetch.spread_prefetch(weight, (block + 1) * per_block, lines,
+                                    out_rows * tiles_per_row,
+                                    row * tiles_per_row + site.loop.loop_var,
+                                    limit=oc_blocks * per_block)
 
 
 @prefetch.register_prefetch("conv_chunk")
@@ -924,19 +918,13 @@ def _next_chunk_prefetch(site: prefetch.PrefetchSite):
     if weight is None or outer is None or chunk_loop is None or \
             (rows > 1 and row_loop is None):
         return None
-    per_line = prefetch.elements_per_line(weight)
-    lines = -(-per_chunk // per_line)
-    tiles = rows * tiles_per_row
-    per_tile = -(-lines // tiles)
+    lines = -(-per_chunk // prefetch.elements_per_line(weight))
     row = row_loop.loop_var if rows > 1 else 0
-    tile = row * tiles_per_row + site.loop.loop_var
     block = tirx.floormod(tirx.floordiv(outer.loop_var, row_groups), oc_blocks)
-    start = (block * chunks + chunk_loop.loop_var + 1) * per_chunk
-    total = oc_blocks * chunks * per_chunk
-    l = tirx.Var("pf", "int32")
-    line = tirx.min(tile * per_tile + l, lines - 1)
-    fetch = prefetch.line_prefetch(weight, tirx.min(start + line * per_line, total - 1))
-    return tirx.For(l, 0, per_tile, tirx.ForKind.SERIAL, fetch)
+    return prefetch.spread_prefetch(weight, (block * chunks + chunk_loop.loop_var + 1) * per_chunk,
+                                    lines, rows * tiles_per_row,
+                                    row * tiles_per_row + site.loop.loop_var,
+                                    limit=oc_blocks * chunks * per_chunk)
 
 
 @register_schedule("bmlib.conv2d_1x1_gemm")

@@ -623,10 +623,8 @@ def _panel_prefetch(site: prefetch.PrefetchSite):
     else:
         return None
     loop = site.loop
-    per_line = prefetch.elements_per_line(weight)
-    lines = max(1, depth // blocks * width // per_line)
+    lines = max(1, depth // blocks * width // prefetch.elements_per_line(weight))
     chunks = int(loop.extent)
-    per_chunk = -(-lines // (row_tiles * chunks))
     if blocks > 1:  # the parallel loop is (block, panel), block-major
         pair = tvm.tirx.min(panel_loop.loop_var + PREFETCH_AHEAD, blocks * panels - 1)
         start = tvm.tirx.floormod(pair, panels) * (depth * width) + \
@@ -635,7 +633,5 @@ def _panel_prefetch(site: prefetch.PrefetchSite):
         nxt = tvm.tirx.min(tvm.tirx.floormod(panel_loop.loop_var, panels) + PREFETCH_AHEAD,
                            panels - 1)
         start = nxt * (depth * width)
-    l = tvm.tirx.Var("pf", "int32")
-    line = tvm.tirx.min((row_tile * chunks + loop.loop_var) * per_chunk + l, lines - 1)
-    fetch = prefetch.line_prefetch(weight, start + line * per_line)
-    return tvm.tirx.For(l, 0, per_chunk, tvm.tirx.ForKind.SERIAL, fetch)
+    return prefetch.spread_prefetch(weight, start, lines, row_tiles * chunks,
+                                    row_tile * chunks + loop.loop_var)
