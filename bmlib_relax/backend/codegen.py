@@ -26,12 +26,12 @@ from tvm.error import register_error as register_ffi_error
 
 from ..errors import BmlibError, CodegenError
 from ..legacy.lowerings import get_legacy_lowering
+from .prefetch import insert_prefetches
 from .schedule import (ScheduleContext, UnscheduledBlock, UnscheduledBlockWarning,
                        apply_schedules)
 from .target import resolve_target, vector_lanes
 from .templates import get_template
 from .templates.qnn_conv import lower_dot_products
-from .prefetch import insert_prefetches
 
 CODEGEN_NAME = "bmlib"
 

@@ -39,7 +39,7 @@ import tvm
 from tvm import te, tirx, topi
 
 from .. import prefetch
-from ..patterns import blocked_kernel_layout
+from ..patterns import FUSED_POINTWISE_MAX_WEIGHT_BYTES, blocked_kernel_layout
 from ..rewrite import conv2d_blocking, depthwise_blocking
 from ..schedule import divisor_at_most, inline_epilogue, is_scheduled, same_shape
 from ..switches import switched_on
@@ -76,9 +76,11 @@ KBLOCK_GROUP_BYTES = 32 * 1024
 STRIDED_GATHER_ENV = "BMLIB_CONV_STRIDED_GATHER"
 KROW_ENV = "BMLIB_CONV_KROW"
 # A conv whose weights are at most this size parallelizes over output rows first
-# (_rows_outer): an eighth of the smallest L2 this project targets (2 MB, AVX-512 Xeons).
+# (_rows_outer): an eighth of the smallest L2 this project targets (2 MB, AVX-512 Xeons),
+# the bound under which weights may be re-read per row, as for the fused depthwise +
+# 1x1 partitions (the same number, from the pattern table).
 # ``$BMLIB_CONV_ROWS_OUTER=0`` keeps the channel blocks outside (A/B timing).
-ROWS_OUTER_MAX_WEIGHT_BYTES = 256 * 1024
+ROWS_OUTER_MAX_WEIGHT_BYTES = FUSED_POINTWISE_MAX_WEIGHT_BYTES
 ROWS_OUTER_ENV = "BMLIB_CONV_ROWS_OUTER"
 # A K-blocked conv prefetches its next chunk of weights (_next_chunk_prefetch);
 # ``$BMLIB_CONV_PREFETCH=0`` switches that off.
@@ -711,8 +713,12 @@ def _rows_outer(sch, block) -> bool:
     if not switched_on(ROWS_OUTER_ENV):
         return False
     kernel = _kernel_buffer(sch, block)
-    if kernel is None:
-        return False
+    return kernel is not None and _light_weights(kernel)
+
+
+def _light_weights(kernel) -> bool:
+    """A static 6-D kernel of at most ``ROWS_OUTER_MAX_WEIGHT_BYTES``: light enough to
+    be re-read from L2 for every output row."""
     oc_blocks, per_block = _weights_per_block(kernel)
     itemsize = tvm.DataType(str(kernel.dtype)).bits // 8
     return oc_blocks * per_block * itemsize <= ROWS_OUTER_MAX_WEIGHT_BYTES
@@ -844,8 +850,7 @@ def _mark_block_prefetch(sch, block, tile_loop, out_rows: int, tiles_per_row: in
     if kernel is None:
         return
     oc_blocks, per_block = _weights_per_block(kernel)
-    if oc_blocks < 2 or oc_blocks * per_block * tvm.DataType(str(kernel.dtype)).bits // 8 \
-            <= ROWS_OUTER_MAX_WEIGHT_BYTES:
+    if oc_blocks < 2 or _light_weights(kernel):
         return
     prefetch.mark(sch, tile_loop, "conv_block", str(kernel.name), oc_blocks, out_rows,
                   per_block, tiles_per_row)
@@ -985,7 +990,7 @@ def _fused_pointwise(sch, depthwise):
         return None
     kernel = _kernel_buffer(sch, current)
     if kernel is None or [int(d) for d in kernel.shape[2:4]] != [1, 1] or \
-            not _rows_outer(sch, current):
+            not _light_weights(kernel):
         return None
     return current
 

@@ -33,8 +33,8 @@ from typing import Optional
 import tvm
 from tvm import te, tirx
 
-from ..prefetch import flatten
 from ..dot_product import DotProduct, dot_kernel_layout, dot_product_for, output_block
+from ..prefetch import flatten
 from ..schedule import (UnscheduledBlockWarning, divisor_at_most, inline_epilogue,
                         loop_extents, parallelize)
 from ._utils import attr_ints, out_dtype
