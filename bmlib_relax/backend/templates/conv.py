@@ -182,10 +182,9 @@ def _kblock_settings() -> tuple[int, int, int] | None:
     """(min weight bytes, chunk bytes, group bytes), or None when ``$BMLIB_CONV_KBLOCK``
     is ``0``/``off``; ``$BMLIB_CONV_KBLOCK=min,chunk,group`` (KiB) overrides the
     thresholds for measurements."""
-    value = os.environ.get(KBLOCK_ENV, "1").strip().lower()
-    if value in ("0", "off", "false", "no"):
+    if not switched_on(KBLOCK_ENV):
         return None
-    parts = value.split(",")
+    parts = os.environ.get(KBLOCK_ENV, "").split(",")
     if len(parts) == 3 and all(p.strip().isdigit() for p in parts):
         return tuple(int(p) * 1024 for p in parts)
     return KBLOCK_MIN_WEIGHT_BYTES, KBLOCK_CHUNK_BYTES, KBLOCK_GROUP_BYTES

@@ -20,6 +20,7 @@ from tvm import te, topi
 
 from .. import prefetch
 from ..schedule import divisor_at_most, inline_epilogue, is_scheduled
+from ..switches import switched_on
 from ..target import vector_registers
 from ._utils import dims, out_dtype, result_shape, same_dim, same_shape, static_dim
 from .registry import SCHEDULE_ATTR, register_schedule, register_template
@@ -118,9 +119,9 @@ def _k_split_budget() -> "int | None":
     """The budget in bytes, or None when ``$BMLIB_DENSE_KSPLIT`` is ``0``/``off``; a
     whole number there is the budget in KiB, anything else keeps the default (as
     ``$BMLIB_CONV_KBLOCK`` does: a measurement switch, it changes no result)."""
-    value = os.environ.get(KSPLIT_ENV, "").strip().lower()
-    if value in ("0", "off", "no", "false"):
+    if not switched_on(KSPLIT_ENV):
         return None
+    value = os.environ.get(KSPLIT_ENV, "").strip()
     return int(value) * 1024 if value.isdigit() else K_SPLIT_BUDGET
 
 
@@ -608,9 +609,8 @@ def _panel_prefetch(site: prefetch.PrefetchSite):
     which the hardware prefetcher follows.)  A K-blocked partial product (``blocks``
     > 1) runs over (reduction block, panel) pairs, block-major: the next pair's block
     of its panel is fetched."""
-    name, row_tiles, panels, depth, width = (str(site.mark[0]),) + \
-        tuple(int(v) for v in site.mark[1:5])
-    blocks = int(site.mark[5]) if len(site.mark) > 5 else 1
+    name = str(site.mark[0])
+    row_tiles, panels, depth, width, blocks = (int(v) for v in site.mark[1:])
     weight = site.buffers.get(name)
     panel_loop = site.parallel
     parent = site.enclosing[-1] if site.enclosing else None
