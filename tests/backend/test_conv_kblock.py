@@ -96,14 +96,16 @@ def _kchunk_partitions(partitioned) -> list[str]:
 
 
 
-@pytest.mark.parametrize("kernel_rows", ["1", "0"])
+@pytest.mark.parametrize("kernel_rows, rows_outer", [("1", "1"), ("0", "1"), ("1", "0")])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_k_blocked_convs_match_the_plain_build(case, kernel_rows, monkeypatch):
+def test_k_blocked_convs_match_the_plain_build(case, kernel_rows, rows_outer, monkeypatch):
     """With 1 KiB chunks a 3x3 conv's input-channel block (at least 4.5 KiB of weights)
     is split into chunks of one kernel row, unless ``$BMLIB_CONV_KROW=0``; 1x1 convs
-    chunk input-channel blocks either way."""
+    chunk input-channel blocks either way.  The weights are light: row groups outside
+    the output blocks, or (``$BMLIB_CONV_ROWS_OUTER=0``) inside."""
     monkeypatch.setenv(conv_templates.KBLOCK_ENV, FORCED)
     monkeypatch.setenv(conv_templates.KROW_ENV, kernel_rows)
+    monkeypatch.setenv(conv_templates.ROWS_OUTER_ENV, rows_outer)
     build, shape, weights = CASES[case]
     mod, arrays = make_module(build, [shape], weights)
     partitioned = partition_for_bmlib(mod)
@@ -209,6 +211,51 @@ def test_strided_1x1_gathers_its_pixels(kblock, shape, stride, out, monkeypatch)
                    for prim, _ in lower_and_verify(partitioned).values())
 
 
+def _chunk_realizes(stmt, loops=()):
+    """(enclosing loops, realize) of every bmlib_conv2d_kchunk update in a scheduled body."""
+    if isinstance(stmt, s_tir.SBlockRealize):
+        name = str(stmt.block.name_hint)
+        if name.startswith("bmlib_conv2d_kchunk") and not name.endswith("_init"):
+            yield loops, stmt
+        yield from _chunk_realizes(stmt.block.body, loops)
+    elif isinstance(stmt, tirx.For):
+        yield from _chunk_realizes(stmt.body, loops + (stmt,))
+    elif isinstance(stmt, tirx.SeqStmt):
+        for child in stmt.seq:
+            yield from _chunk_realizes(child, loops)
+
+
+def _second_parallel_iteration(partitioned) -> tuple[int, int]:
+    """(output block, output row) the K-blocked conv computes first in its second
+    parallel iteration (every other loop at 0)."""
+    (prim,) = _kchunk_prims(partitioned)
+    (loops, realize), = list(_chunk_realizes(prim.body))
+    (parallel,) = [l for l in loops if int(l.kind) == int(tirx.ForKind.PARALLEL)]
+    env = {l.loop_var: int(l.loop_var.same_as(parallel.loop_var)) for l in loops}
+    _, oc_block, _, row = (index_value(v, env) for v in realize.iter_values[:4])
+    return oc_block, row
+
+
+def test_light_k_blocked_conv_runs_row_groups_outside(monkeypatch):
+    """A K-blocked conv with light weights (64->64 1x1, 16 KiB) parallelizes over row
+    groups outside its output blocks: iteration 1 is block 1 of the first group, and it
+    prefetches no chunks (its weights stay in L2).  ``$BMLIB_CONV_ROWS_OUTER=0``: the
+    blocks outside, iteration 1 is the second row group (3 rows of 21) of block 0."""
+    monkeypatch.setenv(conv_templates.KBLOCK_ENV, FORCED)
+    monkeypatch.setenv(conv_templates.PREFETCH_ENV, "0")  # keeps the function unflattened
+    monkeypatch.delenv(conv_templates.ROWS_OUTER_ENV, raising=False)
+    mod, arrays = make_module(_chain(), [(1, 8, 21, 21)],
+                              [(64, 8, 3, 3), (64, 64, 1, 1), (64,)])
+    partitioned = partition_for_bmlib(mod)
+    assert _second_parallel_iteration(partitioned) == (1, 0)
+    monkeypatch.delenv(conv_templates.PREFETCH_ENV)
+    assert not any("T.prefetch" in p.script() for p in _kchunk_prims(partitioned))
+    check_offloaded_run(mod, partitioned, arrays)
+    monkeypatch.setenv(conv_templates.ROWS_OUTER_ENV, "0")
+    monkeypatch.setenv(conv_templates.PREFETCH_ENV, "0")
+    assert _second_parallel_iteration(partitioned) == (0, 3)
+
+
 # ----------------------------------------------------------------- next-chunk prefetch
 @pytest.mark.parametrize("case", ["1x1 64->96 7x7", "1x1 rows in groups 64->32 21x21",
                                   "3x3 stride 2 pad 1 48->64 14->7"])
@@ -216,8 +263,11 @@ def test_k_blocked_conv_prefetches_every_line_of_its_next_chunk(case, monkeypatc
     """Run the prefetch loop nest's index arithmetic for every iteration: while chunk
     ``ko`` of output block ``cb`` is computed, the lines fetched cover all of the next
     chunk (or the next block's first chunk after the last one) and stay inside the
-    weight; the prefetch sits outside the innermost FMA loops."""
+    weight; the prefetch sits outside the innermost FMA loops.  These weights are light
+    (their rows would run outside, without the prefetch): ``$BMLIB_CONV_ROWS_OUTER=0``
+    keeps the output blocks outside, as for heavy ones."""
     monkeypatch.setenv(conv_templates.KBLOCK_ENV, FORCED)
+    monkeypatch.setenv(conv_templates.ROWS_OUTER_ENV, "0")
     build, shape, weights = CASES[case]
     mod, arrays = make_module(build, [shape], weights)
     partitioned = partition_for_bmlib(mod)
