@@ -12,9 +12,13 @@ from conftest import cli
 def test_bench_runs_and_reports_equivalent_builds(tmp_path):
     out = tmp_path / "bench.json"
     proc = cli("bench", "seed_reshape_conv2d_add_bn_relu", "--no-torch", "--no-runtimes",
-               "--seconds", "0.05", "--layers", "none", "--threads", "1", "--json", out)
+               "--seconds", "0.05", "--layers", "none", "--threads", "1", "--json", out,
+               "--conv-in-model", "seed_reshape_conv2d_add_bn_relu")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "seed_reshape_conv2d_add_bn_relu" in proc.stdout and "peak fp32" in proc.stdout
+    # the conv as run in the model, and repeated in place
+    assert "conv2d partitions as run in the model" in proc.stdout
+    assert "repeated ms" in proc.stdout
     data = json.loads(out.read_text())
     (result,) = data["results"]
     assert set(result["timings"]) == {"bmlib", "plain"}

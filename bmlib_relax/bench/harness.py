@@ -347,14 +347,14 @@ def render_layers(model: str, layers: Sequence[LayerResult]) -> str:
 def conv_partitions_in_model(name: str, goldens: Path, corpus: Optional[Path], target: Any,
                              threads: int, runs: int = 20) -> list[dict]:
     """Every conv2d partition call of ``name`` as the compiled model makes it (wall
-    time; process CPU time at one thread), with its GFLOP/s: see
-    :func:`.partition_profile.conv_efficiency`."""
+    time; process CPU time at one thread), with its GFLOP/s, and the same call repeated
+    in place (``repeated_ms``): see :func:`.partition_profile.conv_efficiency`."""
     import tvm
 
     import bmlib_relax
     from ..relay import parse
     from .models import load_model
-    from .partition_profile import conv_efficiency, profile_calls
+    from .partition_profile import conv_efficiency, profile_calls, repeated_calls
 
     bench = load_model(name, goldens, corpus)
     model = bmlib_relax.compile(parse(bench.text), bench.params, target=target,
@@ -362,7 +362,7 @@ def conv_partitions_in_model(name: str, goldens: Path, corpus: Optional[Path], t
     inputs = [tvm.runtime.tensor(x) for x in bench.inputs.values()]
     clock = time.process_time if threads == 1 else time.perf_counter
     _, calls = profile_calls(model, inputs, runs, clock)
-    return conv_efficiency(model.report, calls)
+    return conv_efficiency(model.report, calls, repeated_calls(model, inputs, runs, clock))
 
 
 def compile_time(path: Path, target: Any) -> float:
