@@ -6,7 +6,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 import tvm
-from tvm import relax, tirx
+from tvm import relax, s_tir, tirx
 
 from bmlib_relax.backend.patterns import bmlib_patterns
 from bmlib_relax.compiler import build_offloaded
@@ -127,6 +127,21 @@ def index_value(expr, env: dict) -> int:
         if isinstance(expr, getattr(tirx, kind)):
             return op(index_value(expr.a, env), index_value(expr.b, env))
     raise TypeError(f"unexpected index expression {type(expr).__name__}: {expr}")
+
+
+def update_realizes(stmt, prefix: str, loops=()):
+    """(enclosing loops, realize) of every block named ``prefix...`` in a scheduled body,
+    its reduction init left out."""
+    if isinstance(stmt, s_tir.SBlockRealize):
+        name = str(stmt.block.name_hint)
+        if name.startswith(prefix) and not name.endswith("_init"):
+            yield loops, stmt
+        yield from update_realizes(stmt.block.body, prefix, loops)
+    elif isinstance(stmt, tirx.For):
+        yield from update_realizes(stmt.body, prefix, loops + (stmt,))
+    elif isinstance(stmt, tirx.SeqStmt):
+        for child in stmt.seq:
+            yield from update_realizes(child, prefix, loops)
 
 
 def prefetch_calls(stmt, path=()):

@@ -22,7 +22,7 @@ from bmlib_relax.backend.codegen import build_prim_funcs
 from bmlib_relax.compiler import lower_and_verify
 
 from helpers import (check_offloaded_run, index_value, innermost_fma_loops, make_module,
-                     prefetch_calls)
+                     prefetch_calls, update_realizes)
 
 conv_templates = importlib.import_module("bmlib_relax.backend.templates.conv")
 R = relax.op
@@ -211,25 +211,11 @@ def test_strided_1x1_gathers_its_pixels(kblock, shape, stride, out, monkeypatch)
                    for prim, _ in lower_and_verify(partitioned).values())
 
 
-def _chunk_realizes(stmt, loops=()):
-    """(enclosing loops, realize) of every bmlib_conv2d_kchunk update in a scheduled body."""
-    if isinstance(stmt, s_tir.SBlockRealize):
-        name = str(stmt.block.name_hint)
-        if name.startswith("bmlib_conv2d_kchunk") and not name.endswith("_init"):
-            yield loops, stmt
-        yield from _chunk_realizes(stmt.block.body, loops)
-    elif isinstance(stmt, tirx.For):
-        yield from _chunk_realizes(stmt.body, loops + (stmt,))
-    elif isinstance(stmt, tirx.SeqStmt):
-        for child in stmt.seq:
-            yield from _chunk_realizes(child, loops)
-
-
 def _second_parallel_iteration(partitioned) -> tuple[int, int]:
     """(output block, output row) the K-blocked conv computes first in its second
     parallel iteration (every other loop at 0)."""
     (prim,) = _kchunk_prims(partitioned)
-    (loops, realize), = list(_chunk_realizes(prim.body))
+    (loops, realize), = list(update_realizes(prim.body, "bmlib_conv2d_kchunk"))
     (parallel,) = [l for l in loops if int(l.kind) == int(tirx.ForKind.PARALLEL)]
     env = {l.loop_var: int(l.loop_var.same_as(parallel.loop_var)) for l in loops}
     _, oc_block, _, row = (index_value(v, env) for v in realize.iter_values[:4])

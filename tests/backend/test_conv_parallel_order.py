@@ -10,12 +10,13 @@ import importlib
 import itertools
 
 import pytest
-from tvm import relax, s_tir, tirx
+from tvm import relax, tirx
 
 from bmlib_relax import partition_for_bmlib
 from bmlib_relax.compiler import lower_and_verify
 
-from helpers import check_offloaded_run, index_value, make_module, prefetch_calls
+from helpers import (check_offloaded_run, index_value, make_module, prefetch_calls,
+                     update_realizes)
 
 conv_templates = importlib.import_module("bmlib_relax.backend.templates.conv")
 R = relax.op
@@ -28,26 +29,12 @@ def _pair(x, w1, w2):
     return R.nn.relu(R.nn.conv2d(a, w2, strides=2, padding=1))
 
 
-def _conv_realizes(stmt, loops=()):
-    """(enclosing loops, realize) of every bmlib_conv2d_nchwc update in a scheduled body."""
-    if isinstance(stmt, s_tir.SBlockRealize):
-        name = str(stmt.block.name_hint)
-        if name.startswith("bmlib_conv2d_nchwc") and not name.endswith("_init"):
-            yield loops, stmt
-        yield from _conv_realizes(stmt.block.body, loops)
-    elif isinstance(stmt, tirx.For):
-        yield from _conv_realizes(stmt.body, loops + (stmt,))
-    elif isinstance(stmt, tirx.SeqStmt):
-        for child in stmt.seq:
-            yield from _conv_realizes(child, loops)
-
-
 def _second_iteration(partitioned) -> dict[int, tuple[int, int]]:
     """{input channels: (output-channel block, output row)} of every conv's second
     parallel iteration (the other loops at 0)."""
     found = {}
     for prim, _ in lower_and_verify(partitioned).values():
-        for loops, realize in _conv_realizes(prim.body):
+        for loops, realize in update_realizes(prim.body, "bmlib_conv2d_nchwc"):
             parallel = [l for l in loops if int(l.kind) == int(tirx.ForKind.PARALLEL)]
             assert len(parallel) == 1
             env = {l.loop_var: int(l.loop_var.same_as(parallel[0].loop_var)) for l in loops}
