@@ -17,10 +17,11 @@ import sys
 import tempfile
 import threading
 import traceback
-from typing import Iterator, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
+from . import interrupts
 from .errors import BmlibError, BundleError
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
@@ -456,14 +457,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s",
                         level=logging.WARNING - 10 * min(getattr(args, "verbose", 0), 2))
-    with _sigint_recorded(_interrupted_message(args)) as sigint:
+    with _sigint_recorded(lambda: _interrupted_message(args)) as sigint:
         try:
             if getattr(args, "target", None) is not None:
                 from .backend.target import resolve_target
 
                 args.target = resolve_target(args.target)
                 log.info("target: %s", args.target)
-            return args.func(args)
+            status = args.func(args)
+            if sigint.received or interrupts.requested():
+                # Ctrl-C came after the last write (every write asks interrupts first),
+                # or a step swallowed it in a command that writes nothing.
+                return EXIT_INTERRUPTED
+            return status
         except BaseException as exc:  # noqa: BLE001 - every way out gets its exit code
             return _exit_status(exc, args, interrupted=sigint.received)
 
@@ -473,18 +479,22 @@ class _SigintRecord:
 
 
 def _interrupted_message(args: argparse.Namespace) -> str:
-    note = (": nothing was written (a previous output folder is left as it was)"
-            if args.command == "convert" else "")
-    return f"interrupted{note}"
+    if args.command != "convert":
+        return "interrupted"
+    if interrupts.published():
+        return "interrupted: after the output folder was written (it is complete)"
+    return "interrupted: nothing was written (a previous output folder is left as it was)"
 
 
 @contextlib.contextmanager
-def _sigint_recorded(message: str) -> Iterator[_SigintRecord]:
-    """Ctrl-C raises ``KeyboardInterrupt`` as usual, and is also recorded: raised inside
-    a Python callback that TVM's C++ code made (a pattern check, an expression
-    mutator, the codegen), it comes out of the FFI as a bare ``RuntimeError``.
+def _sigint_recorded(message: Callable[[], str]) -> Iterator[_SigintRecord]:
+    """Ctrl-C raises ``KeyboardInterrupt`` as usual, and is also recorded (here and in
+    :mod:`.interrupts`): raised inside a Python callback that TVM's C++ code made (a
+    pattern check, an expression mutator, the codegen), it comes out of the FFI as a
+    bare ``RuntimeError``, which a step that tolerates errors may catch; the writes
+    of results then refuse to go on (:func:`.interrupts.raise_if_requested`).
 
-    ``message`` is printed at once, so it is the first line on stderr, before the
+    ``message()`` is printed at once, so it is the first line on stderr, before the
     warnings TVM's destructors print while the interrupted work unwinds.
     """
     record = _SigintRecord()
@@ -498,9 +508,10 @@ def _sigint_recorded(message: str) -> Iterator[_SigintRecord]:
     real_stderr = os.fdopen(os.dup(2), "w", buffering=1)
 
     def on_sigint(signum, frame):
+        interrupts.request()
         if not record.received:
             record.received = True
-            print(message, file=real_stderr, flush=True)
+            print(message(), file=real_stderr, flush=True)
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, on_sigint)
@@ -508,6 +519,7 @@ def _sigint_recorded(message: str) -> Iterator[_SigintRecord]:
         yield record
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        interrupts.clear()
         real_stderr.close()
 
 

@@ -12,6 +12,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import tvm
 
+from . import interrupts
 from .backend.codegen import codegen_session, is_bmlib_partition, lower_partition
 from .backend.partition import partition_for_bmlib
 from .backend.run_codegen import run_codegen
@@ -43,6 +44,7 @@ def lower_and_verify(partitioned: tvm.IRModule,
              if is_bmlib_partition(func)]
     lowered = {}
     for index, name in enumerate(sorted(names), 1):
+        interrupts.raise_if_requested()
         if on_partition is not None:
             on_partition(index, len(names), name)
         lowered[name] = lower_partition(partitioned[name], name, target)

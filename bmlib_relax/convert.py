@@ -32,7 +32,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from . import __version__
+from . import __version__, interrupts
 from .artifacts import write_json, write_tvmscript
 from .backend.partition import partition_for_bmlib, resolve_patterns
 from .backend.target import resolve_target
@@ -132,20 +132,24 @@ class _Staging:
         self._remove_created()
 
     def publish(self, force: bool) -> None:
+        interrupts.raise_if_requested()  # stopped, even if a step swallowed the Ctrl-C
         out = self.outdir
         if not os.path.exists(out):
             os.rename(self.path, out)
+            interrupts.note_published()
             return
         if not os.path.isdir(out):
             raise ParamError(f"output {out} exists and is not a folder")
         if not os.listdir(out):
             os.replace(self.path, out)  # POSIX rename replaces an empty folder
+            interrupts.note_published()
             return
         if not force:
             raise ParamError(f"output folder {out} is not empty; use --force to replace "
                              "its contents")
         refuse_to_replace(out)
         if _exchange(self.path, out):
+            interrupts.note_published()
             shutil.rmtree(self.path, ignore_errors=True)  # now holds the previous output
             return
         old = tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.old-",
@@ -156,6 +160,7 @@ class _Staging:
         except BaseException:
             os.rename(os.path.join(old, "previous"), out)
             raise
+        interrupts.note_published()
         shutil.rmtree(old, ignore_errors=True)
 
 

@@ -26,6 +26,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from . import interrupts
 from .errors import ArtifactError, ParamError
 from .threads import ThreadConfig
 
@@ -235,6 +236,7 @@ def atomic_write(path: str, write: Callable[[str], Any], suffix: str = "") -> No
         os.chmod(tmp, (0o777 if os.access(tmp, os.X_OK) else 0o666) & ~_umask())
         with open(tmp, "rb") as written:  # on disk before the rename makes it visible
             os.fsync(written.fileno())
+        interrupts.raise_if_requested()  # stopped, even if a step swallowed the Ctrl-C
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

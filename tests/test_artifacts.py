@@ -175,8 +175,10 @@ def test_load_imports_only_tvm_and_numpy(artifact_dir, x):
         model(x=np.load({str(artifact_dir.parent / "x_in.npy")!r}))
         ours = sorted(m for m in sys.modules if m.startswith("bmlib_relax."))
         print(ours)
-        # threads: the model's thread count (a few lines of os / cgroup reading)
-        assert ours == ["bmlib_relax.errors", "bmlib_relax.runtime", "bmlib_relax.threads"], ours
+        # threads: the model's thread count (a few lines of os / cgroup reading);
+        # interrupts: the Ctrl-C record atomic writes ask (a threading.Event)
+        assert ours == ["bmlib_relax.errors", "bmlib_relax.interrupts", "bmlib_relax.runtime",
+                        "bmlib_relax.threads"], ours
         heavy = [m for m in ("torch", "scipy", "jsonschema") if m in sys.modules]
         assert not heavy, heavy
     """)

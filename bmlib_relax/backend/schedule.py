@@ -24,6 +24,7 @@ from typing import Any, Optional
 import tvm
 from tvm import s_tir
 
+from .. import interrupts
 from .target import resolve_target, vector_lanes
 from .templates import SCHEDULE_ATTR, get_schedule_rule
 
@@ -282,6 +283,7 @@ def _apply(sch: s_tir.Schedule, rule, block_name_: str, ctx: ScheduleContext,
         rule(sch, sch.get_sblock(block_name_), ctx)
         return sch
     except Exception as exc:  # noqa: BLE001 - a rule that does not fit leaves the block as is
+        interrupts.raise_if_requested()  # a Ctrl-C that came back as an error
         # The epilogue a rolled-back rule claimed is unscheduled again: the generic
         # rules (or another conv's rule) may take it.
         ctx.done.intersection_update(done)

@@ -1,0 +1,51 @@
+"""A Ctrl-C that the work cannot lose on its way out.
+
+The command line turns SIGINT into ``KeyboardInterrupt`` as Python does, and also
+records it here (:func:`request`).  Raised inside a Python callback that TVM's C++ code
+made (the ``relax.ext.bmlib`` codegen, a pattern check, an expression mutator), the
+``KeyboardInterrupt`` comes out of the FFI as a plain error, and a step that tolerates
+errors (a schedule rule rolled back, a prefetch skipped) may catch it and go on: the
+work then runs to its end although the user stopped it.  So the places that make
+results visible -- an output folder published, a file renamed into place -- and the
+loops over partitions ask :func:`raise_if_requested` first: once Ctrl-C is recorded
+nothing new is written, whatever swallowed the exception.
+
+No imports from the package: every layer may use it.
+"""
+from __future__ import annotations
+
+import threading
+
+_REQUESTED = threading.Event()
+_PUBLISHED = threading.Event()
+
+
+def request() -> None:
+    """Record a Ctrl-C (the command line's SIGINT handler calls this)."""
+    _REQUESTED.set()
+
+
+def clear() -> None:
+    """Forget a recorded Ctrl-C and a publication (when the command ends)."""
+    _REQUESTED.clear()
+    _PUBLISHED.clear()
+
+
+def note_published() -> None:
+    """Record that the command's output was made visible (a Ctrl-C after this finds it
+    complete, and the message says so)."""
+    _PUBLISHED.set()
+
+
+def published() -> bool:
+    return _PUBLISHED.is_set()
+
+
+def requested() -> bool:
+    return _REQUESTED.is_set()
+
+
+def raise_if_requested() -> None:
+    """Raise ``KeyboardInterrupt`` if a Ctrl-C was recorded and not yet cleared."""
+    if _REQUESTED.is_set():
+        raise KeyboardInterrupt
