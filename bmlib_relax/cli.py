@@ -457,7 +457,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s",
                         level=logging.WARNING - 10 * min(getattr(args, "verbose", 0), 2))
-    with _sigint_recorded(lambda: _interrupted_message(args)) as sigint:
+    with _sigint_recorded(lambda: _interrupted_message(args)):
         try:
             if getattr(args, "target", None) is not None:
                 from .backend.target import resolve_target
@@ -465,17 +465,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 args.target = resolve_target(args.target)
                 log.info("target: %s", args.target)
             status = args.func(args)
-            if sigint.received or interrupts.requested():
+            if interrupts.requested():
                 # Ctrl-C came after the last write (every write asks interrupts first),
                 # or a step swallowed it in a command that writes nothing.
                 return EXIT_INTERRUPTED
             return status
         except BaseException as exc:  # noqa: BLE001 - every way out gets its exit code
-            return _exit_status(exc, args, interrupted=sigint.received)
-
-
-class _SigintRecord:
-    received = False
+            return _exit_status(exc, args, interrupted=interrupts.requested())
 
 
 def _interrupted_message(args: argparse.Namespace) -> str:
@@ -487,9 +483,9 @@ def _interrupted_message(args: argparse.Namespace) -> str:
 
 
 @contextlib.contextmanager
-def _sigint_recorded(message: Callable[[], str]) -> Iterator[_SigintRecord]:
-    """Ctrl-C raises ``KeyboardInterrupt`` as usual, and is also recorded (here and in
-    :mod:`.interrupts`): raised inside a Python callback that TVM's C++ code made (a
+def _sigint_recorded(message: Callable[[], str]) -> Iterator[None]:
+    """Ctrl-C raises ``KeyboardInterrupt`` as usual, and is also recorded in
+    :mod:`.interrupts`: raised inside a Python callback that TVM's C++ code made (a
     pattern check, an expression mutator, the codegen), it comes out of the FFI as a
     bare ``RuntimeError``, which a step that tolerates errors may catch; the writes
     of results then refuse to go on (:func:`.interrupts.raise_if_requested`).
@@ -497,10 +493,9 @@ def _sigint_recorded(message: Callable[[], str]) -> Iterator[_SigintRecord]:
     ``message()`` is printed at once, so it is the first line on stderr, before the
     warnings TVM's destructors print while the interrupted work unwinds.
     """
-    record = _SigintRecord()
     if threading.current_thread() is not threading.main_thread() or \
             signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        yield record
+        yield
         return
     # The real stderr, kept open: with -q file descriptor 2 points at /dev/null while
     # TVM runs (cli_tvmc.native_stderr_silenced), and the message must still be seen.
@@ -508,15 +503,14 @@ def _sigint_recorded(message: Callable[[], str]) -> Iterator[_SigintRecord]:
     real_stderr = os.fdopen(os.dup(2), "w", buffering=1)
 
     def on_sigint(signum, frame):
-        interrupts.request()
-        if not record.received:
-            record.received = True
+        if not interrupts.requested():  # the first Ctrl-C: say so at once
+            interrupts.request()
             print(message(), file=real_stderr, flush=True)
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, on_sigint)
     try:
-        yield record
+        yield
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         interrupts.clear()

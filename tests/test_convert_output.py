@@ -201,7 +201,7 @@ def test_atomic_write_refuses_after_a_ctrl_c(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["a.json"]
 
 
-def test_a_swallowed_ctrl_c_exits_130(tmp_path, monkeypatch, capsys):
+def test_a_swallowed_ctrl_c_exits_130(tmp_path, monkeypatch):
     """In the command: no output folder, exit 130, and the recorded interrupt is forgotten
     once the command ends (a library caller's next conversion is not refused)."""
     from bmlib_relax.cli import EXIT_INTERRUPTED, main
