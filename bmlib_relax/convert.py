@@ -133,25 +133,29 @@ class _Staging:
 
     def publish(self, force: bool) -> None:
         interrupts.raise_if_requested()  # stopped, even if a step swallowed the Ctrl-C
+        leftover = self._move_into_place(force)
+        interrupts.note_published()
+        if leftover is not None:
+            shutil.rmtree(leftover, ignore_errors=True)
+
+    def _move_into_place(self, force: bool) -> Optional[str]:
+        """Rename the staged folder to the output folder; the folder now holding the
+        previous output (to remove) when one was replaced."""
         out = self.outdir
         if not os.path.exists(out):
             os.rename(self.path, out)
-            interrupts.note_published()
-            return
+            return None
         if not os.path.isdir(out):
             raise ParamError(f"output {out} exists and is not a folder")
         if not os.listdir(out):
             os.replace(self.path, out)  # POSIX rename replaces an empty folder
-            interrupts.note_published()
-            return
+            return None
         if not force:
             raise ParamError(f"output folder {out} is not empty; use --force to replace "
                              "its contents")
         refuse_to_replace(out)
         if _exchange(self.path, out):
-            interrupts.note_published()
-            shutil.rmtree(self.path, ignore_errors=True)  # now holds the previous output
-            return
+            return self.path  # now holds the previous output
         old = tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.old-",
                                dir=os.path.dirname(out))
         os.rename(out, os.path.join(old, "previous"))
@@ -160,8 +164,7 @@ class _Staging:
         except BaseException:
             os.rename(os.path.join(old, "previous"), out)
             raise
-        interrupts.note_published()
-        shutil.rmtree(old, ignore_errors=True)
+        return old
 
 
 def _exchange(a: str, b: str) -> bool:
