@@ -24,6 +24,17 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 
+def _is_partition(callee: str) -> bool:
+    """A bmlib partition's symbol (the VM's other calls are its builtins)."""
+    return callee.endswith("_bmlib")
+
+
+def _output_shape(call_args) -> tuple:
+    """The shape of a VM call's last tensor argument (its output, destination-passing)."""
+    shapes = [tuple(a.shape) for a in call_args if hasattr(a, "shape")]
+    return shapes[-1] if shapes else ()
+
+
 def profile_calls(model, args, runs: int, clock=time.process_time) -> tuple[float, list]:
     """(median whole-run ms, [(callee, median ms, output shape)] in call order)."""
     from tvm import relax
@@ -37,8 +48,7 @@ def profile_calls(model, args, runs: int, clock=time.process_time) -> tuple[floa
         if before_run:
             started["t"] = now
         else:
-            shapes = [tuple(a.shape) for a in call_args if hasattr(a, "shape")]
-            records.append((str(name), now - started["t"], shapes[-1] if shapes else ()))
+            records.append((str(name), now - started["t"], _output_shape(call_args)))
         return 0
 
     for _ in range(3):
@@ -71,18 +81,16 @@ def repeated_calls(model, args, runs: int, clock=time.process_time) -> list:
     captured: list = []
 
     def capture(func, name, before_run, ret_value, *call_args):
-        if before_run and str(name).endswith("_bmlib"):
-            shapes = [tuple(a.shape) for a in call_args if hasattr(a, "shape")]
-            captured.append((str(name), func, list(call_args), shapes[-1] if shapes else ()))
+        if before_run and _is_partition(str(name)):
+            captured.append((str(name), func, list(call_args), _output_shape(call_args)))
         return 0
 
-    vm["main"](*args)
     vm.set_instrument(capture)
     vm["main"](*args)
     vm.set_instrument(None)
     timed = []
     for name, func, call_args, shape in captured:
-        func(*call_args)
+        func(*call_args)  # warm
         times = []
         for _ in range(runs):
             start = clock()
@@ -125,7 +133,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                     input_shapes=bench.input_shapes, num_threads=args.threads)
         inputs = [tvm.runtime.tensor(x) for x in bench.inputs.values()]
         whole, calls = profile_calls(model, inputs, args.runs, clock)
-        partitions = [c for c in calls if c[0].endswith("_bmlib")]
+        partitions = [c for c in calls if _is_partition(c[0])]
         print(f"{name}: whole run {whole:.3f} ms ({clock.__name__}, instrumented), "
               f"{len(calls)} VM calls, {len(partitions)} bmlib partitions = "
               f"{sum(c[1] for c in partitions):.3f} ms, other calls "
@@ -160,10 +168,9 @@ def conv_efficiency(report, calls: Sequence[tuple],
     both ends.  ``repeated`` (:func:`repeated_calls`, the bmlib calls of the same
     model in the same order) adds each call's repeated time (``repeated_ms``)."""
     by_name = {p.name: p for p in report.partitions}
-    bmlib_calls = [c for c in calls if c[0].endswith("_bmlib")]
+    bmlib_calls = [c for c in calls if _is_partition(c[0])]
     if repeated is not None and [c[0] for c in repeated] != [c[0] for c in bmlib_calls]:
         raise ValueError("repeated calls do not match the profiled calls")
-    again = {i: r[1] for i, r in enumerate(repeated or ())}
     rows = []
     for i, (callee, ms, shape) in enumerate(bmlib_calls):
         info = by_name.get(callee)
@@ -171,8 +178,8 @@ def conv_efficiency(report, calls: Sequence[tuple],
             continue
         row = {"partition": callee, "output": list(shape), "ms": ms,
                "flops": info.flops, "gflops": info.flops / (ms * 1e-3) / 1e9}
-        if i in again:
-            row["repeated_ms"] = again[i]
+        if repeated is not None:
+            row["repeated_ms"] = repeated[i][1]
         rows.append(row)
     return rows
 
