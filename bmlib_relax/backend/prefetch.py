@@ -78,13 +78,16 @@ def mark(sch, loop, kind: str, *values) -> None:
 
 
 def prelower_passes() -> list:
-    """Block lowering and buffer flattening: the first passes of TVM's own pipeline."""
+    """Block lowering and buffer flattening: the first passes of TVM's own pipeline
+    (``s_tir`` in ``tvm.tirx.compilation_pipeline``), in its order, without the
+    GPU-only ones."""
     from tvm import s_tir
 
     return [s_tir.transform.LowerInitBlock(),
             s_tir.transform.PlanAndUpdateBufferAllocationLocation(),
             s_tir.transform.ConvertBlocksToOpaque(), s_tir.transform.CompactBufferAllocation(),
-            s_tir.transform.LowerMatchBuffer(), s_tir.transform.LowerOpaqueBlock(),
+            s_tir.transform.LowerMatchBuffer(), s_tir.transform.StmtSimplify(),
+            s_tir.transform.LowerOpaqueBlock(),
             tirx.transform.FlattenBuffer()]
 
 
@@ -142,9 +145,10 @@ def insert_prefetches(prim: tirx.PrimFunc) -> tirx.PrimFunc:
     try:
         flat = flatten(prim)
     except (RuntimeError, ValueError) as exc:  # TVM raises InternalError (a RuntimeError)
-        # Seen on the whole of ResNet-18 as one partition (``merge`` mode): the
-        # flattening passes, run here before the rest of TVM's pipeline, failed to
-        # fold an index (divide by zero).
+        # Without the StmtSimplify TVM's own pipeline runs before LowerOpaqueBlock,
+        # FlattenBuffer divided by zero on every Winograd partition (and on the whole
+        # of ResNet-18 as one partition): their prefetches were silently dropped.  Kept
+        # for what else may fail: the function then runs without prefetches.
         _LOG.debug("prefetch skipped: flattening failed: %s", exc)
         return prim
     top = list(flat.body.seq) if isinstance(flat.body, tirx.SeqStmt) else [flat.body]

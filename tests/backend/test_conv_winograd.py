@@ -9,19 +9,22 @@ Relax build.  ``BMLIB_WINOGRAD`` forces the tile size on these tiny shapes
 """
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import tvm
-from tvm import relax, s_tir
+from tvm import relax, s_tir, tirx
 
 from bmlib_relax import partition_for_bmlib
 from bmlib_relax.backend.templates import conv_winograd
+from bmlib_relax.backend.templates.conv import PREFETCH_ENV
 from bmlib_relax.check import plain_version
 from bmlib_relax.errors import ParamError
 from bmlib_relax.compiler import lower_and_verify
 
 from conftest import offloaded_partitions
-from helpers import make_module, run_offloaded, run_plain
+from helpers import index_value, make_module, prefetch_calls, run_offloaded, run_plain
 
 R = relax.op
 
@@ -83,13 +86,22 @@ def _lowered(partitioned):
 
 
 def _assert_winograd(partitioned, used: bool = True):
-    """The Winograd GEMM block is (not) in the scheduled PrimFuncs; nothing unscheduled."""
-    blocks = []
+    """The Winograd GEMM is (not) in the scheduled PrimFuncs; nothing unscheduled.  A
+    PrimFunc with prefetches is flat already (no blocks): its GEMM buffer is looked for."""
+    names = []
     for prim, record in _lowered(partitioned):
         assert not record.unscheduled, record.unscheduled
-        sch = s_tir.Schedule(prim.without_attr("global_symbol"))
-        blocks += [str(sch.get(b).name_hint) for b in sch.get_child_blocks(sch.get_sblock("root"))]
-    assert ("bmlib_winograd_gemm_update" in blocks) == used, blocks
+        if not _is_flat(prim):
+            sch = s_tir.Schedule(prim.without_attr("global_symbol"))
+            names += [str(sch.get(b).name_hint)
+                      for b in sch.get_child_blocks(sch.get_sblock("root"))]
+        elif "bmlib_winograd_gemm = T.alloc_buffer" in prim.script():
+            names.append("bmlib_winograd_gemm_update")
+    assert ("bmlib_winograd_gemm_update" in names) == used, names
+
+
+def _is_flat(prim) -> bool:
+    return not isinstance(prim.body, s_tir.SBlockRealize)
 
 
 # (in channels, out channels, H, W, padding, m): channels that are not whole
@@ -244,6 +256,7 @@ def test_blocked_input_and_output_at_te_level(m):
 ])
 def test_gemm_tile_follows_the_register_file(monkeypatch, target, tile):
     monkeypatch.setenv(conv_winograd.ENV, "2")
+    monkeypatch.setenv(PREFETCH_ENV, "0")  # the scheduled blocks, not yet flattened
     mod, _ = make_module(lambda x, w: R.nn.conv2d(x, w, padding=1), [(1, 16, 28, 28)],
                          [(32, 16, 3, 3)])
     partitioned = partition_for_bmlib(mod, target=target)
@@ -271,3 +284,66 @@ def test_flops_count_the_convolution_not_the_transformed_kernel(monkeypatch):
 
     assert conv_flops("4") == ("HWOI16o", 2 * 16 * 8 * 9 * 12 * 12)
     assert conv_flops("0")[1] == 2 * 16 * 8 * 9 * 12 * 12
+
+
+def _gemm_prefetches(partitioned):
+    """(PrimFunc, [(enclosing loops, prefetch call)]) of the one Winograd partition."""
+    (prim, _), = [(p, r) for p, r in _lowered(partitioned)
+                  if "bmlib_winograd_gemm" in p.script()]
+    return prim, list(prefetch_calls(prim.body))
+
+
+@pytest.mark.parametrize("channels,out_channels,size,mode", [
+    (32, 64, (8, 8), "2"), (24, 40, (11, 13), "4"), (64, 32, (6, 6), "2")])
+def test_gemm_prefetches_every_line_of_its_next_weight_slice(monkeypatch, channels,
+                                                             out_channels, size, mode):
+    """Run the prefetch's index arithmetic for every iteration of the GEMM's parallel
+    loop (eps, nu, K/kb, tile groups): the groups of slice ``U[eps, nu, ko]`` together
+    fetch every cache line of the slice after it, and no address leaves U.  Then the
+    same conv with ``$BMLIB_CONV_PREFETCH=0`` has no prefetch, and both match the plain
+    build."""
+    monkeypatch.setenv(conv_winograd.ENV, mode)
+    k = out_channels
+    mod, arrays = make_module(_conv_bias_bn_relu((1, 1)), [(1, channels, *size)],
+                              [(k, channels, 3, 3), (k,), (k,), (k,), (k,), (k,)])
+    partitioned = partition_for_bmlib(mod)
+    _assert_winograd(partitioned)
+    prim, calls = _gemm_prefetches(partitioned)
+    (kernel,) = [p for p in prim.params if len(p.shape) == 5]
+    a, _, k_blocks, c, kb = (int(d) for d in kernel.shape)
+    per_slice, slices = c * kb, a * a * k_blocks
+    total = slices * per_slice
+    (path, call), = calls
+    outer = path[0]
+    assert int(outer.kind) == int(tirx.ForKind.PARALLEL)
+    assert int(outer.extent) % slices == 0
+    groups = int(outer.extent) // slices
+    index = call.args[0].args[0].indices[0]
+    fetched: dict[int, set[int]] = {}
+    for values in itertools.product(*(range(int(loop.extent)) for loop in path)):
+        element = index_value(index, {loop.loop_var: v for loop, v in zip(path, values)})
+        assert 0 <= element < total
+        fetched.setdefault(values[0] // groups, set()).add(element * 4 // 64)
+    assert sorted(fetched) == list(range(slices))
+    for s, lines in fetched.items():
+        start, end = min((s + 1) * per_slice, total - 1), min((s + 2) * per_slice, total)
+        assert set(range(start * 4 // 64, (end * 4 - 1) // 64 + 1)) <= lines, s
+    (got,), _ = run_offloaded(partitioned, arrays)
+    (want,) = run_plain(mod, arrays)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+    monkeypatch.setenv(PREFETCH_ENV, "0")
+    unfetched = partition_for_bmlib(mod)
+    assert _gemm_prefetches(unfetched)[1] == []
+    (got,), _ = run_offloaded(unfetched, arrays)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_weight_not_a_constant_is_not_prefetched(monkeypatch):
+    """An in-PrimFunc weight transform has just written U: no prefetch of it."""
+    monkeypatch.setenv(conv_winograd.ENV, "2")
+    mod, _ = make_module(lambda x, w: R.nn.conv2d(x, w, padding=1),
+                         [(1, 32, 8, 8), (32, 32, 3, 3)])
+    partitioned = partition_for_bmlib(mod)
+    _assert_winograd(partitioned)
+    assert _gemm_prefetches(partitioned)[1] == []

@@ -22,6 +22,7 @@ from tvm import relax
 
 from bmlib_relax import partition_for_bmlib
 from bmlib_relax.backend.schedule import UnscheduledBlockWarning
+from bmlib_relax.backend.templates.conv import PREFETCH_ENV
 from bmlib_relax.compiler import lower_and_verify
 
 from conftest import offloaded_partitions
@@ -83,7 +84,11 @@ def test_merged_convolutions_are_scheduled_and_correct(monkeypatch, case, winogr
     # layout's merged partitions are checked in test_blocked_layout.py.
     partitioned = partition_for_bmlib(mod, merge=True, blocked_layout=False)
     assert offloaded_partitions(partitioned)
-    lowered = lower_and_verify(partitioned)
+    # The scheduled blocks, before prefetches flatten the function (they are inserted
+    # again for the run below).
+    with monkeypatch.context() as unfetched:
+        unfetched.setenv(PREFETCH_ENV, "0")
+        lowered = lower_and_verify(partitioned)
     (name, (prim, record)), = lowered.items()  # merged: both convolutions in one partition
     script = prim.script()
     convs = {b for b in re.findall(r'T\.sblock\("(bmlib_conv2d\w*|bmlib_winograd_gemm\w*_update)"\)',

@@ -49,7 +49,9 @@ import numpy as np
 from tvm import te, tirx
 
 from ...errors import ParamError
+from .. import prefetch
 from ..schedule import divisor_at_most, inline_epilogue
+from ..switches import switched_on
 from ..target import vector_registers
 from ._utils import attr_ints, out_dtype
 from .registry import SCHEDULE_ATTR, register_schedule
@@ -474,10 +476,15 @@ def schedule_winograd_gemm(sch, block, ctx):
 
     tp = int(sch.get(block).annotations["bmlib_tile"])
     kb = int(sch.get(block).writes[0].source.shape[4])
+    kernel = _transformed_kernel(sch, block)
     out = sch.cache_write(block, 0, "global")
     eps, nu, ko, p, ki = sch.get_loops(out)
     po, pi = sch.split(p, [None, tp])
-    sch.parallel(sch.fuse(eps, nu, ko, po))
+    groups = int(sch.get(po).extent)
+    outer = sch.fuse(eps, nu, ko, po)
+    sch.parallel(outer)
+    if kernel is not None:
+        _mark_slice_prefetch(sch, outer, kernel, groups)
     sch.compute_at(block, sch.get_loops(out)[0])
     if tp > 1:
         sch.unroll(pi)
@@ -485,6 +492,48 @@ def schedule_winograd_gemm(sch, block, ctx):
         sch.vectorize(ki)
     _tile_under(sch, block, sch.get_loops(block)[1:], tp, kb)
     ctx.done.add(str(sch.get(out).name_hint))
+
+
+def _transformed_kernel(sch, block):
+    """The weight ``U[a, a, K/kb, C, kb]`` the GEMM reads, when it has a static shape
+    and prefetching is on (``$BMLIB_CONV_PREFETCH``); else None."""
+    from .conv import PREFETCH_ENV  # conv imports this module lazily: no cycle
+
+    if not switched_on(PREFETCH_ENV):
+        return None
+    written = sch.get(block).writes[0].source
+    kernels = [r.source for r in sch.get(block).reads
+               if not r.source.same_as(written) and len(r.source.shape) == 5 and
+               all(isinstance(d, tirx.IntImm) for d in r.source.shape)]
+    return kernels[0] if len(kernels) == 1 else None
+
+
+def _mark_slice_prefetch(sch, outer, kernel, groups: int) -> None:
+    """Mark the GEMM's parallel loop for :func:`_next_slice_prefetch`."""
+    slices = int(kernel.shape[0]) * int(kernel.shape[1]) * int(kernel.shape[2])
+    per_slice = int(kernel.shape[3]) * int(kernel.shape[4])
+    prefetch.mark(sch, outer, "winograd_slice", str(kernel.name), slices, groups, per_slice)
+
+
+@prefetch.register_prefetch("winograd_slice")
+def _next_slice_prefetch(site: prefetch.PrefetchSite):
+    """While the Winograd GEMM's tile groups multiply by one slice ``U[eps, nu, ko]``
+    (C x kb weights, read from L1/L2 by every group), fetch the next slice into L2,
+    spread over the slice's tile groups.  The parallel loop is (eps, nu, K/kb, tile
+    groups) fused, so the next slice is the next stretch of U.  Only when U is a
+    parameter of the partition (a transformed constant): an in-PrimFunc transform
+    has just written it.  ResNet-18's 14x14 3x3 convs stream 4 MB of U each from
+    memory in the model."""
+    name = str(site.mark[0])
+    slices, groups, per_slice = (int(v) for v in site.mark[1:])
+    weight = site.buffers.get(name)
+    if weight is None or int(site.loop.kind) != int(tirx.ForKind.PARALLEL):
+        return None
+    lines = -(-per_slice // prefetch.elements_per_line(weight))
+    index = site.loop.loop_var
+    return prefetch.spread_prefetch(weight, (tirx.floordiv(index, groups) + 1) * per_slice,
+                                    lines, groups, tirx.floormod(index, groups),
+                                    limit=slices * per_slice)
 
 
 @register_schedule("bmlib.winograd_output")
