@@ -145,7 +145,7 @@ class PartitionLowerer:
         prim = te.create_prim_func(placeholders + outputs)
         schedule = ScheduleContext(self.target)
         prim = lower_dot_products(insert_prefetches(
-            apply_schedules(prim, self.target, schedule)))
+            apply_schedules(prim, self.target, schedule), self.symbol))
         self.unscheduled = list(schedule.unscheduled)
         for block in self.unscheduled:
             warnings.warn(f"bmlib partition {self.symbol!r}: {block} was rolled back; the "

@@ -18,14 +18,12 @@ inside stops LLVM from keeping the accumulators in registers (measured 2x slower
 """
 from __future__ import annotations
 
-import logging
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import tvm
 from tvm import tirx
-
-_LOG = logging.getLogger(__name__)
 
 PREFETCH_ATTR = "bmlib_prefetch"
 ROLE_ATTR = "bmlib_prefetch_role"
@@ -136,7 +134,7 @@ def _children(stmt) -> list:
             if isinstance(getattr(stmt, attr, None), tirx.Stmt)]
 
 
-def insert_prefetches(prim: tirx.PrimFunc) -> tirx.PrimFunc:
+def insert_prefetches(prim: tirx.PrimFunc, symbol: str = "") -> tirx.PrimFunc:
     """``prim`` flattened, with each marked loop's prefetch at the start of its body;
     ``prim`` unchanged when nothing is marked, or when flattening fails (the function
     then runs as scheduled, without prefetches: correct, a bit slower)."""
@@ -146,10 +144,15 @@ def insert_prefetches(prim: tirx.PrimFunc) -> tirx.PrimFunc:
         flat = flatten(prim)
     except (RuntimeError, ValueError) as exc:  # TVM raises InternalError (a RuntimeError)
         # Without the StmtSimplify TVM's own pipeline runs before LowerOpaqueBlock,
-        # FlattenBuffer divided by zero on every Winograd partition (and on the whole
-        # of ResNet-18 as one partition): their prefetches were silently dropped.  Kept
-        # for what else may fail: the function then runs without prefetches.
-        _LOG.debug("prefetch skipped: flattening failed: %s", exc)
+        # FlattenBuffer divided by zero on every Winograd partition: their prefetches
+        # were dropped with a debug log only, unnoticed for weeks.  Whatever else fails
+        # here is a warning: the function runs without prefetches (correct, slower).
+        from .schedule import UnscheduledBlockWarning  # schedule -> templates -> here
+
+        where = f"bmlib partition {symbol!r}: " if symbol else ""
+        warnings.warn(f"{where}software prefetches not inserted (flattening failed: "
+                      f"{exc}); it runs without them (correct, but slower)",
+                      UnscheduledBlockWarning, stacklevel=2)
         return prim
     top = list(flat.body.seq) if isinstance(flat.body, tirx.SeqStmt) else [flat.body]
     buffers = {str(s.buffer.name): s.buffer for s in top if isinstance(s, tirx.DeclBuffer)}
