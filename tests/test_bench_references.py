@@ -62,18 +62,20 @@ def test_bert_layer_text_has_the_requested_shapes():
 
 
 def test_bench_reports_reference_columns_and_thread_scaling(tmp_path):
+    """One ``--scaling`` run: a fresh process per thread count, each with the reference
+    columns, then the speed-up table; ``--json`` keeps every count's document."""
     out = tmp_path / "bench.json"
     proc = cli("bench", "transformer_block", "--no-torch", "--seconds", "0.05",
-               "--layers", "none", "--threads", "1", "--json", out)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    (result,) = json.loads(out.read_text())["results"]
-    assert "onnxruntime" in result["timings"]
-    assert result["max_abs_diff"]["onnxruntime_vs_plain"] < 1e-4
-    assert "bmlib/best" in proc.stdout
-    proc = cli("bench", "seed_reshape_conv2d_add_bn_relu", "--no-torch", "--seconds", "0.05",
-               "--layers", "none", "--scaling")
+               "--layers", "none", "--scaling", "--json", out)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "=== 1 thread(s) ===" in proc.stdout and "thr ms" in proc.stdout
+    assert "bmlib/best" in proc.stdout
+    runs = json.loads(out.read_text())["scaling"]
+    assert "1" in runs and all(doc["threads"] == int(count) for count, doc in runs.items())
+    for doc in runs.values():
+        (result,) = doc["results"]
+        assert "onnxruntime" in result["timings"]
+        assert result["max_abs_diff"]["onnxruntime_vs_plain"] < 1e-4
 
 
 def test_onnx_reference_of_an_nhwc_graph_matches_the_plain_build():

@@ -452,12 +452,14 @@ def render_scaling(runs: dict[int, list[dict]]) -> str:
     return "\n".join(lines)
 
 
-def _scaling(argv: Sequence[str], counts: Sequence[int]) -> int:
-    """Run this benchmark once per thread count, each in a fresh process, then compare."""
+def _scaling(argv: Sequence[str], counts: Sequence[int], json_path: Optional[str] = None) -> int:
+    """Run this benchmark once per thread count, each in a fresh process, then compare.
+    ``json_path``: also write ``{"scaling": {"<count>": <that run's --json document>}}``."""
     import subprocess
     import tempfile
 
     runs: dict[int, list[dict]] = {}
+    documents: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as folder:
         for count in counts:
             out = Path(folder) / f"bench_{count}.json"
@@ -467,9 +469,12 @@ def _scaling(argv: Sequence[str], counts: Sequence[int]) -> int:
                                     "--threads", str(count), "--json", str(out)], env=env)
             if code:
                 return code
-            runs[count] = json.loads(out.read_text())["results"]
+            documents[str(count)] = json.loads(out.read_text())
+            runs[count] = documents[str(count)]["results"]
     print()
     print(render_scaling(runs))
+    if json_path:
+        _write_json(json_path, {"scaling": documents})
     return 0
 
 
@@ -530,7 +535,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         every = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         rest = _strip_option(_strip_option(_strip_option(argv, "--scaling", False),
                                            "--threads", True), "--json", True)
-        return _scaling(rest, sorted({1, int(every or 1)}))
+        return _scaling(rest, sorted({1, int(every or 1)}), args.json)
 
     default_threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
         else os.cpu_count()
@@ -603,15 +608,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"{name}:")
         print(render_conv_efficiency(rows, measured))
     if args.json:
-        with open(args.json, "w") as handle:
-            json.dump({"target": target, "threads": threads, "peak_gflops": peak,
-                       "measured_peak_gflops": measured,
-                       "results": [asdict(r) for r in results], "compile_s": extra,
-                       "conv_layers": {"model": args.layers,
-                                       "layers": [asdict(r) for r in layers]},
-                       "conv_in_model": in_model},
-                      handle, indent=2)
+        _write_json(args.json, {"target": target, "threads": threads, "peak_gflops": peak,
+                                "measured_peak_gflops": measured,
+                                "results": [asdict(r) for r in results], "compile_s": extra,
+                                "conv_layers": {"model": args.layers,
+                                                "layers": [asdict(r) for r in layers]},
+                                "conv_in_model": in_model})
     return 0
+
+
+def _write_json(path: str, document: dict) -> None:
+    """``document`` as indented JSON at ``path``, written atomically."""
+    from ..runtime import atomic_write
+
+    def write(tmp: str) -> None:
+        with open(tmp, "w") as handle:
+            json.dump(document, handle, indent=2)
+
+    atomic_write(str(path), write, suffix=".json")
 
 
 if __name__ == "__main__":
