@@ -145,7 +145,7 @@ def insert_prefetches(prim: tirx.PrimFunc, symbol: str = "") -> tirx.PrimFunc:
     except (RuntimeError, ValueError) as exc:  # TVM raises InternalError (a RuntimeError)
         # Without the StmtSimplify TVM's own pipeline runs before LowerOpaqueBlock,
         # FlattenBuffer divided by zero on every Winograd partition: their prefetches
-        # were dropped with a debug log only, unnoticed for weeks.  Whatever else fails
+        # were dropped with a debug log only, and nobody noticed.  Whatever else fails
         # here is a warning: the function runs without prefetches (correct, slower).
         from .schedule import UnscheduledBlockWarning  # schedule -> templates -> here
 
