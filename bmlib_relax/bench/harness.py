@@ -474,7 +474,9 @@ def _scaling(argv: Sequence[str], counts: Sequence[int], json_path: Optional[str
     print()
     print(render_scaling(runs))
     if json_path:
-        _write_json(json_path, {"scaling": documents})
+        from ..runtime import write_json_atomic  # imports tvm: only when asked
+
+        write_json_atomic(json_path, {"scaling": documents})
     return 0
 
 
@@ -608,24 +610,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"{name}:")
         print(render_conv_efficiency(rows, measured))
     if args.json:
-        _write_json(args.json, {"target": target, "threads": threads, "peak_gflops": peak,
-                                "measured_peak_gflops": measured,
-                                "results": [asdict(r) for r in results], "compile_s": extra,
-                                "conv_layers": {"model": args.layers,
-                                                "layers": [asdict(r) for r in layers]},
-                                "conv_in_model": in_model})
+        from ..runtime import write_json_atomic
+
+        write_json_atomic(args.json, {"target": target, "threads": threads,
+                                      "peak_gflops": peak,
+                                      "measured_peak_gflops": measured,
+                                      "results": [asdict(r) for r in results],
+                                      "compile_s": extra,
+                                      "conv_layers": {"model": args.layers,
+                                                      "layers": [asdict(r) for r in layers]},
+                                      "conv_in_model": in_model})
     return 0
-
-
-def _write_json(path: str, document: dict) -> None:
-    """``document`` as indented JSON at ``path``, written atomically."""
-    from ..runtime import atomic_write
-
-    def write(tmp: str) -> None:
-        with open(tmp, "w") as handle:
-            json.dump(document, handle, indent=2)
-
-    atomic_write(str(path), write, suffix=".json")
 
 
 if __name__ == "__main__":
