@@ -348,24 +348,3 @@ def test_weight_not_a_constant_is_not_prefetched(monkeypatch):
     _assert_winograd(partitioned)
     assert _gemm_prefetches(partitioned)[1] == []
 
-
-def test_prefetches_that_cannot_be_inserted_warn(monkeypatch):
-    """A function whose flattening fails runs without its prefetches, correctly, and
-    says so (they were once dropped with a debug log for every Winograd partition)."""
-    from bmlib_relax.backend import prefetch
-    from bmlib_relax.backend.schedule import UnscheduledBlockWarning
-
-    def fail(prim):
-        raise RuntimeError("Divide by zero")
-
-    monkeypatch.setattr(prefetch, "flatten", fail)
-    monkeypatch.setenv(conv_winograd.ENV, "2")
-    mod, arrays = make_module(_conv_bias_bn_relu((1, 1)), [(1, 32, 8, 8)],
-                              [(32, 32, 3, 3), (32,), (32,), (32,), (32,), (32,)])
-    partitioned = partition_for_bmlib(mod)
-    with pytest.warns(UnscheduledBlockWarning, match="prefetches not inserted .*Divide by zero"):
-        (prim, _), = _lowered(partitioned)
-    assert not list(prefetch_calls(prim.body))
-    with pytest.warns(UnscheduledBlockWarning):
-        (got,), _ = run_offloaded(partitioned, arrays)
-    np.testing.assert_allclose(got, run_plain(mod, arrays)[0], rtol=1e-4, atol=1e-4)

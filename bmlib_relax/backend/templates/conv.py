@@ -866,10 +866,11 @@ def _mark_block_prefetch(sch, block, tile_loop, out_rows: int, tiles_per_row: in
                   per_block, tiles_per_row)
 
 
-def _prefetched_kernel(sch, block):
+def _prefetched_kernel(sch, block, rank: int = 6):
     """The kernel buffer of a conv block to prefetch from, None when prefetching is
-    switched off (``$BMLIB_CONV_PREFETCH``) or the kernel is not a static 6-D one."""
-    return _kernel_buffer(sch, block) if switched_on(PREFETCH_ENV) else None
+    switched off (``$BMLIB_CONV_PREFETCH``) or the kernel is not a static one of
+    ``rank`` dims (6: the blocked direct kernel; 5: Winograd's ``U``)."""
+    return _kernel_buffer(sch, block, rank) if switched_on(PREFETCH_ENV) else None
 
 
 def _weights_per_block(kernel) -> tuple[int, int]:
@@ -880,11 +881,11 @@ def _weights_per_block(kernel) -> tuple[int, int]:
     return int(kernel.shape[0]), per_block
 
 
-def _kernel_buffer(sch, block):
-    """The 6-D blocked kernel a conv block reads (static shape), or None."""
+def _kernel_buffer(sch, block, rank: int = 6):
+    """The ``rank``-D kernel a conv block reads (static shape), or None."""
     written = sch.get(block).writes[0].source
     kernels = [r.source for r in sch.get(block).reads
-               if not r.source.same_as(written) and len(r.source.shape) == 6 and
+               if not r.source.same_as(written) and len(r.source.shape) == rank and
                all(isinstance(d, tirx.IntImm) for d in r.source.shape)]
     return kernels[0] if len(kernels) == 1 else None
 

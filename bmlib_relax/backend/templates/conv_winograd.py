@@ -51,7 +51,6 @@ from tvm import te, tirx
 from ...errors import ParamError
 from .. import prefetch
 from ..schedule import divisor_at_most, inline_epilogue
-from ..switches import switched_on
 from ..target import vector_registers
 from ._utils import attr_ints, out_dtype
 from .registry import SCHEDULE_ATTR, register_schedule
@@ -472,11 +471,11 @@ def schedule_winograd_gemm(sch, block, ctx):
     channels | ``tp`` tiles (unrolled) x ``kb`` output channels (vectorized),
     accumulated in a tile buffer (see the register-tile note in ..schedule) and
     copied out."""
-    from .conv import _tile_under  # conv imports this module lazily: no cycle
+    from .conv import _prefetched_kernel, _tile_under  # conv imports this module lazily
 
     tp = int(sch.get(block).annotations["bmlib_tile"])
     kb = int(sch.get(block).writes[0].source.shape[4])
-    kernel = _transformed_kernel(sch, block)
+    kernel = _prefetched_kernel(sch, block, rank=5)  # U[a, a, K/kb, C, kb]
     out = sch.cache_write(block, 0, "global")
     eps, nu, ko, p, ki = sch.get_loops(out)
     po, pi = sch.split(p, [None, tp])
@@ -492,20 +491,6 @@ def schedule_winograd_gemm(sch, block, ctx):
         sch.vectorize(ki)
     _tile_under(sch, block, sch.get_loops(block)[1:], tp, kb)
     ctx.done.add(str(sch.get(out).name_hint))
-
-
-def _transformed_kernel(sch, block):
-    """The weight ``U[a, a, K/kb, C, kb]`` the GEMM reads, when it has a static shape
-    and prefetching is on (``$BMLIB_CONV_PREFETCH``); else None."""
-    from .conv import PREFETCH_ENV  # conv imports this module lazily: no cycle
-
-    if not switched_on(PREFETCH_ENV):
-        return None
-    written = sch.get(block).writes[0].source
-    kernels = [r.source for r in sch.get(block).reads
-               if not r.source.same_as(written) and len(r.source.shape) == 5 and
-               all(isinstance(d, tirx.IntImm) for d in r.source.shape)]
-    return kernels[0] if len(kernels) == 1 else None
 
 
 def _mark_slice_prefetch(sch, outer, kernel, groups: int) -> None:
