@@ -25,6 +25,8 @@ from typing import Callable, Optional
 import tvm
 from tvm import tirx
 
+from .. import interrupts
+
 PREFETCH_ATTR = "bmlib_prefetch"
 ROLE_ATTR = "bmlib_prefetch_role"
 CACHE_LINE_BYTES = 64
@@ -149,6 +151,7 @@ def insert_prefetches(prim: tirx.PrimFunc, symbol: str = "") -> tirx.PrimFunc:
         # here is a warning: the function runs without prefetches (correct, slower).
         from .schedule import UnscheduledBlockWarning  # schedule -> templates -> here
 
+        interrupts.raise_if_requested()  # a Ctrl-C that came back as an error: no warning
         where = f"bmlib partition {symbol!r}: " if symbol else ""
         warnings.warn(f"{where}software prefetches not inserted (flattening failed: "
                       f"{exc}); it runs without them (correct, but slower)",

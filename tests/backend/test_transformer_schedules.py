@@ -165,6 +165,28 @@ def test_prefetch_step_leaves_the_function_as_scheduled_when_flattening_fails(mo
         _check(mod, arrays, partitioned)
 
 
+def test_prefetch_fallback_does_not_swallow_a_ctrl_c(monkeypatch):
+    """A Ctrl-C during flattening comes back from TVM as an error; the fallback that
+    runs the function without prefetches must stop instead (no warning, no build)."""
+    from bmlib_relax import interrupts
+    from bmlib_relax.backend import prefetch
+
+    def interrupted(prim):
+        interrupts.request()  # what the command line's SIGINT handler records
+        raise RuntimeError("KeyboardInterrupt: raised in a callback")
+
+    monkeypatch.setattr(prefetch, "flatten", interrupted)
+    mod, _ = make_module(_dense_bias, [(16, 64)], [(4 * LANES, 64), (4 * LANES,)])
+    partitioned = partition_for_bmlib(mod)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", UnscheduledBlockWarning)
+            with pytest.raises(KeyboardInterrupt):
+                lower_and_verify(partitioned)
+    finally:
+        interrupts.clear()
+
+
 @pytest.mark.parametrize("rows, k", [(16, 5), (1, 256)])
 def test_no_prefetch_for_a_short_reduction_or_a_gemv(rows, k):
     """Fewer than 8 k steps leave nothing to hide a prefetch behind; a GEMV has one row
