@@ -1,6 +1,7 @@
 """Helpers for backend tests: one-op Relax modules and the plain reference build."""
 from __future__ import annotations
 
+import itertools
 import re
 from typing import Callable, Sequence
 
@@ -142,6 +143,26 @@ def update_realizes(stmt, prefix: str, loops=()):
     elif isinstance(stmt, tirx.SeqStmt):
         for child in stmt.seq:
             yield from update_realizes(child, prefix, loops)
+
+
+def assert_prefetches_next_unit(path, call, total: int, per_unit: int,
+                                iterations_per_unit: int) -> dict[int, set[int]]:
+    """Run the prefetch ``call``'s address arithmetic for every iteration of its loop
+    nest ``path`` (outermost: the parallel loop, ``iterations_per_unit`` iterations per
+    unit of ``per_unit`` weight elements): every address stays in the ``total``-element
+    float32 weight, and the iterations of unit ``u`` together fetch every cache line of
+    unit ``u + 1`` (the last one clamped to the weight).  Returns the lines by unit."""
+    index = call.args[0].args[0].indices[0]
+    fetched: dict[int, set[int]] = {}
+    for values in itertools.product(*(range(int(loop.extent)) for loop in path)):
+        element = index_value(index, {loop.loop_var: v for loop, v in zip(path, values)})
+        assert 0 <= element < total
+        fetched.setdefault(values[0] // iterations_per_unit, set()).add(element * 4 // 64)
+    for unit, lines in fetched.items():
+        start = min((unit + 1) * per_unit, total - 1)
+        end = min((unit + 2) * per_unit, total)
+        assert set(range(start * 4 // 64, (end * 4 - 1) // 64 + 1)) <= lines, unit
+    return fetched
 
 
 def prefetch_calls(stmt, path=()):

@@ -7,7 +7,6 @@ Structure only, with numerics against the plain build."""
 from __future__ import annotations
 
 import importlib
-import itertools
 
 import pytest
 from tvm import relax, tirx
@@ -15,8 +14,8 @@ from tvm import relax, tirx
 from bmlib_relax import partition_for_bmlib
 from bmlib_relax.compiler import lower_and_verify
 
-from helpers import (check_offloaded_run, index_value, make_module, prefetch_calls,
-                     update_realizes)
+from helpers import (assert_prefetches_next_unit, check_offloaded_run, index_value,
+                     make_module, prefetch_calls, update_realizes)
 
 conv_templates = importlib.import_module("bmlib_relax.backend.templates.conv")
 R = relax.op
@@ -82,19 +81,10 @@ def test_heavy_conv_prefetches_the_next_output_blocks_weights(monkeypatch):
         per_block *= int(d)
     total = oc_blocks * per_block
     (path, call), = list(prefetch_calls(prim.body))
-    index = call.args[0].args[0].indices[0]
     outer = path[0]
     assert int(outer.kind) == int(tirx.ForKind.PARALLEL)
     rows = int(outer.extent) // oc_blocks
-    fetched: dict[int, set[int]] = {}
-    for values in itertools.product(*(range(int(loop.extent)) for loop in path)):
-        element = index_value(index, {loop.loop_var: v for loop, v in zip(path, values)})
-        assert 0 <= element < total
-        fetched.setdefault(values[0] // rows, set()).add(element * 4 // 64)
-    for cb, lines in fetched.items():
-        start = min((cb + 1) * per_block, total - 1)
-        end = min((cb + 2) * per_block, total)
-        assert set(range(start * 4 // 64, (end * 4 - 1) // 64 + 1)) <= lines, cb
+    assert_prefetches_next_unit(path, call, total, per_block, rows)
     check_offloaded_run(mod, partitioned, arrays)
     monkeypatch.setenv(conv_templates.PREFETCH_ENV, "0")
     assert not any("T.prefetch" in p.script() for p, _ in lower_and_verify(partitioned).values())
