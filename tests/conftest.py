@@ -18,6 +18,34 @@ DATA = Path(__file__).parent / "data"
 ROOT = Path(__file__).resolve().parent.parent
 
 
+#: Peak resident memory of one test process running the largest models (ResNet-50 twice,
+#: measured 2.3 GB); ``-n auto`` starts no more workers than the free memory holds.
+WORKER_MEMORY_BYTES = 3 << 30
+
+
+def _available_memory_bytes() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """Workers for ``pytest -n auto``: one per CPU the process may use (affinity and cgroup
+    quota, as the compiled models count them; xdist's own guess counts physical cores, one
+    on a 2-vCPU VM), no more than the available memory holds."""
+    from bmlib_relax.threads import available_cpus
+
+    workers = available_cpus()
+    memory = _available_memory_bytes()
+    if memory is not None:
+        workers = min(workers, memory // WORKER_MEMORY_BYTES)
+    return max(1, workers)
+
+
 def cli(*args, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     """Run the bmlib-relax command in a subprocess (``python -m bmlib_relax``, same entry point)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
