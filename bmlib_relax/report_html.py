@@ -16,7 +16,7 @@ from __future__ import annotations
 import html
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 import tvm
 from tvm import relax

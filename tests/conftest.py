@@ -159,3 +159,18 @@ def offloaded_partitions(module: tvm.IRModule) -> list[str]:
     return [gv.name_hint for gv, f in module.functions.items()
             if isinstance(f, relax.Function) and f.attrs is not None
             and str(f.attrs.get("Codegen", "")) == "bmlib"]
+
+
+def run_beside_offloaded_relu(params, outs, values):
+    """Compile ``fn(params) -> (relu(params[0]), *outs)`` from the Relay builder, assert the
+    relu (at least) was offloaded, check it, and return the ``outs`` results: an op with no
+    bmlib template still runs next to something bmlib did compute."""
+    import bmlib_relax
+    from bmlib_relax import relay
+
+    func = relay.Function(params, relay.Tuple([relay.nn.relu(params[0])] + list(outs)))
+    model = bmlib_relax.compile(relay.IRModule.from_expr(func))
+    assert offloaded_partitions(model.relax_module), "nothing was offloaded"
+    results = model(*values)
+    np.testing.assert_allclose(results[0], np.maximum(values[0], 0), rtol=1e-6)
+    return results[1:]

@@ -78,6 +78,21 @@ def test_bench_reports_reference_columns_and_thread_scaling(tmp_path):
         assert result["max_abs_diff"]["onnxruntime_vs_plain"] < 1e-4
 
 
+def test_bench_thread_counts_follow_the_cgroup_quota_as_the_model_does(monkeypatch):
+    """``--scaling`` runs at 1 and at every CPU the process may use, counted as a compiled
+    model counts them by default (affinity lowered to the cgroup quota), not the affinity
+    alone: on a 2-CPU quota of a 64-CPU host, 64 threads would be a meaningless column."""
+    from bmlib_relax.bench import harness
+
+    seen = {}
+    monkeypatch.setattr("bmlib_relax.threads.available_cpus", lambda: 3)
+    monkeypatch.setattr(harness, "_scaling",
+                        lambda argv, counts, json_path=None: seen.setdefault("counts", counts)
+                        and 0)
+    assert harness.main(["transformer_block", "--scaling"]) == 0
+    assert seen["counts"] == [1, 3]
+
+
 def test_onnx_reference_of_an_nhwc_graph_matches_the_plain_build():
     import sys
     from pathlib import Path

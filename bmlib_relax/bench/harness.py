@@ -533,21 +533,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                              "report the speed-up")
     args = parser.parse_args(argv)
 
+    # Every CPU as the compiled model counts them by default (affinity, cgroup quota).
+    from ..threads import available_cpus, configure_current_thread
+
     if args.scaling:
-        every = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        every = available_cpus()
         rest = _strip_option(_strip_option(_strip_option(argv, "--scaling", False),
                                            "--threads", True), "--json", True)
         return _scaling(rest, sorted({1, int(every or 1)}), args.json)
 
-    default_threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
-        else os.cpu_count()
-    threads = args.threads or int(os.environ.get("TVM_NUM_THREADS") or default_threads or 1)
+    threads = args.threads or int(os.environ.get("TVM_NUM_THREADS") or available_cpus())
     # TVM's thread pool reads this when it first starts, i.e. at the first parallel run;
     # configure_current_thread also keeps TVM from pinning this thread to one CPU.
     os.environ["TVM_NUM_THREADS"] = str(threads)
     import tvm
-
-    from ..threads import configure_current_thread
 
     configure_current_thread(threads)
 

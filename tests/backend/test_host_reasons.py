@@ -1,7 +1,6 @@
 """The report says why each op stayed on the host (text, JSON, markdown)."""
 from __future__ import annotations
 
-import numpy as np
 import tvm
 from tvm import relax
 

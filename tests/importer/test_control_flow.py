@@ -18,7 +18,7 @@ from tvm import relax
 
 import bmlib_relax
 from bmlib_relax import ConversionError, UnsupportedOpError, import_relay
-from bmlib_relax.relay import ast, parse
+from bmlib_relax.relay import parse
 
 from conftest import corpus_dir, offloaded_partitions
 

@@ -1,7 +1,6 @@
 """Pooling with Relay's defaults, ceil_mode, count_include_pad and layouts."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from .helpers import check, import_text, ops_in, pool2d_ref, rand, relay_fn

@@ -15,7 +15,7 @@ from bmlib_relax.cli import EXAMPLE_DIR
 from bmlib_relax.convert import convert
 from bmlib_relax.errors import ParamError
 from bmlib_relax.examples import seed
-from bmlib_relax.legacy import load_legacy_module, load_pattern_table
+from bmlib_relax.legacy import load_legacy_module
 from bmlib_relax.legacy.lowerings import (get_legacy_lowering, lowering_scope,
                                           register_legacy_lowering, register_lower_map,
                                           unregister_legacy_lowering)

@@ -3,25 +3,13 @@
 Oracles: numpy and ``tvm.topi.testing``; each compile asserts bmlib offloaded something.
 """
 import numpy as np
-import pytest
 import tvm.topi.testing
 from tvm import te
 
-import bmlib_relax
 from bmlib_relax import relay
-from conftest import offloaded_partitions
+from conftest import run_beside_offloaded_relu as _run
 
 RNG = np.random.default_rng(2)
-
-
-def _run(params, outs, values):
-    """Compile ``fn(params) -> (relu(params[0]), *outs)``, assert offload, run."""
-    func = relay.Function(params, relay.Tuple([relay.nn.relu(params[0])] + list(outs)))
-    model = bmlib_relax.compile(relay.IRModule.from_expr(func))
-    assert offloaded_partitions(model.relax_module), "nothing was offloaded"
-    results = model(*values)
-    np.testing.assert_allclose(results[0], np.maximum(values[0], 0), rtol=1e-6)
-    return results[1:]
 
 
 def test_conv2d_weight_type_in_packed_layouts():

@@ -8,19 +8,9 @@ from tvm import te
 
 import bmlib_relax
 from bmlib_relax import relay
-from conftest import offloaded_partitions
+from conftest import offloaded_partitions, run_beside_offloaded_relu as _run
 
 RNG = np.random.default_rng(3)
-
-
-def _run(params, outs, values):
-    """Compile ``fn(params) -> (relu(params[0]), *outs)``, assert offload, run."""
-    func = relay.Function(params, relay.Tuple([relay.nn.relu(params[0])] + list(outs)))
-    model = bmlib_relax.compile(relay.IRModule.from_expr(func))
-    assert offloaded_partitions(model.relax_module), "nothing was offloaded"
-    results = model(*values)
-    np.testing.assert_allclose(results[0], np.maximum(values[0], 0), rtol=1e-6)
-    return results[1:]
 
 
 def test_transpose_prints_axes_none_and_reverses():

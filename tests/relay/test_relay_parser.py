@@ -1,7 +1,6 @@
 """Parser tests: the seed model, typed literals, error messages."""
 from __future__ import annotations
 
-import os
 import pathlib
 
 import numpy as np
