@@ -390,7 +390,8 @@ def _check(imported, partitioned, model, feed, generated, outputs, target, rtol,
     from .compiler import compile_plain
     from .runtime import ModelRunner
 
-    plain = ModelRunner(compile_plain(imported, target), model.input_names)
+    plain = ModelRunner(compile_plain(imported, target), model.input_names,
+                        huge_pages=False)  # called once, as a reference
     want = plain(*feed)
     diffs = compare(outputs, want, rtol, atol)
     result: dict[str, Any] = {

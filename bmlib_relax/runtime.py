@@ -28,6 +28,7 @@ from tvm import relax
 
 from . import interrupts
 from .errors import ArtifactError, ParamError
+from .hugepages import HugePages
 from .threads import ThreadConfig
 
 ARTIFACT_FORMAT = "bmlib-relax-artifact"
@@ -46,17 +47,22 @@ class ModelRunner:
     scalars (0-d) or nested lists.  A single output comes back as an array,
     several as a tuple.  It runs on
     ``num_threads`` threads (default: every CPU available, see :mod:`.threads`).
+    After its first call its weights and activations are moved onto huge pages in
+    the background (:mod:`.hugepages`; ``huge_pages=False`` or ``BMLIB_HUGE_PAGES=0``
+    turns that off); :meth:`warm_up` runs once and waits for it.
     """
 
     def __init__(self, executable: Any, input_names: Sequence[str],
                  input_specs: Optional[Sequence[dict]] = None, device: Any = None,
-                 num_threads: Optional[int] = None):
+                 num_threads: Optional[int] = None, huge_pages: bool = True):
         self.threads = ThreadConfig(num_threads)
         self.executable = executable
         self.input_names = list(input_names)
         self.input_specs = list(input_specs or [])
         self.device = device or tvm.cpu()
         self._vm = relax.VirtualMachine(executable, self.device)
+        local_cpu = self.device.dlpack_device_type() == tvm.cpu().dlpack_device_type()  # not RPC
+        self.huge_pages = HugePages(enabled=huge_pages and local_cpu)
 
     def _arrange(self, args: Sequence[Any], kwargs: dict) -> list[np.ndarray]:
         names = self.input_names
@@ -89,8 +95,17 @@ class ModelRunner:
     def __call__(self, *args: Any, **kwargs: Any):
         arrays = self._arrange(args, kwargs)
         self.threads.apply()
-        result = self._vm["main"](*[tvm.runtime.tensor(a, self.device) for a in arrays])
-        return to_numpy(result)
+        tensors = [tvm.runtime.tensor(a, self.device) for a in arrays]
+        if self.huge_pages.pending:  # the first call records what to place
+            return to_numpy(self.huge_pages.run_recording(self._vm, tensors))
+        return to_numpy(self._vm["main"](*tensors))
+
+    def warm_up(self, *args: Any, **kwargs: Any):
+        """Call the model once and wait until its memory is placed (huge pages): what a
+        benchmark does before it times ``_vm["main"]``.  Returns the outputs."""
+        outputs = self(*args, **kwargs)
+        self.huge_pages.wait()
+        return outputs
 
 
 def as_input_array(value: Any, name: str, spec: Optional[dict] = None) -> np.ndarray:

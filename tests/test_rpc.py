@@ -127,6 +127,7 @@ def test_load_remote_from_python(rpc_server, artifact):
     model = bmlib_relax.load(out / "model.so", remote=session)
     assert model.input_names == ["data"]
     assert "remote" in str(model.device).lower() or model.device.device_type > 128
+    assert not model.huge_pages.pending  # remote memory: not this process's to place
     np.testing.assert_allclose(model(data=data), local, rtol=1e-6, atol=1e-6)
     with pytest.raises(bmlib_relax.ParamError, match="input 'data': expected shape"):
         model(data=data[:, :, :4])  # checked before it travels
