@@ -36,6 +36,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from ..constants import tensor_constant
 from ..registry import Registry
 from .layout import BINARY, UNARY
 from .rewrite import (conv2d_blocking, const_array, depthwise_blocking, pack_conv2d_weight)
@@ -134,9 +135,9 @@ class _BlockedConverter(TwinRebuilder):
             array = const_array(self.bindings.get(expr))
         if array is not None:
             if array.size == 1 and array.ndim <= 5:
-                return relax.const(array.reshape(()), str(array.dtype))
+                return tensor_constant(array.reshape(()))
             converted = blocked_constant(array, channels, block)
-            return None if converted is None else relax.const(converted, str(array.dtype))
+            return None if converted is None else tensor_constant(converted, str(array.dtype))
         shape = _static_shape(expr)
         if shape is None or len(shape) != 4 or shape[1] != channels:
             return None
@@ -310,7 +311,7 @@ def _conv2d(conv: _BlockedConverter, var: relax.Var, call: relax.Call) -> bool:
     if blocked is None:
         packed = pack_conv2d_weight(array, 1 if groups > 1 else ib, ob)
         blocked = relax.op.nn.conv2d(
-            source, relax.const(packed), strides=attrs.strides, padding=attrs.padding,
+            source, tensor_constant(packed), strides=attrs.strides, padding=attrs.padding,
             dilation=attrs.dilation, groups=groups, data_layout=data_layout,
             kernel_layout=f"OIHW{1 if groups > 1 else ib}i{ob}o",
             out_layout=blocked_layout_name(ob), out_dtype=attrs.out_dtype)

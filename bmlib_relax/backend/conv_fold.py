@@ -25,6 +25,7 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from ..constants import tensor_constant
 from .rewrite import const_array, rewrite_functions
 
 
@@ -126,9 +127,11 @@ class _ConvFolder(PyExprMutator):
         per_channel = channel_scale(values, weight.shape[0])
         if per_channel is None:
             return None
-        scaled = (weight.astype("float64") * per_channel.astype("float64")[:, None, None, None])
+        # One multiply in the weight's own dtype is correctly rounded: the same bits as
+        # the product taken in float64 and rounded back, without two float64 copies.
+        scaled = np.multiply(weight, per_channel.astype(weight.dtype)[:, None, None, None])
         return relax.op.nn.conv2d(
-            conv.args[0], relax.const(scaled.astype(weight.dtype), str(weight.dtype)), strides=attrs.strides,
+            conv.args[0], tensor_constant(scaled), strides=attrs.strides,
             padding=attrs.padding, dilation=attrs.dilation, groups=int(attrs.groups),
             data_layout="NCHW", kernel_layout="OIHW", out_layout="NCHW",
             out_dtype=attrs.out_dtype)

@@ -27,6 +27,7 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from ..constants import tensor_constant
 from ..registry import Registry
 from .rewrite import const_array, rewrite_functions
 
@@ -142,7 +143,7 @@ class _ConstantFolder(PyExprMutator):
             return call
         self.folded += 1
         # (np.ascontiguousarray would turn a 0-d result into shape (1,).)
-        const = relax.const(np.require(result.astype(dtype, copy=False), requirements="C"), dtype)
+        const = tensor_constant(result, dtype)
         keeps_exact = call.op.name not in _SHAPE_OPS or \
             any(self._is_exact(a) for a in tensors)
         if wide and keeps_exact and result.dtype == np.float64:

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-import numpy as np
 import tvm
 from tvm import relax
 
+from ..constants import tensor_constant
 from ..registry import Registry
 from .rewrite import const_array
 from .twins import TwinRebuilder, rebuild_functions
@@ -87,9 +87,8 @@ class _LayoutConverter(TwinRebuilder):
             return None
         array = const_array(expr)
         if array is not None:
-            return relax.const(np.ascontiguousarray(
-                array.reshape((1,) * (4 - rank) + array.shape).transpose(TO_NCHW)),
-                str(array.dtype))
+            return tensor_constant(
+                array.reshape((1,) * (4 - rank) + array.shape).transpose(TO_NCHW))
         if rank < 4 and not all(hasattr(d, "value") for d in expr.ty.shape.values):
             return None  # a symbolic operand of lower rank: left in NHWC
         value = self.substitute(expr)
@@ -147,7 +146,7 @@ def _conv2d(conv: _LayoutConverter, call: relax.Call):
     weight = call.args[1]
     array = const_array(weight)
     perm = _permutation(kernel, "OIHW")
-    weight = relax.const(np.ascontiguousarray(array.transpose(perm)), str(array.dtype)) \
+    weight = tensor_constant(array.transpose(perm)) \
         if array is not None \
         else conv.bb.emit(relax.op.permute_dims(conv.substitute(weight), perm))
     conv.converted += 1

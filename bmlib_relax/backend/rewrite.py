@@ -29,6 +29,7 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from ..constants import constant_view, tensor_constant
 from .dot_product import conv2d_dot_layout, conv2d_packs_own_weight, pack_dot_weight
 from .target import vector_lanes
 from .templates.linalg import packed_panel_width
@@ -79,9 +80,7 @@ def pack_dense_weight(weight: np.ndarray, width: int) -> np.ndarray:
 
 def const_array(expr) -> Any:
     """The NumPy value of a Relax constant, else ``None``."""
-    if isinstance(expr, tvm.ir.expr.GenericConst):
-        return expr.value.numpy()
-    return None
+    return constant_view(expr)
 
 
 def _static(ty, from_axis: int = 0) -> bool:
@@ -132,7 +131,7 @@ class _WeightPacker(PyExprMutator):
         width = packed_panel_width(rows, n, vector_lanes(self.target, "float32"))
         if width is None:
             return call
-        panels = relax.const(pack_dense_weight(array, width))
+        panels = tensor_constant(pack_dense_weight(array, width))
         view = self.builder_.emit(relax.op.reshape(
             self.builder_.emit(relax.op.permute_dims(panels, [1, 0, 2])), (k, n)))
         self.packed += 1
@@ -177,7 +176,7 @@ class _WeightPacker(PyExprMutator):
             packed, layout = pack_conv2d_weight(array, ib, ob), f"OIHW{ib}i{ob}o"
         self.packed += 1
         return relax.op.nn.conv2d(
-            data, relax.const(packed), strides=attrs.strides, padding=attrs.padding,
+            data, tensor_constant(packed), strides=attrs.strides, padding=attrs.padding,
             dilation=attrs.dilation, groups=groups, data_layout="NCHW",
             kernel_layout=layout, out_layout="NCHW",
             out_dtype=attrs.out_dtype)
@@ -198,7 +197,7 @@ class _WeightPacker(PyExprMutator):
         packed = array.reshape(i // ib, ib, o // ob, ob, kh, kw).transpose(0, 2, 4, 5, 1, 3)
         self.packed += 1
         return relax.op.nn.conv2d_transpose(
-            data, relax.const(np.ascontiguousarray(packed)), strides=attrs.strides,
+            data, tensor_constant(packed), strides=attrs.strides,
             padding=attrs.padding, output_padding=attrs.output_padding,
             dilation=attrs.dilation, groups=groups, data_layout="NCHW",
             kernel_layout=f"IOHW{ib}i{ob}o", out_layout="NCHW", out_dtype=attrs.out_dtype)
@@ -212,7 +211,7 @@ class _WeightPacker(PyExprMutator):
         if axes is not None and [int(a) for a in axes] != [1, 0]:
             return call
         self.packed += 1
-        return relax.const(np.ascontiguousarray(array.T))
+        return tensor_constant(array.T)
 
 def _winograd(call: relax.Call, array: np.ndarray, lanes: int):
     from .templates.conv_winograd import rewrite_conv2d  # lazy: templates import this module

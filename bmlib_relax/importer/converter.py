@@ -45,6 +45,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from ..constants import tensor_constant
 from ..errors import BmlibError, ConversionError, ParamError, UnsupportedOpError
 from ..relay import ast
 from ..relay.params import check_param
@@ -500,7 +501,7 @@ class RelayImporter:
             if var.name in self.params:
                 value = self.params[var.name]
                 check_param(var.name, value, var.type_annotation)
-                env[var] = relax.const(value, str(value.dtype))
+                env[var] = tensor_constant(value)
                 self.views.bound_param(var, env[var], value)
                 continue
             var_type = var.type_annotation
@@ -642,7 +643,7 @@ class RelayImporter:
                 "#[metadata] section; print the module with show_meta_data=True or pass the "
                 "weights as parameters", op="constant", location=_where(node))
         data = node.data
-        value = relax.const(data, str(data.dtype))
+        value = tensor_constant(data)
         self.views.leaf(node, value)
         return value
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
+from ..constants import tensor_constant
 from ..errors import BmlibError, RelayTypeError
 from . import ast as A
 from .analysis import post_order_list
@@ -310,7 +311,7 @@ class TypeInferencer:
         from tvm import relax
 
         if isinstance(arg, A.Constant) and arg.data is not None:
-            return relax.const(arg.data, str(arg.data.dtype)), []
+            return tensor_constant(arg.data), []
         if isinstance(arg, A.Tuple) and isinstance(ty, A.TupleType):
             fields, params = [], []
             for j, (field, fty) in enumerate(zip(arg.fields, ty.fields)):

@@ -48,6 +48,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 from tvm import te, tirx
 
+from ...constants import tensor_constant
 from ...errors import ParamError
 from .. import prefetch
 from ..schedule import divisor_at_most, inline_epilogue
@@ -206,7 +207,7 @@ def winograd_conv2d(data, array: np.ndarray, attrs, shape, dtype: str, out_shape
         return None  # Relax refuses the layout HWOI1o (a prime channel count over a vector)
     top, left, bottom, right = _padding4(attr_ints(attrs.padding))
     return relax.op.nn.conv2d(
-        data, relax.const(transform_weight(array, m, kb)), strides=attrs.strides,
+        data, tensor_constant(transform_weight(array, m, kb)), strides=attrs.strides,
         padding=(top, left, bottom + m - 1, right + m - 1), dilation=attrs.dilation,
         groups=1, data_layout=data_layout, kernel_layout=f"HWOI{kb}o",
         out_layout="NCHW" if result_block is None else f"NCHW{kb}c",
