@@ -221,3 +221,18 @@ def test_a_block_of_unmapped_memory_is_refused_and_counted():
     report = hugepages.collapse([(0x10000 * HUGE_PAGE_BYTES, HUGE_PAGE_BYTES)])
     assert report.blocks == 1 and report.collapsed == 0
     assert set(report.refused) <= {"ENOMEM", "EINVAL", "EFAULT"}, report.refused
+
+
+@pytest.mark.skipif(hugepages.unavailable_reason() is not None,
+                    reason=f"huge pages unavailable: {hugepages.unavailable_reason()}")
+def test_a_loaded_artifact_places_its_deserialised_weights_too(tmp_path, monkeypatch):
+    """``load`` reads the constants back into TVM's own allocations: the same placement."""
+    monkeypatch.delenv(hugepages.ENV_HUGE_PAGES, raising=False)
+    model, data, want = _dense_model()
+    model.export_library(tmp_path / "dense.so")
+    loaded = bmlib_relax.load(tmp_path / "dense.so")
+    assert loaded.huge_pages.pending
+    np.testing.assert_allclose(loaded.warm_up(data), want, rtol=1e-5, atol=1e-5)
+    report = loaded.huge_pages.report
+    assert report.skipped is None and report.tensor_bytes >= UNITS * FEATURES * 4, report
+    assert report.collapsed + sum(report.refused.values()) == report.blocks >= 1
