@@ -6,10 +6,11 @@ allocates for a model's constants and for the VM's activation storage sits on
 4 KiB pages: ResNet-50's 120 MB are ~30 000 pages, a TLB miss each on every run,
 and the hardware prefetchers stop at every 4 KiB boundary.  A large model streams
 its weights from L3 or DRAM on each run, so this is where its late layers wait.
-Measured in one process, the same build with and without (interleaved, 1 thread):
-ResNet-50 7-11 % faster, the BERT-base layer 8 %, ResNet-18 4 %, MobileNet 2 %.
-(Which pages happen to be huge without this varies from build to build: numpy
-advises its own large arrays, and glibc reuses such memory.)
+Measured in one process, two builds with and without (interleaved, 1 thread):
+ResNet-50 1-8 % faster, the BERT-base layer 3-4 %, ResNet-18 6 %, MobileNet 1-2 %.
+The spread is how many pages were huge anyway, which varies from build to build
+(numpy advises its own large arrays and glibc reuses that memory): 40 % of
+ResNet-50's without this, 75-85 % with it.
 
 What is done: a model's first call runs with a VM instrument that records the
 tensors its calls touch (the constants, and the pooled storage the VM reuses on
