@@ -34,6 +34,7 @@ from .threads import ThreadConfig
 ARTIFACT_FORMAT = "bmlib-relax-artifact"
 ARTIFACT_FORMAT_VERSION = 1
 _HASH_CHUNK = 1 << 20
+WARM_UP_WAIT_SECONDS = 60.0  # a kernel compacting memory for huge pages may be slow
 MAX_METADATA_BYTES = 16 << 20  # a signature of thousands of inputs is a few hundred KB
 
 
@@ -101,10 +102,12 @@ class ModelRunner:
         return to_numpy(self._vm["main"](*tensors))
 
     def warm_up(self, *args: Any, **kwargs: Any):
-        """Call the model once and wait until its memory is placed (huge pages): what a
-        benchmark does before it times ``_vm["main"]``.  Returns the outputs."""
+        """Call the model once and wait until its memory is placed (huge pages; at most
+        ``WARM_UP_WAIT_SECONDS``, then it goes on in the background): what a benchmark
+        does before it times ``_vm["main"]``.  Takes the inputs as a call does (so no
+        option of its own); returns the outputs."""
         outputs = self(*args, **kwargs)
-        self.huge_pages.wait()
+        self.huge_pages.wait(WARM_UP_WAIT_SECONDS)
         return outputs
 
 
