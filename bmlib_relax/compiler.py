@@ -19,7 +19,7 @@ from .backend.run_codegen import run_codegen
 from .backend.target import resolve_target
 from .backend.verify import verify_partition_arity
 from .errors import ParamError, UnsupportedOpError
-from .importer import RelayLike, as_relay_module, import_relay
+from .importer import RelayLike, as_relay_module, import_relay, provenance
 from .legacy.lowerings import lowering_scope
 from .preflight import require_main
 from .relay import ast
@@ -102,6 +102,9 @@ class CompiledModel(ModelRunner):
         super().__init__(executable, [s["name"] for s in specs], specs, device, num_threads)
         self.relax_module = relax_module
         self.report = report
+        #: The Relay views of the import(s) this model came from (``compile`` sets it):
+        #: legacy checks and reports read them through the spans of ``relax_module``.
+        self.provenance_tables: list = []
         report.inputs = [dict(s) for s in specs]
 
     def flops(self, *args: Any, **kwargs: Any) -> dict[str, int]:
@@ -196,6 +199,15 @@ def compile(relay_mod: RelayLike, params: ParamsLike = None, *, target: TargetLi
     """
     target = resolve_target(target)
     ThreadConfig(num_threads)  # a bad num_threads / $TVM_NUM_THREADS fails before compiling
+    with provenance.tables_created() as tables:
+        model = _compile(relay_mod, params, target, patterns, merge, lowerings, inputs,
+                         input_shapes, blocked_layout, num_threads)
+    model.provenance_tables = tables  # the model's Relay views live (and die) with it
+    return model
+
+
+def _compile(relay_mod, params, target, patterns, merge, lowerings, inputs, input_shapes,
+             blocked_layout, num_threads) -> "CompiledModel":
     weights = load_params(params)
     if isinstance(relay_mod, tvm.IRModule):  # a Relax module (ONNX, PyTorch, TVMScript)
         from .relax_input import prepare_relax_module

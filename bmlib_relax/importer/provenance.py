@@ -28,11 +28,14 @@ composite that the pattern check saw in ``main``.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import itertools
 import threading
-from collections import OrderedDict
+import weakref
+from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import tvm
 
@@ -40,7 +43,10 @@ from ..relay import ast
 
 _SOURCE_PREFIX = "relay#"
 _PART_SUFFIX = "~"
-_MAX_TABLES = 64  # imports kept addressable (oldest dropped first)
+#: Imports kept alive for callers that hold only the imported module (``import_relay``
+#: then ``partition_for_bmlib``).  A table holds the Relay views of a whole model, its
+#: weights included: ``compile`` keeps its own table with the model it returns instead.
+_KEEP_RECENT = 4
 
 
 # --------------------------------------------------------------------------- ops
@@ -161,17 +167,37 @@ class ProvenanceTable:
         return tvm.ir.Span(tvm.ir.SourceName(name), line, line, column, column)
 
 
-_TABLES: "OrderedDict[int, ProvenanceTable]" = OrderedDict()
+# Every live table by id, weakly: a table lives while its owner (a compiled model, or
+# the few most recent imports below) does, and its weights are freed with it.  It used
+# to be a strong cache of the last 64 imports, which kept up to 64 models' weights.
+_TABLES: "weakref.WeakValueDictionary[int, ProvenanceTable]" = weakref.WeakValueDictionary()
+_RECENT: "deque[ProvenanceTable]" = deque(maxlen=_KEEP_RECENT)
 _TABLES_LOCK = threading.Lock()
+_COLLECTING: "contextvars.ContextVar[Optional[list[ProvenanceTable]]]" = \
+    contextvars.ContextVar("bmlib_provenance_collecting", default=None)
 
 
 def new_table() -> ProvenanceTable:
     table = ProvenanceTable()
     with _TABLES_LOCK:
         _TABLES[table.id] = table
-        while len(_TABLES) > _MAX_TABLES:
-            _TABLES.popitem(last=False)
+        _RECENT.append(table)
+    collected = _COLLECTING.get()
+    if collected is not None:
+        collected.append(table)
     return table
+
+
+@contextlib.contextmanager
+def tables_created() -> Iterator[list[ProvenanceTable]]:
+    """The tables the imports inside the block create: whoever keeps the list keeps
+    their provenance (``compile`` gives it to the model it returns)."""
+    collected: list[ProvenanceTable] = []
+    token = _COLLECTING.set(collected)
+    try:
+        yield collected
+    finally:
+        _COLLECTING.reset(token)
 
 
 def origin_of(expr: Any) -> Optional[Origin]:

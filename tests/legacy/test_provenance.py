@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from tvm import topi
+from tvm import relax, topi
 
 import bmlib_relax
 from bmlib_relax.importer import RelayImporter
@@ -163,3 +163,30 @@ def test_alternative_is_chosen_by_relay_op_names():
     model = bmlib_relax.compile(text, weights, patterns=[("cutlass.conv2d_bias", pattern)])
     assert offloaded_partitions(model.relax_module)
     assert model.report.to_dict()["ops_offloaded"] == {"relax.nn.conv2d": 1, "relax.add": 1}
+
+
+def test_a_models_relay_views_live_with_it_and_are_freed_after():
+    """The Relay views of an import hold the model's weights: a compiled model keeps its
+    own, later imports push it out of the few kept for import_relay callers, and
+    dropping the model frees them (a cache of the last 64 imports used to keep them)."""
+    import gc
+    import weakref
+
+    from bmlib_relax.importer import provenance
+
+    model = bmlib_relax.compile(parse(MODEL), params())
+    (table,) = model.provenance_tables
+    table_ref = weakref.ref(table)
+    del table
+    for _ in range(provenance._KEEP_RECENT + 1):  # push it out of the recent imports
+        bmlib_relax.import_relay(parse(MODEL), params())
+    gc.collect()
+    calls = []
+    for func in model.relax_module.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(
+                func, lambda e: calls.append(e) if isinstance(e, relax.Call) else None)
+    assert any(origin_of(c) is not None for c in calls)  # still addressable
+    del model, calls
+    gc.collect()
+    assert table_ref() is None
