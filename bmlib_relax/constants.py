@@ -22,8 +22,8 @@ def tensor_constant(value: Any, dtype: Optional[str] = None):
     from tvm import relax
 
     array = np.asarray(value, dtype=dtype)
-    if not array.flags.c_contiguous:
-        array = np.ascontiguousarray(array)
+    if not array.flags.c_contiguous:  # never true of a 0-d array, which this keeps 0-d
+        array = np.ascontiguousarray(array)  # (it would turn a 0-d one into shape (1,))
     return relax.const(tvm.runtime.tensor(array))
 
 

@@ -142,7 +142,6 @@ class _ConstantFolder(PyExprMutator):
         if result.shape != want:  # broadcasting differs from what Relax inferred: keep it
             return call
         self.folded += 1
-        # (np.ascontiguousarray would turn a 0-d result into shape (1,).)
         const = tensor_constant(result, dtype)
         keeps_exact = call.op.name not in _SHAPE_OPS or \
             any(self._is_exact(a) for a in tensors)

@@ -460,7 +460,6 @@ def _scaling(argv: Sequence[str], counts: Sequence[int], json_path: Optional[str
     import subprocess
     import tempfile
 
-    runs: dict[int, list[dict]] = {}
     documents: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as folder:
         for count in counts:
@@ -472,9 +471,8 @@ def _scaling(argv: Sequence[str], counts: Sequence[int], json_path: Optional[str
             if code:
                 return code
             documents[str(count)] = json.loads(out.read_text())
-            runs[count] = documents[str(count)]["results"]
     print()
-    print(render_scaling(runs))
+    print(render_scaling({int(count): doc["results"] for count, doc in documents.items()}))
     if json_path:
         from ..runtime import write_json_atomic  # imports tvm: only when asked
 
@@ -539,10 +537,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from ..threads import available_cpus, configure_current_thread
 
     if args.scaling:
-        every = available_cpus()
         rest = _strip_option(_strip_option(_strip_option(argv, "--scaling", False),
                                            "--threads", True), "--json", True)
-        return _scaling(rest, sorted({1, int(every or 1)}), args.json)
+        return _scaling(rest, sorted({1, available_cpus()}), args.json)
 
     threads = args.threads or int(os.environ.get("TVM_NUM_THREADS") or available_cpus())
     # TVM's thread pool reads this when it first starts, i.e. at the first parallel run;
