@@ -47,3 +47,34 @@ def test_measured_peak_kernel_really_runs_fmas():
     for _ in range(3):
         expected = expected * np.float32(0.99999994) + np.float32(1e-7)
     np.testing.assert_allclose(out.numpy()[0], expected, rtol=1e-6)
+
+
+def test_a_misspelt_model_is_a_usage_error_before_any_work(tmp_path):
+    # It used to be a FileNotFoundError traceback after every model before it had run.
+    proc = cli("bench", "seed_reshape_conv2d_add_bn_relu", "resnet-18", "--no-torch",
+               "--no-runtimes", "--layers", "none", "--json", tmp_path / "b.json")
+    assert proc.returncode == 2
+    assert "unknown model 'resnet-18'" in proc.stderr and "resnet18" in proc.stderr
+    assert "benchmarking" not in proc.stderr and not (tmp_path / "b.json").exists()
+    assert "Traceback" not in proc.stderr
+
+
+def test_model_problems_name_what_is_missing(tmp_path):
+    from pathlib import Path
+
+    from bmlib_relax.bench.models import golden_names, model_problem
+
+    goldens = Path(__file__).parent / "data"
+    assert "resnet18" in golden_names(goldens)
+    assert model_problem("resnet18", goldens, None) is None
+    assert model_problem("bert_layer", goldens, None) is None
+    assert "--corpus" in model_problem("resnet50", goldens, None)
+    assert model_problem("resnet50", goldens, tmp_path) is None
+    assert "no golden cases in" in model_problem("mobilenet", tmp_path, None)
+    for tool in ("bmlib_relax.bench.layer_compare", "bmlib_relax.bench.partition_profile"):
+        import subprocess
+        import sys
+
+        proc = subprocess.run([sys.executable, "-m", tool, "nosuch", "--goldens", str(goldens)],
+                              capture_output=True, text=True)
+        assert proc.returncode == 2 and "unknown model 'nosuch'" in proc.stderr, tool

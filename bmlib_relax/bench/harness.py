@@ -532,6 +532,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="run at 1 thread and at every thread (one process each) and "
                              "report the speed-up")
     args = parser.parse_args(argv)
+    goldens = Path(args.goldens) if args.goldens else \
+        Path(__file__).resolve().parents[2] / "tests" / "data"
+    corpus = Path(args.corpus) if args.corpus else None
+    in_model_names = [m for m in args.conv_in_model.split(",") if m and m != "none"]
+    from .models import check_model_names, golden_names
+
+    check_model_names(parser, list(args.models) + in_model_names, goldens, corpus)
+
+    if args.layers != "none" and args.layers not in golden_names(goldens):
+        parser.error(f"--layers {args.layers!r}: no such golden case in {goldens}")
 
     # Every CPU as the compiled model counts them by default (affinity, cgroup quota).
     from ..threads import available_cpus, configure_current_thread
@@ -549,9 +559,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     configure_current_thread(threads)
 
-    goldens = Path(args.goldens) if args.goldens else \
-        Path(__file__).resolve().parents[2] / "tests" / "data"
-    corpus = Path(args.corpus) if args.corpus else None
     target = host_target()
     with_torch = not args.no_torch
     if with_torch:
@@ -582,12 +589,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print("measuring the FMA peak ...", file=sys.stderr, flush=True)
     measured = measured_peak_gflops(threads, target, seconds=min(args.seconds, 1.0))
     layers: list[LayerResult] = []
-    if args.layers != "none" and (goldens / args.layers / "manifest.json").exists():
+    if args.layers != "none":
         print(f"benchmarking the conv2d layers of {args.layers} ...", file=sys.stderr, flush=True)
         layers = bench_conv_layers(goldens / args.layers, target, peak, with_torch,
                                    min(args.seconds, 1.0), measured)
     in_model = {}
-    for name in [m for m in args.conv_in_model.split(",") if m and m != "none"]:
+    for name in in_model_names:
         print(f"profiling the conv2d partitions of {name} ...", file=sys.stderr, flush=True)
         in_model[name] = conv_partitions_in_model(name, goldens, corpus, target, threads)
     extra = {}

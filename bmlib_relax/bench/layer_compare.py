@@ -248,6 +248,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     import os
 
     from .harness import host_target
+    from .models import check_model_names
     from .peak import measured_peak_gflops
     from .runtimes import available_runtimes
 
@@ -264,6 +265,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="whole models at 1 and --threads threads, interleaved in one "
                              "process (default --threads: every available CPU)")
     args = parser.parse_args(argv)
+    check_model_names(parser, args.models, Path(args.goldens),
+                      Path(args.corpus) if args.corpus else None)
     if args.scaling:
         from ..threads import available_cpus
 

@@ -11,10 +11,11 @@ in the style of the ``transformer_block`` golden.
 """
 from __future__ import annotations
 
+import argparse
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -33,14 +34,53 @@ class BenchModel:
 
 ModelSource = Callable[[Optional[Path], Optional[Path]], BenchModel]
 _SOURCES: dict[str, ModelSource] = {}
+_NEEDS_CORPUS: set[str] = set()
 
 
-def model_source(name: str) -> Callable[[ModelSource], ModelSource]:
+def model_source(name: str, needs_corpus: bool = False) -> Callable[[ModelSource], ModelSource]:
     def decorator(fn: ModelSource) -> ModelSource:
         _SOURCES[name] = fn
+        if needs_corpus:
+            _NEEDS_CORPUS.add(name)
         return fn
 
     return decorator
+
+
+def golden_names(goldens: Path) -> list[str]:
+    """The golden cases in ``goldens`` (folders with a ``manifest.json``)."""
+    if not goldens.is_dir():
+        return []
+    return sorted(p.parent.name for p in goldens.glob("*/manifest.json"))
+
+
+def model_problem(name: str, goldens: Path, corpus: Optional[Path]) -> Optional[str]:
+    """Why ``load_model(name, goldens, corpus)`` cannot work, in one line, or None.
+
+    The benchmark tools check every name before they build or time anything: a
+    misspelt model used to surface as a traceback after minutes of other models."""
+    if name in _SOURCES:
+        if name in _NEEDS_CORPUS and corpus is None:
+            return (f"model {name!r} is a Relay corpus dump: give --corpus "
+                    "(or set $BMLIB_RELAY_CORPUS)")
+        return None
+    if (goldens / name / "manifest.json").is_file():
+        return None
+    goldens_known = golden_names(goldens)
+    where = f"goldens in {goldens}: {', '.join(goldens_known)}" if goldens_known else \
+        f"no golden cases in {goldens} (--goldens or $BMLIB_RELAY_GOLDEN)"
+    return (f"unknown model {name!r}: not one of {', '.join(sorted(_SOURCES))}, nor among "
+            f"the {where}")
+
+
+def check_model_names(parser: argparse.ArgumentParser, names: Sequence[str], goldens: Path,
+                      corpus: Optional[Path]) -> None:
+    """Stop with a usage error (exit status 2) naming the first model that cannot be
+    loaded, before anything is built or timed."""
+    for name in names:
+        problem = model_problem(name, goldens, corpus)
+        if problem is not None:
+            parser.error(problem)
 
 
 def load_model(name: str, goldens: Path, corpus: Optional[Path]) -> BenchModel:
@@ -73,12 +113,12 @@ def _corpus_model(name: str, corpus: Optional[Path], filename: str) -> BenchMode
     return BenchModel(name, text, params, inputs, str(path), pinned)
 
 
-@model_source("resnet50")
+@model_source("resnet50", needs_corpus=True)
 def _resnet50(goldens: Optional[Path], corpus: Optional[Path]) -> BenchModel:
     return _corpus_model("resnet50", corpus, "003_resnet50_onnx_3la.relay")
 
 
-@model_source("resnet50_tf")
+@model_source("resnet50_tf", needs_corpus=True)
 def _resnet50_tf(goldens: Optional[Path], corpus: Optional[Path]) -> BenchModel:
     return _corpus_model("resnet50_tf", corpus, "002_resnet50_tf_3la.relay")
 

@@ -116,6 +116,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                                             "../shared/relay_golden"))
     parser.add_argument("--corpus", default=os.environ.get("BMLIB_RELAY_CORPUS"))
     args = parser.parse_args(argv)
+    from .models import check_model_names
+
+    check_model_names(parser, args.models, Path(args.goldens),
+                      Path(args.corpus) if args.corpus else None)
     os.environ["TVM_NUM_THREADS"] = str(args.threads)
     import tvm
 
