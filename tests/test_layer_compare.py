@@ -7,8 +7,8 @@ import importlib.util
 import numpy as np
 import pytest
 
-from bmlib_relax.bench.harness import host_target
-from bmlib_relax.bench.layer_compare import _bmlib_conv, _onnx_conv, interleaved
+from bmlib_relax.bench.harness import host_target, one_conv_model
+from bmlib_relax.bench.layer_compare import _onnx_conv, interleaved
 from bmlib_relax.recipe import recipe_tensor
 
 pytest.importorskip("onnx", reason="the test extra installs onnx")
@@ -29,7 +29,7 @@ def test_one_conv_models_agree(spec):
 
     weight = recipe_tensor("w", spec["weight"], "float32")
     x = recipe_tensor("x", spec["data"], "float32", role="input")
-    ours = _bmlib_conv(spec, weight, host_target())(tvm.runtime.tensor(x)).numpy()
+    ours = one_conv_model(spec, weight, host_target())(tvm.runtime.tensor(x)).numpy()
     theirs = make_runner("onnxruntime", _onnx_conv(spec, weight), ["x"], 1)(x)[0]
     np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4)
 

@@ -267,6 +267,28 @@ def conv_shapes(relax_mod) -> list[dict]:
     return list(found.values())
 
 
+def one_conv_model(spec: dict, weight: np.ndarray, target: Any) -> Callable[[Any], Any]:
+    """The bmlib build of one conv2d (a ``conv_shapes`` entry, its weight bound as a
+    constant and packed as in a full compile): the VM's ``main``, NCHW in and out."""
+    import tvm
+    from tvm import relax
+
+    import bmlib_relax
+    from ..compiler import build_offloaded
+
+    x = relax.Var("x", relax.TensorType(spec["data"], "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.nn.conv2d(
+                x, relax.const(weight), strides=spec["strides"], padding=spec["padding"],
+                groups=spec["groups"]))
+        bb.emit_func_output(out)
+    executable, _ = build_offloaded(bmlib_relax.partition_for_bmlib(bb.get(), target=target),
+                                    target)
+    return relax.VirtualMachine(executable, tvm.cpu())["main"]
+
+
 def bench_conv_layers(folder: Path, target: Any, peak: float, with_torch: bool,
                       min_seconds: float, measured_peak: float = float("nan")
                       ) -> list[LayerResult]:
@@ -275,10 +297,8 @@ def bench_conv_layers(folder: Path, target: Any, peak: float, with_torch: bool,
     VM call, any packing and unpacking the template does included), against the
     nominal and the measured peak."""
     import tvm
-    from tvm import relax
 
     import bmlib_relax
-    from ..compiler import build_offloaded
     from ..recipe import recipe_tensor
     from ..relay import parse
 
@@ -287,27 +307,13 @@ def bench_conv_layers(folder: Path, target: Any, peak: float, with_torch: bool,
     results = []
     for spec in conv_shapes(imported):
         data_shape, weight_shape = spec["data"], spec["weight"]
-        x = relax.Var("x", relax.TensorType(data_shape, "float32"))
         weight = recipe_tensor("w", weight_shape, "float32")
-        bb = relax.BlockBuilder()
-        with bb.function("main", [x]):
-            with bb.dataflow():
-                out = bb.emit_output(relax.op.nn.conv2d(
-                    x, relax.const(weight), strides=spec["strides"], padding=spec["padding"],
-                    groups=spec["groups"]))
-            bb.emit_func_output(out)
-        mod = bb.get()
-        executable, _ = build_offloaded(
-            bmlib_relax.partition_for_bmlib(mod, target=target), target)
-        vm = relax.VirtualMachine(executable, tvm.cpu())
+        run = one_conv_model(spec, weight, target)
         arg = tvm.runtime.tensor(recipe_tensor("x", data_shape, "float32", role="input"))
-        timing = time_it(lambda: vm["main"](arg), min_seconds=min_seconds)
-        n, oc, oh, ow = _conv_out(spec)
-        flops = 2 * n * oc * oh * ow * weight_shape[1] * weight_shape[2] * weight_shape[3]
+        timing = time_it(lambda: run(arg), min_seconds=min_seconds)
+        flops = conv_flops(spec)
         gflops = flops / (timing.median_ms * 1e-3) / 1e9
-        name = (f"{data_shape[1]}x{data_shape[2]}x{data_shape[3]} -> {weight_shape[0]} "
-                f"k{weight_shape[2]}x{weight_shape[3]} s{spec['strides'][0]}"
-                + (f" g{spec['groups']}" if spec["groups"] > 1 else ""))
+        name = conv_layer_name(spec)
         torch_ms = None
         if with_torch:
             import torch
@@ -323,6 +329,20 @@ def bench_conv_layers(folder: Path, target: Any, peak: float, with_torch: bool,
                                    100 * gflops / peak, 100 * gflops / measured_peak,
                                    timing.p10_ms, timing.p90_ms, torch_ms))
     return results
+
+
+def conv_flops(spec: dict) -> int:
+    """FLOPs of one ``conv_shapes`` entry (a multiply and an add per weight tap)."""
+    n, oc, oh, ow = _conv_out(spec)
+    weight = spec["weight"]
+    return 2 * n * oc * oh * ow * weight[1] * weight[2] * weight[3]
+
+
+def conv_layer_name(spec: dict) -> str:
+    """``64x56x56 -> 128 k3x3 s2`` (and ``g<groups>`` when grouped)."""
+    data, weight = spec["data"], spec["weight"]
+    return (f"{data[1]}x{data[2]}x{data[3]} -> {weight[0]} k{weight[2]}x{weight[3]} "
+            f"s{spec['strides'][0]}" + (f" g{spec['groups']}" if spec["groups"] > 1 else ""))
 
 
 def _conv_out(spec) -> list[int]:

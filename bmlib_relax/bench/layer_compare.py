@@ -41,27 +41,6 @@ def _onnx_conv(spec: dict, weight: np.ndarray) -> bytes:
     return model.SerializeToString()
 
 
-def _bmlib_conv(spec: dict, weight: np.ndarray, target: Any) -> Callable[[], Any]:
-    import tvm
-    from tvm import relax
-
-    import bmlib_relax
-    from ..compiler import build_offloaded
-
-    x = relax.Var("x", relax.TensorType(spec["data"], "float32"))
-    bb = relax.BlockBuilder()
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            out = bb.emit_output(relax.op.nn.conv2d(
-                x, relax.const(weight), strides=spec["strides"], padding=spec["padding"],
-                groups=spec["groups"]))
-        bb.emit_func_output(out)
-    executable, _ = build_offloaded(bmlib_relax.partition_for_bmlib(bb.get(), target=target),
-                                    target)
-    vm = relax.VirtualMachine(executable, tvm.cpu())
-    return vm["main"]
-
-
 def interleaved(fns: dict[Any, Callable[[], Any]], rounds: int = 15,
                 round_seconds: float = 0.05,
                 clock: Callable[[], float] = time.perf_counter,
@@ -104,7 +83,7 @@ def compare_layers(model: str, goldens: Path, target: Any, threads: int,
     import bmlib_relax
     from ..recipe import recipe_tensor
     from ..relay import parse
-    from .harness import _conv_out, _golden, conv_shapes
+    from .harness import _golden, conv_flops, conv_layer_name, conv_shapes, one_conv_model
     from .runtimes import make_runner
 
     text, params, _ = _golden(goldens / model)
@@ -114,7 +93,7 @@ def compare_layers(model: str, goldens: Path, target: Any, threads: int,
         weight = recipe_tensor("w", spec["weight"], "float32")
         x_np = recipe_tensor("x", spec["data"], "float32", role="input")
         x = tvm.runtime.tensor(x_np)
-        bmlib_fn = _bmlib_conv(spec, weight, target)
+        bmlib_fn = one_conv_model(spec, weight, target)
         fns: dict[str, Callable[[], Any]] = {"bmlib": lambda f=bmlib_fn: f(x)}
         reference = bmlib_fn(x).numpy()
         onnx_bytes = _onnx_conv(spec, weight)
@@ -124,13 +103,7 @@ def compare_layers(model: str, goldens: Path, target: Any, threads: int,
             fns[runtime] = lambda r=runner: r(x_np)
         clock = time.process_time if threads == 1 else time.perf_counter
         times = interleaved(fns, rounds, clock=clock)
-        n, oc, oh, ow = _conv_out(spec)
-        wshape = spec["weight"]
-        flops = 2 * n * oc * oh * ow * wshape[1] * wshape[2] * wshape[3]
-        name = (f"{spec['data'][1]}x{spec['data'][2]}x{spec['data'][3]} -> {wshape[0]} "
-                f"k{wshape[2]}x{wshape[3]} s{spec['strides'][0]}"
-                + (f" g{spec['groups']}" if spec["groups"] > 1 else ""))
-        rows.append({"layer": name, "flops": flops, "ms": times})
+        rows.append({"layer": conv_layer_name(spec), "flops": conv_flops(spec), "ms": times})
     return rows
 
 
