@@ -38,6 +38,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Sequence
 
+from .switches import switched_on
+
 _log = logging.getLogger(__name__)
 
 ENV_HUGE_PAGES = "BMLIB_HUGE_PAGES"
@@ -75,7 +77,7 @@ class HugePageReport:
 
 
 def enabled_by_environment() -> bool:
-    return os.environ.get(ENV_HUGE_PAGES, "1").strip().lower() not in ("0", "false", "no", "off")
+    return switched_on(ENV_HUGE_PAGES)
 
 
 def unavailable_reason(thp_enabled_path: str = THP_ENABLED_PATH) -> Optional[str]:

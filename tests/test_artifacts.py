@@ -177,9 +177,11 @@ def test_load_imports_only_tvm_and_numpy(artifact_dir, x):
         print(ours)
         # threads: the model's thread count (a few lines of os / cgroup reading);
         # interrupts: the Ctrl-C record atomic writes ask (a threading.Event);
-        # hugepages: placing the weights after the first call (ctypes, madvise)
+        # hugepages: placing the weights after the first call (ctypes, madvise);
+        # switches: reading its BMLIB_HUGE_PAGES off switch
         assert ours == ["bmlib_relax.errors", "bmlib_relax.hugepages", "bmlib_relax.interrupts",
-                        "bmlib_relax.runtime", "bmlib_relax.threads"], ours
+                        "bmlib_relax.runtime", "bmlib_relax.switches",
+                        "bmlib_relax.threads"], ours
         heavy = [m for m in ("torch", "scipy", "jsonschema") if m in sys.modules]
         assert not heavy, heavy
     """)

@@ -40,7 +40,7 @@ from ..constants import tensor_constant
 from ..registry import Registry
 from .layout import BINARY, UNARY
 from .rewrite import (conv2d_blocking, const_array, depthwise_blocking, pack_conv2d_weight)
-from .switches import switched_on
+from ..switches import switched_on
 from .target import vector_lanes
 from .twins import TwinRebuilder, rebuild_functions
 from .templates.conv_winograd import winograd_conv2d

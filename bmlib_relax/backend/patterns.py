@@ -28,7 +28,7 @@ from tvm.relax.dpl import DFPattern, is_const, is_op, is_tuple_get_item, wildcar
 from tvm.relax.transform import PatternCheckContext
 from tvm.sym.analyzer import Analyzer
 
-from .switches import switched_on
+from ..switches import switched_on
 from .templates.registry import supports_symbolic_dims, symbolic_batch_only
 
 PREFIX = "bmlib"

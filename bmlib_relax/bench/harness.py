@@ -25,6 +25,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
+from .models import check_model_names, default_goldens, golden_names, load_model
 from .partition_profile import render_conv_efficiency
 from .peak import measured_peak_gflops, nominal_peak_gflops
 
@@ -146,8 +147,6 @@ def bench_model(name: str, goldens: Path, corpus: Optional[Path], target: Any,
 
     import bmlib_relax
     from ..relay import parse
-    from .models import load_model
-
     bench = load_model(name, goldens, corpus)
     module = parse(bench.text, source_name=bench.source)
     feed = list(bench.inputs.values())
@@ -374,7 +373,6 @@ def conv_partitions_in_model(name: str, goldens: Path, corpus: Optional[Path], t
 
     import bmlib_relax
     from ..relay import parse
-    from .models import load_model
     from .partition_profile import conv_efficiency, profile_calls, repeated_calls
 
     bench = load_model(name, goldens, corpus)
@@ -521,7 +519,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("models", nargs="*", default=list(DEFAULT_MODELS),
                         help="golden names, or resnet50 / resnet50_tf (corpus dumps) / "
                              "bert_layer (BERT-base encoder layer)")
-    parser.add_argument("--goldens", default=os.environ.get("BMLIB_RELAY_GOLDEN"),
+    parser.add_argument("--goldens", type=Path, default=default_goldens(),
                         help="folder of golden cases (default $BMLIB_RELAY_GOLDEN or tests/data)")
     parser.add_argument("--corpus", default=os.environ.get("BMLIB_RELAY_CORPUS"),
                         help="Relay corpus folder, for resnet50 models and the ResNet-50 "
@@ -552,12 +550,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="run at 1 thread and at every thread (one process each) and "
                              "report the speed-up")
     args = parser.parse_args(argv)
-    goldens = Path(args.goldens) if args.goldens else \
-        Path(__file__).resolve().parents[2] / "tests" / "data"
+    goldens = args.goldens
     corpus = Path(args.corpus) if args.corpus else None
     in_model_names = [m for m in args.conv_in_model.split(",") if m and m != "none"]
-    from .models import check_model_names, golden_names
-
     check_model_names(parser, list(args.models) + in_model_names, goldens, corpus)
 
     if args.layers != "none" and args.layers not in golden_names(goldens):

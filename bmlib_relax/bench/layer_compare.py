@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 import numpy as np
+from .models import check_model_names, default_goldens, load_model
 
 
 def _onnx_conv(spec: dict, weight: np.ndarray) -> bytes:
@@ -125,7 +126,6 @@ def _whole_model(name: str, goldens: Path, corpus: Optional[Path], target: Any,
     import bmlib_relax
     from ..relay import parse
     from .harness import _relay_module
-    from .models import load_model
     from .onnx_export import relay_to_onnx
 
     bench = load_model(name, goldens, corpus)
@@ -221,7 +221,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     import os
 
     from .harness import host_target
-    from .models import check_model_names
     from .peak import measured_peak_gflops
     from .runtimes import available_runtimes
 
@@ -229,8 +228,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("models", nargs="*", default=["resnet18", "mobilenet"])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--goldens", default=os.environ.get("BMLIB_RELAY_GOLDEN",
-                                                            "../shared/relay_golden"))
+    parser.add_argument("--goldens", type=Path, default=default_goldens(),
+                        help="folder of golden cases (default $BMLIB_RELAY_GOLDEN or tests/data)")
     parser.add_argument("--corpus", default=os.environ.get("BMLIB_RELAY_CORPUS"))
     parser.add_argument("--whole", action="store_true",
                         help="compare whole models instead of their conv2d layers")
@@ -238,7 +237,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="whole models at 1 and --threads threads, interleaved in one "
                              "process (default --threads: every available CPU)")
     args = parser.parse_args(argv)
-    check_model_names(parser, args.models, Path(args.goldens),
+    check_model_names(parser, args.models, args.goldens,
                       Path(args.corpus) if args.corpus else None)
     if args.scaling:
         from ..threads import available_cpus
@@ -250,7 +249,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"whole models at 1 and {threads} threads, wall time, interleaved rounds in "
               "one process")
         print(render_scaling(compare_scaling(
-            args.models, Path(args.goldens), Path(args.corpus) if args.corpus else None,
+            args.models, args.goldens, Path(args.corpus) if args.corpus else None,
             host_target(), threads, runtimes, args.rounds), threads))
         return 0
     os.environ["TVM_NUM_THREADS"] = str(args.threads)
@@ -259,7 +258,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         runtimes = available_runtimes()
         clock = "process CPU time" if args.threads == 1 else "wall time"
         print(f"whole models, {args.threads} thread(s), {clock}, interleaved rounds")
-        for name, t in compare_models(args.models, Path(args.goldens),
+        for name, t in compare_models(args.models, args.goldens,
                                       Path(args.corpus) if args.corpus else None, target,
                                       args.threads, runtimes, args.rounds):
             best = min((t[r] for r in runtimes), default=float("nan"))
@@ -270,7 +269,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                 clock=time.process_time if args.threads == 1 else time.perf_counter)
     runtimes = available_runtimes()
     for model in args.models:
-        rows = compare_layers(model, Path(args.goldens), target, args.threads, runtimes,
+        rows = compare_layers(model, args.goldens, target, args.threads, runtimes,
                               args.rounds)
         print(render(model, rows, peak, runtimes))
         total = {k: sum(r["ms"][k] for r in rows) for k in rows[0]["ms"]}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -45,6 +46,13 @@ def model_source(name: str, needs_corpus: bool = False) -> Callable[[ModelSource
         return fn
 
     return decorator
+
+
+def default_goldens() -> Path:
+    """``$BMLIB_RELAY_GOLDEN``, else the golden cases vendored in this checkout's
+    ``tests/data`` (what every benchmark tool reads without ``--goldens``)."""
+    env = os.environ.get("BMLIB_RELAY_GOLDEN")
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "tests" / "data"
 
 
 def golden_names(goldens: Path) -> list[str]:

@@ -22,6 +22,7 @@ import statistics
 import time
 from pathlib import Path
 from typing import Optional, Sequence
+from .models import check_model_names, default_goldens, load_model
 
 
 def _is_partition(callee: str) -> bool:
@@ -112,13 +113,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--repeated", action="store_true",
                         help="with --conv-efficiency: also each call repeated in place "
                              "(warm weights and input), to tell memory waits from compute")
-    parser.add_argument("--goldens", default=os.environ.get("BMLIB_RELAY_GOLDEN",
-                                                            "../shared/relay_golden"))
+    parser.add_argument("--goldens", type=Path, default=default_goldens(),
+                        help="folder of golden cases (default $BMLIB_RELAY_GOLDEN or tests/data)")
     parser.add_argument("--corpus", default=os.environ.get("BMLIB_RELAY_CORPUS"))
     args = parser.parse_args(argv)
-    from .models import check_model_names
-
-    check_model_names(parser, args.models, Path(args.goldens),
+    check_model_names(parser, args.models, args.goldens,
                       Path(args.corpus) if args.corpus else None)
     os.environ["TVM_NUM_THREADS"] = str(args.threads)
     import tvm
@@ -126,13 +125,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     import bmlib_relax
     from ..relay import parse
     from .harness import host_target
-    from .models import load_model
     from .peak import measured_peak_gflops
 
     clock = time.process_time if args.threads == 1 else time.perf_counter
     peak: Optional[float] = None
     for name in args.models:
-        bench = load_model(name, Path(args.goldens), Path(args.corpus) if args.corpus else None)
+        bench = load_model(name, args.goldens, Path(args.corpus) if args.corpus else None)
         model = bmlib_relax.compile(parse(bench.text), bench.params, target=host_target(),
                                     input_shapes=bench.input_shapes, num_threads=args.threads)
         inputs = [tvm.runtime.tensor(x) for x in bench.inputs.values()]

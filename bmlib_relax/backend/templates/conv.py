@@ -42,7 +42,7 @@ from .. import prefetch
 from ..patterns import FUSED_POINTWISE_MAX_WEIGHT_BYTES, blocked_kernel_layout
 from ..rewrite import conv2d_blocking, depthwise_blocking
 from ..schedule import divisor_at_most, inline_epilogue, is_scheduled, same_shape
-from ..switches import switched_on
+from ...switches import switched_on
 from ..target import vector_registers
 from ._utils import attr_ints, out_dtype
 from .registry import SCHEDULE_ATTR, register_schedule, register_template

@@ -20,7 +20,7 @@ from tvm import te, topi
 
 from .. import prefetch
 from ..schedule import divisor_at_most, inline_epilogue, is_scheduled
-from ..switches import switched_on
+from ...switches import switched_on
 from ..target import vector_registers
 from ._utils import dims, out_dtype, result_shape, same_dim, same_shape, static_dim
 from .registry import SCHEDULE_ATTR, register_schedule, register_template
