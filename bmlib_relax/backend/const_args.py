@@ -7,15 +7,17 @@ the templates: :mod:`.fold`, :mod:`.conv_fold`, :mod:`.rewrite`) does not see
 it, and a 3x3 convolution there ran ~2.4x slower than the same one in ``main``.
 
 :func:`bind_constant_arguments` moves such a constant into the function when
-*every* call of it passes the same constant in that position (a recursive call
-passing the parameter on unchanged also counts: Relay loops pass their weights
-around): the parameter is dropped and each call loses that argument.  Functions
+*every* call of it passes the same constant in that position, directly or through a
+caller's parameter that only ever receives that constant (a recursive call passing
+the parameter on counts, as does a loop passing it through the ``If`` branch lifted
+out of it: Relay loops pass their weights around): the parameter is dropped and each
+call loses that argument.  Functions
 called with different constants keep the parameter (they stay one function),
 and so does a function used as a value.
 """
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable
 
 import tvm
 from tvm import relax
@@ -61,21 +63,63 @@ def _call_sites(mod: tvm.IRModule) -> tuple[dict, set]:
     return sites, as_value
 
 
-def _bound_constant(func: relax.Function, name: str, index: int,
-                    sites: list) -> Optional[_Const]:
-    """The constant every call passes as parameter ``index`` (or None)."""
-    param = func.params[index]
-    if not _static(param.ty):
-        return None
-    found = None
-    for caller, call in sites:
-        arg = call.args[index]
-        if caller == name and arg.same_as(param):
-            continue  # a recursive call passing the parameter on
-        if not isinstance(arg, _Const) or (found is not None and not arg.same_as(found)):
-            return None
-        found = arg
-    return found
+_UNKNOWN = object()  # no call seen yet that decides the parameter
+_VARIES = object()   # calls pass different values (or something that is no constant)
+
+
+def _constant_parameters(mod: tvm.IRModule, entry: str) -> dict[str, dict]:
+    """``{function: {param: constant}}`` for every parameter that only ever receives one
+    constant: passed by a call directly, or passed on by a caller's parameter that itself
+    only receives it.  An optimistic fixed point over the call graph (constant
+    propagation's lattice: unknown, one constant, varies), so cycles resolve too: a
+    Relay loop passes its weights to itself, and through the ``If`` branch it was lifted
+    into (``loop`` -> ``loop_then_branch`` -> ``loop``, see ``importer.branches``)."""
+    sites, as_value = _call_sites(mod)
+    funcs = {gv.name_hint: f for gv, f in mod.functions.items()
+             if _plain(f) and gv.name_hint != entry and gv.name_hint not in as_value and
+             gv.name_hint in sites}
+    value: dict[tuple[str, int], object] = {}
+    for name, func in funcs.items():
+        for index, param in enumerate(func.params):
+            value[(name, index)] = _UNKNOWN if _static(param.ty) else _VARIES
+    param_of: dict[str, dict] = {name: {p: i for i, p in enumerate(mod[name].params)}
+                                 for name in sites.keys() | {entry}
+                                 if name in [gv.name_hint for gv in mod.functions] and
+                                 isinstance(mod[name], relax.Function)}
+
+    def incoming(caller: str, arg) -> object:
+        if isinstance(arg, _Const):
+            return arg
+        index = param_of.get(caller, {}).get(arg)
+        if index is not None and (caller, index) in value:
+            return value[(caller, index)]
+        return _VARIES
+
+    changed = True
+    while changed:
+        changed = False
+        for (name, index), current in value.items():
+            if current is _VARIES:
+                continue
+            found = _UNKNOWN
+            for caller, call in sites[name]:
+                got = incoming(caller, call.args[index])
+                if got is _UNKNOWN:
+                    continue
+                if got is _VARIES or (found is not _UNKNOWN and not got.same_as(found)):
+                    found = _VARIES
+                    break
+                found = got
+            if found is not current and not (isinstance(found, _Const) and
+                                             isinstance(current, _Const) and
+                                             found.same_as(current)):
+                value[(name, index)] = found
+                changed = True
+    bindings: dict[str, dict] = {}
+    for (name, index), const in value.items():
+        if isinstance(const, _Const):
+            bindings.setdefault(name, {})[funcs[name].params[index]] = const
+    return bindings
 
 
 @mutator
@@ -133,24 +177,9 @@ def bind_parameters(mod: tvm.IRModule, bindings: dict[str, dict],
 
 
 def bind_constant_arguments(mod: tvm.IRModule, entry: str = "main") -> tvm.IRModule:
-    """Bind every parameter all of whose calls pass one constant (see the module doc),
-    repeated until nothing changes (``main`` passes a weight to ``f``, ``f`` to ``g``)."""
-    for _ in range(len(mod.functions)):
-        sites, as_value = _call_sites(mod)
-        bindings: dict[str, dict] = {}
-        for gv, func in mod.functions.items():
-            name = gv.name_hint
-            if name == entry or not _plain(func) or name in as_value or name not in sites:
-                continue
-            mapping = {}
-            for index, param in enumerate(func.params):
-                const = _bound_constant(func, name, index, sites[name])
-                if const is not None:
-                    mapping[param] = const
-            if not mapping:
-                continue
-            bindings[name] = mapping
-        if not bindings:
-            return mod
-        mod = bind_parameters(mod, bindings, rewrite_calls_in=_plain)
-    return mod
+    """Bind every parameter all of whose calls pass one constant, directly or through
+    callers' parameters (see the module doc and :func:`_constant_parameters`)."""
+    bindings = _constant_parameters(mod, entry)
+    if not bindings:
+        return mod
+    return bind_parameters(mod, bindings, rewrite_calls_in=_plain)

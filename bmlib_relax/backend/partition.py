@@ -9,6 +9,7 @@ from tvm import relax
 from tvm.relax import dpl
 
 from ..errors import BmlibError, CodegenError, UserCodeError
+from ..importer.branches import lift_if_branches
 from ..legacy.lowerings import get_legacy_lowering
 from . import blocked_layout, conv_fold, fold, layout, rewrite
 from .const_args import bind_constant_arguments
@@ -265,4 +266,7 @@ def partition_for_bmlib(mod: tvm.IRModule, patterns: Optional[Sequence[Any]] = N
         mod = claim_foreign_partitions(merge_composites(mod))
     if built_in:
         mod = bind_scalar_arguments(mod)  # requantize scalars as immediates, see the module
-    return inline_shape_arguments(mod)  # a symbolic reshape target is no PrimFunc argument
+    mod = inline_shape_arguments(mod)  # a symbolic reshape target is no PrimFunc argument
+    # Partitions, host ops and layout changes side by side in an If branch: TVM 0.27's
+    # memory planner would crash the branch that runs second (see importer.branches).
+    return lift_if_branches(mod)

@@ -89,9 +89,15 @@ class TwinRebuilder:
             return None
         bindings = [b for block in body.blocks for b in block.bindings]
         self.prepare(bindings, body.body)
-        attrs = dict(self.func.attrs) if self.func.attrs is not None else None
+        attrs = dict(self.func.attrs) if self.func.attrs is not None else {}
+        # The rebuilt function keeps its global symbol, or its privacy: a private function
+        # (a Relay global, a lifted If branch) built as a public "main" clashed with the
+        # module's own main ("duplicate global symbol").
+        symbol = attrs.get("global_symbol")
         try:
-            with self.bb.function("main", list(self.func.params), attrs=attrs):
+            with self.bb.function(str(symbol) if symbol is not None else "rebuilt",
+                                  list(self.func.params), attrs=attrs,
+                                  pure=bool(self.func.is_pure), private=symbol is None):
                 with self.bb.dataflow():
                     for binding in bindings:
                         self.rebuild_binding(binding.var, binding.value)
@@ -105,7 +111,8 @@ class TwinRebuilder:
             self._substitute = None
         if not self.converted:
             return None
-        return self.finish(self.bb.get()["main"])
+        (rebuilt,) = self.bb.get().functions.values()
+        return self.finish(rebuilt)
 
 
 def rebuild_functions(mod, applies: Callable[[relax.Function], bool],

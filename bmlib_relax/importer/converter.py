@@ -52,6 +52,7 @@ from ..relay.params import check_param
 from ..relay.analysis import free_vars, post_order_list
 from ..relay.meta_recovery import box_refs, printed_ref
 from . import provenance
+from .branches import lift_if_branches
 from .registry import get_converter
 
 # Constructs that parse but have no Relax dataflow equivalent.
@@ -406,6 +407,11 @@ class RelayImporter:
         # ``If`` may not sit in a dataflow block); ConvertToDataflow restores
         # dataflow blocks around the straight-line parts afterwards.
         self._structured = False
+        # Parameters of the functions being built, innermost last: an ``If`` branch's scope
+        # takes those of its function, so the symbolic dims they define (``?`` -> ``d0``)
+        # stay defined in the branch (without them a branch's ``(d0, 6)`` was erased to
+        # ``ndim=2`` and the ``If`` imported ill-formed).
+        self._function_params: list[list] = []
         self._recursive_globals: dict[str, bool] = {}
         # Relay function (by id) -> (GlobalVar, free Relay vars) of its lifted Relax function.
         self._lifted: dict[int, tuple[relax.GlobalVar, list[ast.Var]]] = {}
@@ -430,6 +436,7 @@ class RelayImporter:
         relax_params, env = self._bind_params(func)
         if isinstance(func.ret_type, ast.FuncType):
             self._structured = True  # a local Relax function is not built in a dataflow block
+        self._function_params.append(list(relax_params))
         with self.bb.function(entry, relax_params):
             if self._structured:
                 result = self._convert(func.body, env)
@@ -442,10 +449,13 @@ class RelayImporter:
                     self._check_not_function(result, func)
                     output = self.bb.emit_output(result)
                 self.bb.emit_func_output(output)
+        self._function_params.pop()
         mod = self.bb.get()
         if isinstance(func.ret_type, ast.FuncType):
             # TVM's build expects local functions lifted (closures: make_closure).
             mod = relax.transform.LambdaLift()(mod)
+        if self._structured:
+            mod = lift_if_branches(mod)  # TVM 0.27's memory planner and If: see .branches
         if self._structured or self._lifted or self._specialised:
             mod = relax.transform.ConvertToDataflow(min_size=1)(mod)
         return mod
@@ -1010,6 +1020,11 @@ class RelayImporter:
 
         A function-valued result gives ``(None, result)``; with bindings that is an
         error, unless ``discard_function_result`` (the bindings are then dropped)."""
+        function_scope = params is not None
+        if function_scope:
+            self._function_params.append(list(params))
+        elif self._function_params:
+            params = self._function_params[-1]
         self.bb.begin_scope(params)
         self.bb._begin_binding_block()
         ended = False
@@ -1028,6 +1043,8 @@ class RelayImporter:
             if not ended:
                 self.bb._end_block()
             self.bb.end_scope()
+            if function_scope:
+                self._function_params.pop()
 
     def _if(self, node: ast.If, cond: Any, env: dict) -> Any:
         """``if (c) {..} else {..}`` -> ``relax.If`` with SeqExpr branches."""

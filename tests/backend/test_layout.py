@@ -125,3 +125,24 @@ def test_flop_counters_read_the_layouts():
         bb.emit_func_output(out)
     (binding,) = bb.get()["f"].body.blocks[0].bindings
     assert count_flops(binding.value) == 2 * 16 * 8 * 8 * 3 * 9
+
+
+def test_nhwc_conv_inside_a_relay_global_function():
+    """The layout pass rebuilt every function as a public ``main``: a private global with
+    an NHWC conv clashed with the module's own main ("duplicate global symbol")."""
+    text = """#[version = "0.0.5"]
+def @block(%x: Tensor[(2, 7, 7, 5), float32], %w: Tensor[(3, 3, 5, 5), float32]) {
+  nn.relu(nn.conv2d(%x, %w, padding=[1, 1, 1, 1], channels=5, kernel_size=[3, 3],
+                    data_layout="NHWC", kernel_layout="HWIO"))
+}
+def @main(%x: Tensor[(2, 7, 7, 5), float32], %w: Tensor[(3, 3, 5, 5), float32]) {
+  @block(negative(%x), %w)
+}
+"""
+    w = recipe_tensor("w", (3, 3, 5, 5))
+    x = recipe_tensor("x", (2, 7, 7, 5), role="input")
+    model = bmlib_relax.compile(text, {"w": w})
+    assert offloaded_partitions(model.relax_module)
+    assert model.report.to_dict()["ops_offloaded"].get("relax.nn.conv2d") == 1
+    reference = run_plain(bmlib_relax.import_relay(parse(text), {"w": w}), [x])
+    np.testing.assert_allclose(model(x), reference, rtol=1e-4, atol=1e-4)

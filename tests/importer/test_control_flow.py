@@ -92,6 +92,93 @@ def @main(%a: bool, %b: bool, %x: Tensor[(3), float32]) {
         np.testing.assert_allclose(_run(model, a, b, x), expected)
 
 
+SEVERAL_CALLS_PER_BRANCH = """
+def @main(%x: Tensor[(1, LAYOUT_X), float32], %w: Tensor[(LAYOUT_W3), float32],
+          %w2: Tensor[(LAYOUT_W1), float32]) {
+  %c = greater(sum(%x), 0f);
+  %r = if (%c) {
+    %0 = nn.conv2d(%x, %w, padding=[1, 1, 1, 1], channels=5, kernel_size=[3, 3]LAYOUT);
+    nn.relu(%0)
+  } else {
+    %1 = nn.conv2d(%x, %w2, padding=[0, 0, 0, 0], channels=5, kernel_size=[1, 1]LAYOUT);
+    %2 = exp(negative(%1));
+    cumsum(%2, axis=1)
+  };
+  add(%r, 1f)
+}
+"""
+LAYOUTS = {
+    "NCHW": {"LAYOUT_X": "3, 6, 7", "LAYOUT_W3": "5, 3, 3, 3", "LAYOUT_W1": "5, 3, 1, 1",
+             "LAYOUT": ""},
+    "NHWC": {"LAYOUT_X": "6, 7, 3", "LAYOUT_W3": "3, 3, 3, 5", "LAYOUT_W1": "1, 1, 3, 5",
+             "LAYOUT": ', data_layout="NHWC", kernel_layout="HWIO"'},
+}
+
+
+def _conv_reference(x, w, padding, layout):
+    """conv2d (stride 1) in numpy, for either layout."""
+    if layout == "NHWC":
+        x, w = x.transpose(0, 3, 1, 2), w.transpose(3, 2, 0, 1)
+    x = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    kh, kw = w.shape[2:]
+    oh, ow = x.shape[2] - kh + 1, x.shape[3] - kw + 1
+    out = np.zeros((x.shape[0], w.shape[0], oh, ow), "float32")
+    for i in range(kh):
+        for j in range(kw):
+            out += np.einsum("nchw,oc->nohw", x[:, :, i:i + oh, j:j + ow], w[:, :, i, j])
+    return out.transpose(0, 2, 3, 1) if layout == "NHWC" else out
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_branches_of_several_calls_run_either_way(layout):
+    """TVM 0.27's memory planner gives the branch that runs second storage that only the
+    first branch allocates: with several calls in a branch that branch crashed the
+    process (a segmentation fault in StorageObj::AllocTensor), in the plain build as in
+    the bmlib one.  Branches of more than one binding are functions of their own now
+    (importer.branches); each direction runs, before and after the other."""
+    text = SEVERAL_CALLS_PER_BRANCH
+    for key, value in LAYOUTS[layout].items():
+        text = text.replace(key, value)
+    shapes = {"w": tuple(int(d) for d in LAYOUTS[layout]["LAYOUT_W3"].split(", ")),
+              "w2": tuple(int(d) for d in LAYOUTS[layout]["LAYOUT_W1"].split(", "))}
+    params = {k: RNG.standard_normal(v).astype("float32") for k, v in shapes.items()}
+    x = np.abs(RNG.standard_normal((1,) + tuple(
+        int(d) for d in LAYOUTS[layout]["LAYOUT_X"].split(", ")))).astype("float32")
+    then_ref = _relu(_conv_reference(x, params["w"], 1, layout)) + 1
+    else_ref = np.cumsum(np.exp(-_conv_reference(-x, params["w2"], 0, layout)), axis=1) + 1
+    model = _compile(text, params)
+    assert offloaded_partitions(model.relax_module)
+    plain = relax.VirtualMachine(
+        tvm.compile(import_relay(parse(HEADER + text), params), target="llvm"), tvm.cpu())
+    for run in (lambda v: model(v), lambda v: plain["main"](tvm.runtime.tensor(v)).numpy()):
+        for _ in range(2):  # else after then, then after else
+            np.testing.assert_allclose(run(-x), else_ref, rtol=1e-4, atol=1e-4)
+            np.testing.assert_allclose(run(x), then_ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dim", ["?", "n"])
+def test_if_over_a_symbolic_dim(dim):
+    """A branch's scope takes its function's parameters, so the dims they define stay
+    defined in the branch: the If's result keeps ``(n, 6)`` (it was erased to ``ndim=2``
+    and the import was ill-formed: "Var gv2 is not defined" at build)."""
+    text = f"""
+def @main(%c: bool, %x: Tensor[({dim}, 6), float32]) {{
+  %0 = if (%c) {{ nn.relu(%x) }} else {{ %1 = sigmoid(%x); multiply(%1, 2f) }};
+  (%0, add(%0, 1f))
+}}
+"""
+    mod = import_relay(parse(HEADER + text))
+    relax.analysis.well_formed(mod)  # raises on an ill-formed module (TVM 0.27)
+    assert "(n, 6)" in mod["main"].script().replace("d0", "n")
+    model = _compile(text)
+    for rows in (1, 3):
+        x = RNG.standard_normal((rows, 6)).astype("float32")
+        first, second = _run(model, True, x)
+        np.testing.assert_allclose(first, _relu(x), rtol=1e-6)
+        first, second = _run(model, False, x)
+        np.testing.assert_allclose(second, 2 / (1 + np.exp(-x)) + 1, rtol=1e-5)
+
+
 # ---------------------------------------------------------------------- global calls
 GLOBAL_CALLS = """
 def @layer(%x: Tensor[(2, 8), float32], %w: Tensor[(8, 8), float32]) -> Tensor[(2, 8), float32] {

@@ -15,6 +15,7 @@ from tvm import relax, topi
 
 import bmlib_relax
 from bmlib_relax import import_relay
+from bmlib_relax.importer.branches import BRANCH_OF_ATTR
 from bmlib_relax.importer.provenance import origin_of
 from bmlib_relax.relay import parse
 from bmlib_relax.relay.dataflow_pattern import is_op, wildcard
@@ -45,16 +46,36 @@ def _callees(func: relax.Function) -> list[str]:
     return names
 
 
+def _with_branches(mod: tvm.IRModule, name: str) -> list[str]:
+    """``name`` and the If branches lifted out of it (see importer.branches), nested too."""
+    names, pending = [], [name]
+    while pending:
+        current = pending.pop()
+        names.append(current)
+        pending += [gv.name_hint for gv, f in mod.functions.items()
+                    if f.attrs is not None and str(f.attrs.get(BRANCH_OF_ATTR, "")) == current]
+    return names
+
+
+def _callees_with_branches(mod: tvm.IRModule, name: str) -> list[str]:
+    """What ``name`` calls, its lifted branches' calls included (the branches not)."""
+    names = _with_branches(mod, name)
+    return [c for n in names for c in _callees(mod[n]) if c not in names]
+
+
 def _partitions_called_by(mod: tvm.IRModule, name: str) -> list[str]:
-    """The bmlib partitions the function ``name`` calls: offload inside that function."""
+    """The bmlib partitions the function ``name`` (or a branch lifted out of it) calls:
+    offload inside that function."""
     offloaded = set(offloaded_partitions(mod))
-    return [callee for callee in _callees(mod[name]) if callee in offloaded]
+    return [callee for callee in _callees_with_branches(mod, name) if callee in offloaded]
 
 
 def _plain_functions(mod: tvm.IRModule) -> list[str]:
+    """The Relax functions that are neither partitions nor lifted If branches."""
     return sorted(gv.name_hint for gv, f in mod.functions.items()
                   if isinstance(f, relax.Function) and
-                  (f.attrs is None or not ({"Codegen", "Composite"} & set(f.attrs.keys()))))
+                  (f.attrs is None or
+                   not ({"Codegen", "Composite", BRANCH_OF_ATTR} & set(f.attrs.keys()))))
 
 
 # --------------------------------------------------------------------- main -> f -> g
@@ -214,7 +235,7 @@ def test_global_called_from_inside_if_branches(merge):
     model = bmlib_relax.compile(parse(IN_BRANCH), {"w": w}, merge=merge)
     mod = model.relax_module
     assert "if c:" in mod["main"].script()
-    assert _callees(mod["main"]).count("scale") == 2  # one call per branch
+    assert _callees_with_branches(mod, "main").count("scale") == 2  # one call per branch
     assert len(_partitions_called_by(mod, "scale")) == (1 if merge else 2)
     assert _partitions_called_by(mod, "main"), "the negative in the else branch stays on host"
     x = _rand(2, 4)
