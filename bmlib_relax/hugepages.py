@@ -31,7 +31,6 @@ from __future__ import annotations
 import ctypes
 import errno
 import logging
-import os
 import sys
 import threading
 import time

@@ -132,14 +132,14 @@ def as_input_array(value: Any, name: str, spec: Optional[dict] = None) -> np.nda
                              name) from None
         dtype = spec.get("dtype") if spec else None
         if array.dtype != object and dtype and array.dtype != np.dtype(dtype):
-            # Python numbers take the input's dtype, but never change value
-            # (1.5 does not silently become an integer 1; 2.0 is 2).
+            # Python numbers take the input's dtype, but never change value: 1.5 does
+            # not become an integer 1 (2.0 is 2), 300 does not wrap to 44 in an int8
+            # input, 1e300 does not become inf in a float32 one.
             cast = _exact_cast(array, dtype, name)
-            if cast.dtype != np.dtype(dtype) and not np.can_cast(array.dtype, dtype,
-                                                                  "same_kind"):
+            if cast.dtype != np.dtype(dtype):
                 raise ParamError(f"input {name!r}: {array.dtype} values given for a {dtype} "
-                                 "input", name)
-            array = cast if cast.dtype == np.dtype(dtype) else array.astype(dtype)
+                                 "input, and some would change in the cast", name)
+            array = cast
     if array.dtype == object:
         raise ParamError(f"input {name!r}: got an array of Python objects (a ragged list?); "
                          "give a numeric array", name)
@@ -322,6 +322,7 @@ def export_artifact(executable: Any, path: str, specs: Sequence[dict],
     of a run.  Returns the metadata path.
     """
     path = os.fspath(path)
+    check_export_path(path)
     suffix = os.path.splitext(path)[1] or ".so"
     with _native_lines_dropped(_VM_SCOPE_NOISE):
         atomic_write(path, executable.export_library, suffix=suffix)
@@ -337,6 +338,41 @@ def export_artifact(executable: Any, path: str, specs: Sequence[dict],
         data["flops"] = {k: str(v) for k, v in flops.items()}
     data["metadata_sha256"] = metadata_digest(data)
     return write_json_atomic(metadata_path(path), data)
+
+
+def check_export_path(path: str) -> None:
+    """An ``ArtifactError`` before anything is written when ``path`` cannot take a library
+    and its metadata: no file name, a folder that does not exist, a folder itself, a
+    library whose metadata path is the library (``d/model.json``), or a metadata path
+    that holds another file -- another artifact's metadata (``d/a.tar`` beside ``d/a.so``:
+    both are described by ``d/a.json``) or a JSON file that is no artifact metadata at all.
+    Each of these used to be a bare OSError, or a silently destroyed file."""
+    if not path or os.path.basename(path) in ("", ".", ".."):
+        raise ArtifactError(f"{path!r}: no library file name to export to", path)
+    if os.path.isdir(path):
+        raise ArtifactError(f"{path}: is a directory; give a library file name inside it "
+                            "(e.g. model.so)", path)
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise ArtifactError(f"{path}: folder {folder} does not exist", path)
+    meta = metadata_path(path)
+    if os.path.abspath(meta) == os.path.abspath(path):
+        raise ArtifactError(f"{path}: a library named like its own metadata file; use a "
+                            "library extension such as .so or .tar", path)
+    if not os.path.lexists(meta):
+        return
+    try:
+        with open(meta, encoding="utf-8") as handle:
+            existing = json.load(handle)
+    except (OSError, ValueError):
+        existing = None
+    if not isinstance(existing, dict) or existing.get("format") != ARTIFACT_FORMAT:
+        raise ArtifactError(f"{path}: its metadata would replace {meta}, which is not a "
+                            "bmlib-relax artifact's metadata; export elsewhere", meta)
+    if existing.get("library") != os.path.basename(path):
+        raise ArtifactError(f"{path}: {meta} describes another artifact "
+                            f"({existing.get('library')!r}); exporting here would orphan it",
+                            meta)
 
 
 def metadata_digest(data: dict) -> str:

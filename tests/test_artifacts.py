@@ -224,3 +224,24 @@ def test_loading_an_artifact_again_reuses_its_library(artifact_dir, tmp_path, x)
     (tmp_path / "a.so").write_bytes(bytes(data))
     with pytest.raises(ArtifactError, match="SHA-256"):
         bmlib_relax.load(tmp_path / "a.so")
+
+
+def test_export_paths_that_would_destroy_a_file_are_refused(two_models, tmp_path):
+    model = two_models[0]
+    (tmp_path / "d").mkdir()
+    for path, problem in [(tmp_path / "d" / "model.json", "named like its own metadata"),
+                          (tmp_path / "d", "is a directory"),
+                          (tmp_path / "missing" / "m.so", "does not exist"),
+                          ("", "no library file name")]:
+        with pytest.raises(ArtifactError, match=problem):
+            model.export_library(path)
+    assert sorted(os.listdir(tmp_path / "d")) == []
+    model.export_library(tmp_path / "d" / "a.so")
+    model.export_library(tmp_path / "d" / "a.so")  # the same artifact again: fine
+    with pytest.raises(ArtifactError, match="describes another artifact"):
+        model.export_library(tmp_path / "d" / "a.tar")  # d/a.json is a.so's metadata
+    (tmp_path / "d" / "keras.json").write_text('{"class_name": "Sequential"}')
+    with pytest.raises(ArtifactError, match="not a bmlib-relax artifact"):
+        model.export_library(tmp_path / "d" / "keras.so")
+    assert (tmp_path / "d" / "keras.json").read_text() == '{"class_name": "Sequential"}'
+    bmlib_relax.load(tmp_path / "d" / "a.so")  # untouched by the refused exports

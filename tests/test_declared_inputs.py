@@ -118,3 +118,24 @@ def test_nan_from_generated_inputs_passes_the_check_with_a_warning_naming_them(t
     assert report["check"]["outputs"][0]["nan_mismatches"] == 0
     assert report["outputs"][0]["sum"] is None
     assert "NaN" not in (out / "report.json").read_text().replace(warning, "")  # strict JSON
+
+
+PINNED = """#[version = "0.0.5"]
+def @main(%x: Tensor[(?, 8, 8, 3), float32], %w: Tensor[(3, 3, 3, 5), float32]) {
+  nn.conv2d(%x, %w, padding=[1, 1, 1, 1], channels=5, kernel_size=[3, 3],
+            data_layout="NHWC", kernel_layout="HWIO")
+}
+"""
+
+
+@pytest.mark.parametrize("shape, problem", [
+    ((2, 9, 8, 3), r"declared \(\?, 8, 8, 3\): dim 1 is 8, not 9"),  # built another model
+    ((2, 8, 8), r"rank 4.*has rank 3"),
+    ((-1, 8, 8, 3), "negative dim"),
+])
+def test_input_shapes_only_pin_free_dims(shape, problem):
+    weight = {"w": np.ones((3, 3, 3, 5), "float32")}
+    with pytest.raises(ParamError, match=problem):
+        bmlib_relax.compile(PINNED, weight, input_shapes={"x": shape})
+    model = bmlib_relax.compile(PINNED, weight, input_shapes={"x": (2, 8, 8, 3)})
+    assert model.input_specs[0]["shape"] == [2, 8, 8, 3]

@@ -88,6 +88,19 @@ def test_float_list_for_an_integer_input_is_refused(tmp_path):
         model([1.5, 2.0])
 
 
+def test_a_list_is_never_wrapped_or_overflowed_into_the_input_dtype():
+    # numpy's same-kind casts wrap 300 to 44 in int8 and turn 1e300 into inf in float32.
+    i = relay.var("i", shape=(3,), dtype="int8")
+    f = relay.var("f", shape=(2,), dtype="float32")
+    model = bmlib_relax.compile(relay.Function([i, f], relay.Tuple([i, f])))
+    out = model([1, -2, 127], [0.5, 1e30])
+    np.testing.assert_array_equal(out[0], np.array([1, -2, 127], "int8"))
+    with pytest.raises(ParamError, match="input 'i'.*int64 values given for a int8 input"):
+        model([300, 1, 2], [0.5, 1.0])
+    with pytest.raises(ParamError, match="input 'f'.*would change"):
+        model([1, 2, 3], [1e300, 1.0])
+
+
 def test_ragged_list_is_a_param_error(same_name_model):
     with pytest.raises(ParamError, match="input 'a'.*ragged"):
         same_name_model([[1, 2], [3]], B)

@@ -73,6 +73,34 @@ def substitute(root: ast.Expr, mapping: Mapping[ast.Expr, ast.Expr],
     return done.get(id(root), root)  # type: ignore[return-value]
 
 
+def _pinned_shape(name: str, shape: Sequence[int], declared) -> tuple[int, ...]:
+    """``shape`` for input ``name`` when it only fixes what the declaration left free:
+    positive integers, the declared rank, every static declared dim unchanged.  A pin
+    that changed a static dim built a different model than the one written."""
+    try:
+        dims = tuple(int(d) for d in shape)
+    except (TypeError, ValueError):
+        raise ParamError(f"input {name!r}: shape {tuple(shape)!r} is not a list of integers",
+                         name) from None
+    if any(d < 0 for d in dims):
+        raise ParamError(f"input {name!r}: shape {dims} has a negative dim", name)
+    if not isinstance(declared, ast.TensorType):
+        return dims
+    old = tuple(declared.shape)
+    if len(old) != len(dims):
+        raise ParamError(f"input {name!r} is declared {_shape_text(old)} (rank {len(old)}); "
+                         f"the shape {dims} given for it has rank {len(dims)}", name)
+    for axis, (want, got) in enumerate(zip(old, dims)):
+        if isinstance(want, int) and want != got:
+            raise ParamError(f"input {name!r} is declared {_shape_text(old)}: dim {axis} is "
+                             f"{want}, not {got} (only free dims can be pinned)", name)
+    return dims
+
+
+def _shape_text(shape) -> str:
+    return "(" + ", ".join(str(d) if isinstance(d, int) else "?" for d in shape) + ")"
+
+
 def with_input_types(module: ast.IRModule,
                      types: Mapping[str, tuple[Sequence[int], Optional[str]]]) -> ast.IRModule:
     """``module`` whose ``@main`` inputs get the given static shapes (and dtypes).
@@ -95,7 +123,7 @@ def with_input_types(module: ast.IRModule,
         shape, dtype = types[var.name]
         old = var.type_annotation
         dtype = dtype or (old.dtype if isinstance(old, ast.TensorType) else "float32")
-        new_type = ast.TensorType(tuple(int(d) for d in shape), dtype)
+        new_type = ast.TensorType(_pinned_shape(var.name, shape, old), dtype)
         mapping[var] = dataclasses.replace(var, type_annotation=new_type)
     body = substitute(main.body, mapping)
     new_main = dataclasses.replace(main, params=tuple(mapping.get(v, v) for v in main.params),
