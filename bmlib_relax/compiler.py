@@ -25,7 +25,7 @@ from .preflight import require_main
 from .relay import ast
 from .relay.params import ParamsLike, load_params
 from .relay.rewrite import with_input_types
-from .report import OffloadReport, build_report
+from .report import OffloadReport, build_report, is_recursive
 from .runtime import ModelRunner, export_artifact, input_specs
 from .threads import ThreadConfig
 
@@ -99,7 +99,8 @@ class CompiledModel(ModelRunner):
     def __init__(self, executable, relax_module: tvm.IRModule, report: OffloadReport,
                  device=None, num_threads: Optional[int] = None):
         specs = input_specs(relax_module["main"])
-        super().__init__(executable, [s["name"] for s in specs], specs, device, num_threads)
+        super().__init__(executable, [s["name"] for s in specs], specs, device, num_threads,
+                         recursive=is_recursive(relax_module))
         self.relax_module = relax_module
         self.report = report
         #: The Relay views of the import(s) this model came from (``compile`` sets it):
@@ -123,7 +124,7 @@ class CompiledModel(ModelRunner):
         flops = {"total": flops_text(self.report.flops_total),
                  "offloaded": flops_text(self.report.flops_offloaded)}
         return export_artifact(self.executable, os.fspath(path), self.input_specs, files=files,
-                               flops=flops)
+                               flops=flops, recursive=self.recursive)
 
 
 def unbound_inputs(module: ast.IRModule, weights: Mapping[str, Any],

@@ -285,10 +285,9 @@ def host_ops(mod: tvm.IRModule, runs: Optional[Mapping[str, int]] = None) -> Cou
     return counts
 
 
-def function_runs(mod: tvm.IRModule, entry: str = "main") -> dict[str, int]:
-    """How many times each Relax function runs per call of ``entry``, from the call
-    graph: once per call site in each run of its caller (both branches of an ``If``
-    counted); a call inside a cycle (recursion: trip count unknown) adds nothing."""
+def _call_graph(mod: tvm.IRModule) -> dict[str, Counter]:
+    """``{function: Counter(callee: call sites)}`` over the Relax functions that are no
+    partitions."""
     sites: dict[str, Counter] = {}
     for gv, func in mod.functions.items():
         if not isinstance(func, relax.Function) or is_bmlib_partition(func):
@@ -301,7 +300,13 @@ def function_runs(mod: tvm.IRModule, entry: str = "main") -> dict[str, int]:
 
         relax.analysis.post_order_visit(func, visit)
         sites[gv.name_hint] = callees
-    order: list[str] = []  # callees before callers
+    return sites
+
+
+def _walk_calls(sites: dict[str, Counter], entry: str) -> tuple[list[str], set]:
+    """Functions reachable from ``entry``, callees before callers, and the call edges
+    that close a cycle (recursion)."""
+    order: list[str] = []
     state: dict[str, int] = {}
     back_edges: set = set()
 
@@ -317,9 +322,25 @@ def function_runs(mod: tvm.IRModule, entry: str = "main") -> dict[str, int]:
         state[name] = 2
         order.append(name)
 
-    runs: dict[str, int] = {}
     if entry in sites:
         visit_calls(entry)
+    return order, back_edges
+
+
+def is_recursive(mod: tvm.IRModule, entry: str = "main") -> bool:
+    """Whether a call of ``entry`` can recurse (a Relay loop or recursive global): the
+    VM then nests a native call per iteration (see ``runtime.ModelRunner``)."""
+    return bool(_walk_calls(_call_graph(mod), entry)[1])
+
+
+def function_runs(mod: tvm.IRModule, entry: str = "main") -> dict[str, int]:
+    """How many times each Relax function runs per call of ``entry``, from the call
+    graph: once per call site in each run of its caller (both branches of an ``If``
+    counted); a call inside a cycle (recursion: trip count unknown) adds nothing."""
+    sites = _call_graph(mod)
+    order, back_edges = _walk_calls(sites, entry)
+    runs: dict[str, int] = {}
+    if entry in sites:
         runs[entry] = 1
     for name in reversed(order):
         for callee, count in sites[name].items():

@@ -56,8 +56,12 @@ class ModelRunner:
 
     def __init__(self, executable: Any, input_names: Sequence[str],
                  input_specs: Optional[Sequence[dict]] = None, device: Any = None,
-                 num_threads: Optional[int] = None, huge_pages: bool = True):
+                 num_threads: Optional[int] = None, huge_pages: bool = True,
+                 recursive: bool = False):
         self.threads = ThreadConfig(num_threads)
+        #: The model recurses (a Relay loop, a recursive global): calls run on a thread
+        #: with a RECURSION_STACK_BYTES stack (see :meth:`__call__`).
+        self.recursive = recursive
         self.executable = executable
         self.input_names = list(input_names)
         self.input_specs = list(input_specs or [])
@@ -96,11 +100,16 @@ class ModelRunner:
 
     def __call__(self, *args: Any, **kwargs: Any):
         arrays = self._arrange(args, kwargs)
-        self.threads.apply()
         tensors = [tvm.runtime.tensor(a, self.device) for a in arrays]
+        if self.recursive:
+            return to_numpy(_on_deep_stack(lambda: self._run(tensors)))
+        return to_numpy(self._run(tensors))
+
+    def _run(self, tensors: list) -> Any:
+        self.threads.apply()  # TVM's thread settings belong to the calling thread
         if self.huge_pages.pending:  # the first call records what to place
-            return to_numpy(self.huge_pages.run_recording(self._vm, tensors))
-        return to_numpy(self._vm["main"](*tensors))
+            return self.huge_pages.run_recording(self._vm, tensors)
+        return self._vm["main"](*tensors)
 
     def warm_up(self, *args: Any, **kwargs: Any):
         """Call the model once and wait until its memory is placed (huge pages; at most
@@ -110,6 +119,42 @@ class ModelRunner:
         outputs = self(*args, **kwargs)
         self.huge_pages.wait(WARM_UP_WAIT_SECONDS)
         return outputs
+
+
+# The Relax VM nests a native call per call of a Relax function, so a Relay loop needs
+# a few KiB of C stack per iteration: on the main thread's 8 MiB, a loop of ~2500
+# iterations ended in a segmentation fault (Relay's VM kept its frames on the heap).
+# Calls of a recursive model run on a thread with this much stack instead (address
+# space only: pages are committed as the recursion touches them), about 100 000
+# iterations of a small loop.
+RECURSION_STACK_BYTES = 1 << 30
+
+
+def _on_deep_stack(run: Callable[[], Any]) -> Any:
+    """``run()`` on a fresh thread with a ``RECURSION_STACK_BYTES`` stack; its result,
+    or its exception re-raised here."""
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = run()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            outcome["error"] = exc
+
+    with _STACK_SIZE_LOCK:  # threading.stack_size is process-wide: set, start, restore
+        previous = threading.stack_size(RECURSION_STACK_BYTES)
+        try:
+            worker = threading.Thread(target=target, name="bmlib-recursive-call", daemon=True)
+            worker.start()
+        finally:
+            threading.stack_size(previous)
+    worker.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+_STACK_SIZE_LOCK = threading.Lock()
 
 
 def as_input_array(value: Any, name: str, spec: Optional[dict] = None) -> np.ndarray:
@@ -311,7 +356,7 @@ def _native_lines_dropped(noise: "re.Pattern[bytes]") -> Iterator[None]:
 
 def export_artifact(executable: Any, path: str, specs: Sequence[dict],
                     outputs: Sequence[dict] = (), files: Sequence[str] = (),
-                    flops: Optional[dict] = None) -> str:
+                    flops: Optional[dict] = None, recursive: bool = False) -> str:
     """Write ``executable`` to the library ``path`` and its metadata beside it.
 
     Both are written atomically, the library first: a crash in between leaves a
@@ -319,7 +364,8 @@ def export_artifact(executable: Any, path: str, specs: Sequence[dict],
     ``files`` are further files of the artifact (e.g. ``model_relax.py``) whose
     SHA-256 is recorded too.  ``flops`` (``{"total", "offloaded"}``: counts or
     formulas of the symbolic dims, see :mod:`.flops`) lets ``load`` report the FLOPs
-    of a run.  Returns the metadata path.
+    of a run; ``recursive`` marks a model whose calls need a deep stack
+    (``ModelRunner.recursive``).  Returns the metadata path.
     """
     path = os.fspath(path)
     check_export_path(path)
@@ -336,6 +382,8 @@ def export_artifact(executable: Any, path: str, specs: Sequence[dict],
     }
     if flops is not None:
         data["flops"] = {k: str(v) for k, v in flops.items()}
+    if recursive:  # its calls need a deep stack (ModelRunner.recursive)
+        data["recursive"] = True
     data["metadata_sha256"] = metadata_digest(data)
     return write_json_atomic(metadata_path(path), data)
 
@@ -497,7 +545,8 @@ class LoadedModel(ModelRunner):
         verify_library(path, self.metadata)
         module = _load_library(path, self.metadata["sha256"])
         specs = list(self.metadata["inputs"])
-        super().__init__(module, [s["name"] for s in specs], specs, device, num_threads)
+        super().__init__(module, [s["name"] for s in specs], specs, device, num_threads,
+                         recursive=self.metadata.get("recursive") is True)
 
     def flops(self, *args: Any, **kwargs: Any) -> Optional[dict[str, int]]:
         """``{"total", "offloaded", "dims"}`` of one run on these inputs, the formulas of

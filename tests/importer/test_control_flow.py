@@ -602,3 +602,27 @@ def @main(%n: int32, %t: (Tensor[(2, 4), float32], Tensor[(2, 4), float32]),
     # The dense inside the lifted loop function is a bmlib partition.
     assert result.report["partitions"], "nothing offloaded"
     assert offloaded_partitions(result.model.relax_module)
+
+
+def test_a_long_relay_loop_runs_and_survives_export(tmp_path):
+    """The Relax VM nests a native call per loop iteration: ~2500 iterations overflowed
+    the main thread's 8 MiB stack (a segmentation fault).  A recursive model's calls run
+    on a thread with a deep stack, and its artifact remembers that it recurses."""
+    text = """
+def @main(%n: int32, %x: Tensor[(2), float32]) -> Tensor[(2), float32] {
+  let %loop = fn (%i: int32, %acc: Tensor[(2), float32]) -> Tensor[(2), float32] {
+    if (less(%i, %n)) { %loop(add(%i, 1), add(%acc, 1f)) } else { %acc }
+  };
+  %loop(0, %x)
+}
+"""
+    model = _compile(text)
+    assert model.recursive and not _compile(IF_ELSE, {"w": np.ones((4, 8), "float32")}).recursive
+    x = np.zeros(2, "float32")
+    np.testing.assert_array_equal(model(np.int32(20000), x), [20000, 20000])
+    model.export_library(tmp_path / "loop.so")
+    loaded = bmlib_relax.load(tmp_path / "loop.so")
+    assert loaded.recursive
+    np.testing.assert_array_equal(loaded(np.int32(20000), x), [20000, 20000])
+    with pytest.raises(bmlib_relax.ParamError):  # errors still reach the caller
+        loaded(np.int32(1), np.zeros(3, "float32"))
