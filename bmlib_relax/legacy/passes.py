@@ -91,7 +91,18 @@ def _map_functions(mod: ast.IRModule, fn: Callable[[ast.Function], ast.Function]
 
 
 def _rewrite(func: ast.Function, transform: Callable[[ast.Expr], Optional[ast.Expr]]):
-    body = substitute(func.body, {}, transform)
+    """``func`` with ``transform`` applied bottom-up.  These passes keep every node's type
+    (``bias_add`` -> ``add``, batch-norm simplified, constants folded), so a parent
+    rebuilt over a rewritten child keeps the type inference gave the original: a second
+    ``bias_add`` above a rewritten first one found its data untyped ("needs types: run
+    InferType()", though InferType had just run)."""
+    def typed_transform(new: ast.Expr, original: ast.Expr) -> Optional[ast.Expr]:
+        checked = original.__dict__.get("_checked_type")
+        if new is not original and checked is not None and "_checked_type" not in new.__dict__:
+            new.__dict__["_checked_type"] = checked
+        return transform(new)
+
+    body = substitute(func.body, {}, typed_transform, with_original=True)
     if body is func.body:
         return func
     return ast.Function(func.params, body, func.ret_type, func.type_params, func.attrs,

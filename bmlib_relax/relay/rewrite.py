@@ -54,11 +54,13 @@ def rebuild(node: object, mapped: Callable[[object], object]) -> object:
 
 
 def substitute(root: ast.Expr, mapping: Mapping[ast.Expr, ast.Expr],
-               transform: Optional[Callable[[ast.Expr], Optional[ast.Expr]]] = None) -> ast.Expr:
+               transform: Optional[Callable[..., Optional[ast.Expr]]] = None,
+               with_original: bool = False) -> ast.Expr:
     """Replace nodes of ``root`` (by identity) and rebuild the parents that changed.
 
-    ``transform``, if given, is called on each rebuilt node and may return a
-    replacement (or ``None`` to keep it).
+    ``transform``, if given, is called on each rebuilt node (``with_original``: the
+    rebuilt node and the node it was rebuilt from) and may return a replacement (or
+    ``None`` to keep it).
     """
     done: dict[int, object] = {id(k): v for k, v in mapping.items()}
     for node in post_order_list(root):
@@ -66,7 +68,7 @@ def substitute(root: ast.Expr, mapping: Mapping[ast.Expr, ast.Expr],
             continue
         new = rebuild(node, lambda c: done.get(id(c), c))
         if transform is not None:
-            replaced = transform(new)
+            replaced = transform(new, node) if with_original else transform(new)
             if replaced is not None:
                 new = replaced
         done[id(node)] = new

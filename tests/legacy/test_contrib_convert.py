@@ -70,6 +70,35 @@ def @main(%data: Tensor[(1, 3, 8, 8), float32], %w1: Tensor[(8, 3, 3, 3), float3
 """
 
 
+TWO_DENSE = """#[version = "0.0.5"]
+def @main(%x: Tensor[(2, 16), float32], %w: Tensor[(8, 16), float32], %b: Tensor[(8), float32],
+          %w2: Tensor[(8, 8), float32], %b2: Tensor[(8), float32]) {
+  %0 = nn.dense(%x, %w, units=8);
+  %1 = nn.bias_add(%0, %b, axis=-1);
+  %2 = nn.relu(%1);
+  %3 = nn.dense(%2, %w2, units=8);
+  nn.bias_add(%3, %b2, axis=-1)
+}
+"""
+
+
+def test_partition_fn_rewrites_a_bias_add_above_a_rewritten_one(tmp_path):
+    """CanonicalizeOps rebuilt the second dense over the first bias_add's rewrite without
+    its type and then refused the second bias_add ("needs types: run InferType()",
+    right after InferType): ResNet-18 and the mlp golden failed the same way."""
+    rng = np.random.default_rng(1)
+    (tmp_path / "model.relay").write_text(TWO_DENSE)
+    np.savez(tmp_path / "params.npz", **{
+        name: rng.standard_normal(shape).astype("float32")
+        for name, shape in {"w": (8, 16), "b": (8,), "w2": (8, 8), "b2": (8,)}.items()})
+    proc = cli("convert", tmp_path / "model.relay", "--params", tmp_path / "params.npz",
+               "--patterns", FIXTURES / "dnnl_style.py", "--partition-fn", "partition_for_dnnl",
+               "--check", "-q", "-o", tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["check"]["ok"] is True
+
+
 @pytest.fixture
 def small_model(tmp_path):
     rng = np.random.default_rng(0)
