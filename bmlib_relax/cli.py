@@ -59,17 +59,20 @@ def _convert_inputs(args: argparse.Namespace) -> list:
 
 def _cmd_convert(args: argparse.Namespace) -> int:
     from .cli_tvmc import native_stderr_silenced
-    from .preflight import check_output_dir, input_file, read_model_text, unique_specs
+    from .preflight import (check_output_dir, input_file, read_model_text, source_file,
+                            unique_specs)
 
     # Bad input is found before TVM and the compiler are imported (fast exit 2).
     specs = _convert_inputs(args)
     unique_specs(specs)
     check_output_dir(args.output, args.force)
     read_model_text(args.model)
-    for path, what in ((args.params, "params file"), (args.patterns, "pattern table file"),
+    if args.params:
+        input_file(args.params, "params file")
+    for path, what in ((args.patterns, "pattern table file"),
                        (args.lowerings, "lowerings module file")):
         if path:
-            input_file(path, what)
+            source_file(path, what)
     log.info("inputs: %s", ", ".join(f"{s.name}={s.shape}:{s.dtype}" for s in specs) or "-")
     from .convert import convert
     from .progress import Progress
@@ -83,8 +86,12 @@ def _cmd_convert(args: argparse.Namespace) -> int:
                          rtol=args.rtol, atol=args.atol, progress=progress, force=args.force,
                          partition_fn=args.partition_fn)
     _print_summary(result.report, args.quiet)
-    print(f"wrote {', '.join(sorted(os.path.basename(f) for f in result.files.values()))} "
-          f"to {result.outdir}")
+    written = ", ".join(sorted(os.path.basename(f) for f in result.files.values()))
+    if result.check_passed is False:
+        print(f"wrote {written} to {result.outdir} for inspection; the check failed, so "
+              f"{args.output} was left as it was")
+    else:
+        print(f"wrote {written} to {result.outdir}")
     status = _check_exit(result.report)  # a failed check is the first line on stderr
     for warning in result.report["warnings"]:
         print(f"warning: {warning}", file=sys.stderr)
@@ -154,7 +161,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _run_feed(args: argparse.Namespace, model) -> dict:
     """Inputs from ``-i file.npz``, ``--input name=file.npy|file.npz``, then ``--fill-mode``."""
-    from .cli_tvmc import fill_input, read_npz
+    from .cli_tvmc import fill_input, npz_member, read_npz
     from .errors import ParamError
     from .preflight import load_input_array
 
@@ -168,7 +175,8 @@ def _run_feed(args: argparse.Namespace, model) -> dict:
             continue
         if not sep or not name or not path:
             raise ParamError(f"bad --input {spec!r}: expected name=file.npy or file.npz")
-        feed[name] = load_input_array(path, name)
+        feed[name] = npz_member(path, name) if path.endswith(".npz") else \
+            load_input_array(path, name)
     if args.fill_mode:
         if not model.input_specs:
             raise ParamError(f"--fill-mode needs the input signature ({args.artifact} has no "
@@ -181,6 +189,7 @@ def _run_feed(args: argparse.Namespace, model) -> dict:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from .cli_tvmc import named_outputs
     from .runtime import load
 
     session = None
@@ -189,22 +198,51 @@ def _run(args: argparse.Namespace) -> int:
 
         session = connect(args.rpc, args.rpc_tracker, args.rpc_key)
         log.info("running on the RPC server %s", args.rpc or f"{args.rpc_key}@{args.rpc_tracker}")
+    output = _outputs_path(args.output) if args.output else None
     model = load(args.artifact, remote=session)
     feed = _run_feed(args, model)
     log.info("running %s with %s", args.artifact,
              ", ".join(f"{k}{tuple(v.shape)}:{v.dtype}" for k, v in feed.items()) or "no inputs")
-    outputs = model(**feed) if model.input_names else model(*feed.values())
-    outputs = outputs if isinstance(outputs, tuple) else (outputs,)
-    for i, out in enumerate(outputs):
-        print(f"out{i}: shape {tuple(out.shape)} dtype {out.dtype} "
-              f"min {out.min():.6g} max {out.max():.6g} sum {out.astype(np.float64).sum():.6g}")
+    outputs = named_outputs(model(**feed) if model.input_names else model(*feed.values()))
+    for name, out in outputs:
+        print(f"{name}: {_output_summary(out)}")
     _print_flops(model, feed)
     if args.print_time:
         _print_time(model, feed, args.repeat, args.number)
-    if args.output:
-        np.savez(args.output, **{f"out{i}": o for i, o in enumerate(outputs)})
-        print(f"wrote {args.output}")
+    if output is not None:
+        _save_outputs(output, outputs)
+        print(f"wrote {output}")
     return EXIT_OK
+
+
+def _output_summary(out: np.ndarray) -> str:
+    """Shape, dtype, min/max/sum of one output; an empty one (a free dim of size 0)
+    has no min or max, which numpy would raise on."""
+    head = f"shape {tuple(out.shape)} dtype {out.dtype}"
+    if out.size == 0:
+        return f"{head} (empty)"
+    return (f"{head} min {out.min():.6g} max {out.max():.6g} "
+            f"sum {out.astype(np.float64).sum():.6g}")
+
+
+def _outputs_path(path: str) -> str:
+    """The ``.npz`` that ``run -o`` writes: ``path`` with ``.npz`` added unless it ends so
+    (as ``np.savez`` names it, so the message and the file agree), checked writable
+    before the model runs -- a bad path must not cost a run and end in a traceback."""
+    from .preflight import writable_file
+
+    return writable_file(path if path.endswith(".npz") else path + ".npz", "-o")
+
+
+def _save_outputs(path: str, outputs: Sequence[tuple[str, np.ndarray]]) -> None:
+    """Write the named outputs to ``path`` atomically (a reader never sees half an .npz)."""
+    from .errors import ParamError
+    from .runtime import atomic_write
+
+    try:
+        atomic_write(path, lambda tmp: np.savez(tmp, **dict(outputs)), suffix=".npz")
+    except OSError as exc:
+        raise ParamError(f"-o {path}: cannot write: {exc.strerror or exc}") from None
 
 
 def _print_flops(model, feed: dict) -> None:
@@ -243,6 +281,10 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
     status = EXIT_OK
     results = []
+    if args.json:
+        from .preflight import writable_file
+
+        writable_file(args.json, "--json")
     bundles = find_bundles(args.bundles)
     if not bundles:
         raise BundleError(f"no golden bundle found under {', '.join(args.bundles)}")
@@ -261,9 +303,20 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         if not result.ok:
             status = max(status, EXIT_CHECK_FAILED)
     if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(results, handle, indent=1)
+        _write_json_result(args.json, results)
     return status
+
+
+def _write_json_result(path: str, data) -> None:
+    """``--json FILE`` written atomically; a write that fails anyway (disk full) is
+    bad input naming the file, not a traceback after all the work."""
+    from .errors import ParamError
+    from .runtime import write_json_atomic
+
+    try:
+        write_json_atomic(path, data)
+    except OSError as exc:
+        raise ParamError(f"--json {path}: cannot write: {exc.strerror or exc}") from None
 
 
 # --------------------------------------------------------------------------- demo
@@ -463,16 +516,49 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             if getattr(args, "target", None) is not None:
                 from .backend.target import resolve_target
 
-                args.target = resolve_target(args.target)
+                args.target = _runnable_target(args.target, resolve_target)
                 log.info("target: %s", args.target)
             status = args.func(args)
+            sys.stdout.flush()  # a closed pipe (``| head``) fails here, not at exit
             if interrupts.requested():
                 # Ctrl-C came after the last write (every write asks interrupts first),
                 # or a step swallowed it in a command that writes nothing.
-                return EXIT_INTERRUPTED
+                return _interrupted_status()
             return status
         except BaseException as exc:  # noqa: BLE001 - every way out gets its exit code
             return _exit_status(exc, args, interrupted=interrupts.requested())
+
+
+def _runnable_target(text, resolve: Callable):
+    """The target ``text`` (a string or JSON dict) resolved, if this machine can run
+    what is built for it, else a ``TargetError``.
+
+    ``convert`` and ``verify`` run the model they build (the outputs' checksums, the
+    check): a GPU or C-source target, or LLVM for another CPU architecture, failed
+    after the whole compile with an internal error (a TIR or an architecture
+    mismatch).  Only LLVM for the host's architecture is supported.  The kind is
+    checked before TVM resolves it (resolving ``cuda`` prints C++ warnings first).
+    """
+    import tvm
+
+    from .errors import TargetError
+
+    kind = text.get("kind") if isinstance(text, dict) else (str(text).split() or [""])[0]
+    if kind != "llvm" and kind in tvm.target.Target.list_kinds():  # unknown: resolve says so
+        raise TargetError(f"--target {kind}: not supported; bmlib-relax builds for the CPU "
+                          "it runs on, with LLVM (kind 'llvm', e.g. --target "
+                          "'llvm -mcpu=skylake-avx512')", str(text))
+    target = resolve(text)
+    if str(target.kind.name) != "llvm":  # a tag naming another kind
+        raise TargetError(f"--target {text}: kind {target.kind.name!r} is not supported; "
+                          "bmlib-relax builds for the host CPU with LLVM", str(text))
+    triple = target.attrs.get("mtriple")
+    host = str(tvm.target.codegen.llvm_get_system_triple())
+    if triple and str(triple).split("-")[0] != host.split("-")[0]:
+        raise TargetError(f"--target: cross-compiling for {triple} is not supported: the "
+                          f"model built is run here ({host}) for its outputs and the check",
+                          str(text))
+    return target
 
 
 def _interrupted_message(args: argparse.Namespace) -> str:
@@ -483,6 +569,11 @@ def _interrupted_message(args: argparse.Namespace) -> str:
     return "interrupted: nothing was written (a previous output folder is left as it was)"
 
 
+# The signals that stop a command like Ctrl-C, with the disposition they must have for
+# us to take them over (one a parent process set to "ignore" stays ignored).
+_STOP_SIGNALS = ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL))
+
+
 @contextlib.contextmanager
 def _sigint_recorded(message: Callable[[], str]) -> Iterator[None]:
     """Ctrl-C raises ``KeyboardInterrupt`` as usual, and is also recorded in
@@ -491,11 +582,16 @@ def _sigint_recorded(message: Callable[[], str]) -> Iterator[None]:
     bare ``RuntimeError``, which a step that tolerates errors may catch; the writes
     of results then refuse to go on (:func:`.interrupts.raise_if_requested`).
 
+    SIGTERM (``kill``, ``timeout``, a CI runner cancelling a job) is handled the same
+    way: by default it kills the process at once, leaving a staging folder of tens
+    of MB beside the output; as an interrupt the conversion cleans up on its way out.
+
     ``message()`` is printed at once, so it is the first line on stderr, before the
     warnings TVM's destructors print while the interrupted work unwinds.
     """
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+    taken = [sig for sig, default in _STOP_SIGNALS if signal.getsignal(sig) is default] \
+        if threading.current_thread() is threading.main_thread() else []
+    if not taken:
         yield
         return
     # The real stderr, kept open: with -q file descriptor 2 points at /dev/null while
@@ -503,28 +599,37 @@ def _sigint_recorded(message: Callable[[], str]) -> Iterator[None]:
     sys.stderr.flush()
     real_stderr = os.fdopen(os.dup(2), "w", buffering=1)
 
-    def on_sigint(signum, frame):
+    def on_signal(signum, frame):
         if not interrupts.requested():  # the first Ctrl-C: say so at once
-            interrupts.request()
+            interrupts.request(signum)
             print(message(), file=real_stderr, flush=True)
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGINT, on_sigint)
+    previous = {sig: signal.signal(sig, on_signal) for sig in taken}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         interrupts.clear()
         real_stderr.close()
 
 
+def _interrupted_status() -> int:
+    """128 + the signal that stopped the command, as shells report it (130 for Ctrl-C,
+    143 for SIGTERM)."""
+    return 128 + interrupts.signal_number()
+
+
 def _exit_status(exc: BaseException, args: argparse.Namespace, interrupted: bool) -> int:
     """The exit code of a command that raised ``exc``; prints its cause first on stderr."""
-    if interrupted:  # the SIGINT handler printed the message
-        return EXIT_INTERRUPTED
+    if interrupted:  # the signal handler printed the message
+        return _interrupted_status()
     if isinstance(exc, KeyboardInterrupt):
         print(_interrupted_message(args), file=sys.stderr)
         return EXIT_INTERRUPTED
+    if isinstance(exc, BrokenPipeError):
+        return _stdout_closed()
     if isinstance(exc, BmlibError):
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -539,6 +644,16 @@ def _exit_status(exc: BaseException, args: argparse.Namespace, interrupted: bool
     print(f"internal error: {type(exc).__name__}: {_cause_line(exc)}", file=sys.stderr)
     traceback.print_exception(exc, file=sys.stderr)
     return EXIT_INTERNAL
+
+
+def _stdout_closed() -> int:
+    """The reader of stdout went away (``bmlib-relax list-ops | head -1``): stop
+    quietly, as command-line tools killed by SIGPIPE do (exit 141).  Stdout is pointed
+    at /dev/null so that Python's final flush does not report the pipe again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
 
 
 def _cause_line(exc: BaseException) -> str:

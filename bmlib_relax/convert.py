@@ -22,6 +22,7 @@ it, renamed into place at the end (see :class:`_Staging`).
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
@@ -36,7 +37,8 @@ from . import __version__, interrupts
 from .artifacts import write_json, write_tvmscript
 from .backend.partition import partition_for_bmlib, resolve_patterns
 from .backend.target import resolve_target
-from .check import compare, first_divergence
+from .check import difference, first_divergence
+from .cli_tvmc import named_outputs
 from .compiler import (CompiledModel, build_offloaded, build_verified, lower_and_verify,
                        unbound_inputs)
 from .errors import ParamError
@@ -45,7 +47,8 @@ from .legacy import load_lowerings, load_pattern_table, partition_with_legacy_fn
 from .legacy.lowerings import scoped_lowerings
 from .legacy.loader import LegacyModuleError
 from .preflight import (InputSpec, check_output_dir, input_file, parse_input_spec,  # noqa: F401
-                        read_model_text, refuse_to_replace, require_main, unique_specs)
+                        read_model_text, refuse_to_replace, require_main, source_file,
+                        unique_specs)
 from .progress import QUIET, Progress
 from .recipe import recipe_tensor
 from .relay import load_params, parse
@@ -81,7 +84,7 @@ def _load_user_module(loader: Callable[[str], Any], path: str, kind: str) -> Any
     Otherwise ``SystemExit(0)`` from the user's file would end ``convert`` with
     exit code 0 and nothing written.
     """
-    path = input_file(path, f"{kind} file")
+    path = source_file(path, f"{kind} file")
     try:
         return loader(path)
     except SystemExit as exc:
@@ -110,15 +113,17 @@ class _Staging:
         try:
             for folder in self.created:
                 os.mkdir(folder)
-            self.path = tempfile.mkdtemp(prefix=f".{os.path.basename(self.outdir)}.tmp-",
-                                         dir=parent)
+            remove_stale_staging(self.outdir)
+            self.path = tempfile.mkdtemp(prefix=_own_staging_prefix(self.outdir), dir=parent)
             mask = os.umask(0o022)
             os.umask(mask)
             os.chmod(self.path, 0o777 & ~mask)  # mkdtemp's 0700 is for temp dirs, not outputs
-        except OSError as exc:
-            self._remove_created()
-            raise ParamError(f"output folder {outdir} cannot be created: "
-                             f"{exc.strerror or exc}") from None
+        except BaseException as exc:  # a signal may land between mkdtemp and its return
+            self.discard()
+            if isinstance(exc, OSError):
+                raise ParamError(f"output folder {outdir} cannot be created: "
+                                 f"{exc.strerror or exc}") from None
+            raise
 
     def _remove_created(self) -> None:
         for folder in reversed(self.created):
@@ -128,20 +133,22 @@ class _Staging:
                 break
 
     def discard(self) -> None:
-        shutil.rmtree(self.path, ignore_errors=True)
+        """Remove the staging folder (found by name: ``self.path`` may not be set yet
+        when a signal interrupted ``__init__``) and the parents it created."""
+        remove_own_staging(self.outdir)
         self._remove_created()
 
-    def publish(self, force: bool) -> None:
+    def publish(self, force: bool, destination: Optional[str] = None) -> None:
+        """Rename the staged folder to the output folder (or ``destination``)."""
         interrupts.raise_if_requested()  # stopped, even if a step swallowed the Ctrl-C
-        leftover = self._move_into_place(force)
+        leftover = self._move_into_place(force, destination or self.outdir)
         interrupts.note_published()
         if leftover is not None:
             shutil.rmtree(leftover, ignore_errors=True)
 
-    def _move_into_place(self, force: bool) -> Optional[str]:
-        """Rename the staged folder to the output folder; the folder now holding the
-        previous output (to remove) when one was replaced."""
-        out = self.outdir
+    def _move_into_place(self, force: bool, out: str) -> Optional[str]:
+        """Rename the staged folder to ``out``; the folder now holding the previous
+        output (to remove) when one was replaced."""
         if not os.path.exists(out):
             os.rename(self.path, out)
             return None
@@ -165,6 +172,70 @@ class _Staging:
             os.rename(os.path.join(old, "previous"), out)
             raise
         return old
+
+
+def _staging_prefix(outdir: str) -> str:
+    """Name prefix of the staging folders of ``outdir`` (beside it, hidden); the
+    creating process's id follows, so a later run can tell a dead run's folder."""
+    return f".{os.path.basename(os.path.abspath(outdir))}.tmp-"
+
+
+def _own_staging_prefix(outdir: str) -> str:
+    return f"{_staging_prefix(outdir)}{os.getpid()}-"
+
+
+def remove_own_staging(outdir: str) -> None:
+    """Remove this process's staging folders of ``outdir``."""
+    parent = os.path.dirname(os.path.abspath(outdir))
+    prefix = _own_staging_prefix(outdir)
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(parent):
+            if entry.name.startswith(prefix) and entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def remove_stale_staging(outdir: str) -> list[str]:
+    """Remove the staging folders of ``outdir`` left by runs that were killed
+    (SIGKILL, a power cut: no handler ran) -- only those whose process is gone, so
+    a conversion still running into the same folder keeps its own.  Returns them."""
+    parent = os.path.dirname(os.path.abspath(outdir))
+    prefix = _staging_prefix(outdir)
+    removed = []
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return removed
+    for entry in entries:
+        pid = _staging_pid(entry.name, prefix)
+        if pid is not None and entry.is_dir(follow_symlinks=False) and not _alive(pid):
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(entry.path)
+    return removed
+
+
+def _staging_pid(name: str, prefix: str) -> Optional[int]:
+    """The process id in a staging folder's name (``.out.tmp-<pid>-<random>``), if any."""
+    if not name.startswith(prefix):
+        return None
+    pid, sep, _ = name[len(prefix):].partition("-")
+    return int(pid) if sep and pid.isdigit() else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+def check_failed_folder(outdir: str) -> str:
+    """Where a conversion whose ``--check`` failed is published instead of ``outdir``:
+    the previous output stays as it was (a failed model is never shipped in its
+    place), and the report of the failure can still be read."""
+    return os.path.abspath(outdir).rstrip(os.sep) + ".check-failed"
 
 
 def _exchange(a: str, b: str) -> bool:
@@ -207,6 +278,7 @@ def convert(model_path: str, outdir: str, *, params: Any = None,
     specs = unique_specs(inputs)
     with progress.step(f"parse {os.path.basename(model_path)}"):
         module = read_model(model_path)
+        specs = _in_declared_dtypes(module, specs)
         module = with_input_types(module, {n: (s.shape, s.dtype) for n, s in specs.items()
                                            if s.shape is not None})
         if isinstance(params, (str, os.PathLike)):
@@ -235,20 +307,62 @@ def convert(model_path: str, outdir: str, *, params: Any = None,
     left_out: list = []  # entries of a foreign table whose ops bmlib cannot take
     # a bad table entry is bad input: found before any build
     resolved = resolve_patterns(patterns, left_out)
-    staging = _Staging(outdir)
+    staging = None
     try:
+        staging = _Staging(outdir)
         result = _convert_into(staging.path, module, weights, patterns, resolved, specs,
                                model_path,
                                merge=merge, check=check, target=target, rtol=rtol, atol=atol,
                                progress=progress, left_out=left_out, reference=reference)
+        if result.check_passed is False:
+            outdir = check_failed_folder(outdir)
+            force = True  # an earlier failed check's folder (refused if not a conversion)
         with progress.step(f"publish {outdir}"):
-            staging.publish(force)
+            staging.publish(force, outdir)
     except BaseException:
-        staging.discard()
+        if staging is not None:
+            staging.discard()
+        else:  # interrupted before _Staging() returned (it cleans up after itself)
+            remove_own_staging(outdir)
         raise
     result.outdir = outdir
     result.files = {k: os.path.join(outdir, os.path.basename(v)) for k, v in result.files.items()}
     return result
+
+
+def _in_declared_dtypes(module, specs: Mapping[str, InputSpec]) -> dict[str, InputSpec]:
+    """``specs`` with every ``--inputs NAME=FILE.npy`` array in the dtype ``@main``
+    declares for that input, cast as ``run`` casts (only when no value changes);
+    else a ``ParamError`` naming ``--inputs``.
+
+    An array's dtype must not become the input's: a float64 file on a float32 input
+    would build a float64 model that offloads nothing.  (Its shape is checked when
+    the inputs are pinned: it may fill free ``?`` dims, never change a static one.)
+    """
+    from .runtime import exact_cast  # the cast ``run`` applies to its inputs
+
+    declared = {var.name: var.type_annotation for var in module["main"].params}
+    typed = {}
+    for name, spec in specs.items():
+        want = _numpy_dtype(getattr(declared.get(name), "dtype", None))
+        if spec.data is None or want is None or spec.data.dtype == want:
+            typed[name] = spec
+            continue
+        data = exact_cast(spec.data, str(want), name)
+        if data.dtype != want:
+            raise ParamError(f"--inputs {name}: the file holds {spec.data.dtype} values, but "
+                             f"@main declares {name!r} as {want} and casting would change "
+                             f"some of them; save the array as {want}", name)
+        typed[name] = InputSpec(name, spec.shape, str(want), data)
+    return typed
+
+
+def _numpy_dtype(name: Optional[str]) -> Optional[np.dtype]:
+    """The numpy dtype of a Relay dtype name; None when numpy has none (bfloat16)."""
+    try:
+        return np.dtype(name) if name else None
+    except TypeError:
+        return None
 
 
 def _convert_into(folder: str, module, weights, patterns, resolved,
@@ -309,9 +423,11 @@ def _convert_into(folder: str, module, weights, patterns, resolved,
     outputs = model(*feed)
     # Output signature plus a checksum on the check inputs, so a shipped artifact can be
     # verified to reproduce them (``bmlib-relax run`` prints the same sums).
-    data["outputs"] = [{"shape": list(o.shape), "dtype": str(o.dtype), "sum": _finite_sum(o)}
-                       for o in (outputs if isinstance(outputs, tuple) else [outputs])]
-    warnings.extend(_non_finite_warnings(outputs, generated))
+    # Nested tuples (an LSTM's (y, (h, c))) are flattened: out1.0, out1.1 ...
+    named = named_outputs(outputs)
+    data["outputs"] = [{"name": n, "shape": list(o.shape), "dtype": str(o.dtype),
+                        "sum": _finite_sum(o)} for n, o in named]
+    warnings.extend(_non_finite_warnings(named, generated))
     if report.symbolic_dims:  # FLOPs of the run on the check inputs, symbolic dims evaluated
         dims = report.dims_of_inputs(feed)
         data["flops_run"] = {"dims": dims, **report.flops_for(dims)}
@@ -342,20 +458,20 @@ def _finite_sum(array: Any) -> Optional[float]:
     return total if np.isfinite(total) else None
 
 
-def _non_finite_warnings(outputs: Any, generated: Sequence[str]) -> list[str]:
-    """A warning per output holding NaN/inf on the check inputs, naming the generated
-    inputs that may cause it (a NaN in both builds passes the check, but is never
-    a result to ship silently)."""
+def _non_finite_warnings(named: Sequence[tuple[str, np.ndarray]],
+                         generated: Sequence[str]) -> list[str]:
+    """A warning per output (``named_outputs``) holding NaN/inf on the check inputs,
+    naming the generated inputs that may cause it (a NaN in both builds passes the
+    check, but is never a result to ship silently)."""
     found = []
-    for index, out in enumerate(outputs if isinstance(outputs, tuple) else [outputs]):
-        array = np.asarray(out)
+    for name, array in named:
         if array.dtype.kind != "f":
             continue
         bad = int(np.count_nonzero(~np.isfinite(array)))
         if bad:
             cause = (f"; these inputs were generated, not supplied: {_names(generated)}"
                      if generated else "")
-            found.append(f"output out{index}: {bad} of {array.size} values are NaN or "
+            found.append(f"output {name}: {bad} of {array.size} values are NaN or "
                          f"infinite on the check inputs{cause}")
     return found
 
@@ -393,7 +509,8 @@ def _check(imported, partitioned, model, feed, generated, outputs, target, rtol,
     plain = ModelRunner(compile_plain(imported, target), model.input_names,
                         huge_pages=False)  # called once, as a reference
     want = plain(*feed)
-    diffs = compare(outputs, want, rtol, atol)
+    diffs = [difference(name, got, ref, rtol, atol) for (name, got), (_, ref)
+             in zip(named_outputs(outputs), named_outputs(want))]
     result: dict[str, Any] = {
         "ok": all(d.ok for d in diffs), "rtol": rtol, "atol": atol,
         "inputs": ("generated by recipe v1: " + ", ".join(generated)) if generated

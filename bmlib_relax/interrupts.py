@@ -18,17 +18,27 @@ import threading
 
 _REQUESTED = threading.Event()
 _PUBLISHED = threading.Event()
+_SIGNAL = [2]  # the signal recorded (SIGINT; SIGTERM is handled alike), for the exit code
 
 
-def request() -> None:
-    """Record a Ctrl-C (the command line's SIGINT handler calls this)."""
+def request(signum: int = 2) -> None:
+    """Record a Ctrl-C, or a ``kill``/``timeout`` (SIGTERM): the command line's signal
+    handler calls this.  The first signal recorded is kept."""
+    if not _REQUESTED.is_set():
+        _SIGNAL[0] = signum
     _REQUESTED.set()
+
+
+def signal_number() -> int:
+    """The signal that stopped the command (2 for Ctrl-C): its exit code is 128 + it."""
+    return _SIGNAL[0]
 
 
 def clear() -> None:
     """Forget a recorded Ctrl-C and a publication (when the command ends)."""
     _REQUESTED.clear()
     _PUBLISHED.clear()
+    _SIGNAL[0] = 2
 
 
 def note_published() -> None:

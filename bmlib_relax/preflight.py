@@ -7,7 +7,9 @@ nothing has been compiled.  ``convert`` runs them again for library callers.
 """
 from __future__ import annotations
 
+import json
 import os
+import tempfile
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -81,23 +83,61 @@ def input_file(path: Any, what: str) -> str:
     return path
 
 
+def writable_file(path: Any, what: str) -> str:
+    """``path`` if a file can be written there (its folder exists and takes a new file:
+    probed with a real temporary file, as permissions alone do not tell for root or
+    for ``/proc``), else a ``ParamError`` naming ``what``.  Commands check this before
+    they work, so a bad output path costs no run and ends in no traceback."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise ParamError(f"{what} {path} is a directory, expected a file name")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise ParamError(f"{what} {path}: folder {folder} does not exist")
+    try:
+        handle, probe = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=folder)
+    except OSError as exc:
+        raise ParamError(f"{what} {path}: cannot write in {folder}: "
+                         f"{exc.strerror or exc}") from None
+    os.close(handle)
+    os.unlink(probe)
+    return path
+
+
 def read_model_text(model_path: Any) -> str:
     """The text of a Relay model file; a directory, a missing file, bytes that are not
     UTF-8 or an empty file are errors naming the file (and the byte offset)."""
     path = input_file(model_path, "model file")
-    with open(path, "rb") as handle:
-        raw = handle.read()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise ParseError(f"not UTF-8 text (byte offset {exc.start}: {exc.reason}); expected "
-                         "Relay text as mod.astext() writes it", line, column, path) from None
+    text = _utf8_text(path, "Relay text as mod.astext() writes it")
     if not text.strip():
         raise ParseError("the model file is empty; expected Relay text with a def @main",
                          1, 1, path)
     return text
+
+
+def source_file(path: Any, what: str) -> str:
+    """``path`` if it is an existing UTF-8 file (a pattern table or lowering module,
+    which the legacy loader reads as UTF-8 Python), else an error naming it."""
+    path = input_file(path, what)
+    _utf8_text(path, f"Python source ({what})")
+    return path
+
+
+def _utf8_text(path: str, expected: str) -> str:
+    """The text of ``path``; bytes that are not UTF-8 are a ``ParseError`` at their
+    line and column (and byte offset), saying what was ``expected``."""
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read()
+    except OSError as exc:
+        raise ParamError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ParseError(f"not UTF-8 text (byte offset {exc.start}: {exc.reason}); expected "
+                         f"{expected}", line, column, path) from None
 
 
 def check_output_dir(outdir: str, force: bool) -> None:
@@ -105,6 +145,10 @@ def check_output_dir(outdir: str, force: bool) -> None:
     (unless ``force``) — before anything is compiled."""
     if not str(outdir).strip():
         raise ParamError("the output folder name is empty")
+    if os.path.islink(outdir):  # the folder is renamed into place: a link would be replaced
+        raise ParamError(f"output {outdir} is a symbolic link"
+                         + ("" if os.path.exists(outdir) else " to nothing (dangling)")
+                         + f"; give the folder itself ({os.path.realpath(outdir)})")
     if os.path.isfile(outdir) or (os.path.exists(outdir) and not os.path.isdir(outdir)):
         raise ParamError(f"output {outdir} exists and is not a folder")
     if os.path.isdir(outdir) and os.listdir(outdir):
@@ -122,8 +166,14 @@ def check_output_dir(outdir: str, force: bool) -> None:
                          "writable")
 
 
-# A folder ``--force`` may replace holds a previous conversion: one of these files.
+# ``--force`` recognises a previous conversion by what our own writers put in it:
+# model.json from ``runtime.export_artifact`` (its "format"; the value is
+# runtime.ARTIFACT_FORMAT, not imported because runtime imports TVM) or report.json
+# from ``convert`` (its "bmlib_relax_version").  A file merely *called* model.json
+# (a Keras project's) is not one.
+ARTIFACT_FORMAT = "bmlib-relax-artifact"
 CONVERSION_MARKERS = ("model.json", "report.json")
+_MAX_MARKER_BYTES = 64 << 20
 
 
 def refuse_to_replace(outdir: str) -> None:
@@ -134,10 +184,35 @@ def refuse_to_replace(outdir: str) -> None:
     if here == target or here.startswith(target.rstrip(os.sep) + os.sep):
         raise ParamError(f"output folder {outdir} contains the working directory; --force "
                          "will not replace it")
-    if not any(os.path.isfile(os.path.join(outdir, m)) for m in CONVERSION_MARKERS):
+    if not is_conversion_output(outdir):
         raise ParamError(f"output folder {outdir} does not hold a previous conversion (no "
-                         f"{' or '.join(CONVERSION_MARKERS)}); --force only replaces those, "
-                         "remove it yourself if it should go")
+                         f"{' or '.join(CONVERSION_MARKERS)} written by bmlib-relax); --force "
+                         "only replaces those, remove it yourself if it should go")
+    folders = sorted(e.name for e in os.scandir(outdir) if e.is_dir(follow_symlinks=False))
+    if folders:  # a conversion writes none: these are someone's files
+        raise ParamError(f"output folder {outdir} holds folder(s) a conversion never writes "
+                         f"({', '.join(folders[:5])}); --force will not replace it, remove "
+                         "them yourself if they should go")
+
+
+def is_conversion_output(folder: str) -> bool:
+    """Whether ``folder`` holds the metadata of a bmlib-relax conversion."""
+    return (_json_field(os.path.join(folder, "model.json"), "format") == ARTIFACT_FORMAT or
+            isinstance(_json_field(os.path.join(folder, "report.json"),
+                                   "bmlib_relax_version"), str))
+
+
+def _json_field(path: str, key: str) -> Any:
+    """``key`` of the JSON object in the file ``path``; None when the file is missing,
+    too big, unreadable, not JSON or not an object (then it is not ours)."""
+    try:
+        if not os.path.isfile(path) or os.path.getsize(path) > _MAX_MARKER_BYTES:
+            return None
+        with open(path, "rb") as handle:
+            data = json.loads(handle.read().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    return data.get(key) if isinstance(data, dict) else None
 
 
 def load_input_array(path: str, name: str) -> np.ndarray:

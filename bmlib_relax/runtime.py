@@ -167,7 +167,7 @@ def as_input_array(value: Any, name: str, spec: Optional[dict] = None) -> np.nda
     if isinstance(value, tvm.runtime.Tensor):
         value = value.numpy()
     if isinstance(value, (np.ndarray, np.generic)):
-        array = _exact_cast(np.asarray(value), spec.get("dtype") if spec else None, name)
+        array = exact_cast(np.asarray(value), spec.get("dtype") if spec else None, name)
     else:
         try:
             array = np.array(value)
@@ -180,7 +180,7 @@ def as_input_array(value: Any, name: str, spec: Optional[dict] = None) -> np.nda
             # Python numbers take the input's dtype, but never change value: 1.5 does
             # not become an integer 1 (2.0 is 2), 300 does not wrap to 44 in an int8
             # input, 1e300 does not become inf in a float32 one.
-            cast = _exact_cast(array, dtype, name)
+            cast = exact_cast(array, dtype, name)
             if cast.dtype != np.dtype(dtype):
                 raise ParamError(f"input {name!r}: {array.dtype} values given for a {dtype} "
                                  "input, and some would change in the cast", name)
@@ -191,7 +191,7 @@ def as_input_array(value: Any, name: str, spec: Optional[dict] = None) -> np.nda
     return np.require(array, requirements="C")  # unlike ascontiguousarray, keeps 0-d
 
 
-def _exact_cast(array: np.ndarray, dtype: Optional[str], name: str) -> np.ndarray:
+def exact_cast(array: np.ndarray, dtype: Optional[str], name: str) -> np.ndarray:
     """``array`` in the input's ``dtype`` when every value survives the cast.
 
     Relay's executors copied an array of another dtype into the input

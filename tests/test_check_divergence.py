@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from bmlib_relax.check import difference
+from bmlib_relax.convert import check_failed_folder
 from bmlib_relax.cli import EXAMPLE_DIR
 from bmlib_relax.convert import REPORT_SCHEMA_PATH
 from bmlib_relax.recipe import recipe_tensor
@@ -78,6 +79,13 @@ def chain(tmp_path_factory) -> tuple[Path, Path]:
     return folder / "model.relay", folder / "params.npz"
 
 
+def failed_folder(out: Path) -> Path:
+    """Where a conversion whose check failed goes: ``-o`` is left as it was (a failed
+    model never takes a good one's place), the failed run beside it for reading."""
+    assert not out.exists(), "a failed check published into -o"
+    return Path(check_failed_folder(str(out)))
+
+
 def failed_report(proc, out: Path) -> dict:
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert proc.stderr.strip().splitlines()[0].startswith("check failed:"), proc.stderr
@@ -95,6 +103,7 @@ def test_failed_check_on_packed_weights_exits_1_naming_the_first_diverging_parti
     proc = cli_with_wrong_template("relax.nn.max_pool2d", "v + 1.0", "convert", model,
                                    "--params", params, "--inputs", "data=1,8,6,6:float32",
                                    "--check", "-q", "-o", out)
+    out = failed_folder(out)
     report = failed_report(proc, out)
     div = report["check"]["first_divergence"]
     # The conv partition before it is right (packed weights, compared through the
@@ -114,6 +123,7 @@ def test_failed_check_after_merge_names_the_merged_partition(chain, tmp_path):
     proc = cli_with_wrong_template("relax.nn.relu", "v + 1.0", "convert", model,
                                    "--params", params, "--inputs", "data=1,8,6,6:float32",
                                    "--merge", "--check", "-q", "-o", out)
+    out = failed_folder(out)
     report = failed_report(proc, out)
     (part,) = report["partitions"]
     div = report["check"]["first_divergence"]
@@ -129,6 +139,7 @@ def test_nan_against_a_number_fails_the_check(chain, tmp_path):
                                    "convert", model, "--params", params,
                                    "--inputs", "data=1,8,6,6:float32", "--check", "-q",
                                    "-o", out)
+    out = failed_folder(out)
     report = failed_report(proc, out)
     (output,) = report["check"]["outputs"]
     assert output["nan_mismatches"] == 4 and output["ok"] is False
@@ -157,6 +168,7 @@ def test_failed_check_with_a_legacy_lowering_exits_1(tmp_path):
     proc = cli("convert", EXAMPLE / "model.relay", "--params", EXAMPLE / "params.npz",
                "--patterns", EXAMPLE / "bmlib_patterns.py", "--lowerings", lowerings,
                "--check", "-q", "-o", out)
+    out = failed_folder(out)
     report = failed_report(proc, out)
     div = report["check"]["first_divergence"]
     assert "bmlib.reshape_conv2d_add_bn_relu" in div["producer"], div
@@ -188,22 +200,23 @@ def test_check_still_fails_with_a_report_when_localisation_breaks(tmp_path, monk
     import bmlib_relax.convert as convert_module
     from bmlib_relax.check import Difference
 
-    def always_differs(got, want, rtol, atol):
-        return [Difference("out0", 1.0, 1.0, False)]
+    def always_differs(name, got, want, rtol, atol):
+        return Difference(name, 1.0, 1.0, False)
 
     def broken(*args, **kwargs):
         raise RuntimeError("probe build failed\nmore detail")
 
-    monkeypatch.setattr(convert_module, "compare", always_differs)
+    monkeypatch.setattr(convert_module, "difference", always_differs)
     monkeypatch.setattr(convert_module, "first_divergence", broken)
     result = convert_module.convert(EXAMPLE / "model.relay", tmp_path / "out",
                                     params=EXAMPLE / "params.npz", check=True)
-    check = json.loads((tmp_path / "out" / "report.json").read_text())["check"]
+    failed = failed_folder(tmp_path / "out")
+    check = json.loads((failed / "report.json").read_text())["check"]
     assert check["ok"] is False and result.check_passed is False
     assert check["first_divergence"] is None
     assert check["localisation_error"] == "RuntimeError: probe build failed"
     assert "could not be located: RuntimeError: probe build failed" in \
-        (tmp_path / "out" / "report.md").read_text()
+        (failed / "report.md").read_text()
 
 
 DEPTHWISE = """\

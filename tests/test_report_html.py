@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -149,7 +150,8 @@ def test_failed_check_marks_the_diverging_partition(tmp_path):
     finally:
         TEMPLATES.register("relax.nn.relu", override=True)(original)
     assert result.check_passed is False
-    page = (tmp_path / "out" / "report.html").read_text()
+    assert not (tmp_path / "out").exists()  # a failed check never takes -o's place
+    page = (Path(result.outdir) / "report.html").read_text()
     (marked,) = [g for g in svg_of(page).iter(f"{SVG}g") if "diverged" in (g.get("class") or "")]
     texts = [t.text for t in marked.iter(f"{SVG}text")]
     assert texts[0] == "bmlib.conv2d_relu" and texts[-1].startswith("first divergence: ")

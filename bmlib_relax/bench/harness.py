@@ -550,6 +550,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="run at 1 thread and at every thread (one process each) and "
                              "report the speed-up")
     args = parser.parse_args(argv)
+    if args.json:  # before the benchmark, not after it (a bad path is bad input, exit 2)
+        from ..errors import ParamError
+        from ..preflight import writable_file
+
+        try:
+            writable_file(args.json, "--json")
+        except ParamError as exc:
+            parser.error(str(exc))
     goldens = args.goldens
     corpus = Path(args.corpus) if args.corpus else None
     in_model_names = [m for m in args.conv_in_model.split(",") if m and m != "none"]
