@@ -397,16 +397,23 @@ def partition_dtypes(func: relax.Function) -> dict[str, list[str]]:
 
 
 def output_specs(func: relax.Function) -> list[dict]:
-    """``[{name, shape, dtype}]`` of a Relax function's results (``out0``, ``out1`` ...)."""
+    """``[{name, shape, dtype}]`` of a Relax function's results: ``out0``, ``out1`` ...,
+    a nested tuple's fields as ``out1.0``, ``out1.1`` (the names ``convert`` and ``run``
+    give the arrays: ``cli_tvmc.named_outputs``)."""
     ret = func.ret_ty
-    fields = list(ret.fields) if isinstance(ret, (relax.TupleType, tvm.ir.TupleType)) else [ret]
-    specs = []
-    for index, ty in enumerate(fields):
+    tuple_types = (relax.TupleType, tvm.ir.TupleType)
+    fields = list(ret.fields) if isinstance(ret, tuple_types) else [ret]
+
+    def specs_of(ty, name: str) -> list[dict]:
+        if isinstance(ty, tuple_types):
+            return [spec for i, field in enumerate(ty.fields)
+                    for spec in specs_of(field, f"{name}.{i}")]
         shape = getattr(ty, "shape", None)
         dims = [int(d) if hasattr(d, "value") else str(d) for d in shape.values] \
             if shape is not None and hasattr(shape, "values") else None
-        specs.append({"name": f"out{index}", "shape": dims, "dtype": str(getattr(ty, "dtype", ""))})
-    return specs
+        return [{"name": name, "shape": dims, "dtype": str(getattr(ty, "dtype", ""))}]
+
+    return [spec for index, ty in enumerate(fields) for spec in specs_of(ty, f"out{index}")]
 
 
 def build_report(partitioned: tvm.IRModule,

@@ -57,6 +57,9 @@ def test_nested_tuple_outputs_are_flattened_in_the_report_and_check(nested):
     assert [o["name"] for o in report["outputs"]] == ["out0", "out1.0", "out1.1"]
     assert [o["name"] for o in report["check"]["outputs"]] == ["out0", "out1.0", "out1.1"]
     assert report["check"]["ok"] is True
+    assert report["signature"]["outputs"] == [  # the model's signature names them alike
+        {"name": name, "shape": [2, 4], "dtype": "float32"}
+        for name in ("out0", "out1.0", "out1.1")]
 
 
 def test_run_lists_and_saves_nested_outputs(nested, tmp_path):
