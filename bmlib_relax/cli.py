@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import json
 import logging
 import os
@@ -410,6 +411,18 @@ def _verbose_parent() -> argparse.ArgumentParser:
     return parent
 
 
+def tolerance(text: str) -> float:
+    """A ``--rtol``/``--atol`` value: a finite number >= 0 (a negative or NaN tolerance
+    made every check fail and blamed a partition for it)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a tolerance is a finite number >= 0")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bmlib-relax", description="Move Relay models and bmlib BYOC pipelines to Relax.")
@@ -439,8 +452,8 @@ def build_parser() -> argparse.ArgumentParser:
     conv.add_argument("--merge", action="store_true", help="merge neighbouring composites")
     conv.add_argument("--check", action="store_true",
                       help="compare against the plain Relax build (exit 1 if it differs)")
-    conv.add_argument("--rtol", type=float, default=1e-4)
-    conv.add_argument("--atol", type=float, default=1e-4)
+    conv.add_argument("--rtol", type=tolerance, default=1e-4)
+    conv.add_argument("--atol", type=tolerance, default=1e-4)
     conv.add_argument("--target", type=_target_arg, default=None,
                       help='TVM target: "llvm -mcpu=skylake-avx512" or '
                            '\'{"kind": "llvm", "mcpu": "znver3"}\' '
@@ -479,8 +492,8 @@ def build_parser() -> argparse.ArgumentParser:
     ver.add_argument("bundles", nargs="+", metavar="BUNDLE",
                      help="bundle folder, or a folder searched for bundles")
     ver.add_argument("--merge", action="store_true", help="merge neighbouring composites")
-    ver.add_argument("--rtol", type=float, default=None, help="override the bundle's rtol")
-    ver.add_argument("--atol", type=float, default=None, help="override the bundle's atol")
+    ver.add_argument("--rtol", type=tolerance, default=None, help="override the bundle's rtol")
+    ver.add_argument("--atol", type=tolerance, default=None, help="override the bundle's atol")
     ver.add_argument("--target", type=_target_arg, default=None,
                      help="TVM target (default: LLVM for the host CPU)")
     ver.add_argument("-q", "--quiet", action="store_true",

@@ -280,3 +280,14 @@ def test_the_artifact_format_marker_is_one_value():
     from bmlib_relax import preflight, runtime
 
     assert preflight.ARTIFACT_FORMAT == runtime.ARTIFACT_FORMAT
+
+
+@pytest.mark.parametrize("option, value", [("--rtol", "-1"), ("--atol", "nan"),
+                                           ("--rtol", "inf"), ("--atol", "x")])
+def test_a_tolerance_is_a_finite_number_not_below_zero(option, value, tmp_path):
+    # A negative or NaN tolerance failed every check and blamed a partition for it.
+    for command in (["convert", tmp_path / "m.relay", "-o", tmp_path / "out", "--check"],
+                    ["verify", tmp_path]):
+        proc = cli(*command, option, value)
+        assert proc.returncode == 2 and option in proc.stderr, proc.stderr
+        no_traceback(proc)
