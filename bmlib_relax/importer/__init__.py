@@ -1,6 +1,8 @@
 """Relay AST → high-level Relax (``relax.op.*`` calls in a dataflow block)."""
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Union
 
 import tvm
@@ -10,11 +12,13 @@ from ..relay.params import ParamsLike, load_params
 from .converter import ConvertContext, RelayImporter
 from .registry import register_converter, supported_ops
 
-RelayLike = Union[str, ast.IRModule, ast.Function]
+RelayLike = Union[str, "os.PathLike[str]", ast.IRModule, ast.Function]
 
 
 def as_relay_module(relay_mod: RelayLike) -> ast.IRModule:
-    """Accept Relay text, a parsed module or a function (wrapped as ``@main``)."""
+    """Accept Relay text, a path to a Relay text file (a ``pathlib.Path``: a ``str`` is
+    always text), a parsed module or a function (wrapped as ``@main``).  A file's
+    errors are located in it (``model.relay:3:8``)."""
     if isinstance(relay_mod, ast.IRModule):
         return relay_mod
     if isinstance(relay_mod, ast.Function):
@@ -23,7 +27,13 @@ def as_relay_module(relay_mod: RelayLike) -> ast.IRModule:
         from ..relay import parse
 
         return parse(relay_mod)
-    raise TypeError(f"expected Relay text, a relay IRModule or a Function, "
+    if isinstance(relay_mod, os.PathLike):
+        from ..relay import parse
+
+        path = Path(relay_mod)
+        return parse(path.read_text(), str(path))
+    raise TypeError(f"expected Relay text, a path to a Relay file, a relay IRModule or a "
+                    f"Function, "
                     f"got {type(relay_mod).__name__}")
 
 

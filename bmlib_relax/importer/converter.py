@@ -51,9 +51,12 @@ from ..relay import ast
 from ..relay.params import check_param
 from ..relay.analysis import free_vars, post_order_list
 from ..relay.meta_recovery import box_refs, printed_ref
+from ..relay.op_schema import check_call
 from . import provenance
 from .branches import lift_if_branches
 from .registry import get_converter
+from .typecheck import BARE_SCALAR_TYPES as _BARE_SCALAR_TYPES
+from .typecheck import annotation_error, branch_error, condition_error
 
 # Constructs that parse but have no Relax dataflow equivalent.
 _UNSUPPORTED_CONSTRUCTS = {
@@ -275,9 +278,6 @@ class ConvertContext:
         return self.error(f'"{name}={value}" is not supported')
 
 
-# Bare scalar type names Relay's parser read as dtypes (TVM's ``String2DLDataType``
-# gives them 32 bits): ``fn (%n: int) -> int``.
-_BARE_SCALAR_TYPES = {"int": "int32", "uint": "uint32", "float": "float32"}
 
 # Annotations that pass a function value through unchanged (``on_device(%f, ...)``).
 _FUNCTION_PASSTHROUGH_OPS = {"on_device"}
@@ -299,6 +299,39 @@ def _fresh_dim(base: str, dim_vars: Optional[dict]) -> tvm.tirx.Var:
     return var
 
 
+# The largest element count of a tensor: byte sizes and strides are int64 in TVM.
+_MAX_ELEMENTS = 2 ** 63 - 1
+
+
+def _check_tensor_type(ty: ast.TensorType, where: Optional[str]) -> None:
+    """Refuse a tensor type no tensor can have, before TVM fails on it deep inside (or at
+    run time): a negative dim, more elements than int64 counts, a ``handle``/``void``
+    dtype, a vector dtype (``float32x4``: lanes the VM cannot pass in or out)."""
+    static = [d for d in ty.shape if isinstance(d, int)]
+    if any(d < 0 for d in static):
+        raise ConversionError(f"Tensor[{tuple(ty.shape)}, {ty.dtype}]: a dim is negative",
+                              location=where)
+    size = 1
+    for d in static:
+        size *= d
+    if size > _MAX_ELEMENTS:
+        raise ConversionError(f"Tensor[{tuple(ty.shape)}, {ty.dtype}]: more than 2**63 - 1 "
+                              "elements", location=where)
+    try:
+        dtype = tvm.DataType(str(ty.dtype))
+    except Exception:  # noqa: BLE001 - TVM's own dtype parser names no place
+        raise ConversionError(f"unknown dtype {ty.dtype!r}", location=where) from None
+    if dtype.type_code == _HANDLE_TYPE_CODE or not str(ty.dtype):
+        raise ConversionError(f"dtype {str(ty.dtype) or 'void'!r} is not a tensor element "
+                              "type", location=where)
+    if dtype.lanes != 1:
+        raise ConversionError(f"vector dtype {str(ty.dtype)!r} is not supported (use a "
+                              "tensor with one more dim)", location=where)
+
+
+_HANDLE_TYPE_CODE = 3  # DLDataTypeCode kDLOpaqueHandle: "handle" and "void"
+
+
 def tensor_type(ty: ast.Type, where: Optional[str] = None,
                 dim_vars: Optional[dict] = None) -> relax.Type:
     """Relax type of a Relay type; ``?`` dims become fresh symbolic int64 vars, named or
@@ -307,6 +340,7 @@ def tensor_type(ty: ast.Type, where: Optional[str] = None,
     if isinstance(ty, ast.TypeCall) and not ty.args and ty.name in _BARE_SCALAR_TYPES:
         ty = ast.TensorType((), _BARE_SCALAR_TYPES[ty.name])
     if isinstance(ty, ast.TensorType):
+        _check_tensor_type(ty, where)
         dims = []
         for i, dim in enumerate(ty.shape):
             if isinstance(dim, int):
@@ -440,6 +474,7 @@ class RelayImporter:
         with self.bb.function(entry, relax_params):
             if self._structured:
                 result = self._convert(func.body, env)
+                self._check_annotation(result, func.ret_type, f"the result of @{entry}", func)
                 if isinstance(result, _FUNCTION_VALUES):
                     result = self._function_value(result, func)
                 self.bb.emit_func_output(result)
@@ -447,6 +482,8 @@ class RelayImporter:
                 with self.bb.dataflow():
                     result = self._convert(func.body, env)
                     self._check_not_function(result, func)
+                    self._check_annotation(result, func.ret_type, f"the result of @{entry}",
+                                           func)
                     output = self.bb.emit_output(result)
                 self.bb.emit_func_output(output)
         self._function_params.pop()
@@ -459,6 +496,20 @@ class RelayImporter:
         if self._structured or self._lifted or self._specialised:
             mod = relax.transform.ConvertToDataflow(min_size=1)(mod)
         return mod
+
+    @staticmethod
+    def _check_annotation(value: Any, declared: Optional[ast.Type], what: str,
+                          where: ast.Expr) -> None:
+        """Refuse a value that does not have its declared Relay type, as Relay's type
+        checker did (see :mod:`.typecheck`)."""
+        message = annotation_error(value, declared, what)
+        if message is not None:
+            raise ConversionError(message, location=_where(where))
+
+    def _check_arguments(self, func: ast.Function, args: list) -> None:
+        """Refuse arguments that do not have the types of ``func``'s annotated parameters."""
+        for var, arg in zip(func.params, args):
+            self._check_annotation(arg, var.type_annotation, f"parameter %{var.name}", var)
 
     @staticmethod
     def _check_not_function(result: Any, func: ast.Function) -> None:
@@ -588,6 +639,8 @@ class RelayImporter:
                     stack += [(node, 1), (node.value, 0)]
                 elif stage == 1:
                     value = memo[id(node.value)]
+                    self._check_annotation(value, node.var.type_annotation,
+                                           f"let %{node.var.name}", node.var)
                     if isinstance(value, _Closure) and value.func is node.value and \
                             any(v is node.var for v in free_vars(node.value)):
                         value = _Closure(value.func, value.env, node.var)
@@ -635,7 +688,10 @@ class RelayImporter:
         if isinstance(node, ast.TupleGetItem):
             value = inputs[0]
             if isinstance(value, (relax.Tuple, _FunctionTuple)):
+                self._check_index(node, len(value.fields))
                 return value.fields[node.index]
+            if isinstance(getattr(value, "ty", None), relax.TupleType):
+                self._check_index(node, len(value.ty.fields))
             item = self.emit(relax.TupleGetItem(value, node.index), node)
             self.views.tuple_get_item(node, value, item)
             return item
@@ -645,6 +701,13 @@ class RelayImporter:
             raise ConversionError(f"meta[{node.kind}][{node.index}] cannot be used as a value",
                                   location=_where(node))
         raise UnsupportedOpError([(type(node).__name__, _where(node))], what="construct")
+
+    @staticmethod
+    def _check_index(node: ast.TupleGetItem, size: int) -> None:
+        """Refuse ``%t.5`` on a tuple of fewer fields (Relay's type checker did)."""
+        if not 0 <= node.index < size:
+            raise ConversionError(f"tuple index {node.index} is out of range for a tuple of "
+                                  f"{size} field(s)", location=_where(node))
 
     def _constant(self, node: ast.Constant) -> relax.Expr:
         if node.data is None:
@@ -670,6 +733,7 @@ class RelayImporter:
                                       op=op.name, location=_where(node))
             ctx = ConvertContext(self, node)
             attrs = self._call_attrs(node)
+            self._check_call(node, attrs, len(inputs))
             view = self.views.call(node, attrs, inputs, self._operands(node))
             key = self.provenance.add(view)
             root_span = self.provenance.span(key, True, node.span)
@@ -690,6 +754,17 @@ class RelayImporter:
         if isinstance(op, ast.GlobalVar):
             return self._call_global(op, inputs, node)
         return self._apply(inputs[0], inputs[1:], node)
+
+    @staticmethod
+    def _check_call(node: ast.Call, attrs: ast.Attrs, num_args: int) -> None:
+        """Refuse a call Relay's parser refused: an attribute its op does not have, a value
+        of the wrong kind, a wrong argument count (see :mod:`~bmlib_relax.relay.op_schema`).
+        Only the attributes written in the call are checked: those read from a
+        ``meta[relay.attrs.*]`` node are every field TVM itself stored."""
+        written = {key: attrs[key] for key in node.attrs}
+        problem = check_call(node.op.name, written, num_args)
+        if problem is not None:
+            raise ConversionError(problem[1], op=node.op.name, location=_where(node))
 
     def _call_attrs(self, node: ast.Call) -> ast.Attrs:
         """The call's attributes with ``#[metadata]`` references resolved."""
@@ -724,6 +799,7 @@ class RelayImporter:
         if len(args) != len(func.params):
             raise ConversionError(f"function expects {len(func.params)} arguments, "
                                   f"got {len(args)}", location=_where(node))
+        self._check_arguments(func, args)
         env.update(zip(func.params, args))
         return self._convert(func.body, env)
 
@@ -964,6 +1040,7 @@ class RelayImporter:
         if len(args) != len(func.params):
             raise ConversionError(f"function expects {len(func.params)} arguments, "
                                   f"got {len(args)}", location=_where(node))
+        self._check_arguments(func, args)
         params = []
         fresh: list = []  # the caller's symbolic dims -> this function's
         for var, arg in zip(func.params, args):
@@ -1050,6 +1127,7 @@ class RelayImporter:
         """``if (c) {..} else {..}`` -> ``relax.If`` with SeqExpr branches."""
         if isinstance(cond, _FUNCTION_VALUES):
             raise ConversionError("if condition is a function", location=_where(node))
+        self._check(condition_error(cond), node.cond)
         then_seq, then_value = self._scoped(lambda: self._convert(node.true_branch, dict(env)))
         else_seq, else_value = self._scoped(lambda: self._convert(node.false_branch, dict(env)))
         if then_seq is None or else_seq is None:
@@ -1057,7 +1135,14 @@ class RelayImporter:
                 return _CondClosure(cond, then_value, else_value)
             raise ConversionError("if/else: one branch is a function, the other a value",
                                   location=_where(node))
+        self._check(branch_error(then_seq, else_seq), node)
         return self.emit(relax.If(cond, then_seq, else_seq), node)
+
+    @staticmethod
+    def _check(message: Optional[str], node: ast.Expr) -> None:
+        """Raise ``message`` (a failed type check) as a ConversionError at ``node``."""
+        if message is not None:
+            raise ConversionError(message, location=_where(node))
 
     def _inline_global(self, gvar: ast.GlobalVar, args: list, node: ast.Call) -> Any:
         if gvar.name in self._active_globals:

@@ -29,6 +29,10 @@ from .. import ast
 #: Every builder op defined through this module: Python path -> Relay op name.
 REGISTERED: dict[str, str] = {}
 
+#: Relay op name -> (signature, operand specs) of the first :func:`make_op` building it:
+#: what :mod:`bmlib_relax.relay.op_schema` reads each op's attribute fields and arity from.
+SIGNATURES: dict[str, tuple[inspect.Signature, tuple[str, ...]]] = {}
+
 
 class TupleWrapper:
     """A tuple-valued call, indexable like Relay's ``TupleWrapper``."""
@@ -128,6 +132,7 @@ def make_op(name: str, signature: str, inputs: str, doc: str = "",
         raise ValueError(f"{name}: inputs {sorted(unknown)} are not parameters")
     attr_names = [p for p in sig.parameters if p not in operand_names]
     always = set(always)
+    SIGNATURES.setdefault(name, (sig, tuple(operand_specs)))
 
     def op_function(*args: Any, **kwargs: Any):
         bound = sig.bind(*args, **kwargs)

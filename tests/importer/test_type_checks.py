@@ -1,0 +1,75 @@
+"""Programs Relay's type checker refused are refused at import with a located
+ConversionError (annotations, if conditions and branches, tuple indices, tensor types),
+never compiled to return a value of another type; and compile() takes a file path."""
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import pytest
+
+import bmlib_relax
+from bmlib_relax.errors import ConversionError
+
+from .helpers import check, import_text, relay_fn
+
+X = "%x: Tensor[(2, 3), float32]"
+
+
+@pytest.mark.parametrize("params, body, message", [
+    (X, None, r"the result of @main is declared Tensor\[\(6\), int8\] but is "
+              r"Tensor\[\(2, 3\), float32\]"),
+    (X, "let %y: Tensor[(2, 3), int32] = negative(%x); %y",
+     r"let %y is declared Tensor\[\(2, 3\), int32\] but is Tensor\[\(2, 3\), float32\]"),
+    (X, "%0 = fn (%a: Tensor[(5, 5), int8]) { negative(%a) }; %0(%x)",
+     r"parameter %a is declared Tensor\[\(5, 5\), int8\]"),
+    ("%c: bool, " + X, "if (%c) { %x } else { sum(%x) }",
+     r"if: the branches have different types: Tensor\[\(2, 3\), float32\] and "
+     r"Tensor\[\(\), float32\]"),
+    ("%c: bool, " + X, "if (%c) { (%x, %x) } else { %x }", r"branches have different types"),
+    ("%m: Tensor[(2, 3), bool], " + X, "if (%m) { %x } else { negative(%x) }",
+     r"condition must be Tensor\[\(\), bool\], got Tensor\[\(2, 3\), bool\]"),
+    ("%c: int32, " + X, "if (%c) { %x } else { negative(%x) }",
+     r"condition must be Tensor\[\(\), bool\], got Tensor\[\(\), int32\]"),
+    ("%c: float32, " + X, "if (%c) { %x } else { negative(%x) }",
+     r"condition must be Tensor\[\(\), bool\], got Tensor\[\(\), float32\]"),
+    (X, "%0 = (%x, %x); %0.5", r"tuple index 5 is out of range for a tuple of 2 field"),
+    ("%t: (Tensor[(2), float32], Tensor[(2), float32])", "%t.7", r"tuple index 7"),
+    ("%x: Tensor[(9223372036854775807, 3), float32]", "negative(%x)", r"more than 2\*\*63"),
+    ("%x: Tensor[(-1, 3), float32]", "negative(%x)", r"a dim is negative"),
+    ("%x: Tensor[(2), handle]", "%x", r"dtype 'handle' is not a tensor element type"),
+    ("%x: Tensor[(2), void]", "%x", r"dtype 'void' is not a tensor element type"),
+    ("%x: Tensor[(2), float32x4]", "negative(%x)", r"vector dtype 'float32x4'"),
+])
+def test_ill_typed_program_is_refused_with_place(params, body, message):
+    if body is None:
+        text = f"def @main({params}) -> Tensor[(6), int8] {{\n  negative(%x)\n}}\n"
+    else:
+        text = relay_fn(params, body)
+    with pytest.raises(ConversionError, match=message) as info:
+        import_text(text)
+    assert info.value.location.startswith("snippet.relay:")
+
+
+def test_well_typed_annotations_and_branches_still_run():
+    x = np.arange(6, dtype="float32").reshape(2, 3)
+    text = relay_fn("%c: bool, %x: Tensor[(?, 3), float32]",
+                    "let %y: Tensor[(?, 3), float32] = negative(%x);\n"
+                    "  %f = fn (%a: Tensor[(2, 3), float32]) { nn.relu(%a) };\n"
+                    "  if (%c) { %f(%y) } else { add(%y, 1f) }")
+    check(text, [np.array(False), x], -x + 1)
+    check(text, [np.array(True), x], np.maximum(-x, 0))
+
+
+def test_unit_let_of_tvm_parser_tests_still_imports():
+    import_text('#[version = "0.0.5"]\ndef @main() { let %_ : int8 = (); () }\n')
+
+
+def test_compile_accepts_a_path(tmp_path):
+    path = tmp_path / "model.relay"
+    path.write_text(relay_fn(X, "negative(%x)"))
+    model = bmlib_relax.compile(pathlib.Path(path), {})
+    np.testing.assert_allclose(model(x=np.ones((2, 3), "float32")), -np.ones((2, 3)))
+    path.write_text(relay_fn(X, "sum(%x, axes=[1])"))
+    with pytest.raises(ConversionError, match=r"model.relay:3:3: sum: unknown attribute"):
+        bmlib_relax.compile(pathlib.Path(path), {})
