@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Union
 
 import tvm
 
+from ..errors import ConversionError, ParamError
 from ..relay import ast
 from ..relay.params import ParamsLike, load_params
 from .converter import ConvertContext, RelayImporter
@@ -31,7 +33,13 @@ def as_relay_module(relay_mod: RelayLike) -> ast.IRModule:
         from ..relay import parse
 
         path = Path(relay_mod)
-        return parse(path.read_text(), str(path))
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = getattr(exc, "strerror", None) or str(exc)
+            raise ParamError(f"{path}: cannot read the Relay file: {reason}", str(path)) \
+                from None
+        return parse(text, str(path))
     raise TypeError(f"expected Relay text, a path to a Relay file, a relay IRModule or a "
                     f"Function, "
                     f"got {type(relay_mod).__name__}")
@@ -46,8 +54,18 @@ def import_relay(relay_mod: RelayLike, params: ParamsLike = None, *,
     one tensor parameter per field (``t.0``, ``t.1.0``, ...).
     """
     module = as_relay_module(relay_mod)
-    return RelayImporter(module, load_params(params),
-                         flatten_tuple_inputs=flatten_tuple_inputs).run(entry)
+    importer = RelayImporter(module, load_params(params),
+                             flatten_tuple_inputs=flatten_tuple_inputs)
+    try:
+        return importer.run(entry)
+    except RecursionError:
+        # The importer follows if/let/function bodies recursively; a program nested a few
+        # hundred levels deep (the parser takes 1000) ran out of Python's recursion limit.
+        raise ConversionError(
+            f"the program nests too deeply to import (if/let/function bodies inside each "
+            f"other beyond Python's recursion limit, sys.getrecursionlimit() = "
+            f"{sys.getrecursionlimit()}); flatten the nesting, or raise the limit with "
+            "sys.setrecursionlimit before compiling") from None
 
 
 __all__ = ["import_relay", "as_relay_module", "register_converter", "supported_ops",

@@ -73,3 +73,19 @@ def test_compile_accepts_a_path(tmp_path):
     path.write_text(relay_fn(X, "sum(%x, axes=[1])"))
     with pytest.raises(ConversionError, match=r"model.relay:3:3: sum: unknown attribute"):
         bmlib_relax.compile(pathlib.Path(path), {})
+
+
+def test_deep_nesting_is_a_conversion_error_not_a_recursion_error():
+    depth = 400  # parses (the parser takes 1000 levels); beyond the importer's recursion
+    text = "#[version = \"0.0.5\"]\ndef @main(%c: bool, %x: Tensor[(2), float32]) {\n" + \
+        "if (%c) {\n" * depth + "%x" + "\n} else {\n%x\n}" * depth + "\n}\n"
+    with pytest.raises(bmlib_relax.ConversionError, match="nests too deeply"):
+        bmlib_relax.compile(text)
+
+
+def test_a_path_that_cannot_be_read_is_a_param_error(tmp_path):
+    with pytest.raises(bmlib_relax.ParamError, match="cannot read the Relay file"):
+        bmlib_relax.compile(tmp_path / "missing.relay")
+    (tmp_path / "latin1.relay").write_bytes(b"def @main() { 1f } \xe9")
+    with pytest.raises(bmlib_relax.ParamError, match="cannot read the Relay file"):
+        bmlib_relax.compile(tmp_path / "latin1.relay")
