@@ -1017,9 +1017,14 @@ class RelayImporter:
                     raise UnsupportedOpError(
                         [(f"recursive function capturing the function %{var.name}",
                           _where(func))], what="construct")
-            params = self._signature_params(func, args, node)
-            params += [relax.Var(v.name, self._type_of(value, v)) for v, value
-                       in zip(free, free_values)]
+            # Typed by the first call where the annotation leaves dims free (a loop's
+            # state of a free batch): its dims and the captured values' are then the same
+            # function-own vars, as Relay's type inference unified them (`add(%acc, %x)`
+            # of two "independent" batch dims could not be typed otherwise).
+            fresh: list = []
+            params = self._signature_params(func, args, node, specialise=True, fresh=fresh)
+            params += [relax.Var(v.name, _fresh_dims(self._type_of(value, v), fresh))
+                       for v, value in zip(free, free_values)]
             name = closure.self_var.name if closure.self_var is not None else "lifted"
             gv = self._declare(name, params, func, node)
             self._lifted[key] = (gv, free)
@@ -1032,7 +1037,7 @@ class RelayImporter:
                                node)
 
     def _signature_params(self, func: ast.Function, args: list, node: ast.Call,
-                          specialise: bool = False) -> list:
+                          specialise: bool = False, fresh: Optional[list] = None) -> list:
         """Relax parameters for a call of ``func`` with ``args``: typed by the annotation,
         else by the argument.  With ``specialise``, a parameter whose annotation is not
         fully known (a type variable, ``?`` dims) takes the argument's type too, so that
@@ -1042,12 +1047,13 @@ class RelayImporter:
                                   f"got {len(args)}", location=_where(node))
         self._check_arguments(func, args)
         params = []
-        fresh: list = []  # the caller's symbolic dims -> this function's
+        fresh = [] if fresh is None else fresh  # the caller's symbolic dims -> this function's
+        named: dict = {}  # a named dim is one var across the signature, as in @main's
         for var, arg in zip(func.params, args):
             annotation = var.type_annotation
             if annotation is not None and not isinstance(annotation, ast.IncompleteType) and \
                     (not specialise or _concrete_type(annotation)):
-                ty = tensor_type(annotation, _where(var))
+                ty = tensor_type(annotation, _where(var), named)
             elif specialise:
                 ty = _fresh_dims(self._type_of(arg, var), fresh)
             else:

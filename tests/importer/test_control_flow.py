@@ -626,3 +626,46 @@ def @main(%n: int32, %x: Tensor[(2), float32]) -> Tensor[(2), float32] {
     np.testing.assert_array_equal(loaded(np.int32(20000), x), [20000, 20000])
     with pytest.raises(bmlib_relax.ParamError):  # errors still reach the caller
         loaded(np.int32(1), np.zeros(3, "float32"))
+
+
+LOOP_OVER_A_FREE_BATCH = """
+def @main(%n: int32, %x: Tensor[(DIM, 8), float32]) {
+  let %loop = fn (%i: int32, %acc: Tensor[(DIM, 8), float32]) -> Tensor[(DIM, 8), float32] {
+    if (less(%i, %n)) { %loop(add(%i, 1), add(tanh(%acc), %x)) } else { %acc }
+  };
+  %loop(0, %x)
+}
+"""
+COUNT_OVER_A_FREE_BATCH = """
+def @count(%i: int32, %acc: Tensor[(DIM, 8), float32], %x: Tensor[(DIM, 8), float32])
+    -> Tensor[(DIM, 8), float32] {
+  if (equal(%i, 0)) { %acc } else { @count(subtract(%i, 1), add(tanh(%acc), %x), %x) }
+}
+def @main(%n: int32, %x: Tensor[(DIM, 8), float32]) {
+  @count(%n, %x, %x)
+}
+"""
+
+
+@pytest.mark.parametrize("text, dim", [(LOOP_OVER_A_FREE_BATCH, "?"),
+                                       (LOOP_OVER_A_FREE_BATCH, "b"),
+                                       (COUNT_OVER_A_FREE_BATCH, "b")])
+def test_a_loop_over_a_free_batch(text, dim):
+    """A loop's state and what it captures share the batch dim: a let-bound loop is typed
+    by its first call (the captured %x and %acc get one function-own dim), a recursive
+    global shares a named dim across its signature.  Both were import errors claiming
+    "independent `?` dims" while printing one name twice."""
+    model = _compile(text.replace("DIM", dim))
+    for rows in (1, 4):
+        x = RNG.standard_normal((rows, 8)).astype("float32")
+        want = x
+        for _ in range(3):
+            want = np.tanh(want) + x
+        np.testing.assert_allclose(_run(model, np.int32(3), x), want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_recursive_global_of_independent_free_dims_is_a_clear_error():
+    # Each `?` of a global's signature is a dim of its own (Relay unified them at run
+    # time); the message names the two different dims.
+    with pytest.raises(ConversionError, match=r"\[d0, .*\[d0_1, .*independent"):
+        _compile(COUNT_OVER_A_FREE_BATCH.replace("DIM", "?"))
