@@ -175,6 +175,12 @@ def tokenize(text: str, source_name: str = "<string>") -> TokenStream:
                 msg = "unterminated string literal"
             elif ch == "*" and text.startswith("*/", start):
                 msg = "unexpected '*/' outside a comment"
+            elif ch in "%@" and start + 1 < len(text) and not text[start + 1].isspace():
+                # Relay's names are ASCII letters, digits and '_' (its tokenizer's isalpha)
+                kind_name = "variable" if ch == "%" else "global"
+                msg = (f"{kind_name} name {ch}{text[start + 1]!r}...: a name starts with an "
+                       "ASCII letter or '_' (or is a number, for %), then letters, digits, "
+                       "'_' or '.'")
             else:
                 msg = f"unexpected character {ch!r}"
             raise ParseError(msg, line, col, source_name, lines[line - 1])

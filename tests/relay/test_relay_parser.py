@@ -199,3 +199,9 @@ def test_large_but_valid_literals_still_parse():
     assert parse_expr("000000000000000000000000000000000000000000000012").data == 12
     assert parse_expr("(1, 2).000000000000000000000000000001").index == 1
     assert np.isinf(parse_expr("-inff").data)
+
+
+def test_a_variable_name_that_is_not_ascii_says_what_a_name_is():
+    # It was reported as "unexpected character '%'", pointing at the sigil.
+    with pytest.raises(ParseError, match=r"1:11: variable name %'é'\.\.\.: a name starts"):
+        parse('def @main(%é: Tensor[(2), float32]) { %é }')
