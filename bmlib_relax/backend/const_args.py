@@ -82,10 +82,8 @@ def _constant_parameters(mod: tvm.IRModule, entry: str) -> dict[str, dict]:
     for name, func in funcs.items():
         for index, param in enumerate(func.params):
             value[(name, index)] = _UNKNOWN if _static(param.ty) else _VARIES
-    param_of: dict[str, dict] = {name: {p: i for i, p in enumerate(mod[name].params)}
-                                 for name in sites.keys() | {entry}
-                                 if name in [gv.name_hint for gv in mod.functions] and
-                                 isinstance(mod[name], relax.Function)}
+    param_of = {gv.name_hint: {p: i for i, p in enumerate(f.params)}  # a caller's parameters
+                for gv, f in mod.functions.items() if isinstance(f, relax.Function)}
 
     def incoming(caller: str, arg) -> object:
         if isinstance(arg, _Const):

@@ -6,8 +6,8 @@ needs it, and the other branch reuses it without ever allocating it.  The branch
 is not the first one then runs ``alloc_tensor`` on an unset storage object, and the
 process dies with a segmentation fault (``StorageObj::AllocTensor``) as soon as that
 branch holds two calls or more: ``if (%c) { relu(conv2d(..)) } else { negative(conv2d(..)) }``
-crashes whenever ``%c`` is false, with or without bmlib (a pure-TVMScript repro is in
-``tests/importer/test_control_flow.py``).
+crashes whenever ``%c`` is false, with or without bmlib (the plain ``tvm.compile`` of
+the import crashes alike: ``tests/importer/test_control_flow.py``).
 
 Each branch that binds two values or more becomes a call to a private function of its
 own (the branch's free variables as parameters): the planner then plans every such
@@ -38,7 +38,6 @@ class _BranchLifter(PyExprMutator):
     def __init__(self, mod: tvm.IRModule):
         super().__init__(mod)
         self.owner = "f"
-        self.lifted = 0
 
     def visit_if_(self, node: relax.If) -> relax.Expr:  # noqa: D401 - visitor hook
         node = super().visit_if_(node)  # inner Ifs first
@@ -61,7 +60,6 @@ class _BranchLifter(PyExprMutator):
         func = relax.utils.copy_with_new_vars(func)  # the new function's own variables
         func = func.with_attr(BRANCH_OF_ATTR, self.owner)
         gvar = self.builder_.add_func(func, f"{self.owner}_{which}_branch")
-        self.lifted += 1
         result = relax.Var("branch_result", branch.ty)
         call = relax.Call(gvar, params)
         return relax.SeqExpr([relax.BindingBlock([relax.VarBinding(result, call)])], result)
@@ -70,14 +68,14 @@ class _BranchLifter(PyExprMutator):
 def lift_if_branches(mod: tvm.IRModule) -> tvm.IRModule:
     """``mod`` with the body of every ``If`` branch of two bindings or more moved into a
     private function called from the branch (see the module docstring)."""
-    if not any(isinstance(func, relax.Function) and _has_if(func)
-               for func in mod.functions.values()):
+    with_ifs = [(gvar, func) for gvar, func in mod.functions.items()
+                if isinstance(func, relax.Function) and _has_if(func)]
+    if not with_ifs:
         return mod
     lifter = _BranchLifter(mod)
-    for gvar, func in list(mod.functions.items()):
-        if isinstance(func, relax.Function) and _has_if(func):
-            lifter.owner = gvar.name_hint
-            lifter.builder_.update_func(gvar, lifter.visit_expr(func))
+    for gvar, func in with_ifs:
+        lifter.owner = gvar.name_hint
+        lifter.builder_.update_func(gvar, lifter.visit_expr(func))
     return lifter.builder_.get()
 
 

@@ -278,7 +278,6 @@ class ConvertContext:
         return self.error(f'"{name}={value}" is not supported')
 
 
-
 # Annotations that pass a function value through unchanged (``on_device(%f, ...)``).
 _FUNCTION_PASSTHROUGH_OPS = {"on_device"}
 
@@ -497,14 +496,11 @@ class RelayImporter:
             mod = relax.transform.ConvertToDataflow(min_size=1)(mod)
         return mod
 
-    @staticmethod
-    def _check_annotation(value: Any, declared: Optional[ast.Type], what: str,
+    def _check_annotation(self, value: Any, declared: Optional[ast.Type], what: str,
                           where: ast.Expr) -> None:
         """Refuse a value that does not have its declared Relay type, as Relay's type
         checker did (see :mod:`.typecheck`)."""
-        message = annotation_error(value, declared, what)
-        if message is not None:
-            raise ConversionError(message, location=_where(where))
+        self._check(annotation_error(value, declared, what), where)
 
     def _check_arguments(self, func: ast.Function, args: list) -> None:
         """Refuse arguments that do not have the types of ``func``'s annotated parameters."""
@@ -764,7 +760,7 @@ class RelayImporter:
         written = {key: attrs[key] for key in node.attrs}
         problem = check_call(node.op.name, written, num_args)
         if problem is not None:
-            raise ConversionError(problem[1], op=node.op.name, location=_where(node))
+            raise ConversionError(problem, op=node.op.name, location=_where(node))
 
     def _call_attrs(self, node: ast.Call) -> ast.Attrs:
         """The call's attributes with ``#[metadata]`` references resolved."""

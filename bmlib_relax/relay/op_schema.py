@@ -161,22 +161,22 @@ class OpSchema:
     def max_args(self) -> int:
         return len(self.operands)
 
-    def check(self, attrs: Mapping[str, Any], num_args: int) -> Optional[tuple[Optional[str], str]]:
-        """The first problem of a call as ``(attribute or None, message)``, else None."""
+    def check(self, attrs: Mapping[str, Any], num_args: int) -> Optional[str]:
+        """The first problem of a call (its message), else None."""
         if not self.min_args <= num_args <= self.max_args:
             want = str(self.max_args) if self.min_args == self.max_args else \
                 f"{self.min_args} to {self.max_args}"
             names = f" ({', '.join(self.operands)})" if self.operands else ""
-            return None, f"expects {want} argument(s){names}, got {num_args}"
+            return f"expects {want} argument(s){names}, got {num_args}"
         for key, value in attrs.items():
             kind = self.fields.get(key)
             if kind is None:
                 known = ", ".join(self.fields) if self.fields else "none"
-                return key, (f"unknown attribute {key!r} (this op's attributes: {known})")
+                return f"unknown attribute {key!r} (this op's attributes: {known})"
             if value is None or isinstance(value, ast.MetaRef) or kind.accepts(value):
                 continue
-            return key, (f"attribute {key}={_shown(value)}: expected {kind.name}, got "
-                         f"{_kind_of(value)}")
+            return (f"attribute {key}={_shown(value)}: expected {kind.name}, got "
+                    f"{_kind_of(value)}")
         return None
 
 
@@ -246,8 +246,7 @@ def op_schema(op_name: str) -> Optional[OpSchema]:
     return _schemas().get(op_name)
 
 
-def check_call(op_name: str, attrs: Mapping[str, Any],
-               num_args: int) -> Optional[tuple[Optional[str], str]]:
+def check_call(op_name: str, attrs: Mapping[str, Any], num_args: int) -> Optional[str]:
     """The first problem of a call of ``op_name`` (see :meth:`OpSchema.check`), else None."""
     schema = op_schema(op_name)
     return None if schema is None else schema.check(attrs, num_args)
