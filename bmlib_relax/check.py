@@ -19,6 +19,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from .backend.codegen import is_bmlib_partition
 from .backend.blocked_layout import to_blocked, to_nchw
+from .runtime import named_outputs
 
 
 @dataclass
@@ -66,13 +67,11 @@ def difference(name: str, got: np.ndarray, want: np.ndarray, rtol: float,
     return Difference(name, max_abs, max_rel, ok and nan_mismatches == 0, nan_mismatches)
 
 
-def as_list(outputs: Any) -> list[np.ndarray]:
-    return list(outputs) if isinstance(outputs, tuple) else [outputs]
-
-
 def compare(got: Any, want: Any, rtol: float, atol: float) -> list[Difference]:
-    return [difference(f"out{i}", g, w, rtol, atol)
-            for i, (g, w) in enumerate(zip(as_list(got), as_list(want)))]
+    """One difference per output, by the names :func:`~.runtime.named_outputs` gives
+    (nested tuples flattened: ``out1.0``, ``out1.1``)."""
+    return [difference(name, g, w, rtol, atol)
+            for (name, g), (_, w) in zip(named_outputs(got), named_outputs(want))]
 
 
 _PACKED_KERNEL = re.compile(r"^OIHW(\d+)i(\d+)o$")

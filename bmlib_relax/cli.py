@@ -18,7 +18,7 @@ import sys
 import tempfile
 import threading
 import traceback
-from typing import Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -35,8 +35,8 @@ log = logging.getLogger("bmlib_relax")
 # --------------------------------------------------------------------------- convert
 def _convert_inputs(args: argparse.Namespace) -> list:
     """``--inputs`` (name=shape:dtype, name=file.npy, file.npz) and tvmc's ``--input-shapes``."""
-    from .cli_tvmc import parse_input_shapes, read_npz, split_model_from_inputs
-    from .preflight import InputSpec, parse_input_spec
+    from .cli_tvmc import parse_input_shapes, split_model_from_inputs
+    from .preflight import InputSpec, parse_input_spec, read_npz
     from .errors import ParamError
 
     args.model, values = split_model_from_inputs(args.model, args.inputs)
@@ -162,9 +162,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _run_feed(args: argparse.Namespace, model) -> dict:
     """Inputs from ``-i file.npz``, ``--input name=file.npy|file.npz``, then ``--fill-mode``."""
-    from .cli_tvmc import fill_input, npz_member, read_npz
+    from .cli_tvmc import fill_input
     from .errors import ParamError
-    from .preflight import load_input_array
+    from .preflight import load_input_array, read_npz
 
     feed = {}
     for path in args.inputs or []:
@@ -176,8 +176,7 @@ def _run_feed(args: argparse.Namespace, model) -> dict:
             continue
         if not sep or not name or not path:
             raise ParamError(f"bad --input {spec!r}: expected name=file.npy or file.npz")
-        feed[name] = npz_member(path, name) if path.endswith(".npz") else \
-            load_input_array(path, name)
+        feed[name] = load_input_array(path, name)
     if args.fill_mode:
         if not model.input_specs:
             raise ParamError(f"--fill-mode needs the input signature ({args.artifact} has no "
@@ -190,8 +189,7 @@ def _run_feed(args: argparse.Namespace, model) -> dict:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .cli_tvmc import named_outputs
-    from .runtime import load
+    from .runtime import load, named_outputs
 
     session = None
     if args.rpc or args.rpc_tracker or args.rpc_key:
@@ -237,13 +235,22 @@ def _outputs_path(path: str) -> str:
 
 def _save_outputs(path: str, outputs: Sequence[tuple[str, np.ndarray]]) -> None:
     """Write the named outputs to ``path`` atomically (a reader never sees half an .npz)."""
-    from .errors import ParamError
     from .runtime import atomic_write
 
+    _write_result("-o", path, lambda: atomic_write(
+        path, lambda tmp: np.savez(tmp, **dict(outputs)), suffix=".npz"))
+
+
+def _write_result(option: str, path: str, write: Callable[[], Any]) -> None:
+    """Run ``write`` (an atomic write of a command's result to ``path``); a write that
+    fails anyway (disk full) is bad input naming ``option`` and the file, not a
+    traceback after all the work."""
+    from .errors import ParamError
+
     try:
-        atomic_write(path, lambda tmp: np.savez(tmp, **dict(outputs)), suffix=".npz")
+        write()
     except OSError as exc:
-        raise ParamError(f"-o {path}: cannot write: {exc.strerror or exc}") from None
+        raise ParamError(f"{option} {path}: cannot write: {exc.strerror or exc}") from None
 
 
 def _print_flops(model, feed: dict) -> None:
@@ -304,20 +311,10 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         if not result.ok:
             status = max(status, EXIT_CHECK_FAILED)
     if args.json:
-        _write_json_result(args.json, results)
+        from .runtime import write_json_atomic
+
+        _write_result("--json", args.json, lambda: write_json_atomic(args.json, results))
     return status
-
-
-def _write_json_result(path: str, data) -> None:
-    """``--json FILE`` written atomically; a write that fails anyway (disk full) is
-    bad input naming the file, not a traceback after all the work."""
-    from .errors import ParamError
-    from .runtime import write_json_atomic
-
-    try:
-        write_json_atomic(path, data)
-    except OSError as exc:
-        raise ParamError(f"--json {path}: cannot write: {exc.strerror or exc}") from None
 
 
 # --------------------------------------------------------------------------- demo

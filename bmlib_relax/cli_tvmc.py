@@ -10,7 +10,7 @@ import contextlib
 import os
 import re
 import sys
-from typing import Any, Iterator, Optional, Sequence, TextIO
+from typing import Iterator, Optional, Sequence, TextIO
 
 import numpy as np
 
@@ -44,43 +44,6 @@ def parse_input_shapes(text: str) -> list[tuple[str, tuple[int, ...]]]:
     return items
 
 
-def read_npz(path: str) -> dict[str, np.ndarray]:
-    """Every array of an ``.npz`` input file, by name; a file that is no archive (a
-    ``.npy``), unreadable, or holds a non-numeric member is a ``ParamError``."""
-    if os.path.isdir(path):
-        raise ParamError(f"inputs file {path} is a directory, expected a .npz file")
-    if not os.path.exists(path):
-        raise ParamError(f"inputs file not found: {path}")
-    try:
-        loaded = np.load(path, allow_pickle=False)
-        if not isinstance(loaded, np.lib.npyio.NpzFile):
-            raise ParamError(f"{path}: a single array (.npy), expected a .npz archive of "
-                             f"named arrays; give it as NAME={path}")
-        with loaded as npz:
-            arrays = {k: npz[k] for k in npz.files}
-    except ParamError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - zipfile/numpy raise many types
-        raise ParamError(f"{path}: not a readable .npz ({type(exc).__name__}: {exc})") from None
-    for name, array in arrays.items():
-        if array.dtype.kind not in "biuf":
-            raise ParamError(f"{path}: member {name!r} holds {array.dtype} values, expected "
-                             "a numeric array", name)
-    return arrays
-
-
-def npz_member(path: str, name: str) -> np.ndarray:
-    """Input ``name`` from the archive ``path`` (``--input NAME=FILE.npz``): its member
-    ``name``, or its only member."""
-    arrays = read_npz(path)
-    if name in arrays:
-        return arrays[name]
-    if len(arrays) == 1:
-        return next(iter(arrays.values()))
-    raise ParamError(f"input {name!r}: {path} has no member {name!r} (members: "
-                     f"{', '.join(arrays) or 'none'})", name)
-
-
 def is_input_spec(text: str) -> bool:
     """An ``--inputs`` value (``name=...`` or ``file.npz``) rather than a model path."""
     return "=" in text or text.endswith(".npz")
@@ -99,24 +62,6 @@ def split_model_from_inputs(model: Optional[str], inputs: Optional[Sequence[str]
     if model is None:
         raise ParamError("no model file given")
     return model, inputs
-
-
-def named_outputs(outputs: Any) -> list[tuple[str, np.ndarray]]:
-    """A model's outputs as ``[(name, array)]``: ``out0``, ``out1`` ... and, for an output
-    that is itself a tuple (an LSTM's ``(y, (h, c))``), ``out1.0``, ``out1.1`` ...
-
-    Every place that lists, saves or compares outputs uses these names, so a nested
-    result is never handed to code that expects an array.
-    """
-    if not isinstance(outputs, (tuple, list)):
-        return [("out0", np.asarray(outputs))]
-    return [item for i, v in enumerate(outputs) for item in _flatten(v, f"out{i}")]
-
-
-def _flatten(value: Any, name: str) -> list[tuple[str, np.ndarray]]:
-    if not isinstance(value, (tuple, list)):
-        return [(name, np.asarray(value))]
-    return [item for i, v in enumerate(value) for item in _flatten(v, f"{name}.{i}")]
 
 
 def fill_input(spec: dict, mode: str, rng: np.random.Generator) -> np.ndarray:

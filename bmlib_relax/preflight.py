@@ -215,9 +215,50 @@ def _json_field(path: str, key: str) -> Any:
     return data.get(key) if isinstance(data, dict) else None
 
 
+def read_npz(path: str) -> dict[str, np.ndarray]:
+    """Every array of an ``.npz`` input file, by name; a file that is no archive (a
+    ``.npy``), unreadable, or holds a non-numeric member is a ``ParamError``."""
+    if os.path.isdir(path):
+        raise ParamError(f"inputs file {path} is a directory, expected a .npz file")
+    if not os.path.exists(path):
+        raise ParamError(f"inputs file not found: {path}")
+    try:
+        loaded = np.load(path, allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):
+            raise ParamError(f"{path}: a single array (.npy), expected a .npz archive of "
+                             f"named arrays; give it as NAME={path}")
+        with loaded as npz:
+            arrays = {k: npz[k] for k in npz.files}
+    except ParamError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - zipfile/numpy raise many types
+        raise ParamError(f"{path}: not a readable .npz ({type(exc).__name__}: {exc})") from None
+    for name, array in arrays.items():
+        if array.dtype.kind not in "biuf":
+            raise ParamError(f"{path}: member {name!r} holds {array.dtype} values, expected "
+                             "a numeric array", name)
+    return arrays
+
+
+def npz_member(path: str, name: str) -> np.ndarray:
+    """Input ``name`` from the archive ``path`` (``--input NAME=FILE.npz``): its member
+    ``name``, or its only member."""
+    arrays = read_npz(path)
+    if name in arrays:
+        return arrays[name]
+    if len(arrays) == 1:
+        return next(iter(arrays.values()))
+    raise ParamError(f"input {name!r}: {path} has no member {name!r} (members: "
+                     f"{', '.join(arrays) or 'none'})", name)
+
+
 def load_input_array(path: str, name: str) -> np.ndarray:
-    """An input array from a ``.npy`` file; a missing, unreadable or non-numeric file
-    (pickled objects included) is a ``ParamError`` naming the input and the file."""
+    """Input ``name`` from a ``.npy`` file, or from a ``.npz`` archive (its member
+    ``name``, or its only member: :func:`npz_member`); a missing, unreadable or
+    non-numeric file (pickled objects included) is a ``ParamError`` naming the input
+    and the file."""
+    if path.endswith(".npz"):
+        return npz_member(path, name)
     if os.path.isdir(path):
         raise ParamError(f"input {name!r}: {path} is a directory, expected a .npy file", name)
     if not os.path.exists(path):

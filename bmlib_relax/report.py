@@ -399,7 +399,7 @@ def partition_dtypes(func: relax.Function) -> dict[str, list[str]]:
 def output_specs(func: relax.Function) -> list[dict]:
     """``[{name, shape, dtype}]`` of a Relax function's results: ``out0``, ``out1`` ...,
     a nested tuple's fields as ``out1.0``, ``out1.1`` (the names ``convert`` and ``run``
-    give the arrays: ``cli_tvmc.named_outputs``)."""
+    give the arrays: ``runtime.named_outputs``)."""
     ret = func.ret_ty
     tuple_types = (relax.TupleType, tvm.ir.TupleType)
     fields = list(ret.fields) if isinstance(ret, tuple_types) else [ret]

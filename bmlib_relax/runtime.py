@@ -260,6 +260,24 @@ def to_numpy(value: Any):
     return tuple(to_numpy(v) for v in value)
 
 
+def named_outputs(outputs: Any) -> list[tuple[str, np.ndarray]]:
+    """A model's outputs as ``[(name, array)]``: ``out0``, ``out1`` ... and, for an output
+    that is itself a tuple (an LSTM's ``(y, (h, c))``), ``out1.0``, ``out1.1`` ...
+
+    Every place that lists, saves or compares outputs uses these names, so a nested
+    result is never handed to code that expects an array.
+    """
+    if not isinstance(outputs, (tuple, list)):
+        return [("out0", np.asarray(outputs))]
+    return [item for i, v in enumerate(outputs) for item in _flatten(v, f"out{i}")]
+
+
+def _flatten(value: Any, name: str) -> list[tuple[str, np.ndarray]]:
+    if not isinstance(value, (tuple, list)):
+        return [(name, np.asarray(value))]
+    return [item for i, v in enumerate(value) for item in _flatten(v, f"{name}.{i}")]
+
+
 def input_specs(func: relax.Function) -> list[dict]:
     """``[{name, shape, dtype}]`` of a Relax function's parameters (symbolic dims as str)."""
     specs = []

@@ -200,13 +200,13 @@ def test_check_still_fails_with_a_report_when_localisation_breaks(tmp_path, monk
     import bmlib_relax.convert as convert_module
     from bmlib_relax.check import Difference
 
-    def always_differs(name, got, want, rtol, atol):
-        return Difference(name, 1.0, 1.0, False)
+    def always_differs(got, want, rtol, atol):
+        return [Difference("out0", 1.0, 1.0, False)]
 
     def broken(*args, **kwargs):
         raise RuntimeError("probe build failed\nmore detail")
 
-    monkeypatch.setattr(convert_module, "difference", always_differs)
+    monkeypatch.setattr(convert_module, "compare", always_differs)
     monkeypatch.setattr(convert_module, "first_divergence", broken)
     result = convert_module.convert(EXAMPLE / "model.relay", tmp_path / "out",
                                     params=EXAMPLE / "params.npz", check=True)
