@@ -38,6 +38,7 @@ _EXPORTS = {
     "ParamError": ("errors", "ParamError"),
     "CodegenError": ("errors", "CodegenError"),
     "ArtifactError": ("errors", "ArtifactError"),
+    "RunCheckError": ("errors", "RunCheckError"),
     "ArityMismatchError": ("errors", "ArityMismatchError"),
     "RecoveredMetadataWarning": ("errors", "RecoveredMetadataWarning"),
 }

@@ -107,6 +107,17 @@ class UserCodeError(BmlibError):
     """
 
 
+# Checks compiled into a model (``relax.op.assert_op``) start their message with this,
+# so that a run that fails one raises :class:`RunCheckError`, not TVM's bare error.
+RUN_CHECK_PREFIX = "bmlib-relax run check: "
+
+
+class RunCheckError(BmlibError, ValueError):
+    """A check compiled into the model failed at run time: the inputs make an op's
+    result one the model cannot compute (e.g. an empty slice of a run-time-sized axis);
+    the message names the op and its ``file:line:column``."""
+
+
 class CodegenError(BmlibError, RuntimeError):
     """The bmlib codegen could not lower a partition (names it and the op)."""
 

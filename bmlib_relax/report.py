@@ -20,7 +20,10 @@ from .flops import (Flops, count_flops, evaluate_flops, flops_text, flops_vars, 
                     per_unit, simplify_flops, substitute_dims)
 
 # Bookkeeping ops that are not computation.
-_NON_OPS = {"relax.call_dps_packed", "relax.call_tir", "relax.call_pure_packed"}
+# Calls that compute nothing of the model: calling conventions, and the run-time
+# checks the importer adds (``assert_op``: a comparison of shape values on the host).
+_NON_OPS = {"relax.call_dps_packed", "relax.call_tir", "relax.call_pure_packed",
+            "relax.assert_op"}
 _NAME_WIDTH = 44
 
 

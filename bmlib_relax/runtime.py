@@ -28,7 +28,7 @@ import tvm
 from tvm import relax
 
 from . import interrupts
-from .errors import ArtifactError, ParamError
+from .errors import RUN_CHECK_PREFIX, ArtifactError, ParamError, RunCheckError
 from .hugepages import HugePages
 from .threads import ThreadConfig
 
@@ -101,9 +101,12 @@ class ModelRunner:
     def __call__(self, *args: Any, **kwargs: Any):
         arrays = self._arrange(args, kwargs)
         tensors = [tvm.runtime.tensor(a, self.device) for a in arrays]
-        if self.recursive:
-            return to_numpy(_on_deep_stack(lambda: self._run(tensors)))
-        return to_numpy(self._run(tensors))
+        try:
+            if self.recursive:
+                return to_numpy(_on_deep_stack(lambda: self._run(tensors)))
+            return to_numpy(self._run(tensors))
+        except AssertionError as exc:
+            raise as_run_check_error(exc) from None
 
     def _run(self, tensors: list) -> Any:
         self.threads.apply()  # TVM's thread settings belong to the calling thread
@@ -128,6 +131,16 @@ class ModelRunner:
 # space only: pages are committed as the recursion touches them), about 100 000
 # iterations of a small loop.
 RECURSION_STACK_BYTES = 1 << 30
+
+
+def as_run_check_error(exc: AssertionError) -> BaseException:
+    """A failed ``assert_op`` of ours (its message starts with ``RUN_CHECK_PREFIX``) as a
+    ``RunCheckError`` carrying that message alone; any other assertion unchanged."""
+    text = str(exc)
+    start = text.find(RUN_CHECK_PREFIX)
+    if start < 0:
+        return exc
+    return RunCheckError(text[start + len(RUN_CHECK_PREFIX):].splitlines()[0])
 
 
 def _on_deep_stack(run: Callable[[], Any]) -> Any:

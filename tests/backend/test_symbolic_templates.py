@@ -74,6 +74,17 @@ CASES = {
         "%3 = split(%x, indices_or_sections=[1, 3], axis=0); "
         "%4 = split(%x, indices_or_sections=2, axis=1); (%0, %1, %2, %3.0, %3.2, %4.1)",
         lambda x: (x[1:100:2, 2:8:2], x[-2:], x[4:0:-1, 1:5], x[:1], x[3:], x[:, 4:])),
+    # One bound from the start, the other from the end: empty at some run-time lengths
+    # (1 and 3 below), where TVM's own sizing of the slice goes negative.
+    "slices_empty_at_some_lengths": (
+        "%x: Tensor[(?, 8), float32]",
+        "%0 = strided_slice(%x, begin=[1], end=[-1], strides=[1], axes=[0]); "
+        "%1 = strided_slice(%x, begin=[3, 0], end=[-2, 8], strides=[2, 3]); "
+        "%2 = strided_slice(%x, begin=[-1], end=[1], strides=[-1], axes=[0]); "
+        "%3 = strided_slice(%x, begin=[-2, 7], end=[2, 0], strides=[-2, -3]); "
+        "%4 = strided_slice(%x, begin=[3], end=[1], strides=[1], axes=[0]); "
+        "(%0, %1, %2, %3, %4)",
+        lambda x: (x[1:-1], x[3:-2:2, 0:8:3], x[-1:1:-1], x[-2:2:-2, 7:0:-3], x[3:1])),
     "batch_matmul_free_batch_and_length": (
         "%a: Tensor[(n, s, 16), float32], %b: Tensor[(n, 24, 16), float32]",
         "nn.batch_matmul(%a, %b, transpose_b=True)",

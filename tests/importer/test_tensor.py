@@ -4,7 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bmlib_relax import ConversionError
+import bmlib_relax
+from bmlib_relax import ConversionError, RunCheckError
+from bmlib_relax.relay import parse
 
 from .helpers import check, import_text, ops_in, rand, relay_fn
 
@@ -108,6 +110,46 @@ def test_split_with_unresolved_metadata_value_names_it():
 def test_strided_slice(attrs, ref):
     x = rand(4, 6)
     check(relay_fn(f"%x: {_t(x.shape)}", f"strided_slice(%x, {attrs})"), [x], ref(x))
+
+
+@pytest.mark.parametrize("attrs,ref,rows_empty", [
+    # Which bound comes first depends on the run-time length d: empty from d = 9 and 10
+    # (x[6:5], x[4:5:-1]); at d = 9 x[4:4:-1] is empty too, but its bounds meet.
+    ("begin=[-3], end=[5], strides=[1]", lambda x: x[-3:5], 9),
+    ("begin=[4], end=[-5], strides=[-1]", lambda x: x[4:-5:-1], 10),
+])
+def test_strided_slice_it_cannot_size_ahead_is_checked_when_the_model_runs(
+        attrs, ref, rows_empty):
+    text = relay_fn("%x: Tensor[(?, 6), float32]",
+                    f"strided_slice(%x, {attrs}, axes=[0])")
+    model = bmlib_relax.compile(parse(text, "slices.relay"))
+    for rows in (1, 4, 7, rows_empty - 1):
+        x = rand(rows, 6)
+        np.testing.assert_array_equal(model(x), ref(x))
+    with pytest.raises(RunCheckError, match=r"^slices.relay:3:3: strided_slice: .* on axis 0 "
+                                            rf"selects nothing from its {rows_empty} entries"
+                                            r".*fixed size"):
+        model(rand(rows_empty, 6))
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 7])
+def test_strided_slice_of_a_symbolic_axis_empty_at_run_time(rows):
+    # x[1:-1] and x[-1:1:-1] are empty for one or two rows: TVM alone sizes them
+    # negative there (std::bad_alloc); the imported program gives 0 rows, as Relay did.
+    x = rand(rows, 3)
+    text = relay_fn("%x: Tensor[(?, 3), float32]",
+                    "%0 = strided_slice(%x, begin=[1], end=[-1], strides=[1], axes=[0]);\n"
+                    "  %1 = strided_slice(%x, begin=[-1], end=[1], strides=[-1], axes=[0]);\n"
+                    "  (%0, %1)")
+    check(text, [x], [x[1:-1], x[-1:1:-1]])
+
+
+def test_strided_slice_of_a_symbolic_axis_to_its_end_needs_no_fixed_size():
+    x = rand(5, 6)
+    text = relay_fn("%x: Tensor[(?, 6), float32]",
+                    "strided_slice(%x, begin=[-3, 4], end=[9223372036854775807, 0], "
+                    "strides=[1, -1])")
+    check(text, [x], x[-3:, 4:0:-1])
 
 
 @pytest.mark.parametrize("attrs,ref", [

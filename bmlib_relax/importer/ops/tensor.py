@@ -11,9 +11,11 @@ from functools import reduce
 from operator import mul
 
 import numpy as np
+import tvm
 from tvm import relax
 
 from ..registry import register_converter
+from ...errors import RUN_CHECK_PREFIX
 from ._utils import (
     dtype_of, folded_value, ints, ndim_of, normalize_axis, optional_ints, scalar_operand,
     shape_of,
@@ -164,7 +166,72 @@ def _strided_slice(inputs, attrs, ctx):
         raise ctx.unsupported_attr("slice_mode", mode)
     # A missing end runs to the end of the axis in the stride's direction.
     end += [_INT64_MAX if s > 0 else -_INT64_MAX - 1 for s in strides[len(end):]]
-    return relax.op.strided_slice(data, axes, begin[:len(axes)], end[:len(axes)], strides)
+    begin, end = begin[:len(axes)], end[:len(axes)]
+    first: dict[int, tuple[int, int, int]] = {}
+    for i, axis in enumerate(axes):
+        if not isinstance(dims[axis], int):
+            cut, begin[i], end[i], strides[i] = _symbolic_slice_steps(
+                begin[i], end[i], strides[i], axis, dims[axis], ctx)
+            if cut is not None:
+                first[axis] = cut
+    if first:
+        data = ctx.emit(relax.op.strided_slice(
+            data, list(first), [c[0] for c in first.values()],
+            [c[1] for c in first.values()], [c[2] for c in first.values()]))
+        # The cut's length is an expression of the axis's (``min(d, 2**63-1) -
+        # min(1, d)``); a var of its own keeps the slice after it on bmlib, whose
+        # PrimFuncs bind symbolic dims from whole dims of their inputs.
+        cut_dims = [tvm.tirx.Var(f"{dims[a]}_cut", "int64") if a in first else d
+                    for a, d in enumerate(data.ty.shape.values)]
+        data = ctx.bb.match_cast(data, relax.TensorType(cut_dims, dtype_of(data)))
+    return relax.op.strided_slice(data, axes, begin, end, strides)
+
+
+_FAR = 2**62  # beyond it a bound is a "to the end" sentinel, whatever the extent
+
+
+def _symbolic_slice_steps(begin: int, end: int, stride: int, axis: int, extent, ctx):
+    """``x[begin:end:stride]`` on a symbolic axis as slices whose extent TVM sizes
+    without going negative: ``(cut, begin, end, stride)``, ``cut`` an optional
+    slice to take first.
+
+    TVM 0.27 sizes a slice of a symbolic axis ``d`` as ``clamp(end) - clamp(begin)``
+    (over the stride) without flooring it at 0.  When one bound counts from the
+    start and the other from the end (``x[1:-1]``), which comes first depends on
+    ``d``: at a run where the slice is empty the extent is negative and the
+    allocation dies with std::bad_alloc.  Bounds on the same side are ordered
+    already (or the slice is empty for every ``d``: then ``0:0``); mixed ones are
+    cut in two: ``x[b:-e]`` is ``x[b:][:-e]``, ``x[-b:e:-s]`` is ``x[e+1:][-b::-s]``.
+    The other mixed pair (``x[-b:e]``, ``x[b:-e:-s]``) has no such form: the model
+    checks at run time that it is not empty and names the op if it is.
+    """
+    from_end = begin < 0, end < 0
+    if stride > 0:
+        if from_end[0] == from_end[1]:
+            return (None, 0, 0, 1) if end <= begin else (None, begin, end, stride)
+        if end >= _FAR or begin <= -_FAR:
+            return None, begin, end, stride  # the slice ends at the axis's end
+        if not from_end[0]:  # x[b:-e]
+            return (begin, _INT64_MAX, 1), 0, end, stride
+        nonempty = extent + begin <= end  # x[-b:e]
+    else:
+        if from_end[0] == from_end[1]:
+            return (None, 0, 0, 1) if end >= begin else (None, begin, end, stride)
+        if end <= -_FAR or begin >= _FAR:
+            return None, begin, end, stride  # the slice ends at the axis's start
+        if from_end[0]:  # x[-b:e:-s]
+            return (end + 1, _INT64_MAX, 1), begin, -_INT64_MAX - 1, stride
+        nonempty = extent + end <= begin  # x[b:-e:-s]
+    where = f"{ctx.location}: " if ctx.location else ""
+    ctx.emit(relax.op.assert_op(
+        relax.prim_value(nonempty), [relax.prim_value(extent)],
+        format=f"{RUN_CHECK_PREFIX}{where}{ctx.op_name}: begin={begin}, end={end}, "
+               f"strides={stride} on axis {axis} selects nothing from its {{}} entries, and "
+               "an empty slice of an axis whose length is only known at run time cannot "
+               "be sized (TVM would size it negative); give the axis a fixed size "
+               "(compile(..., input_shapes=...) / --input-shapes) or inputs where the "
+               "slice is not empty"))
+    return None, begin, end, stride
 
 
 @register_converter("take")
