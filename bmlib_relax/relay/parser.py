@@ -147,6 +147,11 @@ class _Parser:
         self.pos = 0
         self.depth = 0
         self.scopes: list[dict[str, A.Expr]] = [{}]
+        # Every graph binding (``%3 = ...``) of the current definition, scopes closed
+        # or not: TVM's printer numbers them once per module and names a node where it
+        # first prints it, which may be inside an ``if`` branch the node is used after
+        # (Relay's parser kept one flat table and resolved such a use to that node).
+        self.graph_bindings: dict[str, A.Expr] = {}
         self.type_scopes: list[dict[str, A.TypeVar]] = [{}]
         self.globals: dict[str, A.GlobalVar] = {}
         self.constructors: dict[str, A.Constructor] = {}
@@ -395,6 +400,7 @@ class _Parser:
             raise self.error_expected("a global name like @main after 'def'", name_tok)
         name = name_tok.text[1:]
         self.global_var(name, name_tok)
+        self.graph_bindings = {}
         func = self.parse_function_rest(def_tok, f"@{name}")
         return name, func
 
@@ -492,6 +498,8 @@ class _Parser:
                 value = self.parse_expr()
                 self.expect_semicolon(f"binding of {tok.text}")
                 scope[tok.text[1:]] = value
+                if tok.text[1:].isdecimal():
+                    self.graph_bindings[tok.text[1:]] = value
                 continue
             if tok.kind == "IDENT" and tok.text == "free_var":
                 self.next()
@@ -683,6 +691,8 @@ class _Parser:
         """``%name`` use: whole name if bound, else ``prefix`` + numeric projections."""
         name = tok.text[1:]
         expr = self.lookup(name)
+        if expr is None and name.isdecimal():
+            expr = self.graph_bindings.get(name)  # bound in a closed scope (see __init__)
         if expr is not None:
             return expr
         if "." in name:

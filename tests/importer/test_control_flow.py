@@ -76,6 +76,31 @@ def test_if_else_takes_both_branches_and_offloads_inside():
     np.testing.assert_allclose(_run(model, False, x), dense * 2, rtol=1e-5, atol=1e-5)
 
 
+def test_a_node_named_in_a_branch_and_used_after_the_if_runs_either_way():
+    # As TVM's printer writes a node shared by a branch and the code after the If:
+    # named inside the branch where it is printed first (see the parser).
+    text = """
+def @main(%c: bool, %x: Tensor[(2, 8), float32], %w: Tensor[(4, 8), float32]) {
+  %2 = if (%c) {
+    %0 = nn.dense(%x, %w, units=4);
+    %1 = nn.relu(%0);
+    multiply(%1, 2f)
+  } else {
+    nn.dense(%x, %w, units=4)
+  };
+  add(%2, %0)
+}
+"""
+    x = RNG.standard_normal((2, 8)).astype("float32")
+    w = RNG.standard_normal((4, 8)).astype("float32")
+    model = _compile(text, {"w": w})
+    assert offloaded_partitions(model.relax_module)
+    dense = x @ w.T
+    np.testing.assert_allclose(_run(model, True, x), _relu(dense) * 2 + dense,
+                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(_run(model, False, x), dense * 2, rtol=1e-5, atol=1e-5)
+
+
 def test_if_inside_a_branch_of_an_if():
     text = """
 def @main(%a: bool, %b: bool, %x: Tensor[(3), float32]) {

@@ -147,6 +147,24 @@ def test_if_match_refs():
         parse_expr("if (True) { let %x = (); () } else { %x }")
 
 
+def test_graph_binding_named_in_an_if_branch_is_the_same_node_after_the_if():
+    # TVM's printer names a node where it first prints it: a node used in a branch and
+    # after the ``if`` comes out defined inside the branch, and Relay's parser (one
+    # flat table of %N) resolved the later use to it.
+    text = ("def @main(%x: Tensor[(2, 3), float32], %b: bool) {\n"
+            "  %1 = if (%b) {\n    %0 = add(%x, 1f);\n    multiply(%0, 2f)\n"
+            "  } else {\n    %x\n  };\n  add(%1, %0)\n}\n")
+    body = parse(text)["main"].body
+    then_add = body.args[0].true_branch.args[0]
+    assert body.args[1] is then_add  # shared, not a copy
+    # A numbered name from another definition, or a let-bound one, stays unknown.
+    with pytest.raises(ParseError, match="undefined variable %0"):
+        parse("def @f(%x: float32) { %0 = add(%x, %x); %0 }\n"
+              "def @main(%y: float32) { multiply(%y, %0) }")
+    with pytest.raises(ParseError, match="undefined variable %v"):
+        parse_expr("fn (%b: bool) { %0 = if (%b) { let %v = 1f; %v } else { 2f }; %v }")
+
+
 # ---------------------------------------------------------------------- no raw exceptions
 @pytest.mark.parametrize("text, column", [
     ("extern typeT[ typeA]", 8), ("extern deftype T]\n", 8), ("extern type", 12),
