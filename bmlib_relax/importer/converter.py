@@ -44,14 +44,17 @@ from typing import Any, Callable, Mapping, Optional
 import numpy as np
 import tvm
 from tvm import relax
+from tvm.sym.analyzer import Analyzer
 
 from ..constants import tensor_constant
-from ..errors import BmlibError, ConversionError, ParamError, UnsupportedOpError
+from ..errors import (RUN_CHECK_PREFIX, BmlibError, ConversionError, ParamError,
+                      UnsupportedOpError)
 from ..relay import ast
 from ..relay.params import check_param
 from ..relay.analysis import free_vars, post_order_list
 from ..relay.meta_recovery import box_refs, printed_ref
 from ..relay.op_schema import check_call
+from ..relay.pattern_op_attrs import BROADCAST, op_attr
 from . import provenance
 from .branches import lift_if_branches
 from .registry import get_converter
@@ -380,6 +383,19 @@ def _known_shape(expr: Any) -> Optional[bool]:
     if isinstance(ty, relax.TensorType):
         return ty.shape is not None
     return None
+
+
+# Broadcasting ops whose second operand follows an axis attribute, not broadcasting.
+_AXIS_BROADCAST = {"nn.bias_add", "nn.prelu"}
+
+
+def _known_dims(value: Any) -> Optional[list]:
+    """The dims of a tensor value of known shape, else None."""
+    ty = getattr(value, "ty", None)
+    if not isinstance(ty, relax.TensorType) or ty.shape is None \
+            or not hasattr(ty.shape, "values"):
+        return None
+    return list(ty.shape.values)
 
 
 def _check_result_shape(value: Any, inputs: list, node: ast.Call) -> None:
@@ -730,6 +746,8 @@ class RelayImporter:
             ctx = ConvertContext(self, node)
             attrs = self._call_attrs(node)
             self._check_call(node, attrs, len(inputs))
+            if op_attr(op.name, "TOpPattern") == BROADCAST and op.name not in _AXIS_BROADCAST:
+                inputs = self._unify_run_time_dims(inputs, node)
             view = self.views.call(node, attrs, inputs, self._operands(node))
             key = self.provenance.add(view)
             root_span = self.provenance.span(key, True, node.span)
@@ -750,6 +768,54 @@ class RelayImporter:
         if isinstance(op, ast.GlobalVar):
             return self._call_global(op, inputs, node)
         return self._apply(inputs[0], inputs[1:], node)
+
+    def _unify_run_time_dims(self, inputs: list, node: ast.Call) -> list:
+        """Operands of a broadcasting op whose dims on one axis are different
+        run-time-sized dims (``add(%a: Tensor[(?, 8)], %b: Tensor[(?, 8)])``: each ``?``
+        a var of its own) or a run-time-sized dim and a static one other than 1, made to
+        share the static dim, else the first operand's var.
+
+        Relay broadcast such dims when the op ran; Relax must know the result shape
+        when it builds, and cannot relate two unknowns.  Each later operand is checked
+        to be equal on that axis when the model runs (an ``assert_op`` naming the op
+        and its place: a run that broadcasts a 1 against a longer run-time dim is
+        refused there, not computed), then cast to the shared var."""
+        shapes = [_known_dims(v) for v in inputs]
+        ranks = [len(s) for s in shapes if s is not None]
+        if len(ranks) < 2 or all(isinstance(d, tvm.tirx.IntImm)
+                                 for s in shapes if s is not None for d in s):
+            return inputs
+        rank = max(ranks)
+        where = _where(node)
+        out = list(inputs)
+        analyzer = Analyzer()
+        for axis in range(1, rank + 1):  # right-aligned, as broadcasting is
+            dims = [(k, shape[-axis]) for k, shape in enumerate(shapes)
+                    if shape is not None and len(shape) >= axis]
+            # The dim the others must equal: a static length other than 1 if an
+            # operand has one (a 1 broadcasts, whatever the others are), else the
+            # first run-time one.
+            static = [(k, d) for k, d in dims if isinstance(d, tvm.tirx.IntImm) and int(d) != 1]
+            symbolic = [(k, d) for k, d in dims if not isinstance(d, tvm.tirx.IntImm)]
+            if len({int(d) for _, d in static}) > 1 or not symbolic:
+                continue  # Relax's own inference names a static mismatch
+            first = static[0] if static else symbolic[0]
+            for k, dim in symbolic:
+                if dim.same_as(first[1]) or analyzer.can_prove_equal(dim, first[1]):
+                    continue
+                shape = shapes[k]
+                message = (f"{RUN_CHECK_PREFIX}{where + ': ' if where else ''}"
+                           f"{node.op.name}: operand {k} has {{}} entries on axis "
+                           f"{len(shape) - axis} and operand {first[0]} {{}}; Relay broadcast "
+                           "a run-time-sized dim against another dim, bmlib-relax needs "
+                           "them equal (or give the inputs static shapes)")
+                self.bb.emit(relax.op.assert_op(
+                    relax.prim_value(tvm.tirx.EQ(dim, first[1])),
+                    [relax.prim_value(dim), relax.prim_value(first[1])], format=message))
+                shape[-axis] = first[1]
+                out[k] = self.bb.match_cast(out[k], relax.TensorType(
+                    list(shape), out[k].ty.dtype))
+        return out
 
     @staticmethod
     def _check_call(node: ast.Call, attrs: ast.Attrs, num_args: int) -> None:
