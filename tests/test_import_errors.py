@@ -75,3 +75,20 @@ def @main(%x: Tensor[(2), float32]) {
 """
     with pytest.raises(ConversionError, match=r"<string>:3:11: .*meta\[relay.Constant\]\[0\] has no value"):
         bmlib_relax.import_relay(parse(text))
+
+
+@pytest.mark.parametrize("body", [
+    "reshape(%x, newshape=[7])",                                          # in a dataflow block
+    "if (%c) { reshape(%x, newshape=[7]) } else { %x }",                  # in a branch scope
+])
+def test_a_failed_import_leaves_no_tvm_warning_on_stderr(body, capfd):
+    # The error is the whole message: TVM's BlockBuilder used to add "destroyed with
+    # remaining blocks!" on stderr when the importer's builder went away.
+    import gc
+
+    text = ('#[version = "0.0.5"]\n'
+            f"def @main(%c: bool, %x: Tensor[(2, 3), float32]) {{ {body} }}\n")
+    with pytest.raises(ConversionError, match="reshape"):
+        bmlib_relax.import_relay(parse(text, "bad.relay"))
+    gc.collect()
+    assert "remaining blocks" not in capfd.readouterr().err

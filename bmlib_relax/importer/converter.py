@@ -479,6 +479,23 @@ class RelayImporter:
 
     # ------------------------------------------------------------------ entry
     def run(self, entry: str = "main") -> tvm.IRModule:
+        try:
+            return self._run(entry)
+        except BaseException:
+            self._close_open_blocks()
+            raise
+
+    def _close_open_blocks(self) -> None:
+        """End the blocks an import that failed midway left open: the builder's C++
+        destructor would otherwise log "BlockBuilder destroyed with remaining blocks!"
+        on stderr after the error (a line ``-q`` cannot silence, and no help)."""
+        while True:
+            try:
+                self.bb._end_block()
+            except Exception:  # noqa: BLE001 - TVM's "no block is being built": all closed
+                return
+
+    def _run(self, entry: str) -> tvm.IRModule:
         func = self.module[entry]
         self._function_names.add(entry)
         self.check_supported(func)
