@@ -123,8 +123,10 @@ class CompiledModel(ModelRunner):
 
         flops = {"total": flops_text(self.report.flops_total),
                  "offloaded": flops_text(self.report.flops_offloaded)}
-        return export_artifact(self.executable, os.fspath(path), self.input_specs, files=files,
-                               flops=flops, recursive=self.recursive)
+        outputs = (self.report.signature or {}).get("outputs", ())
+        return export_artifact(self.executable, os.fspath(path), self.input_specs,
+                               outputs=outputs, files=files, flops=flops,
+                               recursive=self.recursive)
 
 
 def unbound_inputs(module: ast.IRModule, weights: Mapping[str, Any],

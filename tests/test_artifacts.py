@@ -83,6 +83,9 @@ def test_metadata_records_sha256_and_size_of_the_library(artifact_dir):
     assert meta["sha256"] == hashlib.sha256(data).hexdigest()
     assert meta["size"] == len(data)
     assert meta["library"] == "a.so"
+    # The signature both ways: what the model takes and what it returns.
+    assert meta["inputs"] == [{"name": "x", "shape": [1, 8], "dtype": "float32"}]
+    assert meta["outputs"] == [{"name": "out0", "shape": [1, 4], "dtype": "float32"}]
 
 
 def test_export_writes_atomically_leaving_no_temporary_files(artifact_dir):
