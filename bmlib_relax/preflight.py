@@ -34,12 +34,14 @@ class InputSpec:
 
 
 def parse_input_spec(text: str) -> InputSpec:
-    """``name=1,3,224,224:float32`` (recipe values) or ``name=file.npy`` (given values)."""
+    """``name=1,3,224,224:float32`` (recipe values) or ``name=file.npy`` /
+    ``name=file.npz`` (given values; from an archive its member ``name``, or its only
+    member, as ``run --input`` reads it)."""
     name, sep, rest = text.partition("=")
     if not sep or not name or not rest:
         raise ParamError(f"bad --inputs spec {text!r}: expected name=shape:dtype or "
                          "name=file.npy")
-    if rest.endswith(".npy"):
+    if rest.endswith((".npy", ".npz")):
         data = load_input_array(rest, name)
         return InputSpec(name, tuple(data.shape), str(data.dtype), data)
     shape_text, _, dtype = rest.partition(":")

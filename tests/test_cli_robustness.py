@@ -164,6 +164,20 @@ def test_inputs_file_is_cast_to_the_declared_dtype(tmp_path):
     assert meta["inputs"] == [{"name": "x", "shape": [2, 4], "dtype": "float32"}]
 
 
+def test_inputs_member_of_an_npz_file_as_run_reads_it(tmp_path):
+    # name=file.npz: the member of that name (as `run --input` reads one), or the only one
+    (tmp_path / "m.relay").write_text(TYPED)
+    np.savez(tmp_path / "xs.npz", x=np.ones((2, 4), "float32"), other=np.zeros(3))
+    proc = cli("convert", tmp_path / "m.relay", "--inputs", f"x={tmp_path / 'xs.npz'}",
+               "-o", tmp_path / "out", "--check", "-q")
+    assert proc.returncode == 0, proc.stderr
+    meta = json.loads((tmp_path / "out" / "model.json").read_text())
+    assert meta["inputs"] == [{"name": "x", "shape": [2, 4], "dtype": "float32"}]
+    proc = cli("convert", tmp_path / "m.relay", "--inputs", f"y={tmp_path / 'xs.npz'}",
+               "-o", tmp_path / "out2", "-q")
+    assert proc.returncode == 2 and "'y'" in proc.stderr and not (tmp_path / "out2").exists()
+
+
 def test_inputs_file_that_a_cast_would_change_is_refused(tmp_path):
     (tmp_path / "m.relay").write_text(TYPED)
     np.save(tmp_path / "x.npy", np.full((2, 4), 1e300))
