@@ -47,8 +47,7 @@ from tvm import relax
 from tvm.sym.analyzer import Analyzer
 
 from ..constants import tensor_constant
-from ..errors import (RUN_CHECK_PREFIX, BmlibError, ConversionError, ParamError,
-                      UnsupportedOpError)
+from ..errors import BmlibError, ConversionError, ParamError, UnsupportedOpError
 from ..relay import ast
 from ..relay.params import check_param
 from ..relay.analysis import free_vars, post_order_list
@@ -58,6 +57,7 @@ from ..relay.pattern_op_attrs import BROADCAST, op_attr
 from . import provenance
 from .branches import lift_if_branches
 from .registry import get_converter
+from .run_checks import cast_dims, emit_run_check, equal
 from .typecheck import BARE_SCALAR_TYPES as _BARE_SCALAR_TYPES
 from .typecheck import annotation_error, branch_error, condition_error
 
@@ -821,17 +821,14 @@ class RelayImporter:
                 if dim.same_as(first[1]) or analyzer.can_prove_equal(dim, first[1]):
                     continue
                 shape = shapes[k]
-                message = (f"{RUN_CHECK_PREFIX}{where + ': ' if where else ''}"
-                           f"{node.op.name}: operand {k} has {{}} entries on axis "
-                           f"{len(shape) - axis} and operand {first[0]} {{}}; Relay broadcast "
-                           "a run-time-sized dim against another dim, bmlib-relax needs "
-                           "them equal (or give the inputs static shapes)")
-                self.bb.emit(relax.op.assert_op(
-                    relax.prim_value(tvm.tirx.EQ(dim, first[1])),
-                    [relax.prim_value(dim), relax.prim_value(first[1])], format=message))
+                emit_run_check(
+                    self.bb, equal(dim, first[1]), where, node.op.name,
+                    f"operand {k} has {{}} entries on axis {len(shape) - axis} and operand "
+                    f"{first[0]} {{}}; Relay broadcast a run-time-sized dim against another "
+                    "dim, bmlib-relax needs them equal (or give the inputs static shapes)",
+                    dim, first[1])
                 shape[-axis] = first[1]
-                out[k] = self.bb.match_cast(out[k], relax.TensorType(
-                    list(shape), out[k].ty.dtype))
+                out[k] = cast_dims(self.bb, out[k], shape)
         return out
 
     @staticmethod

@@ -88,18 +88,11 @@ class DimMap:
     def _mentions_any(self, dim: Any) -> bool:
         import tvm
 
-        found = []
-
-        def visit(node: Any) -> None:
-            if type(node).__name__ == "Var" and node in self._from_relax \
-                    and self._from_relax[node] is None:
-                found.append(node)
-
         try:
-            tvm.tirx.stmt_functor.post_order_visit(dim, visit)
-        except Exception:  # noqa: BLE001
+            free = tvm.tirx.analysis.undefined_vars(dim)
+        except Exception:  # noqa: BLE001 - not a TIR expression: mentions nothing
             return False
-        return bool(found)
+        return any(v in self._from_relax and self._from_relax[v] is None for v in free)
 
     def _translate_back(self, dim: Any) -> Optional[Any]:
         """Rebuild ``dim`` over the user's vars (their dtype); ``None`` if not possible."""

@@ -85,6 +85,14 @@ CASES = {
         "%4 = strided_slice(%x, begin=[3], end=[1], strides=[1], axes=[0]); "
         "(%0, %1, %2, %3, %4)",
         lambda x: (x[1:-1], x[3:-2:2, 0:8:3], x[-1:1:-1], x[-2:2:-2, 7:0:-3], x[3:1])),
+    # Reshapes over symbolic dims go group by group (see templates.tensor._reshape_groups).
+    "reshapes_by_groups": (
+        "%x: Tensor[(?, 6, 4, 2), float32], %y: Tensor[(?, ?), float32]",
+        "%0 = reshape(%x, newshape=[-1, 4, 2]); %1 = reshape(%x, newshape=[0, 3, 2, 8]); "
+        "%2 = reshape(%x, newshape=[0, -1]); %3 = reshape(%y, newshape=[1, -1, 1]); "
+        "%4 = reshape(%y, newshape=[0, 1, -1]); (%0, %1, %2, %3, %4)",
+        lambda x, y: (x.reshape(-1, 4, 2), x.reshape(len(x), 3, 2, 8), x.reshape(len(x), -1),
+                      y.reshape(1, -1, 1), y.reshape(len(y), 1, -1))),
     "batch_matmul_free_batch_and_length": (
         "%a: Tensor[(n, s, 16), float32], %b: Tensor[(n, 24, 16), float32]",
         "nn.batch_matmul(%a, %b, transpose_b=True)",
@@ -190,3 +198,27 @@ def test_row_wise_blocks_over_a_free_dim_run_in_parallel(body):
     assert not record.unscheduled
     assert re.search(r"T\.parallel\([^)]*d0", script), script
     assert "T.vectorized" in script
+
+
+def test_reshape_over_symbolic_dims_divides_only_inside_its_groups():
+    # (n, 6, h, w) -> (n*6, h, w) merges two dims: the source index is (i // 6, i % 6),
+    # no division by a symbolic product (topi's flat index divided by n*6*h*w products,
+    # which TVM's simplifier took 94 s over for a layout_transform of a 5-d `?` input).
+    import tvm
+    from tvm import te
+
+    from bmlib_relax.backend.templates.tensor import _grouped_reshape, _reshape_groups
+
+    n, h, w = (tvm.tirx.Var(name, "int64") for name in "nhw")
+    six = tvm.tirx.const(6, "int64")
+    assert _reshape_groups([n, six, h, w], [n * 6, h, w]) == [(0, 2, 0, 1), (2, 3, 1, 2),
+                                                                 (3, 4, 2, 3)]
+    assert _reshape_groups([n, h], [h, n]) == [(0, 2, 0, 2)]  # one group: not separable
+    one = tvm.tirx.const(1, "int64")
+    assert _reshape_groups([n, h], [one, n * h, one]) == [(0, 2, 0, 3)]
+    data = te.placeholder([n, six, h, w], "float32", name="data")
+    out = _grouped_reshape(data, [n * 6, h, w], _reshape_groups([n, six, h, w], [n * 6, h, w]))
+    index = list(out.op.body[0].args[1:])  # the source index: (i // 6, i % 6, j, k)
+    assert [type(e).__name__ for e in index[:2]] == ["FloorDiv", "FloorMod"]
+    assert all(isinstance(e.b, tvm.tirx.IntImm) and int(e.b) == 6 for e in index[:2])
+    assert not any(isinstance(e, (tvm.tirx.FloorDiv, tvm.tirx.FloorMod)) for e in index[2:])

@@ -35,3 +35,27 @@ def test_layout_transform_needs_divisible_dims():
                     'layout_transform(%x, src_layout="NCHW", dst_layout="NCHW4c")')
     with pytest.raises(ConversionError, match="axis C of size 5 is not a multiple of 4"):
         import_text(text)
+
+
+def test_layout_transform_of_a_run_time_sized_block_axis_takes_its_factor():
+    # Relay computed the result shape from the layout's factor (6n): a `?` block axis is
+    # checked to be 6 when the model runs, a static one must be 6 already.
+    import numpy as np
+
+    import bmlib_relax
+    from bmlib_relax import RunCheckError
+    from bmlib_relax.relay import parse
+
+    text = relay_fn("%x: Tensor[(?, ?, ?, ?, ?), float32]",
+                    'layout_transform(%x, src_layout="NCHW6n", dst_layout="NHWC")')
+    model = bmlib_relax.compile(parse(text, "lt.relay"))
+    x = rand(3, 4, 5, 2, 6)
+    np.testing.assert_array_equal(
+        model(x), x.transpose(0, 4, 1, 2, 3).reshape(18, 4, 5, 2).transpose(0, 2, 3, 1))
+    with pytest.raises(RunCheckError, match=r"^lt.relay:3:3: layout_transform: axis 4 "
+                                            r"\(6n of layout 'NCHW6n'\) has 4 entries, not 6"):
+        model(rand(3, 4, 5, 2, 4))
+    with pytest.raises(ConversionError, match=r"axis 4 \(6n of layout 'NCHW6n'\) has 4 "
+                                              r"entries, not 6"):
+        import_text(relay_fn("%x: Tensor[(1, 2, 3, 3, 4), float32]",
+                             'layout_transform(%x, src_layout="NCHW6n", dst_layout="NCHW")'))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import tvm
 from tvm import te, topi
+from tvm.sym.analyzer import Analyzer
 
 from ._utils import attr_ints, dims, result_shape, static_dim
 from .registry import register_template
@@ -18,7 +19,91 @@ def _static_shape(call) -> list:
                    symbolic_dims=True)
 def reshape_like(call, inputs, ctx):
     # Every reshape-like only relabels memory: the result type already holds the shape.
-    return topi.reshape(inputs[0], _static_shape(call))
+    shape = _static_shape(call)
+    data = inputs[0]
+    if _has_symbolic(data) or any(static_dim(d) is None for d in shape):
+        groups = _reshape_groups(list(data.shape), shape)
+        if groups is not None:
+            return _grouped_reshape(data, shape, groups)
+    return topi.reshape(data, shape)
+
+
+# A reshape group spans at most this many dims on either side (searched exhaustively).
+_MAX_GROUP_DIMS = 6
+
+
+def _reshape_groups(src: list, dst: list) -> "list[tuple[int, int, int, int]] | None":
+    """``[(i0, i1, j0, j1)]``: runs of source dims ``src[i0:i1]`` and result dims
+    ``dst[j0:j1]`` of provably equal size that together cover both shapes, each as
+    short as possible; None when the shapes do not split so (then the reshape goes
+    through one flat index).
+
+    topi's reshape flattens the whole index and unflattens it against the other
+    shape; with symbolic dims that is a chain of divisions by symbolic products,
+    which TVM's simplifier took minutes over (a ``layout_transform`` of a ``(?, ?, ?,
+    ?, ?)`` input: 94 s) and the generated code divides in every element.  Per group
+    the divisions only span the dims that really merge or split (``(n*6, ...)`` from
+    ``(n, 6, ...)``: ``i // 6, i % 6``)."""
+    analyzer = Analyzer()
+    groups = []
+    i = j = 0
+    while i < len(src) or j < len(dst):
+        found = None
+        for total in range(2, 2 * _MAX_GROUP_DIMS + 1):
+            for a in range(1, min(total, _MAX_GROUP_DIMS + 1)):
+                b = total - a
+                if b > _MAX_GROUP_DIMS or i + a > len(src) or j + b > len(dst):
+                    continue
+                if analyzer.can_prove_equal(_product(src[i:i + a]), _product(dst[j:j + b])):
+                    found = (a, b)
+                    break
+            if found:
+                break
+        if found is None:
+            return None
+        a, b = found
+        # a trailing run of 1s joins the last group rather than making groups of its own
+        groups.append((i, i + a, j, j + b))
+        i, j = i + a, j + b
+        if i == len(src) or j == len(dst):
+            rest_src, rest_dst = src[i:], dst[j:]
+            if any(static_dim(d) != 1 for d in rest_src + rest_dst):
+                return None
+            i0, _, j0, _ = groups.pop()
+            groups.append((i0, len(src), j0, len(dst)))
+            break
+    return groups
+
+
+def _product(values: list):
+    out = tvm.tirx.const(1, "int64")
+    for v in values:
+        out = out * v
+    return out
+
+
+def _grouped_reshape(data, shape: list, groups: list):
+    """The reshape of ``data`` to ``shape``, index arithmetic kept inside each group of
+    :func:`_reshape_groups`."""
+    src = list(data.shape)
+
+    def compute(*idx):
+        index = []
+        for i0, i1, j0, j1 in groups:
+            flat = 0
+            for j in range(j0, j1):  # row-major position inside the group
+                flat = flat * shape[j] + idx[j] if j > j0 else idx[j]
+            parts = []
+            for i in range(i1 - 1, i0 - 1, -1):  # unravel into the source dims
+                if i == i0:
+                    parts.append(flat)
+                else:
+                    parts.append(tvm.tirx.floormod(flat, src[i]))
+                    flat = tvm.tirx.floordiv(flat, src[i])
+            index += reversed(parts)
+        return data[tuple(index)]
+
+    return te.compute(shape, compute, name="bmlib_reshape")
 
 
 @register_template("relax.permute_dims", symbolic_dims=True)

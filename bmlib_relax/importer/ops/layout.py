@@ -13,6 +13,7 @@ import re
 from tvm import relax
 
 from ..registry import register_converter
+from ..run_checks import cast_dims, emit_run_check, equal
 from ._utils import shape_of
 
 _AXIS = re.compile(r"(\d*)([A-Za-z])")
@@ -49,6 +50,7 @@ def layout_transform(data: relax.Expr, src: str, dst: str, ctx) -> relax.Expr:
             if factors.setdefault(primal, factor) != factor:
                 raise ctx.error(f"layout_transform {src} -> {dst} re-blocks axis {primal}")
     shape = shape_of(data)
+    data, shape = _blocks_of_factor(data, shape, src_axes, src, ctx)
     # Labels of the fully split form: "X" (or outer part of a blocked X) and "x" (block).
     split_shape: list = []
     split_labels: list[str] = []
@@ -84,6 +86,29 @@ def layout_transform(data: relax.Expr, src: str, dst: str, ctx) -> relax.Expr:
     if len(merged) != len(order):
         out = relax.op.reshape(out, merged)
     return out
+
+
+def _blocks_of_factor(data: relax.Expr, shape: list, axes: list, layout: str, ctx):
+    """``data`` (and its dims) with every blocked axis of ``layout`` (``6n``) as long as
+    its factor: a static dim that is not is an error; a run-time-sized one (``?``) is
+    checked when the model runs and cast to the factor, since the transform's result
+    shape is computed from the factor (as Relay's layout relation did)."""
+    pinned = list(shape)
+    for axis, ((letter, factor), dim) in enumerate(zip(axes, shape)):
+        if not factor:
+            continue
+        if isinstance(dim, int):
+            if dim != factor:
+                raise ctx.error(f"axis {axis} ({factor}{letter} of layout {layout!r}) has "
+                                f"{dim} entries, not {factor}")
+            continue
+        emit_run_check(ctx.bb, equal(dim, factor), ctx.location, ctx.op_name,
+                       f"axis {axis} ({factor}{letter} of layout {layout!r}) has {{}} "
+                       f"entries, not {factor}", dim)
+        pinned[axis] = factor
+    if pinned == list(shape):
+        return data, shape
+    return cast_dims(ctx.bb, data, pinned), pinned
 
 
 @register_converter("layout_transform")

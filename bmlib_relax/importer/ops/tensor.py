@@ -15,7 +15,7 @@ import tvm
 from tvm import relax
 
 from ..registry import register_converter
-from ...errors import RUN_CHECK_PREFIX
+from ..run_checks import emit_run_check
 from ._utils import (
     dtype_of, folded_value, ints, ndim_of, normalize_axis, optional_ints, scalar_operand,
     shape_of,
@@ -222,15 +222,13 @@ def _symbolic_slice_steps(begin: int, end: int, stride: int, axis: int, extent, 
         if from_end[0]:  # x[-b:e:-s]
             return (end + 1, _INT64_MAX, 1), begin, -_INT64_MAX - 1, stride
         nonempty = extent + end <= begin  # x[b:-e:-s]
-    where = f"{ctx.location}: " if ctx.location else ""
-    ctx.emit(relax.op.assert_op(
-        relax.prim_value(nonempty), [relax.prim_value(extent)],
-        format=f"{RUN_CHECK_PREFIX}{where}{ctx.op_name}: begin={begin}, end={end}, "
-               f"strides={stride} on axis {axis} selects nothing from its {{}} entries, and "
-               "an empty slice of an axis whose length is only known at run time cannot "
-               "be sized (TVM would size it negative); give the axis a fixed size "
-               "(compile(..., input_shapes=...) / --input-shapes) or inputs where the "
-               "slice is not empty"))
+    emit_run_check(
+        ctx.bb, nonempty, ctx.location, ctx.op_name,
+        f"begin={begin}, end={end}, strides={stride} on axis {axis} selects nothing from "
+        "its {} entries, and an empty slice of an axis whose length is only known at run "
+        "time cannot be sized (TVM would size it negative); give the axis a fixed size "
+        "(compile(..., input_shapes=...) / --input-shapes) or inputs where the slice is "
+        "not empty", extent)
     return None, begin, end, stride
 
 
