@@ -44,7 +44,6 @@ from typing import Any, Callable, Mapping, Optional
 import numpy as np
 import tvm
 from tvm import relax
-from tvm.sym.analyzer import Analyzer
 
 from ..constants import tensor_constant
 from ..errors import BmlibError, ConversionError, ParamError, UnsupportedOpError
@@ -57,7 +56,7 @@ from ..relay.pattern_op_attrs import BROADCAST, op_attr
 from . import provenance
 from .branches import lift_if_branches
 from .registry import get_converter
-from .run_checks import cast_dims, emit_run_check, equal
+from .run_checks import BROADCAST_REASON, known_dims, unify_dims
 from .typecheck import BARE_SCALAR_TYPES as _BARE_SCALAR_TYPES
 from .typecheck import annotation_error, branch_error, condition_error
 
@@ -387,15 +386,6 @@ def _known_shape(expr: Any) -> Optional[bool]:
 
 # Broadcasting ops whose second operand follows an axis attribute, not broadcasting.
 _AXIS_BROADCAST = {"nn.bias_add", "nn.prelu"}
-
-
-def _known_dims(value: Any) -> Optional[list]:
-    """The dims of a tensor value of known shape, else None."""
-    ty = getattr(value, "ty", None)
-    if not isinstance(ty, relax.TensorType) or ty.shape is None \
-            or not hasattr(ty.shape, "values"):
-        return None
-    return list(ty.shape.values)
 
 
 def _check_result_shape(value: Any, inputs: list, node: ast.Call) -> None:
@@ -797,39 +787,16 @@ class RelayImporter:
         to be equal on that axis when the model runs (an ``assert_op`` naming the op
         and its place: a run that broadcasts a 1 against a longer run-time dim is
         refused there, not computed), then cast to the shared var."""
-        shapes = [_known_dims(v) for v in inputs]
+        shapes = [known_dims(v) for v in inputs]
         ranks = [len(s) for s in shapes if s is not None]
         if len(ranks) < 2 or all(isinstance(d, tvm.tirx.IntImm)
                                  for s in shapes if s is not None for d in s):
             return inputs
-        rank = max(ranks)
-        where = _where(node)
-        out = list(inputs)
-        analyzer = Analyzer()
-        for axis in range(1, rank + 1):  # right-aligned, as broadcasting is
-            dims = [(k, shape[-axis]) for k, shape in enumerate(shapes)
-                    if shape is not None and len(shape) >= axis]
-            # The dim the others must equal: a static length other than 1 if an
-            # operand has one (a 1 broadcasts, whatever the others are), else the
-            # first run-time one.
-            static = [(k, d) for k, d in dims if isinstance(d, tvm.tirx.IntImm) and int(d) != 1]
-            symbolic = [(k, d) for k, d in dims if not isinstance(d, tvm.tirx.IntImm)]
-            if len({int(d) for _, d in static}) > 1 or not symbolic:
-                continue  # Relax's own inference names a static mismatch
-            first = static[0] if static else symbolic[0]
-            for k, dim in symbolic:
-                if dim.same_as(first[1]) or analyzer.can_prove_equal(dim, first[1]):
-                    continue
-                shape = shapes[k]
-                emit_run_check(
-                    self.bb, equal(dim, first[1]), where, node.op.name,
-                    f"operand {k} has {{}} entries on axis {len(shape) - axis} and operand "
-                    f"{first[0]} {{}}; Relay broadcast a run-time-sized dim against another "
-                    "dim, bmlib-relax needs them equal (or give the inputs static shapes)",
-                    dim, first[1])
-                shape[-axis] = first[1]
-                out[k] = cast_dims(self.bb, out[k], shape)
-        return out
+        groups = [[(k, len(s) - axis) for k, s in enumerate(shapes)
+                   if s is not None and len(s) >= axis]
+                  for axis in range(1, max(ranks) + 1)]  # right-aligned, as broadcasting is
+        return unify_dims(self.bb, inputs, groups, _where(node), node.op.name,
+                          BROADCAST_REASON, broadcast=True)
 
     @staticmethod
     def _check_call(node: ast.Call, attrs: ast.Attrs, num_args: int) -> None:

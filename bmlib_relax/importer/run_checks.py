@@ -10,10 +10,11 @@ layout), it says so here: an ``assert_op`` that fails the call with
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import tvm
 from tvm import relax
+from tvm.sym.analyzer import Analyzer
 
 from ..errors import RUN_CHECK_PREFIX
 
@@ -40,3 +41,50 @@ def equal(a: Any, b: Any) -> Any:
     elif isinstance(a, int):
         a = tvm.tirx.const(a, str(b.ty))
     return tvm.tirx.EQ(a, b)
+
+
+BROADCAST_REASON = ("Relay broadcast a run-time-sized dim against another dim, bmlib-relax "
+                    "needs them equal (or give the inputs static shapes)")
+
+
+def known_dims(value: Any) -> Optional[list]:
+    """The dims of a tensor value of known shape, else None."""
+    ty = getattr(value, "ty", None)
+    if not isinstance(ty, relax.TensorType) or ty.shape is None \
+            or not hasattr(ty.shape, "values"):
+        return None
+    return list(ty.shape.values)
+
+
+def unify_dims(bb: relax.BlockBuilder, values: Sequence[relax.Expr],
+               groups: Sequence[Sequence[tuple[int, int]]], where: Optional[str], op: str,
+               reason: str, broadcast: bool = False) -> list:
+    """``values`` with the dims of each group (``[(value index, axis), ...]``: dims
+    that must be equal) made one: every run-time-sized dim is checked, when the model
+    runs, to equal the group's static dim or else its first run-time one, and the
+    values are cast to it (one ``match_cast`` per value changed).  With ``broadcast``
+    a static 1 broadcasts and takes no part.  A group with two different static dims,
+    or none run-time-sized, is left alone (Relax's own inference names a mismatch)."""
+    shapes = [known_dims(v) for v in values]
+    out = list(values)
+    changed: set[int] = set()
+    analyzer = Analyzer()
+    for group in groups:
+        dims = [(k, axis, shapes[k][axis]) for k, axis in group if shapes[k] is not None]
+        static = [(k, a, d) for k, a, d in dims if isinstance(d, tvm.tirx.IntImm)
+                  and not (broadcast and int(d) == 1)]
+        symbolic = [(k, a, d) for k, a, d in dims if not isinstance(d, tvm.tirx.IntImm)]
+        if len({int(d) for _, _, d in static}) > 1 or not symbolic:
+            continue
+        ref_k, ref_axis, ref = static[0] if static else symbolic[0]
+        for k, axis, dim in symbolic:
+            if dim.same_as(ref) or analyzer.can_prove_equal(dim, ref):
+                continue
+            emit_run_check(bb, equal(dim, ref), where, op,
+                           f"operand {k} has {{}} entries on axis {axis} and operand {ref_k} "
+                           f"{{}} on axis {ref_axis}; {reason}", dim, ref)
+            shapes[k][axis] = ref
+            changed.add(k)
+    for k in sorted(changed):
+        out[k] = cast_dims(bb, out[k], shapes[k])
+    return out

@@ -91,6 +91,15 @@ def test_conv2d_transpose_output_padding():
     assert ops_in(import_text(text)) == ["relax.nn.conv2d_transpose"]
 
 
+def test_conv1d_transpose_reads_the_first_output_padding_value_as_relay_did():
+    # TVM's own tests build conv1d_transpose with output_padding=(0, 0); Relay read [0].
+    x, w = rand(1, 4, 6), rand(4, 3, 3, seed=1)
+    text = relay_fn(f"%x: {_t(x.shape)}, %w: {_t(w.shape)}",
+                    "nn.conv1d_transpose(%x, %w, channels=3, kernel_size=[3], strides=[2], "
+                    "padding=[1, 1], output_padding=[1, 0])")
+    check(text, [x, w], _conv_transpose_ref(x, w, (2,), (1, 1), (1,)), rtol=1e-4, atol=1e-4)
+
+
 def test_conv3d_transpose_default_iodhw_kernel():
     x, w = rand(1, 2, 3, 3, 2), rand(2, 3, 2, 2, 2, seed=1)
     text = relay_fn(f"%x: {_t(x.shape)}, %w: {_t(w.shape)}",

@@ -184,3 +184,33 @@ def test_op_with_no_relax_counterpart_fails_at_import_not_at_build():
     assert call.op.name == "nn.dilate"  # built fine
     with pytest.raises(UnsupportedOpError, match="nn.dilate"):
         bmlib_relax.compile(relay.IRModule.from_expr(relay.Function([x], call)))
+
+
+@pytest.mark.parametrize("build, op", [
+    (lambda x, s, k: relay.zeros(s, "float32"), "dyn.zeros"),
+    (lambda x, s, k: relay.ones(s, "float32"), "dyn.ones"),
+    (lambda x, s, k: relay.full(relay.const(1.0), s, "float32"), "dyn.full"),
+    (lambda x, s, k: relay.reshape(x, s), "dyn.reshape"),
+    (lambda x, s, k: relay.broadcast_to(x, s), "dyn.broadcast_to"),
+    (lambda x, s, k: relay.tile(x, s), "dyn.tile"),
+    (lambda x, s, k: relay.strided_slice(x, s, s), "dyn.strided_slice"),
+    (lambda x, s, k: relay.topk(x, k, ret_type="indices"), "dyn.topk"),
+])
+def test_a_run_time_shape_or_size_makes_the_dyn_op_as_relay_did(build, op):
+    # Relay's builder turned an expression where a shape / size goes into the dyn.*
+    # op; the expression never becomes an attribute (which failed later as a TypeError).
+    x = relay.var("x", shape=(2, 6), dtype="float32")
+    s = relay.var("s", shape=(2,), dtype="int64")
+    k = relay.var("k", shape=(), dtype="int32")
+    call = build(x, s, k)
+    assert call.op.name == op
+    assert all(not isinstance(v, relay.ast.Expr) for v in call.attrs.values())
+    func = relay.Function(relay.analysis.free_vars(call), call)
+    with pytest.raises(bmlib_relax.UnsupportedOpError, match=op.replace(".", r"\.")):
+        bmlib_relax.compile(relay.IRModule.from_expr(func))
+    # constants and lists keep the static op
+    static = {"dyn.zeros": lambda: relay.zeros((2, 3), "float32"),
+              "dyn.reshape": lambda: relay.reshape(x, relay.const(np.array([3, 4]))),
+              "dyn.topk": lambda: relay.topk(x, relay.const(2), ret_type="indices")}
+    if op in static:
+        assert static[op]().op.name == op[4:]

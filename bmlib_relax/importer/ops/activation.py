@@ -4,6 +4,8 @@ from __future__ import annotations
 from tvm import relax
 
 from ..registry import register_converter
+from ..run_checks import unify_dims
+from ._utils import ndim_of, normalize_axis
 
 
 @register_converter("nn.relu")
@@ -19,7 +21,13 @@ def _leaky_relu(inputs, attrs, ctx):
 
 @register_converter("nn.prelu")
 def _prelu(inputs, attrs, ctx):
-    return relax.op.nn.prelu(inputs[0], inputs[1], axis=int(attrs.get("axis", 1)))
+    data, alpha = inputs
+    axis = normalize_axis(int(attrs.get("axis", 1)), ndim_of(data), ctx)
+    # A run-time-sized channel axis is checked, when the model runs, to be alpha's length
+    # (Relay's PReluRel unified them); the template needs it static.
+    data, alpha = unify_dims(ctx.bb, [data, alpha], [[(0, axis), (1, 0)]], ctx.location,
+                             ctx.op_name, "alpha has one slope per channel")
+    return relax.op.nn.prelu(data, alpha, axis=axis)
 
 
 @register_converter("nn.softmax")

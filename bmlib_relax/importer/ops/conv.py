@@ -92,7 +92,9 @@ def _conv_transpose(relax_op, ndim: int, data_layout: str, kernel_layout: str):
     """
     def convert(inputs, attrs, ctx):
         conv = _conv_attrs(attrs, ndim, data_layout, kernel_layout)
-        output_padding = repeat_to(attrs.get("output_padding", 0), ndim)
+        # Relay's type relations read the first ``ndim`` values only (conv1d_transpose
+        # built with output_padding=(0, 0), as TVM's own tests do, ran there).
+        output_padding = repeat_to(attrs.get("output_padding", 0), ndim)[:ndim]
         src_data, src_kernel = conv["data_layout"], conv["kernel_layout"]
         src_out = conv["out_layout"] or src_data
         data = layout_transform(inputs[0], src_data, data_layout, ctx)

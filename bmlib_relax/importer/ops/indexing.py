@@ -170,7 +170,7 @@ def _one_hot(inputs, attrs, ctx):
     on = scalar_operand(on_value, ctx, "on_value")
     off = scalar_operand(off_value, ctx, "off_value")
     dtype = attrs.get("dtype") or dtype_of(on_value)
-    result = relax.op.one_hot(indices, relax.PrimValue(on), relax.PrimValue(off),
+    result = relax.op.one_hot(indices, relax.prim_value(on), relax.prim_value(off),
                               int(attrs["depth"]), int(attrs.get("axis", -1)))
     return relax.op.astype(result, dtype)
 

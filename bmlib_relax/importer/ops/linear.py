@@ -13,6 +13,7 @@ from __future__ import annotations
 from tvm import relax
 
 from ..registry import register_converter
+from ..run_checks import BROADCAST_REASON, unify_dims
 from ._utils import ndim_of, normalize_axis, out_dtype, shape_of
 
 
@@ -47,6 +48,14 @@ def _batch_matmul(inputs, attrs, ctx):
     # Relay's BatchMatmulAttrs C++ defaults are transpose_a=False, transpose_b=False;
     # the Python API passed transpose_b=True, which the printer then wrote out.
     a, b = inputs
+    # The batch (broadcast when one is 1) and the reduction length of the two
+    # operands, when only known at run time, are checked equal there (Relay did then).
+    k_a = 1 if attrs.get("transpose_a", False) else 2
+    k_b = 2 if attrs.get("transpose_b", False) else 1
+    a, b = unify_dims(ctx.bb, [a, b], [[(0, 0), (1, 0)]], ctx.location, ctx.op_name,
+                      BROADCAST_REASON, broadcast=True)
+    a, b = unify_dims(ctx.bb, [a, b], [[(0, k_a), (1, k_b)]], ctx.location, ctx.op_name,
+                      "the reduction lengths of a product must be equal")
     if attrs.get("transpose_a", False):
         a = relax.op.permute_dims(a, [0, 2, 1])
     if attrs.get("transpose_b", False):

@@ -15,7 +15,7 @@ import tvm
 from tvm import relax
 
 from ..registry import register_converter
-from ..run_checks import emit_run_check
+from ..run_checks import emit_run_check, known_dims, unify_dims
 from ._utils import (
     dtype_of, folded_value, ints, ndim_of, normalize_axis, optional_ints, scalar_operand,
     shape_of,
@@ -120,12 +120,38 @@ def _expand_dims(inputs, attrs, ctx):
 
 @register_converter("concatenate")
 def _concatenate(inputs, attrs, ctx):
-    return relax.op.concat(inputs[0], axis=int(attrs.get("axis", 0)))
+    axis = int(attrs.get("axis", 0))
+    return relax.op.concat(_equal_other_dims(inputs[0], axis, ctx), axis=axis)
 
 
 @register_converter("stack")
 def _stack(inputs, attrs, ctx):
-    return relax.op.stack(inputs[0], axis=int(attrs.get("axis", 0)))
+    return relax.op.stack(_equal_other_dims(inputs[0], None, ctx),
+                          axis=int(attrs.get("axis", 0)))
+
+
+def _equal_other_dims(parts: relax.Expr, axis, ctx) -> relax.Expr:
+    """The tuple of tensors ``parts`` with every dim but ``axis`` (all for ``None``) one
+    across the tensors: run-time-sized ones are checked equal when the model runs
+    (Relay's check then; Relax needs the result shape when it builds, and two ``?``
+    dims would leave it unknown, which TVM's VM cannot allocate)."""
+    fields = list(parts.fields) if isinstance(parts, relax.Tuple) else None
+    ty = parts.ty
+    if fields is None:
+        if not isinstance(ty, relax.TupleType):
+            return parts
+        fields = [ctx.emit(relax.TupleGetItem(parts, i)) for i in range(len(ty.fields))]
+    ranks = {len(d) for d in (known_dims(f) for f in fields) if d is not None}
+    if len(ranks) != 1:
+        return parts
+    rank = ranks.pop()
+    joined = None if axis is None else axis % rank
+    groups = [[(k, a) for k in range(len(fields))] for a in range(rank) if a != joined]
+    unified = unify_dims(ctx.bb, fields, groups, ctx.location, ctx.op_name,
+                         "the tensors joined must agree on every other axis")
+    if all(u.same_as(f) for u, f in zip(unified, fields)):
+        return parts
+    return relax.Tuple(unified)
 
 
 @register_converter("split")

@@ -10,6 +10,9 @@ that Relay's Python API composes from several ops (``std``, ``logsumexp``,
 """
 from __future__ import annotations
 
+import builtins
+import functools
+import inspect
 from typing import Any, Optional
 
 from . import image, nn, vision
@@ -130,9 +133,25 @@ def _shape_list(shape: Any) -> Any:
     return shape
 
 
+def _is_dynamic(value: Any) -> bool:
+    """A builder argument Relay took as a run-time operand: an expression that is not
+    a constant (Relay's Python API then built the ``dyn.*`` form of the op)."""
+    return isinstance(value, ast.Expr) and not (isinstance(value, ast.Constant)
+                                                and value.data is not None)
+
+
+def _dynamic_call(op: str, operands: tuple, attrs: dict) -> ast.Call:
+    """``dyn.<op>(operands...)``, as Relay's builder made it for run-time shapes / sizes
+    (the importer then names it as an op it does not support, at the call)."""
+    return ast.Call(ast.Op(f"dyn.{op}"),
+                    tuple(as_expr(v, f"dyn.{op} operand") for v in operands), ast.Attrs(attrs))
+
+
 @registered("zeros")
 def zeros(shape, dtype):
     """Relay ``zeros``: a tensor of zeros (``shape`` int, list or constant)."""
+    if _is_dynamic(shape):
+        return _dynamic_call("zeros", (shape,), {"dtype": str(dtype)})
     return ast.Call(ast.Op("zeros"), (), ast.Attrs({"shape": _shape_list(shape),
                                                      "dtype": str(dtype)}))
 
@@ -140,6 +159,8 @@ def zeros(shape, dtype):
 @registered("ones")
 def ones(shape, dtype):
     """Relay ``ones``: a tensor of ones."""
+    if _is_dynamic(shape):
+        return _dynamic_call("ones", (shape,), {"dtype": str(dtype)})
     return ast.Call(ast.Op("ones"), (), ast.Attrs({"shape": _shape_list(shape),
                                                     "dtype": str(dtype)}))
 
@@ -147,6 +168,8 @@ def ones(shape, dtype):
 @registered("full")
 def full(fill_value, shape=(), dtype=""):
     """Relay ``full``: ``fill_value`` (a scalar operand) broadcast to ``shape``."""
+    if _is_dynamic(shape):
+        return _dynamic_call("full", (fill_value, shape), {"dtype": str(dtype)} if dtype else {})
     attrs = {"shape": _shape_list(shape)}
     if dtype:
         attrs["dtype"] = str(dtype)
@@ -198,7 +221,12 @@ def meshgrid(data, indexing="ij"):
 
 @registered("strided_slice")
 def strided_slice(data, begin, end, strides=None, axes=None, slice_mode="end"):
-    """Relay ``strided_slice`` (static ``begin``/``end``/``strides``)."""
+    """Relay ``strided_slice`` (static ``begin``/``end``/``strides``; run-time ones make
+    ``dyn.strided_slice``, as Relay's builder did)."""
+    if builtins.any(_is_dynamic(v) for v in (begin, end, strides)):  # `any` is Relay's op here
+        bounds = [v if isinstance(v, ast.Expr) else const(list(v), dtype="int64")
+                  for v in (begin, end, strides if strides is not None else [1])]
+        return _dynamic_call("strided_slice", (data, *bounds), {"slice_mode": slice_mode})
     attrs = {"begin": _shape_list(begin), "end": _shape_list(end)}
     if strides is not None:
         attrs["strides"] = _shape_list(strides)
@@ -349,7 +377,11 @@ def topk(data, k=1, axis=-1, ret_type="both", is_ascend=False, dtype="int32"):
         k = int(k.data)
     attrs = {"k": k, "axis": axis, "ret_type": ret_type, "is_ascend": bool(is_ascend),
              "dtype": dtype}
-    call = ast.Call(ast.Op("topk"), (as_expr(data, "topk data"),), ast.Attrs(attrs))
+    if _is_dynamic(k):
+        del attrs["k"]
+        call = _dynamic_call("topk", (data, k), attrs)
+    else:
+        call = ast.Call(ast.Op("topk"), (as_expr(data, "topk data"),), ast.Attrs(attrs))
     return TupleWrapper(call, 2) if ret_type == "both" else call
 
 
@@ -448,3 +480,29 @@ def registered_ops() -> dict[str, str]:
 __all__ += ["unique", "zeros", "ones", "full", "arange", "concatenate", "stack", "meshgrid",
             "strided_slice", "strided_set", "trilu", "sparse_to_dense",
             "variance", "std", "mean_variance", "mean_std", "logsumexp", "topk", "segment_sum"]
+
+
+def _dynamic_form(name: str, operand: str, build_dynamic):
+    """Builder ``name`` whose ``operand`` argument, when an expression, makes the
+    ``dyn.*`` form (``build_dynamic(bound arguments)``), as Relay's builder did."""
+    static = globals()[name]
+    params = list(inspect.signature(static).parameters)
+
+    def builder(*args: Any, **kwargs: Any):
+        bound = dict(zip(params, args), **kwargs)
+        if _is_dynamic(bound.get(operand)):
+            return build_dynamic(bound)
+        return static(*args, **kwargs)
+
+    return functools.update_wrapper(builder, static)  # Relay's signature, for inspect
+
+
+reshape = _dynamic_form("reshape", "newshape", lambda a: _dynamic_call(
+    "reshape", (a["data"], a["newshape"]), {"allowzero": bool(a.get("allowzero", False))}))
+broadcast_to = _dynamic_form("broadcast_to", "shape", lambda a: _dynamic_call(
+    "broadcast_to", (a["data"], a["shape"]), {}))
+tile = _dynamic_form("tile", "reps", lambda a: _dynamic_call(
+    "tile", (a["data"], a["reps"]), {}))
+one_hot = _dynamic_form("one_hot", "depth", lambda a: _dynamic_call(
+    "one_hot", (a["indices"], a["on_value"], a["off_value"], a["depth"]),
+    {"axis": a.get("axis", -1), "dtype": a.get("dtype", "float32")}))
