@@ -241,6 +241,36 @@ def _fresh_dims(ty: Any, fresh: list) -> Any:
     return ty
 
 
+def _final_state_type(ty: Any) -> Any:
+    """The type of a loop variable's final value: its parameter's, but a shape with a
+    symbolic dim is left to run time (the variable may grow from call to call; the
+    parameter's own var would be checked against the first call's length)."""
+    if isinstance(ty, relax.TensorType) and ty.shape is not None and any(
+            not isinstance(d, tvm.tirx.IntImm) for d in ty.shape.values):
+        return relax.TensorType(None, ty.dtype, ndim=len(ty.shape.values))
+    if isinstance(ty, relax.TupleType):
+        return relax.TupleType([_final_state_type(f) for f in ty.fields])
+    return ty
+
+
+def _run_time_where_annotated(ty: Any, annotation: Optional[ast.Type], name: str) -> Any:
+    """``ty`` (a parameter typed by its first argument) with a var of its own wherever
+    the annotation says ``?`` and the argument's dim is static: a loop variable declared
+    ``Tensor[(?, 1)]`` that starts as ``(1, 1)`` grows (Relay typed it ``?``), and
+    typing it ``(1, 1)`` would refuse the loop's next call."""
+    if isinstance(ty, relax.TensorType) and isinstance(annotation, ast.TensorType) \
+            and ty.shape is not None and len(annotation.shape) == len(ty.shape.values):
+        dims = [tvm.tirx.Var(f"{name}_d{i}", "int64")
+                if (a is None or isinstance(a, ast.Any)) and isinstance(d, tvm.tirx.IntImm) else d
+                for i, (d, a) in enumerate(zip(ty.shape.values, annotation.shape))]
+        return relax.TensorType(dims, ty.dtype)
+    if isinstance(ty, relax.TupleType) and isinstance(annotation, ast.TupleType) and \
+            len(ty.fields) == len(annotation.fields):
+        return relax.TupleType([_run_time_where_annotated(f, a, f"{name}_{i}")
+                                for i, (f, a) in enumerate(zip(ty.fields, annotation.fields))])
+    return ty
+
+
 class ConvertContext:
     """What a converter may use besides its inputs and attributes."""
 
@@ -1065,7 +1095,8 @@ class RelayImporter:
             # function-own vars, as Relay's type inference unified them (`add(%acc, %x)`
             # of two "independent" batch dims could not be typed otherwise).
             fresh: list = []
-            params = self._signature_params(func, args, node, specialise=True, fresh=fresh)
+            params = self._signature_params(func, args, node, specialise=True, fresh=fresh,
+                                            run_time_dims=True)
             params += [relax.Var(v.name, _fresh_dims(self._type_of(value, v), fresh))
                        for v, value in zip(free, free_values)]
             name = closure.self_var.name if closure.self_var is not None else "lifted"
@@ -1080,11 +1111,15 @@ class RelayImporter:
                                node)
 
     def _signature_params(self, func: ast.Function, args: list, node: ast.Call,
-                          specialise: bool = False, fresh: Optional[list] = None) -> list:
+                          specialise: bool = False, fresh: Optional[list] = None,
+                          run_time_dims: bool = False) -> list:
         """Relax parameters for a call of ``func`` with ``args``: typed by the annotation,
         else by the argument.  With ``specialise``, a parameter whose annotation is not
         fully known (a type variable, ``?`` dims) takes the argument's type too, so that
-        the function is specialised to its call (fresh symbolic dims, never the caller's)."""
+        the function is specialised to its call (fresh symbolic dims, never the caller's);
+        with ``run_time_dims`` (a loop, whose later calls may pass other lengths) a ``?``
+        of the annotation stays a dim of its own even where the first argument's is
+        static."""
         if len(args) != len(func.params):
             raise ConversionError(f"function expects {len(func.params)} arguments, "
                                   f"got {len(args)}", location=_where(node))
@@ -1099,6 +1134,8 @@ class RelayImporter:
                 ty = tensor_type(annotation, _where(var), named)
             elif specialise:
                 ty = _fresh_dims(self._type_of(arg, var), fresh)
+                if run_time_dims:
+                    ty = _run_time_where_annotated(ty, annotation, var.name)
             else:
                 ty = self._type_of(arg, var)
             params.append(relax.Var(var.name, ty))
@@ -1115,14 +1152,31 @@ class RelayImporter:
                  node: ast.Expr) -> relax.GlobalVar:
         """Add an empty private function with the signature, so that calls (also the
         recursive ones inside its own body) can be emitted before its body exists."""
-        if func.ret_type is None:
-            raise ConversionError(
-                f"recursive function %{name} has no return type; annotate it "
-                "(fn (...) -> T { ... })", location=_where(func))
-        ret = signature_type(func.ret_type, _where(func))
+        ret = self._return_type(name, params, func)
         empty = relax.Function.create_empty(params, ret)
         own = name in self._reserved_names and self.module.functions.get(name) is func
         return self.bb.add_func(empty, self._function_name(name, own=own))
+
+    @staticmethod
+    def _return_type(name: str, params: list, func: ast.Function) -> relax.Type:
+        """The Relax return type of a recursive function: its annotation; without one,
+        a loop's as ``relay.loops.while_loop`` builds it (``if (c) { %loop(...) } else {
+        (its parameters) }``, never annotated): the tuple of its parameters' types."""
+        if func.ret_type is not None:
+            return signature_type(func.ret_type, _where(func))
+        body = func.body
+        while isinstance(body, ast.Let):
+            body = body.body
+        if isinstance(body, ast.If):
+            own = list(func.params)
+            for branch in (body.false_branch, body.true_branch):
+                if isinstance(branch, ast.Tuple) and len(branch.fields) == len(own) and \
+                        all(f is p for f, p in zip(branch.fields, own)):
+                    return relax.TupleType([_final_state_type(p.ty)
+                                            for p in params[:len(own)]])
+        raise ConversionError(
+            f"recursive function %{name} has no return type; annotate it "
+            "(fn (...) -> T { ... })", location=_where(func))
 
     def _define(self, gv: relax.GlobalVar, params: list, build: Callable[[], Any],
                 func: ast.Function) -> None:
@@ -1130,7 +1184,7 @@ class RelayImporter:
         if isinstance(result, _FUNCTION_VALUES):
             raise ConversionError("a recursive function returning a function value is not "
                                   "supported", location=_where(func))
-        ret = signature_type(func.ret_type, _where(func))
+        ret = self._return_type(gv.name_hint, params, func)
         self.bb.update_func(gv, relax.Function(params, seq, ret, is_pure=True))
 
     def _emit_call(self, gv: relax.GlobalVar, args: list, node: ast.Call) -> Any:

@@ -58,13 +58,15 @@ def known_dims(value: Any) -> Optional[list]:
 
 def unify_dims(bb: relax.BlockBuilder, values: Sequence[relax.Expr],
                groups: Sequence[Sequence[tuple[int, int]]], where: Optional[str], op: str,
-               reason: str, broadcast: bool = False) -> list:
+               reason: str, broadcast: bool = False, prefer_static: bool = True) -> list:
     """``values`` with the dims of each group (``[(value index, axis), ...]``: dims
     that must be equal) made one: every run-time-sized dim is checked, when the model
     runs, to equal the group's static dim or else its first run-time one, and the
     values are cast to it (one ``match_cast`` per value changed).  With ``broadcast``
-    a static 1 broadcasts and takes no part.  A group with two different static dims,
-    or none run-time-sized, is left alone (Relax's own inference names a mismatch)."""
+    a static 1 broadcasts and takes no part; without ``prefer_static`` the first
+    run-time dim is the one kept (the static ones are checked against it all the same).
+    A group with two different static dims, or none run-time-sized, is left alone
+    (Relax's own inference names a mismatch)."""
     shapes = [known_dims(v) for v in values]
     out = list(values)
     changed: set[int] = set()
@@ -76,8 +78,9 @@ def unify_dims(bb: relax.BlockBuilder, values: Sequence[relax.Expr],
         symbolic = [(k, a, d) for k, a, d in dims if not isinstance(d, tvm.tirx.IntImm)]
         if len({int(d) for _, _, d in static}) > 1 or not symbolic:
             continue
-        ref_k, ref_axis, ref = static[0] if static else symbolic[0]
-        for k, axis, dim in symbolic:
+        ref_k, ref_axis, ref = static[0] if static and prefer_static else symbolic[0]
+        others = symbolic if prefer_static or not static else symbolic + static
+        for k, axis, dim in others:
             if dim.same_as(ref) or analyzer.can_prove_equal(dim, ref):
                 continue
             emit_run_check(bb, equal(dim, ref), where, op,

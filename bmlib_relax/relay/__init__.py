@@ -10,7 +10,7 @@ model script ports by changing its imports.
 from __future__ import annotations
 
 from ..errors import ParseError
-from . import analysis, ast, build_module, dataflow_pattern, op, transform
+from . import analysis, ast, build_module, dataflow_pattern, loops, op, transform
 from .ast import (
     Any, Attrs, Call, Clause, Constant, Constructor, FuncType, Function, GlobalVar, If,
     IncompleteType, IRModule, Let, Match, Op, RefCreate, RefRead, RefWrite, Span, TensorType,
@@ -31,4 +31,5 @@ __all__ = [
     "Constant", "Op", "Tuple", "TupleGetItem", "Let", "If", "Match", "Clause", "GlobalVar",
     "Constructor", "RefCreate", "RefRead", "RefWrite", "TensorType", "TupleType", "FuncType",
     "TypeVar", "IncompleteType", "Attrs", "Span", "Any", "vision", "ty", "expr", "testing",
+    "loops",
 ]

@@ -742,3 +742,27 @@ def test_a_loop_over_a_free_batch(text, dim):
         for _ in range(3):
             want = np.tanh(want) + x
         np.testing.assert_allclose(_run(model, np.int32(3), x), want, rtol=1e-5, atol=1e-5)
+
+
+def test_relay_loops_while_loop_over_a_growing_state_runs():
+    # relay.loops.while_loop, as TVM's dynamic tests build it: no return annotation (read
+    # off the else branch), and a state declared (?, 1) that starts (1, 1) and grows.
+    from bmlib_relax import relay
+
+    i = relay.var("i", shape=(), dtype="int32")
+    st = relay.var("st", shape=(relay.Any(), 1), dtype="int32")
+
+    def cond(i, st):
+        return relay.less(i, relay.const(5, "int32"))
+
+    def body(i, st):
+        grown = relay.concatenate([st, relay.reshape(i, (1, 1))], axis=0)
+        return i + relay.const(1, "int32"), grown
+
+    loop = relay.loops.while_loop(cond, [i, st], body)
+    start = relay.var("start", shape=(1, 1), dtype="int32")
+    func = relay.Function([start], relay.TupleGetItem(
+        loop(relay.const(1, "int32"), start), 1))
+    model = bmlib_relax.compile(relay.IRModule.from_expr(func))
+    got = model(np.array([[7]], "int32"))
+    np.testing.assert_array_equal(got, np.array([[7], [1], [2], [3], [4]], "int32"))

@@ -147,8 +147,14 @@ def _equal_other_dims(parts: relax.Expr, axis, ctx) -> relax.Expr:
     rank = ranks.pop()
     joined = None if axis is None else axis % rank
     groups = [[(k, a) for k in range(len(fields))] for a in range(rank) if a != joined]
+    # Relay's ConcatenateRel typed a mixed static / `?` axis as the static dim only when
+    # the joined axis is itself run-time-sized ([(?, 3), (?, ?)] -> (?, 3), but
+    # [(1, 3), (1, ?)] -> (2, ?)); the run-time check holds either way.
+    dynamic_join = joined is not None and any(
+        not isinstance(known_dims(f)[joined], tvm.tirx.IntImm) for f in fields)
     unified = unify_dims(ctx.bb, fields, groups, ctx.location, ctx.op_name,
-                         "the tensors joined must agree on every other axis")
+                         "the tensors joined must agree on every other axis",
+                         prefer_static=joined is None or dynamic_join)
     if all(u.same_as(f) for u, f in zip(unified, fields)):
         return parts
     return relax.Tuple(unified)
