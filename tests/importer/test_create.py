@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from .helpers import check, rand, relay_fn
 
@@ -25,3 +26,23 @@ def test_arange_with_constant_and_cast_operands():
     text = relay_fn("%x: Tensor[(4), float32]",
                     '%0 = arange(1f, 3f, 0.5f, dtype="float32");\n  add(%0, %x)')
     check(text, [np.zeros(4, "float32")], np.arange(1, 3, 0.5, dtype="float32"))
+
+
+def test_dyn_zeros_ones_full_take_their_shape_when_the_model_runs():
+    # relay.zeros(s) with a shape tensor `s` is dyn.zeros (Relay's builder, and ours)
+    import bmlib_relax
+    from bmlib_relax import RunCheckError, relay
+
+    s = relay.var("s", shape=(3,), dtype="int32")
+    x = relay.var("x", shape=(relay.Any(), 4), dtype="float32")
+    out = relay.Tuple([relay.zeros(s, "float32"), relay.ones(s, "int32"),
+                       relay.full(relay.const(2.5), s, "float32"),
+                       relay.ndarray_size(x, dtype="int64")])
+    model = bmlib_relax.compile(relay.IRModule.from_expr(relay.Function([s, x], out)))
+    zeros, ones, full, size = model(np.array([2, 3, 1], "int32"), np.ones((5, 4), "float32"))
+    np.testing.assert_array_equal(zeros, np.zeros((2, 3, 1), "float32"))
+    np.testing.assert_array_equal(ones, np.ones((2, 3, 1), "int32"))
+    np.testing.assert_array_equal(full, np.full((2, 3, 1), 2.5, "float32"))
+    assert size.dtype == np.int64 and int(size) == 20
+    with pytest.raises(RunCheckError, match=r"dyn.zeros: dim 1 of the shape is -3"):
+        model(np.array([2, -3, 1], "int32"), np.ones((5, 4), "float32"))

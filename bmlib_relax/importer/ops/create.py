@@ -4,7 +4,7 @@ from __future__ import annotations
 from tvm import relax
 
 from ..registry import register_converter
-from ._utils import dtype_of, folded_value, ints, ndim_of, scalar_operand
+from ._utils import dtype_of, folded_value, ints, ndim_of, scalar_operand, shape_of
 
 
 @register_converter("zeros")
@@ -15,6 +15,43 @@ def _zeros(inputs, attrs, ctx):
 @register_converter("ones")
 def _ones(inputs, attrs, ctx):
     return relax.op.ones(ints(attrs["shape"]), attrs.get("dtype") or "float32")
+
+
+@register_converter("dyn.zeros")
+def _dyn_zeros(inputs, attrs, ctx):
+    return relax.op.zeros(_run_time_shape(inputs[0], ctx), attrs.get("dtype") or "float32")
+
+
+@register_converter("dyn.ones")
+def _dyn_ones(inputs, attrs, ctx):
+    return relax.op.ones(_run_time_shape(inputs[0], ctx), attrs.get("dtype") or "float32")
+
+
+@register_converter("dyn.full")
+def _dyn_full(inputs, attrs, ctx):
+    dtype = attrs.get("dtype") or dtype_of(inputs[0])
+    return relax.op.full(_run_time_shape(inputs[1], ctx), inputs[0], dtype)
+
+
+def _run_time_shape(shape: relax.Expr, ctx) -> relax.ShapeExpr:
+    """The shape a 1-D integer tensor holds when the model runs (``dyn.zeros``' operand),
+    as a shape of fresh symbolic dims, each checked not to be negative."""
+    import tvm
+
+    from ..run_checks import emit_run_check
+
+    dims = shape_of(shape)
+    if len(dims) != 1 or not isinstance(dims[0], int):
+        raise ctx.error(f"the shape operand must be a 1-D tensor of known length, got "
+                        f"shape {dims}")
+    values = ctx.emit(relax.op.tensor_to_shape(relax.op.astype(shape, "int64")))
+    name = ctx.op_name.split(".")[-1]
+    out = [tvm.tirx.Var(f"{name}_d{i}", "int64") for i in range(dims[0])]
+    ctx.bb.match_cast(values, relax.ShapeType(out))
+    for i, dim in enumerate(out):
+        emit_run_check(ctx.bb, dim >= 0, ctx.location, ctx.op_name,
+                       f"dim {i} of the shape is {{}}", dim)
+    return relax.ShapeExpr(out)
 
 
 @register_converter("zeros_like")

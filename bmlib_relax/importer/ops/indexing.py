@@ -12,6 +12,7 @@ multiply-round-shift Relay lowers it to.
 from __future__ import annotations
 
 import numpy as np
+import tvm
 from tvm import relax
 
 from ..registry import register_converter
@@ -346,10 +347,15 @@ def _fast_softmax(inputs, attrs, ctx):
 @register_converter("ndarray_size")
 def _ndarray_size(inputs, attrs, ctx):
     dims = shape_of(inputs[0])
-    if not all(isinstance(d, int) for d in dims):
-        raise ctx.error("ndarray_size needs a static shape")
     dtype = attrs.get("dtype") or "int32"
-    return relax.const(np.array(int(np.prod(dims, dtype=np.int64)), dtype=dtype), dtype)
+    if all(isinstance(d, int) for d in dims):
+        return relax.const(np.array(int(np.prod(dims, dtype=np.int64)), dtype=dtype), dtype)
+    count = tvm.tirx.const(1, "int64")
+    for d in dims:
+        count = count * d
+    # the element count of a run-time shape, as a 0-d tensor
+    counted = ctx.emit(relax.op.shape_to_tensor(relax.ShapeExpr([count])))
+    return relax.op.astype(relax.op.reshape(counted, []), dtype)
 
 
 @register_converter("slice_like")
