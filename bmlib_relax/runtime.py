@@ -70,7 +70,56 @@ class ModelRunner:
         local_cpu = self.device.dlpack_device_type() == tvm.cpu().dlpack_device_type()  # not RPC
         self.huge_pages = HugePages(enabled=huge_pages and local_cpu)
 
+    def _tuple_inputs(self) -> dict[str, list[str]]:
+        """``{parameter: its flattened inputs}`` for the tuple-typed parameters of the
+        Relay ``@main`` (``%t`` -> inputs ``t.0``, ``t.1.0`` ...); empty if it has none."""
+        groups: dict[str, list[str]] = {}
+        for name in self.input_names:
+            groups.setdefault(name.split(".", 1)[0], []).append(name)
+        return {top: members for top, members in groups.items()
+                if members != [top] and top not in self.input_names}
+
+    def _expand_tuple_values(self, args: Sequence[Any], kwargs: dict) -> tuple[list, dict]:
+        """Nested tuples / lists given for tuple-typed parameters, as Relay's VM took them
+        (``model((a, b), c)``, ``model(t=(a, b))``), as the flat inputs the build takes.
+        Positional values count by parameter when one of them is such a nesting."""
+        groups = self._tuple_inputs()
+        if not groups:
+            return list(args), kwargs
+        tops = list(dict.fromkeys(n.split(".", 1)[0] for n in self.input_names))
+
+        def leaves(value: Any, name: str) -> list:
+            if isinstance(value, (list, tuple)):
+                return [leaf for i, v in enumerate(value) for leaf in leaves(v, f"{name}.{i}")]
+            return [value]
+
+        def expand(top: str, value: Any) -> dict:
+            flat = leaves(value, top)
+            if len(flat) != len(groups[top]):
+                raise ParamError(f"input {top!r} is a tuple of {len(groups[top])} tensor(s) "
+                                 f"({', '.join(groups[top])}); got {len(flat)}", top)
+            return dict(zip(groups[top], flat))
+
+        nested = len(args) <= len(tops) and any(
+            tops[i] in groups and isinstance(v, (list, tuple)) for i, v in enumerate(args))
+        out_kwargs: dict = {}
+        out_args = list(args)
+        if nested:
+            out_args = []
+            for top, value in zip(tops, args):
+                if top in groups:
+                    out_kwargs.update(expand(top, value))
+                else:
+                    out_kwargs[top] = value
+        for name, value in kwargs.items():
+            if name in groups and isinstance(value, (list, tuple)):
+                out_kwargs.update(expand(name, value))
+            else:
+                out_kwargs[name] = value
+        return out_args, out_kwargs
+
     def _arrange(self, args: Sequence[Any], kwargs: dict) -> list[np.ndarray]:
+        args, kwargs = self._expand_tuple_values(args, kwargs)
         names = self.input_names
         if len(args) > len(names):
             raise ParamError(f"model takes {len(names)} input(s) ({', '.join(names)}), "

@@ -129,3 +129,21 @@ def test_scalar_inputs_work(scalar_model):
 def test_scalar_input_of_wrong_rank_is_a_param_error(scalar_model):
     with pytest.raises(ParamError, match="input 's'"):
         scalar_model(np.array([2], "float32"), np.ones(3, "float32"))
+
+
+def test_a_tuple_typed_input_takes_nested_tuples_as_relay_vm_did():
+    # %t: ((A, B), C) is built as inputs t.0.0, t.0.1, t.1; Relay's VM took the nesting
+    text = """#[version = "0.0.5"]
+def @main(%t: ((Tensor[(?, 4), float32], Tensor[(?, 4), float32]), Tensor[(?, 4), float32]),
+          %y: Tensor[(?, 4), float32]) {
+  %0 = %t.0; %1 = %0.1; %2 = %t.1; %3 = multiply(%1, %2); add(%3, %y)
+}"""
+    model = bmlib_relax.compile(text)
+    assert [s["name"] for s in model.input_specs] == ["t.0.0", "t.0.1", "t.1", "y"]
+    a, b, c, y = (np.full((3, 4), v, "float32") for v in (1, 2, 3, 4))
+    want = b * c + y
+    np.testing.assert_array_equal(model([[a, b], c], y), want)
+    np.testing.assert_array_equal(model(t=((a, b), c), y=y), want)
+    np.testing.assert_array_equal(model(a, b, c, y), want)  # the flat inputs, as before
+    with pytest.raises(ParamError, match=r"input 't' is a tuple of 3 tensor\(s\) .*got 2"):
+        model([a, b], y)
