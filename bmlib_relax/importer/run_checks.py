@@ -91,3 +91,11 @@ def unify_dims(bb: relax.BlockBuilder, values: Sequence[relax.Expr],
     for k in sorted(changed):
         out[k] = cast_dims(bb, out[k], shapes[k])
     return out
+
+
+def emit_tensor_check(ctx: Any, holds: relax.Expr, message: str) -> None:
+    """Emit a check that the boolean scalar tensor ``holds`` (computed from run-time
+    values, not shapes) is true when the model runs; ``ctx`` names the op and place."""
+    place = f"{ctx.location}: " if ctx.location else ""
+    ctx.bb.emit(relax.op.assert_op(
+        ctx.emit(holds), [], format=f"{RUN_CHECK_PREFIX}{place}{ctx.op_name}: {message}"))

@@ -101,6 +101,11 @@ TEXT_SIGNATURES: dict[str, tuple[str, str]] = {
     "zeros": ("shape=None, dtype=''", ""),
     "ones": ("shape=None, dtype=''", ""),
     "full": ("fill_value, shape=None, dtype=''", "fill_value"),
+    # the dyn.* forms Relay's builder made for a run-time shape (relay.zeros(s), ...)
+    "dyn.zeros": ("shape, dtype=''", "shape"),
+    "dyn.ones": ("shape, dtype=''", "shape"),
+    "dyn.full": ("fill_value, shape, dtype=''", "fill_value shape"),
+    "dyn.reshape": ("data, newshape, allowzero=False", "data newshape"),
     # ArangeAttrs keeps start/stop/step fields besides the operands.
     "arange": ("start_, stop_, step_, start=None, stop=None, step=None, dtype=''",
                "start_ stop_ step_"),

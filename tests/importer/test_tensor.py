@@ -230,3 +230,22 @@ def test_annotations_and_copy_are_dropped():
                     "  %1 = copy(%0);\n  %2 = device_copy(%1);\n  add(%2, 1f)")
     check(text, [x], x + 1)
     assert ops_in(import_text(text)) == ["relax.add"]
+
+
+def test_dyn_reshape_reads_its_shape_when_the_model_runs():
+    # relay.reshape(x, s) with a shape tensor is dyn.reshape: 0 copies, one -1 infers
+    from bmlib_relax import relay
+
+    x = relay.var("x", shape=(relay.Any(), 6), dtype="float32")
+    s = relay.var("s", shape=(3,), dtype="int64")
+    model = bmlib_relax.compile(relay.IRModule.from_expr(
+        relay.Function([x, s], relay.reshape(x, s))))
+    data = rand(4, 6)
+    for shape, want in (([2, 3, 4], (2, 3, 4)), ([0, -1, 2], (4, 3, 2)),
+                        ([-1, 2, 1], (12, 2, 1))):
+        np.testing.assert_array_equal(model(data, np.array(shape, "int64")),
+                                      data.reshape(want))
+    with pytest.raises(RunCheckError, match=r"dyn.reshape: the new shape does not hold"):
+        model(data, np.array([5, 5, 1], "int64"))
+    with pytest.raises(RunCheckError, match=r"dyn.reshape: the new shape may hold"):
+        model(data, np.array([-1, -1, 2], "int64"))

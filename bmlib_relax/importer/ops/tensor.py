@@ -77,6 +77,49 @@ def _reshape(inputs, attrs, ctx):
     return relax.op.reshape(inputs[0], target)
 
 
+@register_converter("dyn.reshape")
+def _dyn_reshape(inputs, attrs, ctx):
+    """``reshape`` to a shape tensor read when the model runs (Relay's ``dyn.reshape``):
+    its values > 0 are dims, 0 copies the input's dim at that index, one -1 takes what
+    is left.  The shape is computed from those rules on the host, checked (only those
+    special values, at most one -1, the element count kept) and cast to fresh dims."""
+    from ..run_checks import emit_tensor_check
+
+    data, newshape = inputs
+    shape = shape_of(newshape)
+    if len(shape) != 1 or not isinstance(shape[0], int):
+        raise ctx.error(f"the new shape must be a 1-D tensor of known length, got shape "
+                        f"{shape}")
+    count, rank = shape[0], ndim_of(data)
+    values = relax.op.astype(newshape, "int64")
+    dims = relax.op.shape_to_tensor(relax.op.shape_of(data))
+    if count <= rank:
+        aligned = relax.op.strided_slice(dims, [0], [0], [count])
+    else:
+        aligned = relax.op.concat([dims, relax.op.ones([count - rank], "int64")])
+    copied = values if attrs.get("allowzero", 0) else \
+        relax.op.where(relax.op.equal(values, _i64(0)), aligned, values)
+    copied = ctx.emit(copied)
+    inferred_at = relax.op.equal(copied, _i64(-1))
+    known = relax.op.prod(relax.op.where(inferred_at, _i64(1), copied))
+    total = ctx.emit(relax.op.prod(dims))
+    rest = relax.op.floor_divide(total, relax.op.maximum(known, _i64(1)))
+    target = ctx.emit(relax.op.where(inferred_at, rest, copied))
+    emit_tensor_check(ctx, relax.op.logical_and(
+        relax.op.greater_equal(relax.op.min(values), _i64(-1)),
+        relax.op.less_equal(relax.op.sum(relax.op.astype(inferred_at, "int64")), _i64(1))),
+        "the new shape may hold dims, 0 (copy) and one -1 (infer) only")
+    emit_tensor_check(ctx, relax.op.equal(relax.op.prod(target), total),
+                      "the new shape does not hold the input's element count")
+    fresh = [tvm.tirx.Var(f"reshape_d{i}", "int64") for i in range(count)]
+    ctx.bb.match_cast(ctx.emit(relax.op.tensor_to_shape(target)), relax.ShapeType(fresh))
+    return relax.op.reshape(data, relax.ShapeExpr(fresh))
+
+
+def _i64(value: int) -> relax.Expr:
+    return relax.const(value, "int64")
+
+
 @register_converter("reshape_like")
 def _reshape_like(inputs, attrs, ctx):
     return relax.op.reshape(inputs[0], reshape_like_shape(shape_of(inputs[0]),

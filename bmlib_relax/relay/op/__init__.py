@@ -140,6 +140,13 @@ def _is_dynamic(value: Any) -> bool:
                                                 and value.data is not None)
 
 
+#: ``dyn.*`` op -> the builder function that makes it for a run-time shape / size.
+DYNAMIC_FORMS = {"dyn.zeros": "zeros", "dyn.ones": "ones", "dyn.full": "full",
+                 "dyn.reshape": "reshape", "dyn.broadcast_to": "broadcast_to",
+                 "dyn.tile": "tile", "dyn.strided_slice": "strided_slice", "dyn.topk": "topk",
+                 "dyn.one_hot": "one_hot"}
+
+
 def _dynamic_call(op: str, operands: tuple, attrs: dict) -> ast.Call:
     """``dyn.<op>(operands...)``, as Relay's builder made it for run-time shapes / sizes
     (the importer then names it as an op it does not support, at the call)."""
