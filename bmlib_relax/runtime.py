@@ -69,32 +69,22 @@ class ModelRunner:
         self._vm = relax.VirtualMachine(executable, self.device)
         local_cpu = self.device.dlpack_device_type() == tvm.cpu().dlpack_device_type()  # not RPC
         self.huge_pages = HugePages(enabled=huge_pages and local_cpu)
-
-    def _tuple_inputs(self) -> dict[str, list[str]]:
-        """``{parameter: its flattened inputs}`` for the tuple-typed parameters of the
-        Relay ``@main`` (``%t`` -> inputs ``t.0``, ``t.1.0`` ...); empty if it has none."""
-        groups: dict[str, list[str]] = {}
-        for name in self.input_names:
-            groups.setdefault(name.split(".", 1)[0], []).append(name)
-        return {top: members for top, members in groups.items()
-                if members != [top] and top not in self.input_names}
+        # @main's parameters (a tuple-typed one once, not its flattened fields) and
+        # the tuple-typed ones with their flattened inputs, for calls passing nested
+        # tuples (set once: every call reads them).
+        self._parameters = list(dict.fromkeys(n.split(".", 1)[0] for n in self.input_names))
+        self._tuple_inputs = _tuple_inputs(self.input_names)
 
     def _expand_tuple_values(self, args: Sequence[Any], kwargs: dict) -> tuple[list, dict]:
         """Nested tuples / lists given for tuple-typed parameters, as Relay's VM took them
         (``model((a, b), c)``, ``model(t=(a, b))``), as the flat inputs the build takes.
         Positional values count by parameter when one of them is such a nesting."""
-        groups = self._tuple_inputs()
+        groups, tops = self._tuple_inputs, self._parameters
         if not groups:
             return list(args), kwargs
-        tops = list(dict.fromkeys(n.split(".", 1)[0] for n in self.input_names))
-
-        def leaves(value: Any, name: str) -> list:
-            if isinstance(value, (list, tuple)):
-                return [leaf for i, v in enumerate(value) for leaf in leaves(v, f"{name}.{i}")]
-            return [value]
 
         def expand(top: str, value: Any) -> dict:
-            flat = leaves(value, top)
+            flat = [leaf for _, leaf in _nested_items(value, top)]
             if len(flat) != len(groups[top]):
                 raise ParamError(f"input {top!r} is a tuple of {len(groups[top])} tensor(s) "
                                  f"({', '.join(groups[top])}); got {len(flat)}", top)
@@ -322,6 +312,16 @@ def to_numpy(value: Any):
     return tuple(to_numpy(v) for v in value)
 
 
+def _tuple_inputs(input_names: Sequence[str]) -> dict[str, list[str]]:
+    """``{parameter: its flattened inputs}`` for the tuple-typed parameters of the Relay
+    ``@main`` (``%t`` -> inputs ``t.0``, ``t.1.0`` ...); empty if it has none."""
+    groups: dict[str, list[str]] = {}
+    for name in input_names:
+        groups.setdefault(name.split(".", 1)[0], []).append(name)
+    return {top: members for top, members in groups.items()
+            if members != [top] and top not in input_names}
+
+
 def named_outputs(outputs: Any) -> list[tuple[str, np.ndarray]]:
     """A model's outputs as ``[(name, array)]``: ``out0``, ``out1`` ... and, for an output
     that is itself a tuple (an LSTM's ``(y, (h, c))``), ``out1.0``, ``out1.1`` ...
@@ -331,13 +331,15 @@ def named_outputs(outputs: Any) -> list[tuple[str, np.ndarray]]:
     """
     if not isinstance(outputs, (tuple, list)):
         return [("out0", np.asarray(outputs))]
-    return [item for i, v in enumerate(outputs) for item in _flatten(v, f"out{i}")]
+    return [(name, np.asarray(leaf)) for i, v in enumerate(outputs)
+            for name, leaf in _nested_items(v, f"out{i}")]
 
 
-def _flatten(value: Any, name: str) -> list[tuple[str, np.ndarray]]:
+def _nested_items(value: Any, name: str) -> list[tuple[str, Any]]:
+    """The leaves of nested tuples / lists with their paths (``name.1.0``), in order."""
     if not isinstance(value, (tuple, list)):
-        return [(name, np.asarray(value))]
-    return [item for i, v in enumerate(value) for item in _flatten(v, f"{name}.{i}")]
+        return [(name, value)]
+    return [item for i, v in enumerate(value) for item in _nested_items(v, f"{name}.{i}")]
 
 
 def input_specs(func: relax.Function) -> list[dict]:

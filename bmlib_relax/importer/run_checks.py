@@ -23,9 +23,17 @@ def emit_run_check(bb: relax.BlockBuilder, holds: Any, where: Optional[str], op:
                    message: str, *values: Any) -> None:
     """Emit a check that ``holds`` (a TIR condition over symbolic dims) when the model
     runs; ``message`` is formatted with ``values`` (TIR expressions: ``{}`` each)."""
+    _emit_assert(bb, relax.prim_value(holds), [relax.prim_value(v) for v in values], where,
+                 op, message)
+
+
+def _emit_assert(bb: relax.BlockBuilder, holds: relax.Expr, values: list,
+                 where: Optional[str], op: str, message: str) -> None:
+    """The ``assert_op`` of a run-time check: its message starts with ``RUN_CHECK_PREFIX``
+    (the runtime's cue for :class:`~bmlib_relax.errors.RunCheckError`), then the place
+    and the op."""
     place = f"{where}: " if where else ""
-    bb.emit(relax.op.assert_op(relax.prim_value(holds),
-                               [relax.prim_value(v) for v in values],
+    bb.emit(relax.op.assert_op(holds, values,
                                format=f"{RUN_CHECK_PREFIX}{place}{op}: {message}"))
 
 
@@ -96,6 +104,4 @@ def unify_dims(bb: relax.BlockBuilder, values: Sequence[relax.Expr],
 def emit_tensor_check(ctx: Any, holds: relax.Expr, message: str) -> None:
     """Emit a check that the boolean scalar tensor ``holds`` (computed from run-time
     values, not shapes) is true when the model runs; ``ctx`` names the op and place."""
-    place = f"{ctx.location}: " if ctx.location else ""
-    ctx.bb.emit(relax.op.assert_op(
-        ctx.emit(holds), [], format=f"{RUN_CHECK_PREFIX}{place}{ctx.op_name}: {message}"))
+    _emit_assert(ctx.bb, ctx.emit(holds), [], ctx.location, ctx.op_name, message)

@@ -8,6 +8,15 @@ import tvm
 from tvm import relax
 
 
+def run_time_dims(values: relax.Expr, names: Sequence[str], ctx) -> list:
+    """The values of a 1-D int64 tensor of ``len(names)`` elements, known only when the
+    model runs, as fresh symbolic dims of those names (``tensor_to_shape`` matched to
+    new vars): a shape tensor's dims, a run-time length, a count."""
+    dims = [tvm.tirx.Var(name, "int64") for name in names]
+    ctx.bb.match_cast(ctx.emit(relax.op.tensor_to_shape(values)), relax.ShapeType(dims))
+    return dims
+
+
 def shape_of(expr: relax.Expr) -> list:
     """Static dims as ints, symbolic dims as TIR expressions."""
     shape = expr.ty.shape

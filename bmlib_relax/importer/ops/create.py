@@ -4,7 +4,9 @@ from __future__ import annotations
 from tvm import relax
 
 from ..registry import register_converter
-from ._utils import dtype_of, folded_value, ints, ndim_of, scalar_operand, shape_of
+from ..run_checks import emit_run_check
+from ._utils import (dtype_of, folded_value, ints, ndim_of, run_time_dims, scalar_operand,
+                     shape_of)
 
 
 @register_converter("zeros")
@@ -36,18 +38,13 @@ def _dyn_full(inputs, attrs, ctx):
 def _run_time_shape(shape: relax.Expr, ctx) -> relax.ShapeExpr:
     """The shape a 1-D integer tensor holds when the model runs (``dyn.zeros``' operand),
     as a shape of fresh symbolic dims, each checked not to be negative."""
-    import tvm
-
-    from ..run_checks import emit_run_check
-
     dims = shape_of(shape)
     if len(dims) != 1 or not isinstance(dims[0], int):
         raise ctx.error(f"the shape operand must be a 1-D tensor of known length, got "
                         f"shape {dims}")
-    values = ctx.emit(relax.op.tensor_to_shape(relax.op.astype(shape, "int64")))
     name = ctx.op_name.split(".")[-1]
-    out = [tvm.tirx.Var(f"{name}_d{i}", "int64") for i in range(dims[0])]
-    ctx.bb.match_cast(values, relax.ShapeType(out))
+    out = run_time_dims(relax.op.astype(shape, "int64"),
+                        [f"{name}_d{i}" for i in range(dims[0])], ctx)
     for i, dim in enumerate(out):
         emit_run_check(ctx.bb, dim >= 0, ctx.location, ctx.op_name,
                        f"dim {i} of the shape is {{}}", dim)
@@ -91,17 +88,13 @@ def _arange(inputs, attrs, ctx):
 def _dynamic_arange(start, stop, step, dtype: str, ctx):
     """Relay's arange with a run-time ``stop`` (a dynamic length): the element count
     ``ceil((stop - start) / step)`` becomes a shape dim at run time."""
-    import tvm
-
     if ndim_of(stop) != 0:
         raise ctx.error("arange stop must be a scalar")
     span = relax.op.subtract(relax.op.astype(stop, "float64"), relax.const(float(start), "float64"))
     count = relax.op.ceil(relax.op.divide(span, relax.const(float(step), "float64")))
     count = relax.op.maximum(count, relax.const(0.0, "float64"))
     count = ctx.emit(relax.op.reshape(relax.op.astype(count, "int64"), [1]))
-    shape = ctx.emit(relax.op.tensor_to_shape(count))
-    length = tvm.tirx.Var("arange_len", "int64")
-    ctx.bb.match_cast(shape, relax.ShapeType([length]))
+    length, = run_time_dims(count, ["arange_len"], ctx)
     ramp = ctx.emit(relax.op.arange(0, length, 1, "int64"))
     values = relax.op.add(relax.op.multiply(relax.op.astype(ramp, dtype),
                                             relax.const(step, dtype)),

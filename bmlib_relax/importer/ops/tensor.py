@@ -15,10 +15,10 @@ import tvm
 from tvm import relax
 
 from ..registry import register_converter
-from ..run_checks import emit_run_check, known_dims, unify_dims
+from ..run_checks import emit_run_check, emit_tensor_check, known_dims, unify_dims
 from ._utils import (
-    dtype_of, folded_value, ints, ndim_of, normalize_axis, optional_ints, scalar_operand,
-    shape_of,
+    dtype_of, folded_value, ints, ndim_of, normalize_axis, optional_ints, run_time_dims,
+    scalar_operand, shape_of,
 )
 from ...relay import ast
 from ...relay.op import reshape_like_shape
@@ -83,8 +83,6 @@ def _dyn_reshape(inputs, attrs, ctx):
     its values > 0 are dims, 0 copies the input's dim at that index, one -1 takes what
     is left.  The shape is computed from those rules on the host, checked (only those
     special values, at most one -1, the element count kept) and cast to fresh dims."""
-    from ..run_checks import emit_tensor_check
-
     data, newshape = inputs
     shape = shape_of(newshape)
     if len(shape) != 1 or not isinstance(shape[0], int):
@@ -111,8 +109,7 @@ def _dyn_reshape(inputs, attrs, ctx):
         "the new shape may hold dims, 0 (copy) and one -1 (infer) only")
     emit_tensor_check(ctx, relax.op.equal(relax.op.prod(target), total),
                       "the new shape does not hold the input's element count")
-    fresh = [tvm.tirx.Var(f"reshape_d{i}", "int64") for i in range(count)]
-    ctx.bb.match_cast(ctx.emit(relax.op.tensor_to_shape(target)), relax.ShapeType(fresh))
+    fresh = run_time_dims(target, [f"reshape_d{i}" for i in range(count)], ctx)
     return relax.op.reshape(data, relax.ShapeExpr(fresh))
 
 

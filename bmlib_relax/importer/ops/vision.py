@@ -21,8 +21,8 @@ import tvm
 from tvm import relax, topi
 
 from ..registry import register_converter
-from ._utils import (dtype_of, folded_value, ints, ndim_of, scalar_operand, shape_of,
-                     static_shape)
+from ._utils import (dtype_of, folded_value, ints, ndim_of, run_time_dims, scalar_operand,
+                     shape_of, static_shape)
 
 
 def multibox_prior_anchors(height: int, width: int, sizes, ratios, steps, offsets,
@@ -76,8 +76,7 @@ def runtime_scalar(expr, ctx, name: str):
     its value becomes a shape (``tensor_to_shape``) matched to a fresh symbolic dim, which
     a TE compute (``call_te``) then takes as an argument."""
     flat = ctx.emit(relax.op.reshape(relax.op.astype(expr, "int64"), [1]))
-    dim = tvm.tirx.Var(name, "int64")
-    ctx.bb.match_cast(ctx.emit(relax.op.tensor_to_shape(flat)), relax.ShapeType([dim]))
+    dim, = run_time_dims(flat, [name], ctx)
     return tvm.tirx.Cast("int32", dim)
 
 
