@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -36,10 +37,15 @@ def free_port() -> int:
 
 
 def start(module: str, *args) -> subprocess.Popen:
-    """A TVM RPC process in its own process group (so its forked workers end with it)."""
-    return subprocess.Popen([sys.executable, "-m", module, "--host", LOOPBACK, *map(str, args)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    """A TVM RPC process in its own process group (so its forked workers end with it);
+    its stderr goes to a file (a pipe nobody reads could fill and stall it), so that a
+    process that dies at start says why."""
+    log = tempfile.TemporaryFile("w+")
+    proc = subprocess.Popen([sys.executable, "-m", module, "--host", LOOPBACK,
+                             *map(str, args)], stdout=subprocess.DEVNULL, stderr=log,
                             start_new_session=True)
+    proc.log = log
+    return proc
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -50,9 +56,14 @@ def stop(proc: subprocess.Popen) -> None:
     proc.wait(timeout=30)
 
 
-def wait_until(check, what: str, timeout: float = 60) -> None:
+def wait_until(check, what: str, timeout: float = 60,
+               proc: subprocess.Popen | None = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            proc.log.seek(0)
+            raise RuntimeError(f"{what} exited with {proc.returncode}: "
+                               f"{proc.log.read()[-2000:]}")
         try:
             if check():
                 return
@@ -72,7 +83,7 @@ def rpc_server():
     port = free_port()
     proc = start("tvm.exec.rpc_server", "--port", port, "--port-end", port + 1)
     try:
-        wait_until(lambda: listening(port), "rpc_server")
+        wait_until(lambda: listening(port), "rpc_server", proc=proc)
         yield port
     finally:
         stop(proc)
@@ -81,12 +92,13 @@ def rpc_server():
 @pytest.fixture(scope="module")
 def tracked_server():
     """A tracker and a server registered with it under the key ``bmlib-test``."""
+    pytest.importorskip("tornado")  # TVM's rpc_tracker needs it (the `rpc` extra has it)
     tracker_port, server_port = free_port(), free_port()
     tracker = start("tvm.exec.rpc_tracker", "--port", tracker_port,
                     "--port-end", tracker_port + 1)
     server = None
     try:
-        wait_until(lambda: listening(tracker_port), "rpc_tracker")
+        wait_until(lambda: listening(tracker_port), "rpc_tracker", proc=tracker)
         server = start("tvm.exec.rpc_server", "--port", server_port, "--port-end",
                        server_port + 1, "--tracker", f"{LOOPBACK}:{tracker_port}",
                        "--key", "bmlib-test")
