@@ -15,7 +15,7 @@ from typing import Any, Iterable, Optional, Sequence
 import tvm
 from tvm import relax
 
-from .patterns import SUPPORTED_DTYPES
+from .patterns import MAX_TEMPLATE_ELEMENTS, SUPPORTED_DTYPES, static_elements
 from .qnn_patterns import QNN_DTYPES
 from .templates import get_template, supports_symbolic_dims, symbolic_batch_only
 
@@ -23,6 +23,7 @@ NO_TEMPLATE = "no_template"
 DTYPE = "dtype_not_supported"
 DYNAMIC = "dynamic_shape"
 REJECTED = "rejected_by_check"
+TOO_LARGE = "tensor_too_large"
 UNMATCHED = "unmatched"
 
 _BOOKKEEPING = {"relax.call_dps_packed", "relax.call_tir", "relax.call_pure_packed"}
@@ -67,6 +68,11 @@ def host_reason(call: relax.Call, table: Sequence[Any], var2val: dict) -> HostRe
     if beyond_batch and symbolic_batch_only(op):
         return HostReason(op, DYNAMIC, f"dynamic shape {beyond_batch[0].shape} (the template "
                                        "takes a symbolic batch, the first dim, only)")
+    sizes = [n for n in map(static_elements, types) if n is not None]
+    if sizes and max(sizes) > MAX_TEMPLATE_ELEMENTS:
+        return HostReason(op, TOO_LARGE, f"a tensor of {max(sizes)} elements (bmlib's "
+                                         f"templates index up to {MAX_TEMPLATE_ELEMENTS} "
+                                         "with int32)")
     dtypes = sorted({str(ty.dtype) for ty in types} - set(SUPPORTED_DTYPES))
     if dtypes and set(dtypes) <= set(QNN_DTYPES):
         return HostReason(op, DTYPE, f"dtype {', '.join(dtypes)}: integer tensors are "

@@ -108,6 +108,20 @@ def _is_static_dim(d) -> bool:
     return hasattr(d, "value")
 
 
+# The templates index static tensors with int32 (TE picks it for dims that fit): a
+# tensor of 2**31 elements or more stays on the host (TVM's own lowering builds it).
+MAX_TEMPLATE_ELEMENTS = 2 ** 31 - 1
+
+
+def static_elements(ty) -> Optional[int]:
+    """The element count of a tensor type whose dims are all static, else None."""
+    shape = getattr(ty, "shape", None)
+    if shape is None or not hasattr(shape, "values") or \
+            not all(_is_static_dim(d) for d in shape.values):
+        return None
+    return int(np.prod([int(d.value) for d in shape.values], dtype=object))
+
+
 def _tensor_ok(ty, dtypes: tuple = SUPPORTED_DTYPES, symbolic: bool = False) -> bool:
     """A tensor type a template takes: a supported dtype and a known rank; every dim
     static unless ``symbolic`` (all ops of the match take symbolic dims)."""
@@ -120,6 +134,8 @@ def _tensor_ok(ty, dtypes: tuple = SUPPORTED_DTYPES, symbolic: bool = False) -> 
         return False
     if ty.shape is None or not hasattr(ty.shape, "values"):
         return False  # unknown rank
+    if (static_elements(ty) or 0) > MAX_TEMPLATE_ELEMENTS:
+        return False
     # Templates are specialised per shape at compile time, symbolic ones per free dim.
     return all(symbolic or _is_static_dim(d) for d in ty.shape.values)
 

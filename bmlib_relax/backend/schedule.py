@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import tvm
+import tvm_ffi
 from tvm import s_tir
 
 from .. import interrupts
@@ -288,11 +289,23 @@ def _apply(sch: s_tir.Schedule, rule, block_name_: str, ctx: ScheduleContext,
         # rules (or another conv's rule) may take it.
         ctx.done.intersection_update(done)
         _LOG.debug("bmlib schedule rule %s failed on block %s: %s", rule_name, block_name_, exc)
-        reason = f"{type(exc).__name__}: {_first_line(exc)}"
+        first = _first_line(exc)
+        # (a ScheduleError's short message names its type already)
+        reason = first if first.startswith(f"{type(exc).__name__}:") else \
+            f"{type(exc).__name__}: {first}"
         ctx.failures.append((block_name_, rule_name, str(exc)))
         if not optional:
             ctx.unscheduled.append(UnscheduledBlock(block_name_, rule_name, reason))
-        return s_tir.Schedule(snapshot)
+        return new_schedule(snapshot)
+
+
+def new_schedule(mod) -> s_tir.Schedule:
+    """A schedule whose errors are not rendered with the IR: rendering prints the
+    module, and TVM's printer folds what it prints — a float divided by a literal 0
+    (Relay's ``divide(%x, 0f)``, an inlined scalar 0) fails that fold inside the error's
+    construction, which aborts the process instead of raising.  Rule failures are
+    caught and kept as reasons either way; the short message names the primitive."""
+    return s_tir.Schedule(mod, error_render_level="fast")
 
 
 def _first_line(exc: BaseException) -> str:
@@ -318,10 +331,57 @@ def inline_scalar_constants(sch: s_tir.Schedule, names: list) -> None:
         block = sch.get_sblock(name)
         if sch.get(block).reads or len(sch.get(block).writes[0].source.shape) != 0:
             continue
+        if _zero_divisor(sch, block):
+            continue
         try:
             sch.compute_inline(block)
         except Exception:  # noqa: BLE001 - e.g. the partition's output: keep the block
             continue
+
+
+_DIVISIONS = (tvm.tirx.Div, tvm.tirx.FloorDiv, tvm.tirx.Mod, tvm.tirx.FloorMod)
+
+
+def _zero_divisor(sch: s_tir.Schedule, block) -> bool:
+    """Whether the scalar constant ``block`` stores is 0 and a reader divides by it.
+
+    Inlined, it would put a literal ``x / 0`` into the TIR, which TVM's constant
+    folder refuses at build time (``Divide by zero``) even for floats, where Relay's
+    ``divide(%x, 0f)`` computed IEEE infinities; left as a load, it computes the same."""
+    store = sch.get(block).body
+    value = getattr(store, "value", None)
+    if not isinstance(value, (tvm.tirx.IntImm, tvm.tirx.FloatImm)) or value.value != 0:
+        return False
+    buffer = sch.get(block).writes[0].source
+
+    def divides_by_it(node) -> bool:
+        # a load of the buffer (TVM 0.27's BufferLoad is a factory, not a class)
+        source = getattr(node.b, "source", None) if isinstance(node, _DIVISIONS) else None
+        return source is not None and source.same_as(buffer)
+
+    return any(_any_node(sch.get(consumer).body, divides_by_it)
+               for consumer in sch.get_consumers(block))
+
+
+# The fields through which a TIR statement or expression holds its children (TVM 0.27's
+# Python API has no TIR visitor).
+_CHILD_FIELDS = ("seq", "body", "block", "init", "then_case", "else_case", "value", "a", "b",
+                 "args", "condition", "true_value", "false_value", "indices")
+
+
+def _any_node(node, predicate) -> bool:
+    """Whether ``predicate`` holds for ``node`` or any TIR node under it."""
+    if predicate(node):
+        return True
+    for name in _CHILD_FIELDS:
+        child = getattr(node, name, None)
+        if child is None or isinstance(child, (int, float, str)):
+            continue
+        children = child if isinstance(child, (list, tuple, tvm_ffi.Array)) else [child]
+        if any(isinstance(c, (tvm.tirx.Stmt, tvm.ir.expr.Expr)) and _any_node(c, predicate)
+               for c in children):
+            return True
+    return False
 
 
 def _apply_tagged_rules(sch: s_tir.Schedule, names: list,
@@ -349,8 +409,8 @@ def apply_schedules(prim: tvm.tirx.PrimFunc, target: Any = None,
     (they may fold their epilogues in), then the rest by the generic rules."""
     ctx = ctx or ScheduleContext(resolve_target(target))
     attrs = prim.attrs
-    sch = s_tir.Schedule(prim.without_attr("global_symbol") if attrs is not None and
-                         "global_symbol" in attrs else prim)
+    sch = new_schedule(prim.without_attr("global_symbol") if attrs is not None and
+                       "global_symbol" in attrs else prim)
     names = [block_name(sch, b) for b in sch.get_child_blocks(sch.get_sblock("root"))]
     inline_scalar_constants(sch, names)
     token = _SCHEDULED.set(ctx.done)

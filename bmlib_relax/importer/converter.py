@@ -332,15 +332,23 @@ def _fresh_dim(base: str, dim_vars: Optional[dict]) -> tvm.tirx.Var:
 
 # The largest element count of a tensor: byte sizes and strides are int64 in TVM.
 _MAX_ELEMENTS = 2 ** 63 - 1
+# The largest static dim: TVM 0.27 lowers static dims to int32 immediates (any op, on
+# bmlib or the host, fails to build past it with "exceeds range of int32").
+_MAX_DIM = 2 ** 31 - 1
 
 
 def _check_tensor_type(ty: ast.TensorType, where: Optional[str]) -> None:
     """Refuse a tensor type no tensor can have, before TVM fails on it deep inside (or at
-    run time): a negative dim, more elements than int64 counts, a ``handle``/``void``
+    run time): a negative dim, a dim past int32, more elements than int64 counts, a
+    ``handle``/``void``
     dtype, a vector dtype (``float32x4``: lanes the VM cannot pass in or out)."""
     static = [d for d in ty.shape if isinstance(d, int)]
     if any(d < 0 for d in static):
         raise ConversionError(f"Tensor[{tuple(ty.shape)}, {ty.dtype}]: a dim is negative",
+                              location=where)
+    if any(d > _MAX_DIM for d in static):
+        raise ConversionError(f"Tensor[{tuple(ty.shape)}, {ty.dtype}]: a dim of 2**31 or "
+                              "more (TVM builds static dims as int32 immediates)",
                               location=where)
     size = 1
     for d in static:

@@ -6,7 +6,7 @@ from tvm import relax
 
 import bmlib_relax
 from bmlib_relax.backend.host_reasons import (DTYPE, DYNAMIC, NO_TEMPLATE, REJECTED,
-                                              UNMATCHED, host_reason)
+                                              TOO_LARGE, UNMATCHED, host_reason)
 from bmlib_relax.backend.partition import resolve_patterns
 from bmlib_relax.relay.dataflow_pattern import is_op, wildcard
 
@@ -88,3 +88,15 @@ def @main(%x: Tensor[(4, ?), float32], %y: Tensor[(?, 8), float32]) {
     (reason,) = [h for h in model.report.to_dict()["host_ops"] if h["op"] == "relax.matmul"]
     assert reason["reason"] == REJECTED
     assert "qnn" not in reason["detail"] and "bmlib." in reason["detail"]
+
+
+def test_a_tensor_past_int32_indexing_stays_on_the_host_with_its_reason():
+    # 2**31 elements (each dim fits int32): the templates' int32 indices would wrap; a
+    # tensor one row shorter is still offloaded. Only compiled, never run (8 GiB).
+    text = """#[version = "0.0.5"]
+def @main(%x: Tensor[(ROWS, 32768), float32]) { nn.relu(%x) }"""
+    big = bmlib_relax.compile(text.replace("ROWS", "65536"), num_threads=1)
+    (reason,) = big.report.to_dict()["host_ops"]
+    assert reason["reason"] == TOO_LARGE and "2147483648 elements" in reason["detail"]
+    fits = bmlib_relax.compile(text.replace("ROWS", "65535"), num_threads=1)
+    assert not fits.report.to_dict()["host_ops"] and fits.report.to_dict()["ops_offloaded"]

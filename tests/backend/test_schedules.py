@@ -197,3 +197,23 @@ def test_failing_rule_is_rolled_back():
     got, x = _run_prim(scheduled)
     np.testing.assert_array_equal(got, x * 2 + 1)
     assert [f[0] for f in ctx.failures] == ["double"]
+
+
+def test_float_division_by_a_literal_zero_compiles_to_ieee_results():
+    # The bound scalar 0 is not inlined into the divide (TVM folds `x / 0` and refuses
+    # it at build); schedule errors are not rendered with the IR (rendering folded the
+    # same division inside the error's construction and aborted the process).
+    import bmlib_relax
+
+    text = ('#[version = "0.0.5"]\n'
+            'def @main(%x: Tensor[(4, 64), float32]) {\n'
+            '  %0 = divide(%x, 0f);\n'
+            '  add(multiply(%0, 2f), 1f)\n}\n')
+    model = bmlib_relax.compile(text, num_threads=1)
+    report = model.report.to_dict()
+    assert report["flops_offloaded"] == report["flops_total"] > 0, report["host_ops"]
+    x = np.linspace(-2, 2, 256, dtype="float32").reshape(4, 64)
+    x[0, :3] = [-1.0, 0.0, 1.0]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        expected = x / np.float32(0) * 2 + 1
+    np.testing.assert_array_equal(model(x=x), expected)

@@ -66,3 +66,36 @@ def test_clip_cast_where():
     out = check(relay_fn("%x: Tensor[(2, 8), float32], %y: Tensor[(2), int32]", "cast_like(%x, %y)"),
                 [x, np.zeros(2, "int32")], x.astype("int32"))
     assert out.dtype == np.int32
+
+
+@pytest.mark.parametrize("op", ["divide", "floor_divide", "floor_mod", "mod", "trunc_mod",
+                                "trunc_divide"])
+@pytest.mark.parametrize("divisor", ["0", "meta_zero"])
+def test_integer_division_by_a_constant_zero_is_named(op, divisor):
+    # the compiled code would stop with SIGFPE when it runs; TVM's build refuses a
+    # literal 0 divisor with an internal error
+    from bmlib_relax import ConversionError
+    body = f"{op}(%x, 0)" if divisor == "0" else f"{op}(%x, cast(%z, dtype=\"int32\"))"
+    params = "%x: Tensor[(2, 3), int32]" + (", %z: Tensor[(3), int32]" if divisor != "0" else "")
+    text = relay_fn(params, body)
+    bound = {"z": np.array([1, 0, 2], "int32")} if divisor != "0" else None
+    with pytest.raises(ConversionError, match=f"{op}: integer division by zero"):
+        import_text(text, params=bound)
+
+
+@pytest.mark.parametrize("op", ["divide", "floor_mod", "trunc_divide"])
+def test_integer_division_by_a_nonzero_constant_imports(op):
+    x = np.array([[7, -7, 6], [0, 5, -1]], "int32")
+    expected = {"divide": np.trunc(x / 3).astype("int32"), "floor_mod": np.mod(x, 3),
+                "trunc_divide": np.trunc(x / 3).astype("int32")}[op]
+    check(relay_fn("%x: Tensor[(2, 3), int32]", f"{op}(%x, 3)"), [x], expected)
+
+
+@pytest.mark.parametrize("op", ["add", "less", "logical_and", "power"])
+def test_operands_of_two_dtypes_are_refused_as_relay_did(op):
+    # Relay's BroadcastRel refused them; Relax would promote or take one dtype silently
+    from bmlib_relax import ConversionError
+    text = relay_fn("%x: Tensor[(2, 3), bool], %y: Tensor[(2, 3), float32]", f"{op}(%x, %y)")
+    with pytest.raises(ConversionError, match=f"{op}: data types bool and float32 do not "
+                                              "match"):
+        import_text(text)

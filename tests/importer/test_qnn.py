@@ -333,3 +333,20 @@ def test_unconverted_qnn_op_is_named():
     body = qnn.softmax(x, c(0.1), c(0), c(1 / 256), c(-128))
     with pytest.raises(UnsupportedOpError, match="qnn.softmax"):
         import_relay(ast.IRModule({"main": relay.Function([x], body)}))
+
+
+@pytest.mark.parametrize("call, message", [
+    ('qnn.quantize(%x, 0f, 0, out_dtype="int8")', "qnn.quantize.*output_scale must not be 0"),
+    ('qnn.quantize(%x, inff, 0, out_dtype="int8")', "output_scale must be finite, got inf"),
+    ('qnn.dequantize(qnn.quantize(%x, 0.5f, 0, out_dtype="int8"), nanf, 0)',
+     "qnn.dequantize.*input_scale must be finite, got nan"),
+])
+def test_unusable_scales_are_named(call, message):
+    # a 0 or non-finite scale quantizes every value to one clipped integer (or casts a
+    # NaN): refused where it is written, not compiled into a plausible-looking result
+    text = ('#[version = "0.0.5"]\n'
+            'def @main(%x: Tensor[(2, 3), float32]) {\n'
+            f'  {call}\n}}\n')
+    with pytest.raises(ConversionError, match=message) as info:
+        import_relay(parse(text, "scales.relay"))
+    assert "scales.relay:3:" in str(info.value)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from .helpers import check, rand, relay_fn
+from .helpers import check, import_text, rand, relay_fn
 
 X = "%x: Tensor[(2, 3, 4, 5), float32]"
 NP = {"mean": np.mean, "sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod}
@@ -36,3 +36,29 @@ def test_arg_reduce_is_int32(op, attrs, axis, keepdims):
     ref = getattr(np, op)(x, axis=axis, keepdims=keepdims).astype("int32")
     out = check(relay_fn(X, body), [x], ref)
     assert out.dtype == np.int32
+
+
+@pytest.mark.parametrize("body", [
+    "mean(%x, axis=[2])", "mean(%x)", "nn.global_avg_pool2d(%x)",
+    "nn.adaptive_avg_pool2d(%x, output_size=[1, 1])",
+    "variance(%x, mean(%x, axis=[2], keepdims=True), axis=[2])",
+])
+def test_an_average_over_an_empty_axis_is_named(body):
+    # its divisor is a constant 0, which TVM's build refuses (Relay's stopped there too)
+    from bmlib_relax import ConversionError
+    with pytest.raises(ConversionError, match=r"averages over axis \d of extent 0") as info:
+        import_text(relay_fn("%x: Tensor[(1, 8, 0, 7), float32]", body))
+    assert info.value.location.startswith("snippet.relay:3:")
+
+
+def test_an_average_of_a_non_empty_axis_of_an_empty_tensor_runs():
+    x = np.ones((1, 8, 0, 7), "float32")
+    check(relay_fn("%x: Tensor[(1, 8, 0, 7), float32]", "mean(%x, axis=[1])"), [x],
+          x.mean(axis=1))
+
+
+def test_an_unbiased_variance_of_one_element_is_named():
+    from bmlib_relax import ConversionError
+    body = "variance(%x, mean(%x, axis=[1], keepdims=True), axis=[1], unbiased=True)"
+    with pytest.raises(ConversionError, match=r"unbiased variance over 1 element"):
+        import_text(relay_fn("%x: Tensor[(3, 1), float32]", body))

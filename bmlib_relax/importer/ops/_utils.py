@@ -86,6 +86,53 @@ def folded_value(expr: relax.Expr, ctx) -> np.ndarray | None:
     return value
 
 
+def check_integer_divisor(divisor: relax.Expr, ctx) -> None:
+    """Refuse an integer division (divide, floor/trunc divide and mod) whose divisor is
+    a constant holding a 0: the compiled code would stop with SIGFPE when it runs (and
+    TVM's build refuses a literal 0 divisor).  Float divisions keep IEEE semantics:
+    Relay computed infinities and NaNs."""
+    dtype = dtype_of(divisor)
+    if not dtype.startswith(("int", "uint")):
+        return
+    value = folded_value(divisor, ctx)
+    if value is not None and (value == 0).any():
+        raise ctx.error(f"integer division by zero: the divisor is a constant {dtype} "
+                        f"{'0' if value.size == 1 else 'holding a 0'}")
+
+
+def check_product_operands(lhs: relax.Expr, rhs: relax.Expr, ctx) -> None:
+    """The two operands of a product (conv, dense, matmul) have one dtype, or are both
+    integers (``uint8`` data with ``int8`` weights, as QNN lowering left them): any
+    other mix (a ``bool`` operand, ``float32`` with ``float16`` or with an integer)
+    has no arithmetic TVM can build and failed in Relay's build, deep in LLVM."""
+    a, b = (str(getattr(x.ty, "dtype", "")) for x in (lhs, rhs))
+    if "" in (a, b) or "void" in (a, b):
+        return
+    integers = ("int", "uint")
+    if "bool" in (a, b) or (a != b and not (a.startswith(integers) and b.startswith(integers))):
+        raise ctx.error(f"operand data types {a} and {b}: a product takes two operands of "
+                        "one type (or two integer types)")
+
+
+def check_nonempty_average(data: relax.Expr, axes: Optional[Sequence[int]], ctx) -> None:
+    """Refuse an average over an axis of extent 0: its divisor, the element count, is a
+    constant 0 that TVM's build refuses (``Divide by zero``: Relay's build stopped there
+    too).  ``axes`` None: every axis."""
+    dims = shape_of(data)
+    for axis in range(len(dims)) if axes is None else axes:
+        if isinstance(dims[axis], int) and dims[axis] == 0:
+            raise ctx.error(f"averages over axis {axis} of extent 0 (input shape "
+                            f"{tuple(dims)}): the count it divides by is 0")
+
+
+def check_nonempty_reduction(lengths: Sequence[Any], ctx, what: str) -> None:
+    """Refuse a product (conv, dense, matmul) that sums over nothing: ``lengths`` are
+    its reduction extents (a kernel's input channels and window, a matmul's K).  Every
+    output would be 0, and TVM cannot vectorize the empty loops of its templates."""
+    if any(isinstance(n, int) and n == 0 for n in lengths):
+        raise ctx.error(f"{what} is empty: the product sums over no elements")
+
+
 def scalar_operand(expr: relax.Expr, ctx, what: str):
     """A Python number from a constant scalar operand (e.g. ``nn.pad``'s pad value)."""
     value = folded_value(expr, ctx)

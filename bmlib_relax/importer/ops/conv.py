@@ -7,10 +7,15 @@ to those defaults.
 """
 from __future__ import annotations
 
+import re
+
 from tvm import relax
 
 from ..registry import register_converter
-from ._utils import expand_padding, out_dtype, repeat_to, shape_of
+from ._utils import (
+    check_nonempty_reduction, check_product_operands, expand_padding, out_dtype, repeat_to,
+    shape_of,
+)
 from .layout import layout_transform
 
 # Relay op -> (Relax op, spatial dims, default data layout, default kernel layout)
@@ -42,7 +47,9 @@ def _conv_attrs(attrs, ndim: int, data_layout: str, kernel_layout: str) -> dict:
 
 def _conv(relax_op, ndim: int, data_layout: str, kernel_layout: str):
     def convert(inputs, attrs, ctx):
+        check_product_operands(inputs[0], inputs[1], ctx)
         conv = _conv_attrs(attrs, ndim, data_layout, kernel_layout)
+        _check_kernel_window(inputs[1], conv["kernel_layout"], ctx)
         if ndim == 2:  # conv2d keeps its layouts: NHWC & co. have their own templates
             return relax_op(inputs[0], inputs[1], **conv)
         # conv1d/conv3d have templates (and TOPI lowerings) in NC[D]W / OI[D]W only:
@@ -58,6 +65,14 @@ def _conv(relax_op, ndim: int, data_layout: str, kernel_layout: str):
         return layout_transform(ctx.emit(out), data_layout, src_out, ctx)
 
     return convert
+
+
+def _check_kernel_window(weight, kernel_layout: str, ctx) -> None:
+    """The weight's input channels and window, the extents a conv sums over, are not 0."""
+    dims = shape_of(weight)
+    axes = re.findall(r"\d*[A-Za-z]", kernel_layout)  # OIHW16i32o: O, I, H, W, 16i, 32o
+    reduced = [d for axis, d in zip(axes, dims) if axis[-1] not in "Oo"]
+    check_nonempty_reduction(reduced, ctx, f"the kernel window (weight shape {tuple(dims)})")
 
 
 def _to_layout(value, src: str, dst: str, ctx):
@@ -91,7 +106,9 @@ def _conv_transpose(relax_op, ndim: int, data_layout: str, kernel_layout: str):
     Relax refuses: see :func:`_large_output_padding`.
     """
     def convert(inputs, attrs, ctx):
+        check_product_operands(inputs[0], inputs[1], ctx)
         conv = _conv_attrs(attrs, ndim, data_layout, kernel_layout)
+        _check_kernel_window(inputs[1], conv["kernel_layout"], ctx)
         # Relay's type relations read the first ``ndim`` values only (conv1d_transpose
         # built with output_padding=(0, 0), as TVM's own tests do, ran there).
         output_padding = repeat_to(attrs.get("output_padding", 0), ndim)[:ndim]

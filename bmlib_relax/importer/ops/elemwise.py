@@ -4,7 +4,7 @@ from __future__ import annotations
 from tvm import relax
 
 from ..registry import register_converter
-from ._utils import dtype_of
+from ._utils import check_integer_divisor, dtype_of
 
 # Relay op name -> Relax op; Relay and Relax share numpy broadcasting semantics here.
 BINARY_OPS = {
@@ -69,8 +69,18 @@ UNARY_OPS = {
 }
 
 
-def _binary(relax_op):
+# Their integer forms divide by the second operand (see check_integer_divisor).
+DIVIDING_OPS = {"divide", "floor_divide", "floor_mod"}
+
+
+def _binary(relax_op, name: str):
     def convert(inputs, attrs, ctx):
+        lhs, rhs = (str(getattr(x.ty, "dtype", "")) for x in inputs)
+        if lhs != rhs and "" not in (lhs, rhs) and "void" not in (lhs, rhs):
+            # Relay's BroadcastRel / BroadcastCompRel (Relax would promote or pick one)
+            raise ctx.error(f"data types {lhs} and {rhs} do not match")
+        if name in DIVIDING_OPS:
+            check_integer_divisor(inputs[1], ctx)
         return relax_op(inputs[0], inputs[1])
 
     return convert
@@ -84,7 +94,7 @@ def _unary(relax_op):
 
 
 for _name, _op in BINARY_OPS.items():
-    register_converter(_name)(_binary(_op))
+    register_converter(_name)(_binary(_op, _name))
 for _name, _op in UNARY_OPS.items():
     register_converter(_name)(_unary(_op))
 

@@ -17,8 +17,8 @@ from tvm import relax
 
 from ..registry import register_converter
 from ._utils import (
-    const_value, dtype_of, folded_value, ints, ndim_of, normalize_axis, optional_ints,
-    scalar_operand, shape_of,
+    check_integer_divisor, const_value, dtype_of, folded_value, ints, ndim_of, normalize_axis,
+    optional_ints, scalar_operand, shape_of,
 )
 
 
@@ -305,6 +305,7 @@ def _fixed_point_multiply(inputs, attrs, ctx):
 def _trunc_mod(inputs, attrs, ctx):
     # Relay's mod truncates toward zero (C's %): x - trunc(x / y) * y.
     lhs, rhs = inputs
+    check_integer_divisor(rhs, ctx)
     if dtype_of(lhs).startswith("float"):
         quotient = relax.op.trunc(relax.op.divide(lhs, rhs))
     else:
@@ -321,6 +322,7 @@ def _trunc_mod(inputs, attrs, ctx):
 @register_converter("trunc_divide")
 def _trunc_divide(inputs, attrs, ctx):
     lhs, rhs = inputs
+    check_integer_divisor(rhs, ctx)
     if dtype_of(lhs).startswith("float"):
         return relax.op.trunc(relax.op.divide(lhs, rhs))
     # (lhs - trunc_mod) is an exact multiple of rhs: any division gives the quotient.

@@ -14,7 +14,10 @@ from tvm import relax
 
 from ..registry import register_converter
 from ..run_checks import BROADCAST_REASON, unify_dims
-from ._utils import ndim_of, normalize_axis, out_dtype, shape_of
+from ._utils import (
+    check_nonempty_reduction, check_product_operands, ndim_of, normalize_axis, out_dtype,
+    shape_of,
+)
 
 
 def _swap_last_two(expr: relax.Expr) -> relax.Expr:
@@ -25,6 +28,8 @@ def _swap_last_two(expr: relax.Expr) -> relax.Expr:
 @register_converter("nn.dense")
 def _dense(inputs, attrs, ctx):
     data, weight = inputs
+    check_product_operands(*inputs, ctx)
+    check_nonempty_reduction([shape_of(weight)[-1]], ctx, "the reduction (K = 0)")
     units = attrs.get("units")
     if units is not None and isinstance(shape_of(weight)[0], int) \
             and int(units) != shape_of(weight)[0]:
@@ -36,6 +41,7 @@ def _dense(inputs, attrs, ctx):
 def _matmul(inputs, attrs, ctx):
     # Relay's MatmulAttrs default both transposes to False.
     a, b = inputs
+    check_product_operands(*inputs, ctx)
     if attrs.get("transpose_a", False):
         a = _swap_last_two(a)
     if attrs.get("transpose_b", False):
@@ -48,6 +54,7 @@ def _batch_matmul(inputs, attrs, ctx):
     # Relay's BatchMatmulAttrs C++ defaults are transpose_a=False, transpose_b=False;
     # the Python API passed transpose_b=True, which the printer then wrote out.
     a, b = inputs
+    check_product_operands(*inputs, ctx)
     # The batch (broadcast when one is 1) and the reduction length of the two
     # operands, when only known at run time, are checked equal there (Relay did then).
     k_a = 1 if attrs.get("transpose_a", False) else 2

@@ -93,7 +93,20 @@ def qparam(expr: relax.Expr, ctx, name: str, dtype: str) -> QParam:
         raise ctx.error(f"{name} must be {dtype}, got {value.dtype}")
     if value.ndim > 1:
         raise ctx.error(f"{name} must be a scalar or a 1-d tensor, got shape {value.shape}")
+    if dtype.startswith("float"):
+        # an infinite or NaN scale, or a 0 the op divides by, quantizes every value to
+        # the same clipped integer (or an undefined NaN cast): a plausible-looking result
+        if not np.isfinite(value).all():
+            raise ctx.error(f"{name} must be finite, got {_first_bad(value, ~np.isfinite(value))}")
+        if name == "output_scale" and (value == 0).any():
+            raise ctx.error(f"{name} must not be 0 (the op divides by it)")
     return QParam(value)
+
+
+def _first_bad(value: np.ndarray, bad: np.ndarray) -> str:
+    flat = value.reshape(-1)
+    index = int(np.flatnonzero(bad.reshape(-1))[0])
+    return f"{flat[index]}" if value.ndim == 0 else f"{flat[index]} at index {index}"
 
 
 def _const(value, dtype: str) -> relax.Expr:

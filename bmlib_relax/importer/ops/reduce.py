@@ -11,7 +11,9 @@ from typing import Optional
 from tvm import relax
 
 from ..registry import register_converter
-from ._utils import dtype_of, ndim_of, normalize_axis, optional_ints, shape_of
+from ._utils import (
+    check_nonempty_average, dtype_of, ndim_of, normalize_axis, optional_ints, shape_of,
+)
 
 REDUCE_OPS = {
     "mean": relax.op.mean,
@@ -38,6 +40,8 @@ def _reduce(relax_op):
         data = inputs[0]
         axes = reduce_axes(data, attrs, ctx)
         keepdims = bool(attrs.get("keepdims", False))
+        if relax_op is relax.op.mean:
+            check_nonempty_average(data, axes, ctx)
         if relax_op is relax.op.mean and dtype_of(data) == "float16":
             # A float16 running sum stalls at 2048 + 0.5: average in float32, round back.
             mean = relax_op(relax.op.astype(data, "float32"), axes, keepdims=keepdims)
@@ -116,6 +120,10 @@ def _variance(inputs, attrs, ctx):
     for axis in reduced:
         count = count * dims[axis]
     unbiased = int(bool(attrs.get("unbiased", False)))
+    check_nonempty_average(data, axes, ctx)
+    if isinstance(count, int) and count - unbiased <= 0:
+        raise ctx.error(f"an unbiased variance over {count} element: the count it divides "
+                        "by (N - 1) is 0")
     keepdims = bool(attrs.get("keepdims", False))
     dtype = dtype_of(data)
     acc = "float32" if dtype == "float16" else dtype
