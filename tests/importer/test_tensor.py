@@ -94,6 +94,21 @@ def test_split_with_unresolved_metadata_value_names_it():
         import_text(text)
 
 
+@pytest.mark.parametrize("sections, message", [
+    ("4", r"indices_or_sections=4 must divide the axis' extent 6"),
+    ("1048576", r"indices_or_sections=1048576 must divide"),  # took minutes: a part each
+    ("0", r"indices_or_sections=0 must be at least 1"),
+    ("[4, 1]", r"indices_or_sections \[4, 1\] must be a sorted ascending list"),
+    ("[2, 6]", r"split indices \[2, 6\] must lie inside the axis' extent 6"),
+])
+def test_split_sections_are_checked_as_relay_did(sections, message):
+    # Relay's SplitRel; Relax would split unevenly or make empty parts
+    text = relay_fn("%x: Tensor[(2, 6), float32]",
+                    f"%0 = split(%x, indices_or_sections={sections}, axis=1);\n  %0.0")
+    with pytest.raises(ConversionError, match="split: " + message):
+        import_text(text)
+
+
 @pytest.mark.parametrize("attrs,ref", [
     ("begin=[0, 1], end=[2, 5], strides=[1, 2]", lambda x: x[0:2, 1:5:2]),
     ("begin=[3, 5], end=[0, 0], strides=[-1, -2]", lambda x: x[3:0:-1, 5:0:-2]),

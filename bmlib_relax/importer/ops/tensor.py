@@ -200,6 +200,22 @@ def _equal_other_dims(parts: relax.Expr, axis, ctx) -> relax.Expr:
     return relax.Tuple(unified)
 
 
+def _check_split(sections, dim, ctx) -> None:
+    """Relay's SplitRel, which the import must apply itself (Relax splits unevenly, and
+    a count past the dim made that many empty parts: a million sections took minutes)."""
+    if isinstance(sections, int):
+        if sections < 1:
+            raise ctx.error(f"indices_or_sections={sections} must be at least 1")
+        if isinstance(dim, int) and dim % sections:
+            raise ctx.error(f"indices_or_sections={sections} must divide the axis' extent "
+                            f"{dim}")
+        return
+    if any(b <= a for a, b in zip(sections, sections[1:])):
+        raise ctx.error(f"indices_or_sections {sections} must be a sorted ascending list")
+    if sections and isinstance(dim, int) and not 0 < sections[-1] < dim:
+        raise ctx.error(f"split indices {sections} must lie inside the axis' extent {dim}")
+
+
 @register_converter("split")
 def _split(inputs, attrs, ctx):
     value = attrs["indices_or_sections"]  # required
@@ -208,6 +224,8 @@ def _split(inputs, attrs, ctx):
                         "the text has no #[metadata] section")
     # An int is a number of equal sections, a list the split indices.
     sections = ints(value) if isinstance(value, (list, tuple)) else int(value)
+    axis = normalize_axis(int(attrs.get("axis", 0)), ndim_of(inputs[0]), ctx)
+    _check_split(sections, shape_of(inputs[0])[axis], ctx)
     if sections in (1, []):
         # One part: Relay still returns a 1-tuple, while Relax's split would
         # return the tensor itself.
