@@ -129,3 +129,19 @@ def test_a_product_over_an_empty_reduction_is_named(params, call, message):
 def test_a_conv_with_no_output_channels_still_imports():
     import_text(relay_fn("%d: Tensor[(1, 4, 5, 5), float32], %w: Tensor[(0, 4, 3, 3), float32]",
                          "nn.conv2d(%d, %w, padding=[1, 1, 1, 1])"))
+
+
+@pytest.mark.parametrize("call, message", [
+    ("nn.max_pool2d(%x, pool_size=[9, 2], strides=[2, 2], padding=[0, 0, 0, 0])",
+     r"window \[9, 2\] \(dilated: 9 in spatial dim 0\) is larger than the padded input \(6\)"),
+    ("nn.avg_pool2d(%x, pool_size=[2, 2], strides=[0, 2])", r"strides=\[0, 2\] must be positive"),
+    ("nn.conv2d(%x, %w, strides=[1, -1], padding=[1, 1, 1, 1])",
+     r"strides=\[1, -1\] must be positive"),
+    ("nn.conv2d(%x, %w, padding=[-2, 0, 0, 0])", r"padding=\[-2, 0, 0, 0\] must not be negative"),
+    ("nn.conv2d(%x, %w, dilation=[4, 1])", r"dilated: 9 in spatial dim 0\) is larger"),
+])
+def test_a_window_past_its_input_is_named(call, message):
+    # Relax computed a negative output extent, which the build turned into bad_alloc
+    params = "%x: Tensor[(1, 4, 6, 6), float32], %w: Tensor[(8, 4, 3, 3), float32]"
+    with pytest.raises(ConversionError, match=message):
+        import_text(relay_fn(params, call))

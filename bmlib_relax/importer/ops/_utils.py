@@ -133,6 +133,31 @@ def check_nonempty_reduction(lengths: Sequence[Any], ctx, what: str) -> None:
         raise ctx.error(f"{what} is empty: the product sums over no elements")
 
 
+def check_sliding_window(data_dims: Sequence[Any], window: Sequence[Any], strides: Sequence[int],
+                         padding: Sequence[int], dilation: Sequence[int], ctx) -> None:
+    """A conv's or pool's window over its spatial ``data_dims``: positive strides and
+    dilations, no negative padding, and a (dilated) window no larger than the padded
+    input, so every output extent is at least 1.  Relax computes a negative extent
+    otherwise, which the build turns into an allocation failure."""
+    ndim = len(window)
+    for name, values in (("strides", strides), ("dilation", dilation)):
+        if any(v < 1 for v in values):
+            raise ctx.error(f"{name}={list(values)} must be positive")
+    if any(p < 0 for p in padding):
+        raise ctx.error(f"padding={list(padding)} must not be negative")
+    for i in range(ndim):
+        size, k = data_dims[i], window[i]
+        if not (isinstance(size, int) and isinstance(k, int)):
+            continue
+        if k < 1:
+            raise ctx.error(f"the window {list(window)} must be at least 1 in every dim")
+        span = dilation[i] * (k - 1) + 1
+        padded = size + padding[i] + padding[ndim + i]
+        if span > padded:
+            raise ctx.error(f"the window {list(window)} (dilated: {span} in spatial dim {i}) "
+                            f"is larger than the padded input ({padded})")
+
+
 def scalar_operand(expr: relax.Expr, ctx, what: str):
     """A Python number from a constant scalar operand (e.g. ``nn.pad``'s pad value)."""
     value = folded_value(expr, ctx)

@@ -13,8 +13,8 @@ from tvm import relax
 
 from ..registry import register_converter
 from ._utils import (
-    check_nonempty_reduction, check_product_operands, expand_padding, out_dtype, repeat_to,
-    shape_of,
+    check_nonempty_reduction, check_product_operands, check_sliding_window, expand_padding,
+    out_dtype, repeat_to, shape_of,
 )
 from .layout import layout_transform
 
@@ -50,6 +50,7 @@ def _conv(relax_op, ndim: int, data_layout: str, kernel_layout: str):
         check_product_operands(inputs[0], inputs[1], ctx)
         conv = _conv_attrs(attrs, ndim, data_layout, kernel_layout)
         _check_kernel_window(inputs[1], conv["kernel_layout"], ctx)
+        _check_conv_window(inputs[0], inputs[1], conv, ctx)
         if ndim == 2:  # conv2d keeps its layouts: NHWC & co. have their own templates
             return relax_op(inputs[0], inputs[1], **conv)
         # conv1d/conv3d have templates (and TOPI lowerings) in NC[D]W / OI[D]W only:
@@ -65,6 +66,20 @@ def _conv(relax_op, ndim: int, data_layout: str, kernel_layout: str):
         return layout_transform(ctx.emit(out), data_layout, src_out, ctx)
 
     return convert
+
+
+def _spatial(dims, layout: str) -> list:
+    """The spatial extents (D, H, W in that order, those the layout has) of ``dims``."""
+    axes = re.findall(r"\d*[A-Za-z]", layout)
+    return [dims[axes.index(c)] for c in "DHW" if c in axes]
+
+
+def _check_conv_window(data, weight, conv: dict, ctx) -> None:
+    """Strides, dilation, padding and the kernel's window against the input (a direct
+    conv: the output extent of each spatial dim must be at least 1)."""
+    check_sliding_window(_spatial(shape_of(data), conv["data_layout"]),
+                         _spatial(shape_of(weight), conv["kernel_layout"]), conv["strides"],
+                         conv["padding"], conv["dilation"], ctx)
 
 
 def _check_kernel_window(weight, kernel_layout: str, ctx) -> None:

@@ -10,7 +10,9 @@ from __future__ import annotations
 from tvm import relax
 
 from ..registry import register_converter
-from ._utils import check_nonempty_average, expand_padding, repeat_to, shape_of
+from ._utils import (
+    check_nonempty_average, check_sliding_window, expand_padding, repeat_to, shape_of,
+)
 
 _LAYOUTS = {1: "NCW", 2: "NCHW", 3: "NCDHW"}
 
@@ -22,16 +24,25 @@ _ADAPTIVE_AVG_POOLS = {1: relax.op.nn.adaptive_avg_pool1d, 2: relax.op.nn.adapti
 
 def _pool(relax_op, ndim: int, is_avg: bool):
     def convert(inputs, attrs, ctx):
+        pool_size = repeat_to(attrs["pool_size"], ndim)  # required
+        strides = repeat_to(attrs.get("strides", 1), ndim)
+        padding = expand_padding(attrs.get("padding", 0), ndim)
+        dilation = repeat_to(attrs.get("dilation", 1), ndim)
+        layout = attrs.get("layout") or _LAYOUTS[ndim]
+        dims = shape_of(inputs[0])
+        spatial = [dims[layout.index(c)] for c in _LAYOUTS[ndim][2:] if c in layout]
+        if len(spatial) == ndim:
+            check_sliding_window(spatial, pool_size, strides, padding, dilation, ctx)
         return relax_op(
             inputs[0],
-            pool_size=repeat_to(attrs["pool_size"], ndim),  # required
-            strides=repeat_to(attrs.get("strides", 1), ndim),
-            padding=expand_padding(attrs.get("padding", 0), ndim),
-            dilation=repeat_to(attrs.get("dilation", 1), ndim),
+            pool_size=pool_size,
+            strides=strides,
+            padding=padding,
+            dilation=dilation,
             ceil_mode=bool(attrs.get("ceil_mode", False)),
             # max pools ignore it; Relay's avg pools default to excluding padding.
             count_include_pad=bool(attrs.get("count_include_pad", False)) if is_avg else False,
-            layout=attrs.get("layout") or _LAYOUTS[ndim],
+            layout=layout,
             out_layout=attrs.get("out_layout") or None,
         )
 
