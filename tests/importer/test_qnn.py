@@ -350,3 +350,13 @@ def test_unusable_scales_are_named(call, message):
     with pytest.raises(ConversionError, match=message) as info:
         import_relay(parse(text, "scales.relay"))
     assert "scales.relay:3:" in str(info.value)
+
+
+def test_a_requantize_multiplier_past_the_fixed_point_range_is_named():
+    # 1e30 / 0.1: the shift would pass the int64 the product is computed in
+    text = ('#[version = "0.0.5"]\n'
+            'def @main(%x: Tensor[(2, 3), int8]) {\n'
+            '  qnn.requantize(%x, 1e30f, 3, 0.1f, -2, out_dtype="int8")\n}\n')
+    with pytest.raises(ConversionError, match=r"qnn.requantize: input_scale / output_scale = "
+                                              r"1e\+31 is out of the fixed-point range"):
+        import_relay(parse(text, "mult.relay"))

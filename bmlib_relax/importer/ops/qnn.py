@@ -213,6 +213,9 @@ def _round_fp(x: relax.Expr, rounding: str, dtype: str) -> relax.Expr:
 
 
 # --------------------------------------------------------------------------- requantize
+_MAX_FIXED_POINT_MULTIPLIER = float(2 ** 31)
+
+
 def requantize(data: relax.Expr, in_scale: QParam, in_zp: QParam, out_scale: QParam,
                out_zp: QParam, axis: int, rounding: str, compute_dtype: str, out_dtype: str,
                ctx) -> relax.Expr:
@@ -236,6 +239,11 @@ def requantize(data: relax.Expr, in_scale: QParam, in_zp: QParam, out_scale: QPa
     if not in_zp.is_scalar_value(0):
         t = relax.op.subtract(t, _along(in_zp.value.reshape(-1) if not in_zp.is_scalar
                                         else in_zp.value, ndim, axis, "int32"))
+    largest = float(np.max(np.abs(in_scale.value.astype("float64")))) / abs(out_scale_f)
+    if largest >= _MAX_FIXED_POINT_MULTIPLIER:
+        # its shift would pass the int64 the fixed-point product is computed in
+        raise ctx.error(f"input_scale / output_scale = {largest:g} is out of the fixed-point "
+                        f"range (below 2**31) of compute_dtype int64")
     if in_scale.is_scalar:
         if not in_scale.equals_scalar(out_scale):
             multiplier = float(np.float64(in_scale.item()) / np.float64(out_scale_f))
