@@ -69,15 +69,19 @@ INDEX_OPS = SELECTION_OPS + ("relax.astype",)
 
 
 # --------------------------------------------------------------------------- checks
-def _shape(expr) -> Optional[list[int]]:
-    """Static shape of a tensor expression, None if dynamic or not a tensor."""
-    ty = getattr(expr, "ty", None)
+def static_shape(ty) -> Optional[list[int]]:
+    """Static shape of a tensor type, None if dynamic or not a tensor."""
     shape = getattr(ty, "shape", None)
     if not isinstance(ty, relax.TensorType) or shape is None or not hasattr(shape, "values"):
         return None
     if not all(hasattr(d, "value") for d in shape.values):
         return None
     return [int(d.value) for d in shape.values]
+
+
+def _shape(expr) -> Optional[list[int]]:
+    """Static shape of a tensor expression, None if dynamic or not a tensor."""
+    return static_shape(getattr(expr, "ty", None))
 
 
 def _dims(expr) -> Optional[list[Optional[int]]]:
@@ -115,11 +119,8 @@ MAX_TEMPLATE_ELEMENTS = 2 ** 31 - 1
 
 def static_elements(ty) -> Optional[int]:
     """The element count of a tensor type whose dims are all static, else None."""
-    shape = getattr(ty, "shape", None)
-    if shape is None or not hasattr(shape, "values") or \
-            not all(_is_static_dim(d) for d in shape.values):
-        return None
-    return int(np.prod([int(d.value) for d in shape.values], dtype=object))
+    shape = static_shape(ty)
+    return None if shape is None else int(np.prod(shape, dtype=object))
 
 
 def _tensor_ok(ty, dtypes: tuple = SUPPORTED_DTYPES, symbolic: bool = False) -> bool:

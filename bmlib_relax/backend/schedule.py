@@ -359,7 +359,7 @@ def _zero_divisor(sch: s_tir.Schedule, block) -> bool:
         source = getattr(node.b, "source", None) if isinstance(node, _DIVISIONS) else None
         return source is not None and source.same_as(buffer)
 
-    return any(_any_node(sch.get(consumer).body, divides_by_it)
+    return any(any_node(sch.get(consumer).body, divides_by_it)
                for consumer in sch.get_consumers(block))
 
 
@@ -369,7 +369,7 @@ _CHILD_FIELDS = ("seq", "body", "block", "init", "then_case", "else_case", "valu
                  "args", "condition", "true_value", "false_value", "indices")
 
 
-def _any_node(node, predicate) -> bool:
+def any_node(node, predicate) -> bool:
     """Whether ``predicate`` holds for ``node`` or any TIR node under it."""
     if predicate(node):
         return True
@@ -378,7 +378,7 @@ def _any_node(node, predicate) -> bool:
         if child is None or isinstance(child, (int, float, str)):
             continue
         children = child if isinstance(child, (list, tuple, tvm_ffi.Array)) else [child]
-        if any(isinstance(c, (tvm.tirx.Stmt, tvm.ir.expr.Expr)) and _any_node(c, predicate)
+        if any(isinstance(c, (tvm.tirx.Stmt, tvm.ir.expr.Expr)) and any_node(c, predicate)
                for c in children):
             return True
     return False

@@ -340,8 +340,8 @@ _MAX_DIM = 2 ** 31 - 1
 def _check_tensor_type(ty: ast.TensorType, where: Optional[str]) -> None:
     """Refuse a tensor type no tensor can have, before TVM fails on it deep inside (or at
     run time): a negative dim, a dim past int32, more elements than int64 counts, a
-    ``handle``/``void``
-    dtype, a vector dtype (``float32x4``: lanes the VM cannot pass in or out)."""
+    ``handle``/``void`` dtype, a vector dtype (``float32x4``: lanes the VM cannot pass
+    in or out)."""
     static = [d for d in ty.shape if isinstance(d, int)]
     if any(d < 0 for d in static):
         raise ConversionError(f"Tensor[{tuple(ty.shape)}, {ty.dtype}]: a dim is negative",

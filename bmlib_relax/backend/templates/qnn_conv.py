@@ -35,7 +35,7 @@ from tvm import te, tirx
 
 from ..dot_product import DotProduct, dot_kernel_layout, dot_product_for, output_block
 from ..prefetch import flatten
-from ..schedule import (UnscheduledBlockWarning, divisor_at_most, inline_epilogue,
+from ..schedule import (UnscheduledBlockWarning, any_node, divisor_at_most, inline_epilogue,
                         loop_extents, parallelize)
 from ._utils import attr_ints, out_dtype
 from .registry import SCHEDULE_ATTR, TEMPLATES, register_schedule
@@ -86,28 +86,8 @@ INSTRUCTIONS = {
 }
 
 def _has_dot_loop(stmt) -> bool:
-    found = []
-
-    def visit(node):
-        if isinstance(node, tirx.For) and DOT_ANNOTATION in node.annotations:
-            found.append(node)
-
-    _walk(stmt, visit)
-    return bool(found)
-
-
-def _walk(stmt, visit) -> None:
-    visit(stmt)
-    for child in _children(stmt):
-        _walk(child, visit)
-
-
-def _children(stmt) -> list:
-    if isinstance(stmt, tirx.SeqStmt):
-        return list(stmt.seq)
-    children = [getattr(stmt, name, None) for name in ("block", "init", "body", "then_case",
-                                                       "else_case")]
-    return [c for c in children if isinstance(c, tirx.Stmt)]
+    return any_node(stmt, lambda node: isinstance(node, tirx.For) and
+                    DOT_ANNOTATION in node.annotations)
 
 
 def _linear(expr, variables) -> list:

@@ -38,6 +38,13 @@ def dtype_of(expr: relax.Expr) -> str:
     return str(expr.ty.dtype)
 
 
+def known_dtype(expr: relax.Expr) -> Optional[str]:
+    """The element dtype of a tensor operand, None when not known (not a tensor, or a
+    tensor of unknown dtype): checks between operands skip those."""
+    dtype = str(getattr(expr.ty, "dtype", ""))
+    return None if dtype in ("", "void") else dtype
+
+
 def ints(value: Any) -> list[int]:
     """An int or a (nested) sequence of ints as a flat list."""
     if isinstance(value, (list, tuple)):
@@ -105,8 +112,8 @@ def check_product_operands(lhs: relax.Expr, rhs: relax.Expr, ctx) -> None:
     integers (``uint8`` data with ``int8`` weights, as QNN lowering left them): any
     other mix (a ``bool`` operand, ``float32`` with ``float16`` or with an integer)
     has no arithmetic TVM can build and failed in Relay's build, deep in LLVM."""
-    a, b = (str(getattr(x.ty, "dtype", "")) for x in (lhs, rhs))
-    if "" in (a, b) or "void" in (a, b):
+    a, b = known_dtype(lhs), known_dtype(rhs)
+    if a is None or b is None:
         return
     integers = ("int", "uint")
     if "bool" in (a, b) or (a != b and not (a.startswith(integers) and b.startswith(integers))):
@@ -126,8 +133,8 @@ def check_nonempty_average(data: relax.Expr, axes: Optional[Sequence[int]], ctx)
 
 
 def check_nonempty_reduction(lengths: Sequence[Any], ctx, what: str) -> None:
-    """Refuse a product (conv, dense, matmul) that sums over nothing: ``lengths`` are
-    its reduction extents (a kernel's input channels and window, a matmul's K).  Every
+    """Refuse a product (conv, dense) that sums over nothing: ``lengths`` are its
+    reduction extents (a kernel's input channels and window, a dense's K).  Every
     output would be 0, and TVM cannot vectorize the empty loops of its templates."""
     if any(isinstance(n, int) and n == 0 for n in lengths):
         raise ctx.error(f"{what} is empty: the product sums over no elements")

@@ -7,8 +7,6 @@ to those defaults.
 """
 from __future__ import annotations
 
-import re
-
 from tvm import relax
 
 from ..registry import register_converter
@@ -16,7 +14,7 @@ from ._utils import (
     check_nonempty_reduction, check_product_operands, check_sliding_window, expand_padding,
     out_dtype, repeat_to, shape_of,
 )
-from .layout import layout_transform
+from .layout import axis_names, layout_transform, spatial_axes
 
 # Relay op -> (Relax op, spatial dims, default data layout, default kernel layout)
 _CONV_OPS = {
@@ -70,8 +68,7 @@ def _conv(relax_op, ndim: int, data_layout: str, kernel_layout: str):
 
 def _spatial(dims, layout: str) -> list:
     """The spatial extents (D, H, W in that order, those the layout has) of ``dims``."""
-    axes = re.findall(r"\d*[A-Za-z]", layout)
-    return [dims[axes.index(c)] for c in "DHW" if c in axes]
+    return [dims[i] for i in spatial_axes(layout)]
 
 
 def _check_conv_window(data, weight, conv: dict, ctx) -> None:
@@ -85,8 +82,7 @@ def _check_conv_window(data, weight, conv: dict, ctx) -> None:
 def _check_kernel_window(weight, kernel_layout: str, ctx) -> None:
     """The weight's input channels and window, the extents a conv sums over, are not 0."""
     dims = shape_of(weight)
-    axes = re.findall(r"\d*[A-Za-z]", kernel_layout)  # OIHW16i32o: O, I, H, W, 16i, 32o
-    reduced = [d for axis, d in zip(axes, dims) if axis[-1] not in "Oo"]
+    reduced = [d for axis, d in zip(axis_names(kernel_layout), dims) if axis[-1] not in "Oo"]
     check_nonempty_reduction(reduced, ctx, f"the kernel window (weight shape {tuple(dims)})")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from tvm import relax
 
 from ..registry import register_converter
-from ._utils import check_integer_divisor, dtype_of
+from ._utils import check_integer_divisor, dtype_of, known_dtype
 
 # Relay op name -> Relax op; Relay and Relax share numpy broadcasting semantics here.
 BINARY_OPS = {
@@ -75,8 +75,8 @@ DIVIDING_OPS = {"divide", "floor_divide", "floor_mod"}
 
 def _binary(relax_op, name: str):
     def convert(inputs, attrs, ctx):
-        lhs, rhs = (str(getattr(x.ty, "dtype", "")) for x in inputs)
-        if lhs != rhs and "" not in (lhs, rhs) and "void" not in (lhs, rhs):
+        lhs, rhs = (known_dtype(x) for x in inputs)
+        if lhs != rhs and lhs is not None and rhs is not None:
             # Relay's BroadcastRel / BroadcastCompRel (Relax would promote or pick one)
             raise ctx.error(f"data types {lhs} and {rhs} do not match")
         if name in DIVIDING_OPS:

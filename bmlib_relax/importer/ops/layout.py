@@ -36,6 +36,18 @@ def parse_layout(layout: str, ctx) -> list[tuple[str, int]]:
     return axes
 
 
+def axis_names(layout: str) -> list[str]:
+    """``"OIHW16i32o"`` -> ``["O", "I", "H", "W", "16i", "32o"]``: one name per dim,
+    without :func:`parse_layout`'s validation (the op's own checks refuse a bad one)."""
+    return [factor + letter for factor, letter in _AXIS.findall(layout)]
+
+
+def spatial_axes(layout: str) -> list[int]:
+    """The dims of ``layout``'s spatial axes (``D``, ``H``, ``W``), in that order."""
+    names = axis_names(layout)
+    return [names.index(c) for c in "DHW" if c in names]
+
+
 def layout_transform(data: relax.Expr, src: str, dst: str, ctx) -> relax.Expr:
     """``data`` in layout ``src`` re-laid out as ``dst`` (static blocked dims)."""
     if src == dst:

@@ -13,6 +13,7 @@ from ..registry import register_converter
 from ._utils import (
     check_nonempty_average, check_sliding_window, expand_padding, repeat_to, shape_of,
 )
+from .layout import spatial_axes
 
 _LAYOUTS = {1: "NCW", 2: "NCHW", 3: "NCDHW"}
 
@@ -30,7 +31,7 @@ def _pool(relax_op, ndim: int, is_avg: bool):
         dilation = repeat_to(attrs.get("dilation", 1), ndim)
         layout = attrs.get("layout") or _LAYOUTS[ndim]
         dims = shape_of(inputs[0])
-        spatial = [dims[layout.index(c)] for c in _LAYOUTS[ndim][2:] if c in layout]
+        spatial = [dims[i] for i in spatial_axes(layout)]
         if len(spatial) == ndim:
             check_sliding_window(spatial, pool_size, strides, padding, dilation, ctx)
         return relax_op(
@@ -52,7 +53,7 @@ def _pool(relax_op, ndim: int, is_avg: bool):
 def _adaptive_avg_pool(ndim: int):
     def convert(inputs, attrs, ctx):
         layout = attrs.get("layout") or _LAYOUTS[ndim]
-        _check_spatial_nonempty(inputs[0], layout, ndim, ctx)
+        _check_spatial_nonempty(inputs[0], layout, ctx)
         size = attrs.get("output_size")
         if size is not None:
             size = list(size) if isinstance(size, (list, tuple)) else [size]
@@ -72,16 +73,15 @@ for _ndim in (1, 2, 3):
     register_converter(f"nn.adaptive_avg_pool{_ndim}d")(_adaptive_avg_pool(_ndim))
 
 
-def _check_spatial_nonempty(data, layout: str, ndim: int, ctx) -> None:
+def _check_spatial_nonempty(data, layout: str, ctx) -> None:
     """An adaptive or global average over an empty spatial dim divides by 0."""
-    check_nonempty_average(data, [layout.index(c) for c in _LAYOUTS[ndim][2:]
-                                  if c in layout], ctx)
+    check_nonempty_average(data, spatial_axes(layout), ctx)
 
 
 @register_converter("nn.global_avg_pool2d")
 def _global_avg_pool2d(inputs, attrs, ctx):
     layout = attrs.get("layout") or "NCHW"
-    _check_spatial_nonempty(inputs[0], layout, 2, ctx)
+    _check_spatial_nonempty(inputs[0], layout, ctx)
     return relax.op.nn.adaptive_avg_pool2d(inputs[0], (1, 1), layout=layout,
                                            out_layout=attrs.get("out_layout") or None)
 

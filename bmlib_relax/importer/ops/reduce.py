@@ -42,10 +42,10 @@ def _reduce(relax_op):
         keepdims = bool(attrs.get("keepdims", False))
         if relax_op is relax.op.mean:
             check_nonempty_average(data, axes, ctx)
-        if relax_op is relax.op.mean and dtype_of(data) == "float16":
-            # A float16 running sum stalls at 2048 + 0.5: average in float32, round back.
-            mean = relax_op(relax.op.astype(data, "float32"), axes, keepdims=keepdims)
-            return relax.op.astype(mean, "float16")
+            if dtype_of(data) == "float16":
+                # A float16 running sum stalls at 2048 + 0.5: average in float32, round back.
+                mean = relax_op(relax.op.astype(data, "float32"), axes, keepdims=keepdims)
+                return relax.op.astype(mean, "float16")
         return relax_op(data, axes, keepdims=keepdims)
 
     return convert
