@@ -217,3 +217,31 @@ def test_float_division_by_a_literal_zero_compiles_to_ieee_results():
     with np.errstate(divide="ignore", invalid="ignore"):
         expected = x / np.float32(0) * 2 + 1
     np.testing.assert_array_equal(model(x=x), expected)
+
+
+@pytest.mark.parametrize("dtype, suffix", [("float64", "f64"), ("float32", "f"),
+                                           ("float16", "f16")])
+@pytest.mark.parametrize("zero", ["0", "-0"])
+def test_division_by_a_literal_zero_on_the_host_gives_ieee_results(dtype, suffix, zero):
+    """What bmlib does not take (float64), and the plain Relax reference build, divide by
+    a literal 0 per element too: TVM's legalization inlined the scalar and its constant
+    folder stopped the build (InternalError: Divide by zero) -- see host_legalize."""
+    import bmlib_relax
+    from bmlib_relax.compiler import compile_plain
+    from bmlib_relax.importer import import_relay
+    from bmlib_relax.relay import parse
+
+    x = np.array([[1, -2, 0, np.nan], [np.inf, -np.inf, 3, -0.0]], dtype)
+    divisor = np.array(float(zero), dtype)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        expected = {"divide": x / divisor, "floor_divide": np.floor(x / divisor),
+                    "floor_mod": x - np.floor(x / divisor) * divisor,
+                    "mod": np.fmod(x, divisor)}
+    for op, want in expected.items():
+        text = (f'#[version = "0.0.5"]\ndef @main(%x: Tensor[(2, 4), {dtype}]) '
+                f'{{ {op}(%x, {zero}{suffix}) }}')
+        got = np.asarray(bmlib_relax.compile(text, num_threads=1)(x))
+        np.testing.assert_array_equal(got, want, err_msg=op)
+        vm = tvm.relax.VirtualMachine(compile_plain(import_relay(parse(text))), tvm.cpu())
+        np.testing.assert_array_equal(vm["main"](tvm.runtime.tensor(x)).numpy(), want,
+                                      err_msg=f"{op} (plain build)")

@@ -91,6 +91,19 @@ def test_integer_division_by_a_nonzero_constant_imports(op):
     check(relay_fn("%x: Tensor[(2, 3), int32]", f"{op}(%x, 3)"), [x], expected)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("op", ["mod", "trunc_mod"])
+def test_float_mod_is_fmod_exactly(op, dtype):
+    # Relay's mod was TVM's truncmod (LLVM frem): exact.  x - trunc(x / y) * y rounds
+    # x / y first (5.3 mod 0.1 is 0.09999.. with fmod, 0 or -1e-7 through the quotient).
+    x = np.array([5.3, -5.3, 1e10, 7.0, -7.5, np.inf, 2.0, -0.0], dtype)
+    y = np.array([0.1, 0.1, 3.0, -2.0, 2.0, 3.0, np.inf, 1.0], dtype)
+    params = f"%x: Tensor[(8), {dtype}], %y: Tensor[(8), {dtype}]"
+    with np.errstate(invalid="ignore"):  # fmod(inf, 3) is NaN
+        expected = np.fmod(x, y)
+    check(relay_fn(params, f"{op}(%x, %y)"), [x, y], expected, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("op", ["add", "less", "logical_and", "power"])
 def test_operands_of_two_dtypes_are_refused_as_relay_did(op):
     # Relay's BroadcastRel refused them; Relax would promote or take one dtype silently

@@ -303,19 +303,21 @@ def _fixed_point_multiply(inputs, attrs, ctx):
 
 @register_converter("mod", "trunc_mod")
 def _trunc_mod(inputs, attrs, ctx):
-    # Relay's mod truncates toward zero (C's %): x - trunc(x / y) * y.
+    # Relay's mod truncates toward zero (C's %, fmod for floats).
     lhs, rhs = inputs
     check_integer_divisor(rhs, ctx)
     if dtype_of(lhs).startswith("float"):
-        quotient = relax.op.trunc(relax.op.divide(lhs, rhs))
-    else:
-        # floor_divide corrected toward zero where the signs differ and it is inexact.
-        floor_q = relax.op.floor_divide(lhs, rhs)
-        inexact = relax.op.not_equal(relax.op.multiply(floor_q, rhs), lhs)
-        negative = relax.op.less(relax.op.multiply(relax.op.sign(lhs), relax.op.sign(rhs)),
-                                 relax.const(0, dtype_of(lhs)))
-        fix = relax.op.astype(relax.op.logical_and(inexact, negative), dtype_of(lhs))
-        quotient = relax.op.add(floor_q, fix)
+        # relax.mod is TVM's truncmod, as Relay's was: LLVM's frem, exact.  The formula
+        # x - trunc(x / y) * y rounds x / y first (5.3 mod 0.1 gave -1e-7 for 0.09999),
+        # and TVM folds its "* 0" for a zero divisor (x mod 0 gave x for fmod's NaN).
+        return relax.op.mod(lhs, rhs)
+    # floor_divide corrected toward zero where the signs differ and it is inexact.
+    floor_q = relax.op.floor_divide(lhs, rhs)
+    inexact = relax.op.not_equal(relax.op.multiply(floor_q, rhs), lhs)
+    negative = relax.op.less(relax.op.multiply(relax.op.sign(lhs), relax.op.sign(rhs)),
+                             relax.const(0, dtype_of(lhs)))
+    fix = relax.op.astype(relax.op.logical_and(inexact, negative), dtype_of(lhs))
+    quotient = relax.op.add(floor_q, fix)
     return relax.op.subtract(lhs, relax.op.multiply(quotient, rhs))
 
 

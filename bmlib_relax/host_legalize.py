@@ -1,0 +1,85 @@
+"""Host-side division by a constant zero, legalized so that TVM does not fold it.
+
+TVM's default legalization passes a scalar constant operand of a binary op into the
+TE compute as an immediate (``_try_convert_to_scalar_const``), and TVM's constant
+folder then raises on ``x / 0.0`` while the compute is being built
+(``InternalError: Check failed: fb->value != 0 : Divide by zero``), killing the whole
+build.  Relay computed such a division per element: IEEE ``±inf`` / ``NaN``
+(``divide(%x, 0f)``; ``floor_divide`` the floor of that; ``floor_mod`` / ``mod``
+``NaN``).  bmlib's templates keep that (``schedule._zero_divisor``); what stays on the
+host -- a float64 division, or every op of the plain Relax reference build -- is
+legalized here first, the zero divisor passed to the PrimFunc as a 0-d tensor
+argument, which nothing folds.  Integer division by a constant zero never gets here:
+the importer refuses it (``check_integer_divisor``).
+"""
+from __future__ import annotations
+
+import tvm
+from tvm import relax, topi
+from tvm.ir import GenericConst
+from tvm.relax.expr_functor import PyExprMutator, mutator
+
+# The Relax ops whose scalar-constant divisor TVM inlines and folds, and the TE
+# compute each legalizes to.
+_DIVISIONS = {
+    "relax.divide": topi.divide,
+    "relax.floor_divide": topi.floor_divide,
+    "relax.floor_mod": topi.floor_mod,
+}
+
+
+def _is_zero_scalar(expr: relax.Expr) -> bool:
+    """A 0-d float constant equal to zero (either sign)."""
+    if not (isinstance(expr, GenericConst) and isinstance(expr.value, tvm.runtime.Tensor)):
+        return False
+    value = expr.value.numpy()
+    return value.ndim == 0 and value.dtype.kind == "f" and bool(value == 0)
+
+
+@mutator
+class _ZeroDivisorLegalizer(PyExprMutator):
+    """Each host call of a division op whose divisor is a constant scalar zero becomes
+    a ``call_tir`` that takes the divisor as a tensor argument."""
+
+    def visit_call_(self, call: relax.Call) -> relax.Expr:  # noqa: D401 - visitor
+        call = super().visit_call_(call)
+        compute = _DIVISIONS.get(call.op.name) if isinstance(call.op, tvm.ir.Op) else None
+        if compute is None or len(call.args) != 2 or not _is_zero_scalar(call.args[1]):
+            return call
+        return self.builder_.call_te(compute, call.args[0], call.args[1],
+                                     primfunc_name_hint=call.op.name.split(".")[-1])
+
+
+def legalize_zero_divisors(mod: tvm.IRModule) -> tvm.IRModule:
+    """``mod`` with every Relax function's division by a constant scalar zero
+    legalized as a tensor-argument ``call_tir`` (see the module docstring); ``mod``
+    itself when it has none."""
+    hosts = [(gvar, func) for gvar, func in mod.functions.items()
+             if _runs_on_host(func) and _has_zero_division(func)]
+    if not hosts:
+        return mod
+    legalizer = _ZeroDivisorLegalizer(mod)
+    for gvar, func in hosts:
+        legalizer.builder_.update_func(gvar, legalizer.visit_expr(func))
+    return legalizer.builder_.get()
+
+
+def _runs_on_host(func) -> bool:
+    """A Relax function TVM legalizes: not an external codegen's partition (bmlib's
+    templates lower those, zero divisors included)."""
+    return isinstance(func, relax.Function) and \
+        (func.attrs is None or "Codegen" not in func.attrs)
+
+
+def _has_zero_division(func: relax.Function) -> bool:
+    found = []
+
+    def visit(expr):
+        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and \
+                expr.op.name in _DIVISIONS and len(expr.args) == 2 and \
+                _is_zero_scalar(expr.args[1]):
+            found.append(expr)
+
+    relax.analysis.post_order_visit(func, visit)
+    return bool(found)
+
