@@ -212,10 +212,18 @@ def render_conv_efficiency(rows: Sequence[dict], peak: float) -> str:
     flops = sum(r["flops"] for r in rows)
     ms = sum(r["ms"] for r in rows)
     overall = flops / (ms * 1e-3) / 1e9
-    below = sum(1 for r in rows if r["gflops"] < 0.7 * peak)
+    below = [(i, r) for i, r in enumerate(rows) if r["gflops"] < 0.7 * peak]
     lines.append(f"  all conv2d partitions: {flops / 1e9:.3f} GFLOP in {ms:.3f} ms = "
                  f"{overall:.1f} GFLOP/s, {100 * overall / peak:.1f}% of the measured peak; "
-                 f"{below} of {len(rows)} calls below 70%")
+                 f"{len(below)} of {len(rows)} calls below 70%")
+    # A layer's row is the mean of its calls: name the calls under 70 % one by one.
+    for index, row in below:
+        line = (f"    conv call {index + 1:>2}: {row['partition']} -> {row['output']}  "
+                f"{row['ms']:.3f} ms, {100 * row['gflops'] / peak:.1f}%")
+        if "repeated_ms" in row:
+            line += (f" (repeated {row['repeated_ms']:.3f} ms, "
+                     f"{100 * row['flops'] / (row['repeated_ms'] * 1e-3) / 1e9 / peak:.1f}%)")
+        lines.append(line)
     return "\n".join(lines)
 
 

@@ -194,10 +194,13 @@ def test_k_blocking_predicate(kernel, out, expected, monkeypatch):
                                                 ((1, 8, 21, 21), 3, 32),
                                                 ((1, 8, 14, 14), 2, 24)])  # flat pixels
 def test_strided_1x1_gathers_its_pixels(kblock, shape, stride, out, monkeypatch):
-    """A strided 1x1 on blocked data reads a gathered copy of the pixels it samples
-    (bmlib_data_subsample), with the plain row tiles or the K-blocked ones; odd
-    sizes leave the last row/column out as the strided conv does."""
+    """A strided 1x1 on blocked data whose output blocks run outside its rows reads a
+    gathered copy of the pixels it samples (bmlib_data_subsample), with the plain row
+    tiles or the K-blocked ones; odd sizes leave the last row/column out as the
+    strided conv does.  (Both weight bounds 0: every weight heavy.)"""
     monkeypatch.setenv(conv_templates.KBLOCK_ENV, kblock)
+    monkeypatch.setattr(conv_templates, "ROWS_OUTER_MAX_WEIGHT_BYTES", 0)
+    monkeypatch.setattr(conv_templates, "KBLOCK_ROWS_OUTER_MAX_WEIGHT_BYTES", 0)
     mod, arrays = make_module(_chain(stride=stride), [shape],
                               [(64, 8, 3, 3), (out, 64, 1, 1), (out,)])
     partitioned = partition_for_bmlib(mod)
@@ -209,6 +212,25 @@ def test_strided_1x1_gathers_its_pixels(kblock, shape, stride, out, monkeypatch)
     monkeypatch.setenv(conv_templates.STRIDED_GATHER_ENV, "0")
     assert not any("bmlib_data_subsample" in prim.script()
                    for prim, _ in lower_and_verify(partitioned).values())
+
+
+@pytest.mark.parametrize("heavy", [False, True])
+def test_strided_1x1_gathers_only_when_blocks_run_outside(heavy, monkeypatch):
+    """Light weights run rows outside (each row's input read once for all blocks): the
+    conv reads the strided pixels in place, a pass and a parallel region fewer; heavy
+    ones run blocks outside, each re-reading the gathered copy.  The same numbers."""
+    if heavy:
+        monkeypatch.setattr(conv_templates, "ROWS_OUTER_MAX_WEIGHT_BYTES", 0)
+    mod, arrays = make_module(_chain(stride=2), [(1, 8, 14, 14)],
+                              [(64, 8, 3, 3), (32, 64, 1, 1), (32,)])
+    partitioned = partition_for_bmlib(mod)
+    gathered = [name for name, (prim, _) in lower_and_verify(partitioned).items()
+                if "bmlib_data_subsample" in prim.script()]
+    assert len(gathered) == int(heavy)
+    check_offloaded_run(mod, partitioned, arrays)
+    monkeypatch.setenv(conv_templates.ROWS_OUTER_ENV, "0")  # blocks outside for all
+    assert len([name for name, (prim, _) in lower_and_verify(partitioned).items()
+                if "bmlib_data_subsample" in prim.script()]) == 1
 
 
 def _second_parallel_iteration(partitioned) -> tuple[int, int]:
@@ -240,6 +262,23 @@ def test_light_k_blocked_conv_runs_row_groups_outside(monkeypatch):
     monkeypatch.setenv(conv_templates.ROWS_OUTER_ENV, "0")
     monkeypatch.setenv(conv_templates.PREFETCH_ENV, "0")
     assert _second_parallel_iteration(partitioned) == (0, 3)
+
+
+def test_k_blocked_row_groups_have_their_own_weight_bound(monkeypatch):
+    """A K-blocked conv re-reads its weights once per row group, not per row: its
+    weights are light up to KBLOCK_ROWS_OUTER_MAX_WEIGHT_BYTES, whatever the per-row
+    bound (ROWS_OUTER_MAX_WEIGHT_BYTES) says."""
+    monkeypatch.setenv(conv_templates.KBLOCK_ENV, FORCED)
+    monkeypatch.setenv(conv_templates.PREFETCH_ENV, "0")  # keeps the function unflattened
+    monkeypatch.delenv(conv_templates.ROWS_OUTER_ENV, raising=False)
+    monkeypatch.setattr(conv_templates, "ROWS_OUTER_MAX_WEIGHT_BYTES", 0)
+    assert conv_templates.KBLOCK_ROWS_OUTER_MAX_WEIGHT_BYTES > \
+        conv_templates.FUSED_POINTWISE_MAX_WEIGHT_BYTES  # ResNet's 288-576 KiB 3x3 s2
+    mod, _ = make_module(_chain(), [(1, 8, 21, 21)], [(64, 8, 3, 3), (64, 64, 1, 1), (64,)])
+    partitioned = partition_for_bmlib(mod)
+    assert _second_parallel_iteration(partitioned) == (1, 0)  # row groups outside
+    monkeypatch.setattr(conv_templates, "KBLOCK_ROWS_OUTER_MAX_WEIGHT_BYTES", 0)
+    assert _second_parallel_iteration(partitioned) == (0, 3)  # blocks outside
 
 
 # ----------------------------------------------------------------- next-chunk prefetch

@@ -71,8 +71,9 @@ KBLOCK_MIN_WEIGHT_BYTES = 48 * 1024
 # (MobileNet 7.59 -> 7.35 ms, ResNet-50 50.6 -> 48.9 ms, 1 thread, with the prefetch).
 KBLOCK_CHUNK_BYTES = 8 * 1024
 KBLOCK_GROUP_BYTES = 32 * 1024
-# A strided 1x1 conv on NCHW{b}c data gathers the pixels it reads first
-# (_subsample_blocked); ``$BMLIB_CONV_STRIDED_GATHER=0`` switches that off.
+# A strided 1x1 conv on NCHW{b}c data whose output-channel blocks run outside its
+# rows gathers the pixels it reads first (_subsample_blocked, _gathers_strided_pixels);
+# ``$BMLIB_CONV_STRIDED_GATHER=0`` switches that off.
 STRIDED_GATHER_ENV = "BMLIB_CONV_STRIDED_GATHER"
 KROW_ENV = "BMLIB_CONV_KROW"
 # A conv whose weights are at most this size parallelizes over output rows first
@@ -82,6 +83,11 @@ KROW_ENV = "BMLIB_CONV_KROW"
 # ``$BMLIB_CONV_ROWS_OUTER=0`` keeps the channel blocks outside (A/B timing).
 ROWS_OUTER_MAX_WEIGHT_BYTES = FUSED_POINTWISE_MAX_WEIGHT_BYTES
 ROWS_OUTER_ENV = "BMLIB_CONV_ROWS_OUTER"
+# A K-blocked conv re-reads its weights once per row group, not per row: weights up to
+# this size run row groups outside (schedule_conv2d_kchunk).  Between the two measured
+# sides: ResNet-50's 3x3 stride-2 128->128 (576 KiB) 755 -> 691 µs in the model at 2
+# threads with row groups outside, its 1x1 1024->256 (1 MiB) 290 -> 325 µs.
+KBLOCK_ROWS_OUTER_MAX_WEIGHT_BYTES = 768 * 1024
 # A K-blocked conv prefetches its next chunk of weights (_next_chunk_prefetch);
 # ``$BMLIB_CONV_PREFETCH=0`` switches that off.
 PREFETCH_ENV = "BMLIB_CONV_PREFETCH"
@@ -333,12 +339,14 @@ def _pad_blocked(data: te.Tensor, padding, out_size, kernel, strides, dilation,
                              else "bmlib.pad_nchwc"})
 
 
-def _conv_input(data, block, padding, out_size, kernel, strides, dilation, in_blocked):
+def _conv_input(data, block, padding, out_size, kernel, strides, dilation, in_blocked,
+                gather=False):
     """The packed (or, blocked already, padded) input of a blocked conv, and the strides
-    it is read with."""
+    it is read with.  ``gather``: a strided 1x1 on blocked data reads a gathered copy
+    of the pixels it samples (:func:`_gathers_strided_pixels`)."""
     if in_blocked:
         if tuple(kernel) == (1, 1) and list(strides) != [1, 1] and not any(padding) and \
-                _strided_gather_enabled():
+                gather:
             return _subsample_blocked(data, out_size, strides), [1, 1]
         return _pad_blocked(data, padding, out_size, kernel, strides, dilation), strides
     if tuple(kernel) == (1, 1) and list(strides) != [1, 1]:
@@ -348,9 +356,23 @@ def _conv_input(data, block, padding, out_size, kernel, strides, dilation, in_bl
     return _pad_pack(data, block, padding, out_size, kernel, strides, dilation), strides
 
 
-def _strided_gather_enabled() -> bool:
-    """``$BMLIB_CONV_STRIDED_GATHER`` (``0``/``off`` disable) — for A/B timing."""
-    return switched_on(STRIDED_GATHER_ENV)
+def _gathers_strided_pixels(data, kernel, strides, light_weight_bytes: int) -> bool:
+    """Whether a strided 1x1 conv on NCHW{ib}c ``data`` gathers the pixels it samples
+    first (:func:`_subsample_blocked`): when its output-channel blocks run outside its
+    rows (weights heavier than ``light_weight_bytes``, the bound its schedule applies:
+    see :func:`_rows_outer`).
+
+    Blocks outside, every block re-reads the sampled pixels, and reads them from a
+    contiguous copy faster than at a stride: ResNet-50's 56x56 256->512 shortcut 1.26
+    -> 1.01 ms at 1 thread, ResNet-18's 14x14 256->512 one 103 -> 96 µs in the model.
+    Rows outside, each row's input is read once for all blocks, and the gather is a
+    pass and a parallel region more for nothing (ResNet-18's 28x28 and 14x14 shortcuts
+    at 2 threads: 48 -> 30 µs repeated in place).  ``$BMLIB_CONV_STRIDED_GATHER=0``
+    never gathers (A/B timing)."""
+    if not (switched_on(STRIDED_GATHER_ENV) and len(data.shape) == 5 and
+            len(strides) == 2 and all(isinstance(d, tirx.IntImm) for d in kernel.shape)):
+        return False
+    return not (switched_on(ROWS_OUTER_ENV) and _light_weights(kernel, light_weight_bytes))
 
 
 def _subsample_blocked(data: te.Tensor, out_size, strides) -> te.Tensor:
@@ -429,8 +451,11 @@ def conv2d_nchwc(data, kernel, strides, padding, dilation, dtype, ib, ob, row_ti
     kh, kw = int(kernel.shape[2]), int(kernel.shape[3])
     oc_blocks = int(kernel.shape[0])
     oh, ow = _out_size(data, (kh, kw), strides, padding, dilation)
+    k_blocked = k_blocking is not None and blocked[1] and row_tile and ow % row_tile == 0
+    gather = _gathers_strided_pixels(data, kernel, strides, KBLOCK_ROWS_OUTER_MAX_WEIGHT_BYTES
+                                     if k_blocked else ROWS_OUTER_MAX_WEIGHT_BYTES)
     packed, strides = _conv_input(data, ib, padding, (oh, ow), (kh, kw), strides, dilation,
-                                  blocked[0])
+                                  blocked[0], gather=gather)
     # Separate reduce axes for input-channel blocks and the channels inside a block
     # (not ic // ib, ic % ib): the schedule orders them independently.
     axes = _reduce_axes(ico=int(kernel.shape[1]), kh=kh, kw=kw, ici=ib)
@@ -441,7 +466,7 @@ def conv2d_nchwc(data, kernel, strides, padding, dilation, dtype, ib, ob, row_ti
                        x * strides[1] + rx * dilation[1], ici].astype(dtype)
         return _sum(value * kernel[oc, ico, ry, rx, ici, oo].astype(dtype), axes)
 
-    if k_blocking is not None and blocked[1] and row_tile and ow % row_tile == 0:
+    if k_blocked:
         return _k_blocked_conv(packed, kernel, strides, dilation, dtype, (oh, ow),
                                k_blocking, row_tile)
     if not row_tile or ow % row_tile == 0:
@@ -696,7 +721,7 @@ def _register_tile(sch, block, wo, wi, ci, reg: int, ob_extent: int) -> None:
         sch.vectorize(ci)
 
 
-def _rows_outer(sch, block) -> bool:
+def _rows_outer(sch, block, max_weight_bytes=None) -> bool:
     """Whether a conv's parallel loop runs over output rows outside the output-channel
     blocks: when all its weights fit ``ROWS_OUTER_MAX_WEIGHT_BYTES``.
 
@@ -712,15 +737,16 @@ def _rows_outer(sch, block) -> bool:
     if not switched_on(ROWS_OUTER_ENV):
         return False
     kernel = _kernel_buffer(sch, block)
-    return kernel is not None and _light_weights(kernel)
+    return kernel is not None and _light_weights(kernel, max_weight_bytes)
 
 
-def _light_weights(kernel) -> bool:
-    """A static 6-D kernel of at most ``ROWS_OUTER_MAX_WEIGHT_BYTES``: light enough to
-    be re-read from L2 for every output row."""
+def _light_weights(kernel, max_weight_bytes=None) -> bool:
+    """A static 6-D kernel of at most ``max_weight_bytes`` (``ROWS_OUTER_MAX_WEIGHT_BYTES``):
+    light enough to be re-read from L2 for every output row."""
     oc_blocks, per_block = _weights_per_block(kernel)
     itemsize = tvm.DataType(str(kernel.dtype)).bits // 8
-    return oc_blocks * per_block * itemsize <= ROWS_OUTER_MAX_WEIGHT_BYTES
+    limit = ROWS_OUTER_MAX_WEIGHT_BYTES if max_weight_bytes is None else max_weight_bytes
+    return oc_blocks * per_block * itemsize <= limit
 
 
 @register_schedule("bmlib.conv2d_nchwc")
@@ -773,11 +799,13 @@ def schedule_conv2d_kchunk(sch, block, ctx):
     outside the tile.
 
     Output-channel blocks are the outer parallel axis, so threads split the
-    weights rather than share them -- unless the weights are light (:func:`_rows_outer`):
-    then the row groups are, and each thread reads only its rows of the input, once
-    for all output blocks, instead of all of the input once per block (ResNet-50's
-    28x28 512->128 1x1, 256 KiB of weights: 0.35 -> 0.30 ms at 2 threads, level at 1).
-    Their weights stay in L2 after a thread's first row group: no chunk prefetch."""
+    weights rather than share them -- unless the weights are light (:func:`_rows_outer`,
+    at most ``KBLOCK_ROWS_OUTER_MAX_WEIGHT_BYTES``: re-read once per row group, not per
+    row): then the row groups are, and each thread reads only its rows of the input,
+    once for all output blocks, instead of all of the input once per block (ResNet-50's
+    28x28 512->128 1x1, 256 KiB of weights: 0.35 -> 0.30 ms at 2 threads, level at 1;
+    ResNet-18's 3x3 stride-2 64->128, 288 KiB: 364 -> 322 µs at 2 threads, within 3 %
+    at 1).  Their weights stay in L2 after a thread's first row group: no chunk prefetch."""
     tile = int(sch.get(block).annotations["bmlib_tile_pixels"])
     rows = int(sch.get(block).annotations["bmlib_group_rows"])
     total = sch.get_consumers(block)[0]
@@ -788,7 +816,7 @@ def schedule_conv2d_kchunk(sch, block, ctx):
                                                sch.get(block).writes[0].source.shape[2:])
     n, cb, h, w, ci = sch.get_loops(epilogue)
     ho, hi = sch.split(h, [None, rows])
-    rows_outer = _rows_outer(sch, block)
+    rows_outer = _rows_outer(sch, block, KBLOCK_ROWS_OUTER_MAX_WEIGHT_BYTES)
     if rows_outer:
         sch.reorder(n, ho, cb, hi, w, ci)
         outer = sch.fuse(n, ho, cb)
