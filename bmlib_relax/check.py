@@ -221,7 +221,9 @@ def first_divergence(partitioned: tvm.IRModule, inputs: Sequence[np.ndarray], bu
     """The first intermediate of ``main`` where bmlib and plain builds disagree."""
     probe, producers = probe_version(partitioned)
     offloaded_ex, _ = build_offloaded(probe, target)
-    plain_ex = tvm.compile(plain_version(probe), target=target)
+    from .compiler import compile_plain  # compiler -> ... -> here: imported when used
+
+    plain_ex = compile_plain(plain_version(probe), target)
     tensors = [tvm.runtime.tensor(np.ascontiguousarray(x)) for x in inputs]
     got = relax.VirtualMachine(offloaded_ex, tvm.cpu())["main"](*tensors)
     want = relax.VirtualMachine(plain_ex, tvm.cpu())["main"](*tensors)

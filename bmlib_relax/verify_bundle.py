@@ -266,7 +266,7 @@ def verify_bundle(bundle: GoldenBundle | os.PathLike | str, *, rtol: Optional[fl
     """Compile ``bundle`` with bmlib and compare with its recorded outputs."""
     from .backend.target import resolve_target
     from .check import compare, first_divergence, plain_version
-    from .compiler import build_offloaded, compile as bmlib_compile
+    from .compiler import build_offloaded, compile as bmlib_compile, compile_plain
     from .relay import parse
     from .runtime import ModelRunner
 
@@ -309,9 +309,7 @@ def verify_bundle(bundle: GoldenBundle | os.PathLike | str, *, rtol: Optional[fl
     result.first_divergence = first_divergence(model.relax_module, arrays, build_offloaded,
                                                target, rtol, atol)
     if result.first_divergence is None:
-        import tvm
-
-        plain = ModelRunner(tvm.compile(plain_version(model.relax_module), target=target),
+        plain = ModelRunner(compile_plain(plain_version(model.relax_module), target),
                             model.input_names, huge_pages=False)  # one call
         plain_out = plain(**inputs)
         result.plain_outputs = [d.to_dict() for d in compare(plain_out, tuple(want), rtol,

@@ -146,6 +146,7 @@ def bench_model(name: str, goldens: Path, corpus: Optional[Path], target: Any,
     from tvm import relax
 
     import bmlib_relax
+    from ..compiler import compile_plain as build_plain
     from ..relay import parse
     bench = load_model(name, goldens, corpus)
     module = parse(bench.text, source_name=bench.source)
@@ -156,7 +157,7 @@ def bench_model(name: str, goldens: Path, corpus: Optional[Path], target: Any,
                                 input_shapes=bench.input_shapes, merge=merge)
     compile_bmlib = time.perf_counter() - t0
     t0 = time.perf_counter()
-    plain_ex = tvm.compile(_plain_module(bench), target=tvm.target.Target(target))
+    plain_ex = build_plain(_plain_module(bench), target)
     compile_plain = time.perf_counter() - t0
     plain_vm = relax.VirtualMachine(plain_ex, tvm.cpu())
     report = model.report

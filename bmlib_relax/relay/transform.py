@@ -68,7 +68,11 @@ def _evaluate(call: ast.Call) -> ast.Expr:
 
     from ..importer.converter import RelayImporter
 
+    from ..host_legalize import legalize_zero_divisors
+
     relax_mod = RelayImporter(ast.IRModule({"main": ast.Function((), call)})).run("main")
+    # divide(%c, 0f) folds to Relay's IEEE infinities, not TVM's "Divide by zero" error
+    relax_mod = legalize_zero_divisors(relax_mod)
     vm = relax.VirtualMachine(tvm.compile(relax_mod, target="llvm"), tvm.cpu())
     result = vm["main"]()
 

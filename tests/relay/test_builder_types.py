@@ -149,3 +149,16 @@ def test_fold_constant_evaluates_constant_subgraphs():
     assert body.op.name == "multiply" and isinstance(body.args[1], relay.Constant)
     np.testing.assert_allclose(body.args[1].data, np.exp([4.0, 5.0]), rtol=1e-6)
     assert body.args[0] is x  # the non-constant part is untouched
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_fold_constant_divides_by_zero_as_relay_did(dtype):
+    # Relay folded divide(c, 0f) to IEEE infinities; TVM's legalization inlined the 0 and
+    # its constant folder stopped with "Divide by zero" (see bmlib_relax/host_legalize.py)
+    x = relay.var("x", shape=(3,), dtype=dtype)
+    c = relay.divide(relay.const(np.array([-2.0, 0.0, 3.0]), dtype), relay.const(0.0, dtype))
+    mod = relay.transform.FoldConstant()(relay.IRModule.from_expr(
+        relay.Function([x], relay.add(x, c))))
+    folded = mod["main"].body.args[1]
+    assert isinstance(folded, relay.Constant)
+    np.testing.assert_array_equal(folded.data, np.array([-np.inf, np.nan, np.inf], dtype))
