@@ -38,9 +38,11 @@ def const(value: Any, dtype: Optional[str] = None) -> ast.Constant:
     if isinstance(value, (bool, int, float)) and dtype is None:
         dtype = _PY_DTYPES[type(value)]
     array = np.asarray(value, dtype=dtype)
+    # Relay narrows float64 to float32 and int64 to int32 when no dtype is given:
+    # Python numbers and numpy arrays alike (relay.const(np.arange(3)) is int32)
     if dtype is None and array.dtype == np.float64:
-        array = array.astype("float32")  # Relay narrows Python floats to float32
-    elif dtype is None and array.dtype == np.int64 and not isinstance(value, np.ndarray):
+        array = array.astype("float32")
+    elif dtype is None and array.dtype == np.int64:
         array = array.astype("int32")
     return ast.Constant(array)
 

@@ -128,3 +128,16 @@ def test_inferred_types_print_like_relay():
     printed = mod.astext().splitlines()
     assert printed[2:9] == golden.splitlines()[2:9]
     assert printed[1].endswith(") -> Tensor[(1, 128, 12, 40), float32] {")
+
+
+@pytest.mark.parametrize("value, dtype, expected", [
+    (1.5, None, "float32"), (3, None, "int32"), (True, None, "bool"),
+    (np.array([1.0, 2.0]), None, "float32"),  # numpy float64: narrowed as Relay did
+    (np.arange(3), None, "int32"),            # numpy int64 too
+    (np.array([1, 2], "int8"), None, "int8"),
+    (np.array([1.0]), "float64", "float64"), (np.arange(3), "int64", "int64"),
+    ([1, 2], None, "int32")])
+def test_const_dtype_follows_relay(value, dtype, expected):
+    """relay.const without a dtype narrows float64 -> float32 and int64 -> int32, for
+    Python numbers and numpy arrays alike (TVM v0.19's python/tvm/relay/expr.py)."""
+    assert str(relay.const(value, dtype).data.dtype) == expected
