@@ -100,6 +100,7 @@ def test_split_with_unresolved_metadata_value_names_it():
     ("0", r"indices_or_sections=0 must be at least 1"),
     ("[4, 1]", r"indices_or_sections \[4, 1\] must be a sorted ascending list"),
     ("[2, 6]", r"split indices \[2, 6\] must lie inside the axis' extent 6"),
+    ("[0, 3]", r"indices_or_sections \[0, 3\] must be a sorted ascending list of positive"),
 ])
 def test_split_sections_are_checked_as_relay_did(sections, message):
     # Relay's SplitRel; Relax would split unevenly or make empty parts

@@ -318,3 +318,20 @@ def test_required_parameters_are_required():
         relay.clip(x, 0.0)  # a_max has no default in Relay
     with pytest.raises(TypeError):
         relay.reshape(x)
+
+
+@pytest.mark.parametrize("sections, message", [
+    (0, r"indices_or_sections=0 must be at least 1"),  # was a ZeroDivisionError
+    (4, r"indices_or_sections=4 must divide the axis' extent 6"),
+    ([0, 3], r"indices_or_sections \[0, 3\] must be a sorted ascending list of positive"),
+    ([3, 3], r"indices_or_sections \[3, 3\] must be a sorted ascending list"),
+    ([2, 6], r"split indices \[2, 6\] must lie inside the axis' extent 6")])
+def test_split_type_inference_refuses_what_splitrel_did(sections, message):
+    """The builder's type inference and the importer apply one SplitRel (split_problem)."""
+    from bmlib_relax.errors import RelayTypeError
+
+    x = relay.var("x", shape=(2, 6))
+    call = relay.split(x, sections, axis=1)
+    body = call.astuple() if hasattr(call, "astuple") else call
+    with pytest.raises(RelayTypeError, match="split: " + message):
+        relay.transform.InferType()(relay.IRModule.from_expr(relay.Function([x], body)))

@@ -21,7 +21,7 @@ from ._utils import (
     scalar_operand, shape_of,
 )
 from ...relay import ast
-from ...relay.op import reshape_like_shape
+from ...relay.op import reshape_like_shape, split_problem
 
 _INT64_MAX = 2**63 - 1
 
@@ -201,19 +201,12 @@ def _equal_other_dims(parts: relax.Expr, axis, ctx) -> relax.Expr:
 
 
 def _check_split(sections, dim, ctx) -> None:
-    """Relay's SplitRel, which the import must apply itself (Relax splits unevenly, and
-    a count past the dim made that many empty parts: a million sections took minutes)."""
-    if isinstance(sections, int):
-        if sections < 1:
-            raise ctx.error(f"indices_or_sections={sections} must be at least 1")
-        if isinstance(dim, int) and dim % sections:
-            raise ctx.error(f"indices_or_sections={sections} must divide the axis' extent "
-                            f"{dim}")
-        return
-    if any(b <= a for a, b in zip(sections, sections[1:])):
-        raise ctx.error(f"indices_or_sections {sections} must be a sorted ascending list")
-    if sections and isinstance(dim, int) and not 0 < sections[-1] < dim:
-        raise ctx.error(f"split indices {sections} must lie inside the axis' extent {dim}")
+    """Relay's SplitRel (:func:`~bmlib_relax.relay.op.split_problem`), which the import
+    must apply itself (Relax splits unevenly, and a count past the dim made that many
+    empty parts: a million sections took minutes)."""
+    problem = split_problem(sections, dim)
+    if problem is not None:
+        raise ctx.error(problem)
 
 
 @register_converter("split")

@@ -443,6 +443,28 @@ def _unique_type(arg_types, attrs, call):
     return ast.TupleType(tuple(fields))
 
 
+def split_problem(sections, dim) -> Optional[str]:
+    """What Relay's SplitRel refused in a split of an axis of extent ``dim`` (an int, or
+    anything else for a symbolic one) into ``sections`` (a count, or the split indices),
+    None when it accepts it: a count below 1 or one that does not divide the extent;
+    indices not strictly ascending from above 0, or not inside the extent.  The one
+    statement of the rule: the builder's type inference and the importer both ask it."""
+    if isinstance(sections, int):
+        if sections < 1:
+            return f"indices_or_sections={sections} must be at least 1"
+        if isinstance(dim, int) and dim % sections:
+            return f"indices_or_sections={sections} must divide the axis' extent {dim}"
+        return None
+    sections = [int(i) for i in sections]
+    # (not any(): this module defines Relay's `any` op under that name)
+    if [b for a, b in zip([0] + sections, sections) if b <= a]:
+        return (f"indices_or_sections {sections} must be a sorted ascending list of "
+                "positive indices")
+    if isinstance(dim, int) and sections and sections[-1] >= dim:
+        return f"split indices {sections} must lie inside the axis' extent {dim}"
+    return None
+
+
 @register_type_relation("split")
 def _split_type(arg_types, attrs, call):
     """Relay's SplitRel: ``n`` sections are ``dim // n`` each (``dim`` must divide), split
@@ -455,6 +477,9 @@ def _split_type(arg_types, attrs, call):
     axis %= ndim
     dim = data.shape[axis]
     sections = attrs["indices_or_sections"]
+    problem = split_problem(sections, dim)
+    if problem is not None:
+        raise ValueError(problem)
 
     def with_dim(value):
         shape = list(data.shape)
@@ -462,18 +487,12 @@ def _split_type(arg_types, attrs, call):
         return ast.TensorType(tuple(shape), data.dtype)
 
     if isinstance(sections, int):
-        if isinstance(dim, int) and dim % sections:
-            raise ValueError("indices_or_sections need to be able to divide input.shape[axis]")
         part = None if dim is None else dim // sections
         return ast.TupleType(tuple(with_dim(part) for _ in range(sections)))
     fields, begin = [], 0
     for index in (int(i) for i in sections):
-        if index <= begin and fields:
-            raise ValueError("indices_or_sections need to be a sorted ascending list")
         fields.append(with_dim(index - begin))
         begin = index
-    if isinstance(dim, int) and begin >= dim:
-        raise ValueError("The sum of sections must match the input.shape[axis]")
     fields.append(with_dim(None if dim is None else dim - begin))
     return ast.TupleType(tuple(fields))
 
