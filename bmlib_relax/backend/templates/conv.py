@@ -723,7 +723,8 @@ def _register_tile(sch, block, wo, wi, ci, reg: int, ob_extent: int) -> None:
 
 def _rows_outer(sch, block, max_weight_bytes=None) -> bool:
     """Whether a conv's parallel loop runs over output rows outside the output-channel
-    blocks: when all its weights fit ``ROWS_OUTER_MAX_WEIGHT_BYTES``.
+    blocks: when all its weights fit ``max_weight_bytes`` (``ROWS_OUTER_MAX_WEIGHT_BYTES``
+    unless given: the K-blocked schedule's row groups have a bound of their own).
 
     With the channel blocks outside, every thread reads the whole input (each block
     of output channels reads every input row), and the early layers of a model are
