@@ -96,7 +96,8 @@ class DimMap:
 
     def _translate_back(self, dim: Any) -> Optional[Any]:
         """Rebuild ``dim`` over the user's vars (their dtype); ``None`` if not possible."""
-        reverse = {k: v for k, v in self._from_relax.items() if v is not None}
+        # (a dim written as a name, "n", stays a name: not rebuilt into expressions)
+        reverse = {k: v for k, v in self._from_relax.items() if _is_prim(v)}
         dtypes = {_dtype(v) for v in reverse.values()}
         if len(dtypes) != 1:
             return None

@@ -44,6 +44,12 @@ def register_type_relation(*op_names: str):
     return wrap
 
 
+# What a type rule written in Python raises on inputs it was not written for (a tuple
+# where a tensor goes, groups=0, an infinite scale): each becomes a type error naming
+# the call, as Relay's C++ relations reported theirs.
+RULE_ERRORS = (KeyError, IndexError, TypeError, ValueError, AttributeError, ArithmeticError)
+
+
 def register_arg_type_rule(*op_names: str):
     """Register how an op determines the type of un-annotated arguments."""
     def wrap(fn):
@@ -136,8 +142,11 @@ class TypeInferencer:
                 known.append(self._type_of_subexpr(arg))
             try:
                 found = rule(known, node.attrs)
-            except (KeyError, IndexError, TypeError, ValueError) as exc:
-                raise type_error(node, f"cannot infer the type of an argument: {exc}") from None
+            except BmlibError:
+                raise
+            except RULE_ERRORS as exc:
+                raise type_error(node, "cannot infer the type of an argument: "
+                                       f"{exc or type(exc).__name__}") from None
             for index, ty in (found or {}).items():
                 arg = node.args[index]
                 if index in missing and ty is not None and id(arg) in untyped:
@@ -234,12 +243,15 @@ class TypeInferencer:
             relation = TYPE_RELATIONS.get(op.name)
             if relation is not None:
                 try:
-                    return relation(arg_types, call.attrs, call)
+                    ty = relation(arg_types, call.attrs, call)
                 except BmlibError:
                     raise
-                except (KeyError, IndexError, TypeError, ValueError, ZeroDivisionError) as exc:
+                except RULE_ERRORS as exc:
                     raise type_error(call, str(exc) or type(exc).__name__) from None
-            return self._relax_call_type(call, arg_types)
+            else:
+                ty = self._relax_call_type(call, arg_types)
+            _check_inferred_dims(call, ty)
+            return ty
         callee = self._known(op, call)
         if not isinstance(callee, A.FuncType):
             raise type_error(call, f"call of a value of type {callee} (not a function)")
@@ -337,11 +349,11 @@ class TypeInferencer:
         bb = importer.bb
         inputs, params = [], []
         operands = importer._operands(call)
-        for i, arg in enumerate(operands):
-            value, more = self._relax_operand(arg, arg_types[i], i)
-            inputs.append(value)
-            params += more
         try:
+            for i, arg in enumerate(operands):  # an unknown dtype, a dim past int64
+                value, more = self._relax_operand(arg, arg_types[i], i)
+                inputs.append(value)
+                params += more
             with bb.function("infer", params):
                 with bb.dataflow():
                     out = importer._call(call, inputs, {})
@@ -365,6 +377,28 @@ class TypeInferencer:
             raise RelayTypeError(lines[-1] if lines else type(exc).__name__,
                                  op=call.op.name, location=_where(call)) from None
         return self.relay_type(result_ty)
+
+
+def _check_inferred_dims(call: A.Call, ty: A.Type) -> None:
+    """A static dim an op's type comes out with is a non-negative integer.  Relay's
+    relations refused what would make one negative or fractional (an empty ``arange``,
+    negative ``pad`` widths or ``repeats``, a window past its input); a rule that let
+    one through must not hand a wrong shape to the rest of the model."""
+    if isinstance(ty, A.TupleType):
+        for field in ty.fields:
+            _check_inferred_dims(call, field)
+        return
+    if not isinstance(ty, A.TensorType):
+        return
+    for dim in ty.shape:
+        if isinstance(dim, (bool, float)):
+            problem = "a non-integer"
+        elif isinstance(dim, int) and dim < 0:
+            problem = "a negative"
+        else:
+            continue
+        raise type_error(call, f"the inferred shape {tuple(ty.shape)} has {problem} dim "
+                               f"{dim!r}: the op's attributes do not fit its input")
 
 
 def _annotation(var: A.Var) -> Optional[A.Type]:
