@@ -128,6 +128,27 @@ def test_strided_slice(attrs, ref):
     check(relay_fn(f"%x: {_t(x.shape)}", f"strided_slice(%x, {attrs})"), [x], ref(x))
 
 
+@pytest.mark.parametrize("attrs, message", [
+    ("begin=[3], end=[0]", r"begin 3 and end 0 run against stride 1 on axis 0 \(extent 4\)"),
+    ("begin=[0, 1], end=[4, 5], strides=[1, -1]", r"begin 1 and end 5 run against stride -1 "
+                                                  r"on axis 1"),
+    ("begin=[-1], end=[-3]", r"begin -1 and end -3 run against stride 1"),
+    ("begin=[0], end=[4], strides=[0]", r"strides\[0\] is 0"),
+])
+def test_strided_slice_against_its_stride_is_named_at_import(attrs, message):
+    # TVM's strided_slice shape refused such a range when Relay built the model
+    # ("Input [Begin=3, End=0] is invalid"); bmlib stopped at codegen with it
+    with pytest.raises(ConversionError, match="strided_slice: " + message):
+        import_text(relay_fn("%x: Tensor[(4, 6), float32]", f"strided_slice(%x, {attrs})"))
+
+
+def test_strided_slice_whose_bounds_meet_is_an_empty_axis():
+    x = rand(4, 6)
+    for attrs, ref in (("begin=[3], end=[3]", x[3:3]), ("begin=[10], end=[20]", x[10:20]),
+                       ("begin=[0, 5], end=[4, -100], strides=[1, -2]", x[0:4, 5:-100:-2])):
+        check(relay_fn("%x: Tensor[(4, 6), float32]", f"strided_slice(%x, {attrs})"), [x], ref)
+
+
 @pytest.mark.parametrize("attrs,ref,rows_empty", [
     # Which bound comes first depends on the run-time length d: empty from d = 9 and 10
     # (x[6:5], x[4:5:-1]); at d = 9 x[4:4:-1] is empty too, but its bounds meet.

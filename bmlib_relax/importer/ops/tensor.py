@@ -250,6 +250,7 @@ def _strided_slice(inputs, attrs, ctx):
     # A missing end runs to the end of the axis in the stride's direction.
     end += [_INT64_MAX if s > 0 else -_INT64_MAX - 1 for s in strides[len(end):]]
     begin, end = begin[:len(axes)], end[:len(axes)]
+    _check_slice_ranges(dims, axes, begin, end, strides, ctx)
     first: dict[int, tuple[int, int, int]] = {}
     for i, axis in enumerate(axes):
         if not isinstance(dims[axis], int):
@@ -268,6 +269,30 @@ def _strided_slice(inputs, attrs, ctx):
                     for a, d in enumerate(data.ty.shape.values)]
         data = ctx.bb.match_cast(data, relax.TensorType(cut_dims, dtype_of(data)))
     return relax.op.strided_slice(data, axes, begin, end, strides)
+
+
+def _check_slice_ranges(dims, axes, begin, end, strides, ctx) -> None:
+    """What TVM's strided_slice output shape refused, at import and named: a zero stride,
+    and a range running against its stride once both bounds are put inside a static
+    axis (negative ones counted from its end): ``begin=[3], end=[0]`` on a positive
+    stride selects nothing, which Relay's build stopped on (``Input [Begin=3, End=0] is
+    invalid``); ``begin == end`` is an empty axis, which it allowed."""
+    for i, axis in enumerate(axes):
+        stride = strides[i]
+        if stride == 0:
+            raise ctx.error(f"strides[{i}] is 0: a slice needs a non-zero stride")
+        extent = dims[axis]
+        if not isinstance(extent, int):
+            continue
+        low, high = (-1, extent - 1) if stride < 0 else (0, extent)
+
+        def inside(index: int) -> int:
+            return min(max(index + extent if index < 0 else index, low), high)
+
+        first, last = inside(begin[i]), inside(end[i])
+        if (last < first) if stride > 0 else (last > first):
+            raise ctx.error(f"begin {begin[i]} and end {end[i]} run against stride {stride} on "
+                            f"axis {axis} (extent {extent}): Relay refused such a slice")
 
 
 _FAR = 2**62  # beyond it a bound is a "to the end" sentinel, whatever the extent
