@@ -20,6 +20,7 @@ IMAGE = relay.var("image", shape=(1, 4, 8, 8))
 BOGUS = relay.var("b", shape=(2,), dtype="bogus")
 HUGE = relay.var("h", shape=(2**63,))
 FRACTIONAL = relay.var("f", shape=(1.5, 3))
+SQUARE = relay.var("s", shape=(2**40, 2**40))
 
 
 @pytest.mark.parametrize("op, build, params, message", [
@@ -32,6 +33,7 @@ FRACTIONAL = relay.var("f", shape=(1.5, 3))
      [IMAGE], "infinity"),                                                    # OverflowError
     ("nn.relu", lambda: relay.nn.relu(BOGUS), [BOGUS], "unknown dtype"),     # TVM's ValueError
     ("nn.relu", lambda: relay.nn.relu(HUGE), [HUGE], None),                  # TVM's TypeError
+    ("reshape", lambda: relay.reshape(SQUARE, [-1]), [SQUARE], "past int64"),  # was (0,)
     # shapes with a negative or fractional dim before
     ("arange", lambda: relay.arange(relay.const(5.0), relay.const(0.0), relay.const(1.0)), [],
      r"negative dim -5"),
