@@ -19,6 +19,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from .backend.codegen import is_bmlib_partition
 from .backend.blocked_layout import to_blocked, to_nchw
+from .compiler import compile_plain
 from .runtime import named_outputs
 
 
@@ -221,8 +222,6 @@ def first_divergence(partitioned: tvm.IRModule, inputs: Sequence[np.ndarray], bu
     """The first intermediate of ``main`` where bmlib and plain builds disagree."""
     probe, producers = probe_version(partitioned)
     offloaded_ex, _ = build_offloaded(probe, target)
-    from .compiler import compile_plain  # compiler -> ... -> here: imported when used
-
     plain_ex = compile_plain(plain_version(probe), target)
     tensors = [tvm.runtime.tensor(np.ascontiguousarray(x)) for x in inputs]
     got = relax.VirtualMachine(offloaded_ex, tvm.cpu())["main"](*tensors)

@@ -5,14 +5,16 @@ TE compute as an immediate (``_try_convert_to_scalar_const``), and TVM's constan
 folder then raises on ``x / 0.0`` while the compute is being built
 (``InternalError: Check failed: fb->value != 0 : Divide by zero``), killing the whole
 build.  Relay computed such a division per element: IEEE ``±inf`` / ``NaN``
-(``divide(%x, 0f)``; ``floor_divide`` the floor of that; ``floor_mod`` / ``mod``
-``NaN``).  bmlib's templates keep that (``schedule._zero_divisor``); what stays on the
+(``divide(%x, 0f)``; ``floor_divide`` the floor of that; ``floor_mod`` ``NaN``).
+(``relax.mod``, float ``mod``'s import, is TVM's ``truncmod``, which folds nothing.)  bmlib's templates keep that (``schedule._zero_divisor``); what stays on the
 host -- a float64 division, or every op of the plain Relax reference build -- is
 legalized here first, the zero divisor passed to the PrimFunc as a 0-d tensor
 argument, which nothing folds.  Integer division by a constant zero never gets here:
 the importer refuses it (``check_integer_divisor``).
 """
 from __future__ import annotations
+
+from typing import Callable, Optional
 
 import tvm
 from tvm import relax, topi
@@ -26,6 +28,16 @@ _DIVISIONS = {
     "relax.floor_divide": topi.floor_divide,
     "relax.floor_mod": topi.floor_mod,
 }
+
+
+def _zero_division(expr) -> Optional[Callable]:
+    """The TE compute of ``expr`` when it is a division op by a constant scalar zero."""
+    if not (isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op)):
+        return None
+    compute = _DIVISIONS.get(expr.op.name)
+    if compute is None or len(expr.args) != 2 or not _is_zero_scalar(expr.args[1]):
+        return None
+    return compute
 
 
 def _is_zero_scalar(expr: relax.Expr) -> bool:
@@ -43,8 +55,8 @@ class _ZeroDivisorLegalizer(PyExprMutator):
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:  # noqa: D401 - visitor
         call = super().visit_call_(call)
-        compute = _DIVISIONS.get(call.op.name) if isinstance(call.op, tvm.ir.Op) else None
-        if compute is None or len(call.args) != 2 or not _is_zero_scalar(call.args[1]):
+        compute = _zero_division(call)
+        if compute is None:
             return call
         return self.builder_.call_te(compute, call.args[0], call.args[1],
                                      primfunc_name_hint=call.op.name.split(".")[-1])
@@ -75,11 +87,8 @@ def _has_zero_division(func: relax.Function) -> bool:
     found = []
 
     def visit(expr):
-        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and \
-                expr.op.name in _DIVISIONS and len(expr.args) == 2 and \
-                _is_zero_scalar(expr.args[1]):
+        if _zero_division(expr) is not None:
             found.append(expr)
 
     relax.analysis.post_order_visit(func, visit)
     return bool(found)
-

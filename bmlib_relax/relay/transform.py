@@ -66,9 +66,8 @@ def _evaluate(call: ast.Call) -> ast.Expr:
     import tvm
     from tvm import relax
 
-    from ..importer.converter import RelayImporter
-
     from ..host_legalize import legalize_zero_divisors
+    from ..importer.converter import RelayImporter
 
     relax_mod = RelayImporter(ast.IRModule({"main": ast.Function((), call)})).run("main")
     # divide(%c, 0f) folds to Relay's IEEE infinities, not TVM's "Divide by zero" error

@@ -21,7 +21,6 @@ What Relay did beyond forward inference, and this pass does too:
 from __future__ import annotations
 
 import math
-
 from typing import Any, Callable, Optional
 
 from ..constants import tensor_constant
@@ -273,10 +272,11 @@ class TypeInferencer:
 
         if isinstance(ty, A.TensorType):
             static = [d for d in ty.shape if isinstance(d, int) and not isinstance(d, bool)]
-            if len(static) == len(ty.shape) and math.prod(static) >= 2**63:
+            elements = math.prod(static)
+            if len(static) == len(ty.shape) and elements >= 2**63:
                 # Relax computes shapes in int64: a reshape of it would wrap to 0 elements
                 raise RelayTypeError(f"a tensor of shape {tuple(ty.shape)} has "
-                                     f"{math.prod(static):,} elements, past int64")
+                                     f"{elements:,} elements, past int64")
             dims = []
             for i, dim in enumerate(ty.shape):
                 if dim is None:

@@ -14,7 +14,7 @@ from ._utils import (
     check_nonempty_reduction, check_product_operands, check_sliding_window, expand_padding,
     out_dtype, repeat_to, shape_of,
 )
-from .layout import axis_names, layout_transform, spatial_axes
+from .layout import axis_names, layout_transform, spatial_extents
 
 # Relay op -> (Relax op, spatial dims, default data layout, default kernel layout)
 _CONV_OPS = {
@@ -66,16 +66,12 @@ def _conv(relax_op, ndim: int, data_layout: str, kernel_layout: str):
     return convert
 
 
-def _spatial(dims, layout: str) -> list:
-    """The spatial extents (D, H, W in that order, those the layout has) of ``dims``."""
-    return [dims[i] for i in spatial_axes(layout)]
-
-
 def _check_conv_window(data, weight, conv: dict, ctx) -> None:
     """Strides, dilation, padding and the kernel's window against the input (a direct
     conv: the output extent of each spatial dim must be at least 1)."""
-    check_sliding_window(_spatial(shape_of(data), conv["data_layout"]),
-                         _spatial(shape_of(weight), conv["kernel_layout"]), conv["strides"],
+    check_sliding_window(spatial_extents(shape_of(data), conv["data_layout"]),
+                         spatial_extents(shape_of(weight), conv["kernel_layout"]),
+                         conv["strides"],
                          conv["padding"], conv["dilation"], ctx)
 
 

@@ -48,6 +48,11 @@ def spatial_axes(layout: str) -> list[int]:
     return [names.index(c) for c in "DHW" if c in names]
 
 
+def spatial_extents(dims, layout: str) -> list:
+    """The extents of ``dims`` (a shape in ``layout``) along its spatial axes."""
+    return [dims[i] for i in spatial_axes(layout)]
+
+
 def layout_transform(data: relax.Expr, src: str, dst: str, ctx) -> relax.Expr:
     """``data`` in layout ``src`` re-laid out as ``dst`` (static blocked dims)."""
     if src == dst:

@@ -13,7 +13,7 @@ from ..registry import register_converter
 from ._utils import (
     check_nonempty_average, check_sliding_window, expand_padding, repeat_to, shape_of,
 )
-from .layout import spatial_axes
+from .layout import spatial_axes, spatial_extents
 
 _LAYOUTS = {1: "NCW", 2: "NCHW", 3: "NCDHW"}
 
@@ -30,8 +30,7 @@ def _pool(relax_op, ndim: int, is_avg: bool):
         padding = expand_padding(attrs.get("padding", 0), ndim)
         dilation = repeat_to(attrs.get("dilation", 1), ndim)
         layout = attrs.get("layout") or _LAYOUTS[ndim]
-        dims = shape_of(inputs[0])
-        spatial = [dims[i] for i in spatial_axes(layout)]
+        spatial = spatial_extents(shape_of(inputs[0]), layout)
         if len(spatial) == ndim:
             check_sliding_window(spatial, pool_size, strides, padding, dilation, ctx)
         return relax_op(

@@ -223,7 +223,7 @@ def _split(inputs, attrs, ctx):
         # One part: Relay still returns a 1-tuple, while Relax's split would
         # return the tensor itself.
         return relax.Tuple([inputs[0]])
-    return relax.op.split(inputs[0], sections, axis=int(attrs.get("axis", 0)))
+    return relax.op.split(inputs[0], sections, axis=axis)
 
 
 @register_converter("strided_slice")
