@@ -13,8 +13,10 @@ A schedule rule therefore *marks* a loop (``PREFETCH_ATTR``: ``[kind, weight nam
 :func:`insert_prefetches` flattens the scheduled function (the first steps of TVM's
 own pipeline, which then finds nothing left to do for them) and asks the handler
 registered for ``kind`` (:func:`register_prefetch`) for the statement to put at the
-start of the marked loop's body.  The prefetches stay outside the FMA loops: one
-inside stops LLVM from keeping the accumulators in registers (measured 2x slower).
+start of the marked loop's body.  The prefetches stay outside the innermost FMA loops:
+one inside stops LLVM from keeping the accumulators in registers (measured 2x slower).
+A register tile's outermost reduction loop is a good place (a few lines before each of
+its steps): the fetch is spread over the tile's work instead of issued in one burst.
 """
 from __future__ import annotations
 

@@ -165,6 +165,32 @@ def assert_prefetches_next_unit(path, call, total: int, per_unit: int,
     return fetched
 
 
+def assert_spread_over_reduction(path) -> None:
+    """The prefetch loop (``path[-1]``, from :func:`prefetch_calls`) runs inside a step
+    of a reduction: its enclosing loop updates an accumulator (a store reading the
+    buffer it writes) that it does not initialise (so the loop is inside the tile's
+    reduction, not around the whole tile): a few lines before each reduction step of a
+    register tile, not all at the start of the tile."""
+    from bmlib_relax.backend.schedule import any_node
+
+    step_loop = path[-2]
+    assert int(step_loop.kind) == int(tirx.ForKind.SERIAL)
+    stores: list = []
+    any_node(step_loop.body, lambda node: isinstance(node, tirx.BufferStore) and
+             stores.append(node) and False)
+
+    def reads_itself(store) -> bool:
+        # (TVM 0.27's BufferLoad is a factory; a load holds its buffer as ``source``)
+        return any_node(store.value, lambda load: getattr(load, "source", None) is not None
+                        and load.source.same_as(store.buffer))
+
+    updated = [s.buffer for s in stores if reads_itself(s)]
+    assert updated, "no reduction update around the prefetch"
+    initialised = [s.buffer for s in stores if not reads_itself(s)]
+    assert not any(u.same_as(i) for u in updated for i in initialised), \
+        "the prefetch's loop holds a whole register tile (init and reduction)"
+
+
 def prefetch_calls(stmt, path=()):
     """(enclosing For loops, prefetch call) of every ``tirx.prefetch`` in a flat body."""
     if isinstance(stmt, tirx.For):

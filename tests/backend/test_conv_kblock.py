@@ -21,8 +21,8 @@ from bmlib_relax import partition_for_bmlib
 from bmlib_relax.backend.codegen import build_prim_funcs
 from bmlib_relax.compiler import lower_and_verify
 
-from helpers import (check_offloaded_run, index_value, innermost_fma_loops, make_module,
-                     prefetch_calls, update_realizes)
+from helpers import (assert_spread_over_reduction, check_offloaded_run, index_value,
+                     innermost_fma_loops, make_module, prefetch_calls, update_realizes)
 
 conv_templates = importlib.import_module("bmlib_relax.backend.templates.conv")
 R = relax.op
@@ -288,7 +288,8 @@ def test_k_blocked_conv_prefetches_every_line_of_its_next_chunk(case, monkeypatc
     """Run the prefetch loop nest's index arithmetic for every iteration: while chunk
     ``ko`` of output block ``cb`` is computed, the lines fetched cover all of the next
     chunk (or the next block's first chunk after the last one) and stay inside the
-    weight; the prefetch sits outside the innermost FMA loops.  These weights are light
+    weight; the prefetch sits outside the innermost FMA loops (with a 3x3 kernel, a few
+    lines before each kernel column of a tile).  These weights are light
     (their rows would run outside, without the prefetch): ``$BMLIB_CONV_ROWS_OUTER=0``
     keeps the output blocks outside, as for heavy ones."""
     monkeypatch.setenv(conv_templates.KBLOCK_ENV, FORCED)
@@ -323,6 +324,8 @@ def test_k_blocked_conv_prefetches_every_line_of_its_next_chunk(case, monkeypatc
         end = min(start + chunk * per_block, total)
         expected = set(range(min(start, total - 1) * 4 // 64, (end * 4 - 1) // 64 + 1))
         assert expected <= lines, (cb, ko)
+    if kw > 1:  # a chunk's tile reduces over (kernel column, channels): spread over steps
+        assert_spread_over_reduction(path)
     asm = build_prim_funcs(prims, None).inspect_source("asm")
     assert re.search(r"^\s+prefetcht1\s", asm, flags=re.M)
     loops = innermost_fma_loops(asm)

@@ -12,10 +12,12 @@ import pytest
 from tvm import relax, tirx
 
 from bmlib_relax import partition_for_bmlib
+from bmlib_relax.backend.codegen import build_prim_funcs
 from bmlib_relax.compiler import lower_and_verify
 
-from helpers import (assert_prefetches_next_unit, check_offloaded_run, index_value,
-                     make_module, prefetch_calls, update_realizes)
+from helpers import (assert_prefetches_next_unit, assert_spread_over_reduction,
+                     check_offloaded_run, index_value, innermost_fma_loops, make_module,
+                     prefetch_calls, update_realizes)
 
 conv_templates = importlib.import_module("bmlib_relax.backend.templates.conv")
 R = relax.op
@@ -65,7 +67,8 @@ def test_light_weights_parallelize_rows_first(channels, rows_outer, monkeypatch)
 def test_heavy_conv_prefetches_the_next_output_blocks_weights(monkeypatch):
     """Blocks outside (160->160 3x3: 900 KiB of weights): while the rows of output block
     ``cb`` are computed, the prefetch loops fetch every cache line of block ``cb + 1``'s
-    weights (the last block fetches itself, clamped), and nothing outside the weight."""
+    weights (the last block fetches itself, clamped), and nothing outside the weight;
+    a few lines before each reduction step of a tile, never in the innermost FMA loop."""
     monkeypatch.delenv(conv_templates.ROWS_OUTER_ENV, raising=False)
     monkeypatch.delenv(conv_templates.PREFETCH_ENV, raising=False)
     monkeypatch.setenv(conv_templates.KBLOCK_ENV, "0")
@@ -85,6 +88,9 @@ def test_heavy_conv_prefetches_the_next_output_blocks_weights(monkeypatch):
     assert int(outer.kind) == int(tirx.ForKind.PARALLEL)
     rows = int(outer.extent) // oc_blocks
     assert_prefetches_next_unit(path, call, total, per_block, rows)
+    assert_spread_over_reduction(path)
+    loops = innermost_fma_loops(build_prim_funcs({"heavy": prim}, None).inspect_source("asm"))
+    assert loops and not any("prefetch" in body for body in loops)
     check_offloaded_run(mod, partitioned, arrays)
     monkeypatch.setenv(conv_templates.PREFETCH_ENV, "0")
     assert not any("T.prefetch" in p.script() for p, _ in lower_and_verify(partitioned).values())

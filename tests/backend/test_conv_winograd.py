@@ -15,6 +15,7 @@ import tvm
 from tvm import relax, s_tir, tirx
 
 from bmlib_relax import partition_for_bmlib
+from bmlib_relax.backend.codegen import build_prim_funcs
 from bmlib_relax.backend.templates import conv_winograd
 from bmlib_relax.backend.templates.conv import PREFETCH_ENV
 from bmlib_relax.check import plain_version
@@ -22,7 +23,8 @@ from bmlib_relax.errors import ParamError
 from bmlib_relax.compiler import lower_and_verify
 
 from conftest import offloaded_partitions
-from helpers import (assert_prefetches_next_unit, make_module, prefetch_calls, run_offloaded,
+from helpers import (assert_prefetches_next_unit, assert_spread_over_reduction,
+                     innermost_fma_loops, make_module, prefetch_calls, run_offloaded,
                      run_plain)
 
 R = relax.op
@@ -298,7 +300,9 @@ def test_gemm_prefetches_every_line_of_its_next_weight_slice(monkeypatch, channe
                                                              out_channels, size, mode):
     """Run the prefetch's index arithmetic for every iteration of the GEMM's parallel
     loop (eps, nu, K/kb, tile groups): the groups of slice ``U[eps, nu, ko]`` together
-    fetch every cache line of the slice after it, and no address leaves U.  Then the
+    fetch every cache line of the slice after it, and no address leaves U; with
+    enough channels, a few lines before each step of the channel loop, never in the
+    innermost FMA loop.  Then the
     same conv with ``$BMLIB_CONV_PREFETCH=0`` has no prefetch, and both match the plain
     build."""
     monkeypatch.setenv(conv_winograd.ENV, mode)
@@ -319,6 +323,13 @@ def test_gemm_prefetches_every_line_of_its_next_weight_slice(monkeypatch, channe
     groups = int(outer.extent) // slices
     fetched = assert_prefetches_next_unit(path, call, total, per_slice, groups)
     assert sorted(fetched) == list(range(slices))
+    if c >= 2 * conv_winograd.PREFETCH_STEP_MIN:  # channel steps: spread over them
+        assert_spread_over_reduction(path)
+    else:  # too few channels to split: one burst per tile group
+        assert len(path) == 2
+    asm = build_prim_funcs({"winograd": prim}, None).inspect_source("asm")
+    loops = innermost_fma_loops(asm)
+    assert loops and not any("prefetch" in body for body in loops)
     (got,), _ = run_offloaded(partitioned, arrays)
     (want,) = run_plain(mod, arrays)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -483,42 +483,64 @@ def schedule_winograd_gemm(sch, block, ctx):
     groups = int(sch.get(po).extent)
     outer = sch.fuse(eps, nu, ko, po)
     sch.parallel(outer)
-    if kernel is not None:
-        _mark_slice_prefetch(sch, outer, kernel, groups)
     sch.compute_at(block, sch.get_loops(out)[0])
     if tp > 1:
         sch.unroll(pi)
     if kb > 1:
         sch.vectorize(ki)
-    _tile_under(sch, block, sch.get_loops(block)[1:], tp, kb)
+    reductions = _tile_under(sch, block, sch.get_loops(block)[1:], tp, kb)
+    if kernel is not None:
+        _mark_slice_prefetch(sch, outer, reductions, kernel, groups)
     ctx.done.add(str(sch.get(out).name_hint))
 
 
-def _mark_slice_prefetch(sch, outer, kernel, groups: int) -> None:
-    """Mark the GEMM's parallel loop for :func:`_next_slice_prefetch`."""
+# The channel loop of a Winograd GEMM tile is split into up to this many steps, a few
+# prefetches before each, when every step keeps at least PREFETCH_STEP_MIN channels.
+PREFETCH_STEPS = 8
+PREFETCH_STEP_MIN = 16
+
+
+def _mark_slice_prefetch(sch, outer, reductions: list, kernel, groups: int) -> None:
+    """Mark the GEMM for :func:`_next_slice_prefetch`: its channel loop split into
+    steps (the prefetches go at the outer one, spread over the tile's work: a burst
+    of 74 lines at its start stalls the FMAs behind the line-fill buffers; inside the
+    innermost FMA loop a prefetch stops LLVM from keeping the accumulators in
+    registers), or the parallel loop ``outer`` when the channels are too few."""
     slices = int(kernel.shape[0]) * int(kernel.shape[1]) * int(kernel.shape[2])
     per_slice = int(kernel.shape[3]) * int(kernel.shape[4])
-    prefetch.mark(sch, outer, "winograd_slice", str(kernel.name), slices, groups, per_slice)
+    site = outer
+    if len(reductions) == 1:
+        channels = int(sch.get(reductions[0]).extent)
+        step = divisor_at_most(channels, max(PREFETCH_STEP_MIN, channels // PREFETCH_STEPS))
+        if step >= PREFETCH_STEP_MIN and channels // step > 1:
+            site, _ = sch.split(reductions[0], [None, step])
+    prefetch.mark(sch, site, "winograd_slice", str(kernel.name), slices, groups, per_slice)
 
 
 @prefetch.register_prefetch("winograd_slice")
 def _next_slice_prefetch(site: prefetch.PrefetchSite):
     """While the Winograd GEMM's tile groups multiply by one slice ``U[eps, nu, ko]``
     (C x kb weights, read from L1/L2 by every group), fetch the next slice into L2,
-    spread over the slice's tile groups.  The parallel loop is (eps, nu, K/kb, tile
-    groups) fused, so the next slice is the next stretch of U.  Only when U is a
+    spread over the slice's tile groups and the steps of their channel loop.  The
+    parallel loop is (eps, nu, K/kb, tile groups) fused, so the next slice is the next
+    stretch of U.  Only when U is a
     parameter of the partition (a transformed constant): an in-PrimFunc transform
     has just written it.  ResNet-18's 14x14 3x3 convs stream 4 MB of U each from
     memory in the model."""
     name = str(site.mark[0])
     slices, groups, per_slice = (int(v) for v in site.mark[1:])
     weight = site.buffers.get(name)
-    if weight is None or int(site.loop.kind) != int(tirx.ForKind.PARALLEL):
+    if int(site.loop.kind) == int(tirx.ForKind.PARALLEL):  # no channel steps: one burst
+        outer, steps, step = site.loop, 1, 0
+    else:
+        outer, steps, step = site.parallel, int(site.loop.extent), site.loop.loop_var
+    if weight is None or outer is None:
         return None
     lines = -(-per_slice // prefetch.elements_per_line(weight))
-    index = site.loop.loop_var
+    index = outer.loop_var
     return prefetch.spread_prefetch(weight, (tirx.floordiv(index, groups) + 1) * per_slice,
-                                    lines, groups, tirx.floormod(index, groups),
+                                    lines, groups * steps,
+                                    tirx.floormod(index, groups) * steps + step,
                                     limit=slices * per_slice)
 
 
