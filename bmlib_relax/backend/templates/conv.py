@@ -882,7 +882,8 @@ def _mark_chunk_prefetch(sch, block, tile_loop, reductions, loops: dict, rows: i
     # Chunks are consecutive stretches of an output block's weights (input-channel
     # blocks, or kernel rows of one block): chunk ko of block cb starts at element
     # (cb * chunks + ko) * per_chunk.
-    prefetch.mark(sch, _prefetch_loop(sch, tile_loop, reductions), "conv_chunk", str(kernel.name), oc_blocks, out_rows // rows,
+    site = _prefetch_loop(sch, tile_loop, reductions)
+    prefetch.mark(sch, site, "conv_chunk", str(kernel.name), oc_blocks, out_rows // rows,
                   chunks, per_block // chunks, rows, tiles_per_row)
 
 
@@ -898,8 +899,9 @@ def _mark_block_prefetch(sch, block, tile_loop, reductions, out_rows: int,
     oc_blocks, per_block = _weights_per_block(kernel)
     if oc_blocks < 2 or _light_weights(kernel):
         return
-    prefetch.mark(sch, _prefetch_loop(sch, tile_loop, reductions), "conv_block", str(kernel.name), oc_blocks, out_rows,
-                  per_block, tiles_per_row)
+    site = _prefetch_loop(sch, tile_loop, reductions)
+    prefetch.mark(sch, site, "conv_block", str(kernel.name), oc_blocks, out_rows, per_block,
+                  tiles_per_row)
 
 
 def _prefetched_kernel(sch, block, rank: int = 6):
@@ -948,9 +950,10 @@ def _spread_step(site: prefetch.PrefetchSite, row, tiles_per_row: int):
 
     The next unit's lines are spread over these steps, a few before each, rather than
     all at the start of each tile: a burst of 70 prefetches at once fills the core's
-    line-fill buffers and stalls the FMAs behind it until memory answers.  ResNet-18's
-    14x14 -> 7x7 256->512 shortcut (one 7-pixel tile per row, 74 lines each) ran at
-    110 µs in the model with the burst, 85 µs spread over its 8 input-channel blocks."""
+    line-fill buffers and (likely) holds up the FMAs behind it until memory answers.
+    ResNet-18's 14x14 -> 7x7 256->512 shortcut (one 7-pixel tile per row, 74 lines
+    each) ran at 110 µs in the model with the burst, 85 µs spread over its 8
+    input-channel blocks."""
     if str(site.loop.annotations.get(prefetch.ROLE_ATTR, "")) == TILE_ROLE:
         return row * tiles_per_row + site.loop.loop_var, tiles_per_row
     tile = site.role(TILE_ROLE)
