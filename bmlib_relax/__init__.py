@@ -39,6 +39,7 @@ _EXPORTS = {
     "CodegenError": ("errors", "CodegenError"),
     "ArtifactError": ("errors", "ArtifactError"),
     "RunCheckError": ("errors", "RunCheckError"),
+    "RunMemoryError": ("errors", "RunMemoryError"),
     "ArityMismatchError": ("errors", "ArityMismatchError"),
     "RecoveredMetadataWarning": ("errors", "RecoveredMetadataWarning"),
 }

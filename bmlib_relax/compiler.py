@@ -22,6 +22,7 @@ from .errors import ParamError, UnsupportedOpError
 from .host_legalize import legalize_zero_divisors
 from .importer import RelayLike, as_relay_module, import_relay, provenance
 from .legacy.lowerings import lowering_scope
+from .memory import memory_needs
 from .preflight import require_main
 from .relay import ast
 from .relay.params import ParamsLike, load_params
@@ -104,6 +105,7 @@ class CompiledModel(ModelRunner):
                          recursive=is_recursive(relax_module))
         self.relax_module = relax_module
         self.report = report
+        self.memory_needs = memory_needs(relax_module)
         #: The Relay views of the import(s) this model came from (``compile`` sets it):
         #: legacy checks and reports read them through the spans of ``relax_module``.
         self.provenance_tables: list = []

@@ -118,6 +118,15 @@ class RunCheckError(BmlibError, ValueError):
     the message names the op and its ``file:line:column``."""
 
 
+class RunMemoryError(BmlibError, MemoryError):
+    """A run needs more memory than this process may have (see :mod:`.memory`): names
+    the partition or op, its Relay ``file:line:column`` (``location``) and the sizes."""
+
+    def __init__(self, message: str, location: Optional[str] = None):
+        self.location = location
+        super().__init__(message)
+
+
 class CodegenError(BmlibError, RuntimeError):
     """The bmlib codegen could not lower a partition (names it and the op)."""
 

@@ -27,7 +27,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from . import interrupts
+from . import interrupts, memory
 from .errors import RUN_CHECK_PREFIX, ArtifactError, ParamError, RunCheckError
 from .hugepages import HugePages
 from .threads import ThreadConfig
@@ -74,6 +74,11 @@ class ModelRunner:
         # tuples (set once: every call reads them).
         self._parameters = list(dict.fromkeys(n.split(".", 1)[0] for n in self.input_names))
         self._tuple_inputs = _tuple_inputs(self.input_names)
+        #: What a run allocates, when known (a compiled model knows it, see
+        #: :mod:`.memory`): a call that cannot fit is refused before it starts.
+        self.memory_needs: Optional[memory.MemoryNeeds] = None
+        #: The memory this process may use (read once, when the model is made).
+        self.memory_limit = memory.memory_limit() if local_cpu else None
 
     def _expand_tuple_values(self, args: Sequence[Any], kwargs: dict) -> tuple[list, dict]:
         """Nested tuples / lists given for tuple-typed parameters, as Relay's VM took them
@@ -139,6 +144,7 @@ class ModelRunner:
 
     def __call__(self, *args: Any, **kwargs: Any):
         arrays = self._arrange(args, kwargs)
+        memory.check_fits(self.memory_needs, self.memory_limit)  # before any allocation
         tensors = [tvm.runtime.tensor(a, self.device) for a in arrays]
         try:
             if self.recursive:
@@ -146,6 +152,10 @@ class ModelRunner:
             return to_numpy(self._run(tensors))
         except AssertionError as exc:
             raise as_run_check_error(exc) from None
+        except RuntimeError as exc:  # TVM's errors
+            if memory.is_allocation_failure(exc):
+                raise memory.allocation_error(self.memory_needs, self.memory_limit) from None
+            raise
 
     def _run(self, tensors: list) -> Any:
         self.threads.apply()  # TVM's thread settings belong to the calling thread

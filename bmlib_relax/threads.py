@@ -83,7 +83,7 @@ def _quota_v1(folder: str) -> Optional[float]:
         return None
 
 
-def _own_cgroups(proc_cgroup: str) -> dict[str, str]:
+def own_cgroups(proc_cgroup: str) -> dict[str, str]:
     """``{controller: path}`` from ``/proc/self/cgroup`` ("" is the v2 unified one)."""
     paths: dict[str, str] = {}
     try:
@@ -98,7 +98,7 @@ def _own_cgroups(proc_cgroup: str) -> dict[str, str]:
     return paths
 
 
-def _ancestors(path: str) -> list[str]:
+def cgroup_ancestors(path: str) -> list[str]:
     """``/a/b`` → ``["/a/b", "/a", ""]``: a parent's quota limits its children too."""
     parts = [p for p in path.split("/") if p]
     return ["/" + "/".join(parts[:i]) if i else "" for i in range(len(parts), -1, -1)]
@@ -107,12 +107,12 @@ def _ancestors(path: str) -> list[str]:
 def cgroup_cpu_limit(root: str = CGROUP_ROOT,
                      proc_cgroup: str = "/proc/self/cgroup") -> Optional[int]:
     """CPUs the process's cgroup quota allows (rounded up), or None without a quota."""
-    own = _own_cgroups(proc_cgroup)
+    own = own_cgroups(proc_cgroup)
     quotas = []
-    for relative in _ancestors(own.get("", "/")):
+    for relative in cgroup_ancestors(own.get("", "/")):
         quotas.append(_quota_v2(f"{root}{relative}/cpu.max"))
     for controller in ("cpu", "cpu,cpuacct"):
-        for relative in _ancestors(own.get("cpu", "/")):
+        for relative in cgroup_ancestors(own.get("cpu", "/")):
             quotas.append(_quota_v1(f"{root}/{controller}{relative}"))
     found = [q for q in quotas if q is not None]
     return max(1, math.ceil(min(found))) if found else None

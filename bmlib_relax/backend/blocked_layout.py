@@ -37,9 +37,11 @@ import tvm
 from tvm import relax
 
 from ..constants import tensor_constant
+from ..importer.provenance import same_origin
 from ..registry import Registry
 from .layout import BINARY, UNARY
-from .rewrite import (conv2d_blocking, const_array, depthwise_blocking, pack_conv2d_weight)
+from .rewrite import (conv2d_blocking, const_array, depthwise_blocking, pack_conv2d_weight,
+                      within_template_bounds)
 from ..switches import switched_on
 from .target import vector_lanes
 from .twins import TwinRebuilder, rebuild_functions
@@ -270,7 +272,7 @@ def _conv_weight(conv: "_BlockedConverter", call: relax.Call) -> Optional[np.nda
             str(array.dtype) not in BLOCKED_DTYPES or str(call.ty.dtype) not in BLOCKED_DTYPES \
             or str(data.ty.dtype) not in BLOCKED_DTYPES or \
             (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout)) != \
-            ("NCHW", "OIHW", "NCHW"):
+            ("NCHW", "OIHW", "NCHW") or not within_template_bounds(data, call):
         return None
     groups = int(attrs.groups)
     if groups == 1 or (groups == in_shape[1] == out_shape[1] and array.shape[1] == 1):
@@ -315,7 +317,7 @@ def _conv2d(conv: _BlockedConverter, var: relax.Var, call: relax.Call) -> bool:
             dilation=attrs.dilation, groups=groups, data_layout=data_layout,
             kernel_layout=f"OIHW{1 if groups > 1 else ib}i{ob}o",
             out_layout=blocked_layout_name(ob), out_dtype=attrs.out_dtype)
-    result = conv.bb.emit(blocked)
+    result = conv.bb.emit(same_origin(blocked, call))
     conv.twin[var] = (result, ob)
     conv.converted += 1
     if bn is not None:

@@ -30,7 +30,9 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..constants import constant_view, tensor_constant
+from ..importer.provenance import same_origin
 from .dot_product import conv2d_dot_layout, conv2d_packs_own_weight, pack_dot_weight
+from .patterns import MAX_TEMPLATE_ELEMENTS, static_elements
 from .target import vector_lanes
 from .templates.linalg import packed_panel_width
 
@@ -90,6 +92,16 @@ def _static(ty, from_axis: int = 0) -> bool:
         all(hasattr(d, "value") for d in ty.shape.values[from_axis:])
 
 
+def within_template_bounds(*exprs) -> bool:
+    """Whether no static tensor among ``exprs`` has more than ``MAX_TEMPLATE_ELEMENTS``
+    elements.  A larger one stays on the host (the pattern table refuses it), and TVM's
+    own lowering there knows only the plain layouts: a conv whose weight was packed
+    for a template (``OIHW8i32o``, Winograd's, ``NCHW32c`` data) could not be built at
+    all ("CodeGenVM cannot emit this Relax operator")."""
+    return all((static_elements(e.ty) or 0) <= MAX_TEMPLATE_ELEMENTS for e in exprs
+               if isinstance(getattr(e, "ty", None), relax.TensorType))
+
+
 @mutator
 class _WeightPacker(PyExprMutator):
     def __init__(self, mod: tvm.IRModule, target: Any):
@@ -147,7 +159,8 @@ class _WeightPacker(PyExprMutator):
                 str(array.dtype) not in PACKABLE_DTYPES + QUANTIZED_DTYPES:
             return call
         if (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout)) != \
-                ("NCHW", "OIHW", "NCHW") or not _static(data.ty, 1) or not _static(call.ty, 1):
+                ("NCHW", "OIHW", "NCHW") or not _static(data.ty, 1) or not _static(call.ty, 1) \
+                or not within_template_bounds(data, call):
             return call  # the blocking depends on channels only; the batch may be free
         groups = int(attrs.groups)
         in_channels = int(data.ty.shape.values[1])
@@ -157,7 +170,7 @@ class _WeightPacker(PyExprMutator):
         winograd = _winograd(call, array, lanes)
         if winograd is not None:  # 3x3 stride 1 fp32 (templates/conv_winograd.py)
             self.packed += 1
-            return winograd
+            return same_origin(winograd, call)
         dot = conv2d_dot_layout(self.target, str(data.ty.dtype), array, groups)
         if conv2d_packs_own_weight(self.target, str(data.ty.dtype), array, groups):
             return call
@@ -175,11 +188,11 @@ class _WeightPacker(PyExprMutator):
         if dot is None:
             packed, layout = pack_conv2d_weight(array, ib, ob), f"OIHW{ib}i{ob}o"
         self.packed += 1
-        return relax.op.nn.conv2d(
+        return same_origin(relax.op.nn.conv2d(
             data, tensor_constant(packed), strides=attrs.strides, padding=attrs.padding,
             dilation=attrs.dilation, groups=groups, data_layout="NCHW",
             kernel_layout=layout, out_layout="NCHW",
-            out_dtype=attrs.out_dtype)
+            out_dtype=attrs.out_dtype), call)
 
     def _conv2d_transpose(self, call: relax.Call) -> relax.Expr:
         """IOHW → ``IOHW{ib}i{ob}o`` for templates/conv_transpose.py (blocked in a group)."""
@@ -188,7 +201,8 @@ class _WeightPacker(PyExprMutator):
         array = const_array(weight)
         if array is None or array.ndim != 4 or str(array.dtype) not in PACKABLE_DTYPES or \
                 (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout)) != \
-                ("NCHW", "IOHW", "NCHW") or not _static(data.ty) or not _static(call.ty):
+                ("NCHW", "IOHW", "NCHW") or not _static(data.ty) or not _static(call.ty) or \
+                not within_template_bounds(data, call):
             return call
         groups = int(attrs.groups)
         lanes = vector_lanes(self.target, str(array.dtype))
@@ -196,11 +210,11 @@ class _WeightPacker(PyExprMutator):
         i, o, kh, kw = array.shape
         packed = array.reshape(i // ib, ib, o // ob, ob, kh, kw).transpose(0, 2, 4, 5, 1, 3)
         self.packed += 1
-        return relax.op.nn.conv2d_transpose(
+        return same_origin(relax.op.nn.conv2d_transpose(
             data, tensor_constant(packed), strides=attrs.strides,
             padding=attrs.padding, output_padding=attrs.output_padding,
             dilation=attrs.dilation, groups=groups, data_layout="NCHW",
-            kernel_layout=f"IOHW{ib}i{ob}o", out_layout="NCHW", out_dtype=attrs.out_dtype)
+            kernel_layout=f"IOHW{ib}i{ob}o", out_layout="NCHW", out_dtype=attrs.out_dtype), call)
 
     def _transpose(self, call: relax.Call) -> relax.Expr:
         array = const_array(call.args[0])

@@ -332,6 +332,19 @@ def _fill_conv_sizes(attrs: dict, weight: ast.Expr) -> None:
         attrs["channels"] = ty.shape[layout.index("O")]
 
 
+def same_origin(new: Any, old: Any) -> Any:
+    """``new`` (a call a backend rewrite made in place of the call ``old``: a conv with
+    its weight packed, on blocked data) with ``old``'s span, so that it still knows the
+    Relay call it computes (a report, an error, a legacy check finds it)."""
+    from tvm import relax
+
+    span = getattr(old, "span", None)
+    if span is None or not isinstance(new, relax.Call) or not isinstance(new.op, tvm.ir.Op):
+        return new
+    return relax.Call(new.op, list(new.args), new.attrs,
+                      list(new.ty_args) if new.ty_args else None, span)
+
+
 def with_spans(expr: Any, root: tvm.ir.Span, part: tvm.ir.Span,
                emit: Optional[Callable[[Any], Any]] = None) -> Any:
     """``expr`` with ``root`` on its outermost call and ``part`` on nested calls.

@@ -19,9 +19,17 @@ class InferType:
         return infer_module(mod)
 
 
+# A constant computation whose result is larger is left as it is (it computes the same
+# values when the model runs): folding ``zeros(shape=[65536, 65536])`` would allocate
+# 16 GiB while transforming the module, and store it in the module.
+FOLD_MAX_BYTES = 256 << 20
+
+
 class FoldConstant:
     """Replace every op call whose operands are all constants by its value (Relay's
-    ``FoldConstant``): the call is imported alone and run once on the CPU."""
+    ``FoldConstant``): the call is imported alone and run once on the CPU.  A result
+    of more than ``FOLD_MAX_BYTES`` is not folded (Relay's folded it, allocating it
+    whole while transforming): the call stays, and computes it at run time."""
 
     def __call__(self, mod: ast.IRModule) -> ast.IRModule:
         for name, func in list(mod.functions.items()):
@@ -70,6 +78,8 @@ def _evaluate(call: ast.Call) -> ast.Expr:
     from ..importer.converter import RelayImporter
 
     relax_mod = RelayImporter(ast.IRModule({"main": ast.Function((), call)})).run("main")
+    if _result_bytes(relax_mod["main"].ret_ty) > FOLD_MAX_BYTES:
+        return call
     # divide(%c, 0f) folds to Relay's IEEE infinities, not TVM's "Divide by zero" error
     relax_mod = legalize_zero_divisors(relax_mod)
     vm = relax.VirtualMachine(tvm.compile(relax_mod, target="llvm"), tvm.cpu())
@@ -81,6 +91,26 @@ def _evaluate(call: ast.Call) -> ast.Expr:
         return ast.Tuple(tuple(to_expr(v) for v in value))
 
     return to_expr(result)
+
+
+def _result_bytes(ty: Any) -> int:
+    """Bytes of a Relax result type's static tensors (a symbolic dim counts as 1: its
+    extent is only known once computed)."""
+    import tvm
+
+    if isinstance(ty, tvm.relax.TupleType):
+        return sum(_result_bytes(field) for field in ty.fields)
+    dims = getattr(getattr(ty, "shape", None), "values", None)
+    if dims is None:
+        return 0
+    size = 1
+    for dim in dims:
+        size *= int(dim) if isinstance(dim, tvm.tirx.IntImm) else 1
+    try:
+        bits = tvm.DataType(str(ty.dtype)).bits
+    except Exception:  # noqa: BLE001 - an unknown dtype is the importer's to report
+        bits = 8
+    return size * max(1, bits // 8)
 
 
 class Sequential:

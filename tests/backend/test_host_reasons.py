@@ -1,6 +1,7 @@
 """The report says why each op stayed on the host (text, JSON, markdown)."""
 from __future__ import annotations
 
+import numpy as np
 import tvm
 from tvm import relax
 
@@ -100,3 +101,25 @@ def @main(%x: Tensor[(ROWS, 32768), float32]) { nn.relu(%x) }"""
     assert reason["reason"] == TOO_LARGE and "2147483648 elements" in reason["detail"]
     fits = bmlib_relax.compile(text.replace("ROWS", "65535"), num_threads=1)
     assert not fits.report.to_dict()["host_ops"] and fits.report.to_dict()["ops_offloaded"]
+
+
+def test_a_conv_past_int32_indexing_keeps_a_layout_the_host_can_build():
+    """A conv whose output has 2**31 elements or more stays on the host; its weight is
+    neither packed for a template nor blocked (TVM's lowering knows only OIHW/NCHW: it
+    stopped with "CodeGenVM cannot emit this Relax operator").  Only compiled (the
+    output would take 80 GiB)."""
+    text = """#[version = "0.0.5"]
+def @main(%x: Tensor[(1, 3, 8, 8), float32], %w: Tensor[(64, 3, 3, 3), float32]) {
+  %0 = nn.conv2d(%x, %w, padding=[1, 1, 1, 33554432]);
+  %1 = nn.relu(%0);
+  sum(%1)
+}"""
+    weights = {"w": np.ones((64, 3, 3, 3), "float32")}
+    model = bmlib_relax.compile(text, weights, num_threads=1)
+    reasons = {h["op"]: h for h in model.report.to_dict()["host_ops"]}
+    assert reasons["relax.nn.conv2d"]["reason"] == TOO_LARGE
+    convs = []
+    relax.analysis.post_order_visit(model.relax_module["main"], lambda e: convs.append(e) if (
+        isinstance(e, relax.Call) and getattr(e.op, "name", "") == "relax.nn.conv2d") else None)
+    (conv,) = convs
+    assert (str(conv.attrs.kernel_layout), str(conv.attrs.data_layout)) == ("OIHW", "NCHW")

@@ -190,3 +190,29 @@ def test_a_models_relay_views_live_with_it_and_are_freed_after():
     del model, calls
     gc.collect()
     assert table_ref() is None
+
+
+@pytest.mark.parametrize("blocked", [True, False])
+def test_a_conv_the_backend_rewrites_keeps_its_relay_call(blocked):
+    """The built-in table's rewrites (weight packing; activations on blocked NCHW{b}c)
+    build a new conv call: it still knows the Relay conv it computes (a report or an
+    error names that call's line)."""
+    text = """#[version = "0.0.5"]
+def @main(%x: Tensor[(1, 16, 8, 8), float32], %w1: Tensor[(32, 16, 3, 3), float32],
+          %w2: Tensor[(32, 32, 1, 1), float32]) {
+  %0 = nn.conv2d(%x, %w1, strides=[2, 2], padding=[1, 1, 1, 1]);
+  %1 = nn.relu(%0);
+  nn.conv2d(%1, %w2)
+}"""
+    rng = np.random.default_rng(0)
+    weights = {"w1": rng.standard_normal((32, 16, 3, 3)).astype("float32"),
+               "w2": rng.standard_normal((32, 32, 1, 1)).astype("float32")}
+    model = bmlib_relax.compile(parse(text), weights, blocked_layout=blocked, num_threads=1)
+    convs = []
+    for func in model.relax_module.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, lambda e: convs.append(e) if isinstance(
+                e, relax.Call) and getattr(e.op, "name", "") == "relax.nn.conv2d" else None)
+    assert {str(c.attrs.kernel_layout) for c in convs} != {"OIHW"}  # rewritten: packed
+    lines = sorted({str(origin_of(c).relay.span) for c in convs if origin_of(c) is not None})
+    assert lines == ["<string>:4:8", "<string>:6:3"]
