@@ -10,6 +10,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from ..errors import ConversionError
 from . import ast
 
 # Relay's default dtypes for Python scalars in relay.const.
@@ -35,16 +36,39 @@ def const(value: Any, dtype: Optional[str] = None) -> ast.Constant:
         return value
     if hasattr(value, "numpy") and not isinstance(value, np.ndarray):
         value = value.numpy()
+    given = dtype
     if isinstance(value, (bool, int, float)) and dtype is None:
         dtype = _PY_DTYPES[type(value)]
-    array = np.asarray(value, dtype=dtype)
+        if dtype == "int32" and not -2**31 <= value < 2**31:
+            raise _past_int32(value)
+    try:
+        array = np.asarray(value, dtype=dtype)
+    except (TypeError, ValueError, OverflowError) as exc:
+        # an unknown dtype ("bogus", "handle"), a value the dtype cannot hold (2**40 as
+        # int32, NaN as an integer): numpy's bare error named neither the call nor value
+        raise ConversionError(f"relay.const({_short(value)}, dtype={dtype!r}): {exc}",
+                              op="const") from None
     # Relay narrows float64 to float32 and int64 to int32 when no dtype is given:
     # Python numbers and numpy arrays alike (relay.const(np.arange(3)) is int32)
-    if dtype is None and array.dtype == np.float64:
+    if given is None and array.dtype == np.float64:
         array = array.astype("float32")
-    elif dtype is None and array.dtype == np.int64:
-        array = array.astype("int32")
+    elif given is None and array.dtype == np.int64:
+        narrowed = array.astype("int32")
+        if not np.array_equal(narrowed, array):  # Relay's astype wrapped them silently
+            raise _past_int32(value)
+        array = narrowed
     return ast.Constant(array)
+
+
+def _past_int32(value: Any) -> ConversionError:
+    return ConversionError(f"relay.const({_short(value)}): a value past int32, the dtype "
+                           "Relay gives integers without one (Relay wrapped it silently; "
+                           "pass dtype='int64')", op="const")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def scalar_type(dtype: str) -> ast.TensorType:

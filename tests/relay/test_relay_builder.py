@@ -141,3 +141,20 @@ def test_const_dtype_follows_relay(value, dtype, expected):
     """relay.const without a dtype narrows float64 -> float32 and int64 -> int32, for
     Python numbers and numpy arrays alike (TVM v0.19's python/tvm/relay/expr.py)."""
     assert str(relay.const(value, dtype).data.dtype) == expected
+
+
+@pytest.mark.parametrize("value, dtype, says", [
+    (2**40, None, "past int32"), (np.array([0, 2**40]), None, "past int32"),
+    (-2**31 - 1, None, "past int32"), (2**70, None, "past int32"),
+    (2**40, "int32", "out of bounds"), (float("nan"), "int32", "NaN"),
+    (1, "bogus", "not understood")])
+def test_const_a_value_its_dtype_cannot_hold_is_an_error_naming_it(value, dtype, says):
+    """Relay's const wrapped an int64 past int32 silently when it narrowed it (2**40 ->
+    0); numpy's own errors named neither the call nor the value.  Both are a
+    ConversionError naming relay.const and the value; the edges of int32 still fit."""
+    with pytest.raises(bmlib_relax.ConversionError, match="relay.const") as caught:
+        relay.const(value, dtype)
+    assert says in str(caught.value)
+    assert relay.const(2**31 - 1).data.dtype == np.int32
+    assert relay.const(-2**31).data == -2**31
+    assert relay.const(2**40, "int64").data == 2**40
