@@ -129,7 +129,8 @@ class CompiledModel(ModelRunner):
         outputs = (self.report.signature or {}).get("outputs", ())
         return export_artifact(self.executable, os.fspath(path), self.input_specs,
                                outputs=outputs, files=files, flops=flops,
-                               recursive=self.recursive)
+                               recursive=self.recursive,
+                               largest_tensor=self.memory_needs.certain)
 
 
 def unbound_inputs(module: ast.IRModule, weights: Mapping[str, Any],

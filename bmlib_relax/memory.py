@@ -57,6 +57,40 @@ class MemoryNeeds:
     largest: Optional[TensorNeed]
 
 
+def need_record(need: Optional[TensorNeed]) -> Optional[dict]:
+    """``need`` as JSON (an artifact's metadata records the largest tensor a run
+    certainly allocates, so a loaded model checks it as a compiled one does)."""
+    if need is None:
+        return None
+    return {"bytes": need.nbytes, "shape": list(need.shape), "dtype": need.dtype,
+            "what": need.what, "where": need.where}
+
+
+def record_problem(record: Any) -> str:
+    """What is wrong with a metadata record of :func:`need_record` ("" if nothing)."""
+    if record is None:
+        return ""
+    if not (isinstance(record, dict) and isinstance(record.get("bytes"), int) and
+            not isinstance(record.get("bytes"), bool) and record["bytes"] >= 0 and
+            isinstance(record.get("shape"), list) and
+            all(isinstance(d, int) and not isinstance(d, bool) for d in record["shape"]) and
+            isinstance(record.get("dtype"), str) and isinstance(record.get("what"), str) and
+            (record.get("where") is None or isinstance(record.get("where"), str))):
+        return ("'largest_tensor' is not {bytes: int, shape: [int], dtype: str, what: str, "
+                "where: str|null}")
+    return ""
+
+
+def needs_from_record(record: Any) -> Optional[MemoryNeeds]:
+    """The :class:`MemoryNeeds` an artifact's metadata records (checked by
+    :func:`record_problem` first); None for an artifact written without it."""
+    if record is None:
+        return None
+    need = TensorNeed(record["bytes"], tuple(record["shape"]), record["dtype"],
+                      record["what"], record.get("where"))
+    return MemoryNeeds(need, need)
+
+
 def size_text(nbytes: int) -> str:
     for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
         if nbytes >= 1 << shift:

@@ -448,7 +448,8 @@ def _native_lines_dropped(noise: "re.Pattern[bytes]") -> Iterator[None]:
 
 def export_artifact(executable: Any, path: str, specs: Sequence[dict],
                     outputs: Sequence[dict] = (), files: Sequence[str] = (),
-                    flops: Optional[dict] = None, recursive: bool = False) -> str:
+                    flops: Optional[dict] = None, recursive: bool = False,
+                    largest_tensor: Optional[memory.TensorNeed] = None) -> str:
     """Write ``executable`` to the library ``path`` and its metadata beside it.
 
     Both are written atomically, the library first: a crash in between leaves a
@@ -457,7 +458,9 @@ def export_artifact(executable: Any, path: str, specs: Sequence[dict],
     SHA-256 is recorded too.  ``flops`` (``{"total", "offloaded"}``: counts or
     formulas of the symbolic dims, see :mod:`.flops`) lets ``load`` report the FLOPs
     of a run; ``recursive`` marks a model whose calls need a deep stack
-    (``ModelRunner.recursive``).  Returns the metadata path.
+    (``ModelRunner.recursive``); ``largest_tensor``, the largest tensor a run certainly
+    allocates, lets the loaded model refuse a call that cannot fit (:mod:`.memory`).
+    Returns the metadata path.
     """
     path = os.fspath(path)
     check_export_path(path)
@@ -476,6 +479,8 @@ def export_artifact(executable: Any, path: str, specs: Sequence[dict],
         data["flops"] = {k: str(v) for k, v in flops.items()}
     if recursive:  # its calls need a deep stack (ModelRunner.recursive)
         data["recursive"] = True
+    if largest_tensor is not None:
+        data["largest_tensor"] = memory.need_record(largest_tensor)
     data["metadata_sha256"] = metadata_digest(data)
     return write_json_atomic(metadata_path(path), data)
 
@@ -579,7 +584,7 @@ def _metadata_problems(data: Any) -> str:
         except TypeError:
             if spec["dtype"] != "bfloat16":
                 return f"inputs[{index}] has unknown dtype {spec['dtype']!r}"
-    return ""
+    return memory.record_problem(data.get("largest_tensor"))
 
 
 def verify_library(library_path: str, metadata: dict) -> None:
@@ -639,6 +644,7 @@ class LoadedModel(ModelRunner):
         specs = list(self.metadata["inputs"])
         super().__init__(module, [s["name"] for s in specs], specs, device, num_threads,
                          recursive=self.metadata.get("recursive") is True)
+        self.memory_needs = memory.needs_from_record(self.metadata.get("largest_tensor"))
 
     def flops(self, *args: Any, **kwargs: Any) -> Optional[dict[str, int]]:
         """``{"total", "offloaded", "dims"}`` of one run on these inputs, the formulas of

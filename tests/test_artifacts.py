@@ -154,7 +154,10 @@ def test_bad_metadata_is_an_artifact_error_naming_the_file(fresh_copy, content, 
     lambda m: m.update(inputs=[{"name": "x", "shape": [1, 8], "dtype": "floot32"}]),
     lambda m: m.update(size="12"),
     lambda m: m.pop("sha256"),
-], ids=["inputs-not-list", "shape-not-list", "unknown-dtype", "size-not-int", "no-sha"])
+    lambda m: m.update(largest_tensor={"bytes": "1", "shape": [], "dtype": "float32",
+                                       "what": "x"}),
+], ids=["inputs-not-list", "shape-not-list", "unknown-dtype", "size-not-int", "no-sha",
+        "largest-tensor"])
 def test_malformed_metadata_fields_are_artifact_errors(fresh_copy, mutate):
     meta_path = fresh_copy.with_suffix(".json")
     meta = json.loads(meta_path.read_text())

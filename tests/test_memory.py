@@ -35,6 +35,21 @@ def test_a_tensor_larger_than_the_process_may_use_is_refused_before_the_run():
     assert isinstance(caught.value, MemoryError) and isinstance(caught.value, BmlibError)
 
 
+def test_a_loaded_artifact_checks_the_largest_tensor_its_metadata_records(tmp_path):
+    """export_library records the largest tensor a run certainly allocates; the loaded
+    model refuses a call that cannot fit as the compiled one did."""
+    model = bmlib_relax.compile(parse('#[version = "0.0.5"]\n'
+                                      'def @main(%x: Tensor[(4), float32]) {\n'
+                                      '  broadcast_to(%x, shape=[1048576, 1048576, 4])\n}'),
+                                num_threads=1)
+    model.export_library(str(tmp_path / "big.so"))
+    loaded = bmlib_relax.load(str(tmp_path / "big.so"), num_threads=1)
+    assert loaded.memory_needs.certain == model.memory_needs.certain
+    loaded.memory_limit = 1 << 30
+    with pytest.raises(RunMemoryError, match="<string>:3:3"):
+        loaded(np.ones(4, "float32"))
+
+
 def test_partition_results_count_as_allocated_and_small_models_run():
     """Every bmlib partition's result is an allocation the check knows (with the
     partition's Relay place); a model that fits runs as before."""
