@@ -17,7 +17,6 @@ tensors together, a temporary) is the same error instead of TVM's.
 """
 from __future__ import annotations
 
-import os
 import resource
 from dataclasses import dataclass
 from typing import Any, Optional
