@@ -122,6 +122,18 @@ def _normalise(node: Any, *tuple_fields: str) -> None:
 class Type:
     """Base class of Relay types."""
 
+    def __str__(self) -> str:
+        """Relay's text of the type (``Tensor[(2, 3), float32]``), as ``str()`` of a Relay
+        type gave (``repr()`` keeps the fields)."""
+        from .printer import print_type  # the printer reads these classes
+
+        try:
+            return print_type(self)
+        except RecursionError:  # a tuple type nested thousands deep
+            return f"<{type(self).__name__} nested too deeply to print>"
+        except TypeError:  # a type the text format has no form for
+            return repr(self)
+
 
 class Any:
     """Relay's ``relay.Any()``: a dimension unknown until run time (printed ``?``).

@@ -158,3 +158,23 @@ def test_const_a_value_its_dtype_cannot_hold_is_an_error_naming_it(value, dtype,
     assert relay.const(2**31 - 1).data.dtype == np.int32
     assert relay.const(-2**31).data == -2**31
     assert relay.const(2**40, "int64").data == 2**40
+
+
+def test_str_of_a_type_is_its_relay_text():
+    """str() of a Relay type gave its text (legacy checks compare or log it); repr()
+    keeps the fields; a tuple type nested thousands deep prints a placeholder, not a
+    RecursionError."""
+    assert str(relay.TensorType((2, 3), "float32")) == "Tensor[(2, 3), float32]"
+    assert str(relay.TensorType((1, relay.Any()), "int8")) == "Tensor[(1, ?), int8]"
+    pair = ast.TupleType((relay.TensorType((2,), "float32"), ast.TupleType(())))
+    assert str(pair) == "(Tensor[(2), float32], ())"
+    assert repr(pair).startswith("TupleType(fields=")
+    x = relay.var("x", shape=(2, 3))
+    mod = relay.transform.InferType()(relay.IRModule.from_expr(
+        relay.Function([x], relay.sum(x, axis=[1]))))
+    assert str(mod["main"].body.checked_type) == "Tensor[(2), float32]"
+    deep = x
+    for _ in range(3000):
+        deep = relay.Tuple([deep])
+    mod = relay.transform.InferType()(relay.IRModule.from_expr(relay.Function([x], deep)))
+    assert "nested too deeply" in str(mod["main"].body.checked_type)
