@@ -14,6 +14,7 @@ from bmlib_relax import memory, relay
 from bmlib_relax.errors import BmlibError, RunMemoryError
 from bmlib_relax.relay import parse
 from bmlib_relax.relay import transform as relay_transform
+from conftest import cli
 
 
 def test_a_tensor_larger_than_the_process_may_use_is_refused_before_the_run():
@@ -48,6 +49,12 @@ def test_a_loaded_artifact_checks_the_largest_tensor_its_metadata_records(tmp_pa
     loaded.memory_limit = 1 << 30
     with pytest.raises(RunMemoryError, match="<string>:3:3"):
         loaded(np.ones(4, "float32"))
+    # `bmlib-relax run` on it: exit 2 and one line, the tensor (16 TiB) being more than
+    # any machine this runs on has
+    np.save(tmp_path / "x.npy", np.ones(4, "float32"))
+    done = cli("run", tmp_path / "big.so", "--input", f"x={tmp_path / 'x.npy'}")
+    assert done.returncode == 2, done.stderr
+    assert "the model cannot run here" in done.stderr and "<string>:3:3" in done.stderr
 
 
 def test_partition_results_count_as_allocated_and_small_models_run():
