@@ -221,25 +221,39 @@ def _origin(mod: Any, value: Any) -> tuple:
     return (str(name) if name else None), (str(span) if span is not None else None)
 
 
+def tensor_type_bytes(ty: Any, symbolic_dim: Optional[int] = None) -> Optional[int]:
+    """Bytes of a Relax tensor type: its dims' product times its element size.  A
+    symbolic dim counts as ``symbolic_dim`` (None: such a type has no static size).
+    None for anything but a tensor of known rank and dtype."""
+    import tvm
+
+    dims = getattr(getattr(ty, "shape", None), "values", None)
+    if not isinstance(ty, tvm.relax.TensorType) or dims is None:
+        return None
+    size = 1
+    for dim in dims:
+        if isinstance(dim, tvm.tirx.IntImm):
+            size *= int(dim)
+        elif symbolic_dim is None:
+            return None
+        else:
+            size *= symbolic_dim
+    try:
+        return size * max(1, tvm.DataType(str(ty.dtype)).bits // 8)
+    except Exception:  # noqa: BLE001 - not a dtype TVM knows
+        return None
+
+
 def _tensor_needs(ty: Any, what: str, where: Optional[str]) -> list[TensorNeed]:
     import tvm
 
-    if ty is None:
-        return []
     if isinstance(ty, tvm.relax.TupleType):
         return [need for field in ty.fields for need in _tensor_needs(field, what, where)]
-    dims = getattr(getattr(ty, "shape", None), "values", None)
-    if dims is None or not all(isinstance(d, tvm.tirx.IntImm) for d in dims):
+    nbytes = tensor_type_bytes(ty)
+    if nbytes is None:
         return []
-    try:
-        itemsize = max(1, tvm.DataType(str(ty.dtype)).bits // 8)
-    except Exception:  # noqa: BLE001 - not a tensor type of the VM's
-        return []
-    shape = tuple(int(d) for d in dims)
-    size = itemsize
-    for d in shape:
-        size *= d
-    return [TensorNeed(size, shape, str(ty.dtype), what, where)]
+    shape = tuple(int(d) for d in ty.shape.values)
+    return [TensorNeed(nbytes, shape, str(ty.dtype), what, where)]
 
 
 def _relay_place(func: Any) -> Optional[str]:

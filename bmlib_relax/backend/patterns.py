@@ -117,6 +117,11 @@ def _is_static_dim(d) -> bool:
 MAX_TEMPLATE_ELEMENTS = 2 ** 31 - 1
 
 
+def fits_template_indexing(ty) -> bool:
+    """Whether a tensor type has at most ``MAX_TEMPLATE_ELEMENTS`` static elements."""
+    return (static_elements(ty) or 0) <= MAX_TEMPLATE_ELEMENTS
+
+
 def static_elements(ty) -> Optional[int]:
     """The element count of a tensor type whose dims are all static, else None."""
     shape = static_shape(ty)
@@ -135,7 +140,7 @@ def _tensor_ok(ty, dtypes: tuple = SUPPORTED_DTYPES, symbolic: bool = False) -> 
         return False
     if ty.shape is None or not hasattr(ty.shape, "values"):
         return False  # unknown rank
-    if (static_elements(ty) or 0) > MAX_TEMPLATE_ELEMENTS:
+    if not fits_template_indexing(ty):
         return False
     # Templates are specialised per shape at compile time, symbolic ones per free dim.
     return all(symbolic or _is_static_dim(d) for d in ty.shape.values)

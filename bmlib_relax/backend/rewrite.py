@@ -32,7 +32,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from ..constants import constant_view, tensor_constant
 from ..importer.provenance import same_origin
 from .dot_product import conv2d_dot_layout, conv2d_packs_own_weight, pack_dot_weight
-from .patterns import MAX_TEMPLATE_ELEMENTS, static_elements
+from .patterns import fits_template_indexing
 from .target import vector_lanes
 from .templates.linalg import packed_panel_width
 
@@ -98,7 +98,7 @@ def within_template_bounds(*exprs) -> bool:
     own lowering there knows only the plain layouts: a conv whose weight was packed
     for a template (``OIHW8i32o``, Winograd's, ``NCHW32c`` data) could not be built at
     all ("CodeGenVM cannot emit this Relax operator")."""
-    return all((static_elements(e.ty) or 0) <= MAX_TEMPLATE_ELEMENTS for e in exprs
+    return all(fits_template_indexing(e.ty) for e in exprs
                if isinstance(getattr(e, "ty", None), relax.TensorType))
 
 

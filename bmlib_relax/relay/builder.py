@@ -12,6 +12,7 @@ import numpy as np
 
 from ..errors import ConversionError
 from . import ast
+from .metadata import shorten
 
 # Relay's default dtypes for Python scalars in relay.const.
 _PY_DTYPES = {bool: "bool", int: "int32", float: "float32"}
@@ -46,7 +47,7 @@ def const(value: Any, dtype: Optional[str] = None) -> ast.Constant:
     except (TypeError, ValueError, OverflowError) as exc:
         # an unknown dtype ("bogus", "handle"), a value the dtype cannot hold (2**40 as
         # int32, NaN as an integer): numpy's bare error named neither the call nor value
-        raise ConversionError(f"relay.const({_short(value)}, dtype={dtype!r}): {exc}",
+        raise ConversionError(f"relay.const({_value_text(value)}, dtype={dtype!r}): {exc}",
                               op="const") from None
     # Relay narrows float64 to float32 and int64 to int32 when no dtype is given:
     # Python numbers and numpy arrays alike (relay.const(np.arange(3)) is int32)
@@ -61,14 +62,13 @@ def const(value: Any, dtype: Optional[str] = None) -> ast.Constant:
 
 
 def _past_int32(value: Any) -> ConversionError:
-    return ConversionError(f"relay.const({_short(value)}): a value past int32, the dtype "
+    return ConversionError(f"relay.const({_value_text(value)}): a value past int32, the dtype "
                            "Relay gives integers without one (Relay wrapped it silently; "
                            "pass dtype='int64')", op="const")
 
 
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+def _value_text(value: Any) -> str:
+    return shorten(repr(value), 60)
 
 
 def scalar_type(dtype: str) -> ast.TensorType:

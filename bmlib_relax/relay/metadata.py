@@ -290,7 +290,7 @@ class _NodeGraph:
             raise _fail(f"{where} must be an integer, got {_json_kind(value)}")
         if isinstance(value, str):
             if not _INDEX_TEXT.match(value):
-                raise _fail(f"{where} must be an integer, got {_short(value)!r}")
+                raise _fail(f"{where} must be an integer, got {shorten(value)!r}")
             value = int(value)
         return value
 
@@ -321,7 +321,7 @@ class _NodeGraph:
         root, node = self.node(self.doc.get("root", 1), "'root'")
         if node.get("type_key") != "Map":
             raise _fail(f"root node {root} is not a Map (type_key "
-                        f"{_short(str(node.get('type_key')))!r})")
+                        f"{shorten(str(node.get('type_key')))!r})")
         data = self.index_list(root, node, "data")
         if "keys" in node:
             keys = self.field(root, node, "keys", list)
@@ -339,9 +339,9 @@ class _NodeGraph:
         for key, value_ref in pairs:
             if not isinstance(key, str):
                 raise _fail(f"root node {root}: key must be a string, got {_json_kind(key)}")
-            a, array = self.node(value_ref, f"root node {root}: entry {_short(key)!r}")
+            a, array = self.node(value_ref, f"root node {root}: entry {shorten(key)!r}")
             if array.get("type_key") != "Array":
-                raise _fail(f"metadata entry {_short(key)!r} (node {a}) is not an Array")
+                raise _fail(f"metadata entry {shorten(key)!r} (node {a}) is not an Array")
             out[key] = [self.node(i, f"node {a}: data")[0]
                         for i in self.index_list(a, array, "data")]
         return out
@@ -361,7 +361,8 @@ def _json_kind(value: Any) -> str:
     return f"a {type(value).__name__}"
 
 
-def _short(text: str, limit: int = 40) -> str:
+def shorten(text: str, limit: int = 40) -> str:
+    """``text`` cut to ``limit`` characters (``...`` at the end), for messages."""
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 

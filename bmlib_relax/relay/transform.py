@@ -94,23 +94,15 @@ def _evaluate(call: ast.Call) -> ast.Expr:
 
 
 def _result_bytes(ty: Any) -> int:
-    """Bytes of a Relax result type's static tensors (a symbolic dim counts as 1: its
-    extent is only known once computed)."""
+    """Bytes of a Relax result type's tensors (a symbolic dim counts as 1: its extent
+    is only known once computed)."""
     import tvm
+
+    from ..memory import tensor_type_bytes
 
     if isinstance(ty, tvm.relax.TupleType):
         return sum(_result_bytes(field) for field in ty.fields)
-    dims = getattr(getattr(ty, "shape", None), "values", None)
-    if dims is None:
-        return 0
-    size = 1
-    for dim in dims:
-        size *= int(dim) if isinstance(dim, tvm.tirx.IntImm) else 1
-    try:
-        bits = tvm.DataType(str(ty.dtype)).bits
-    except Exception:  # noqa: BLE001 - an unknown dtype is the importer's to report
-        bits = 8
-    return size * max(1, bits // 8)
+    return tensor_type_bytes(ty, symbolic_dim=1) or 0
 
 
 class Sequential:
