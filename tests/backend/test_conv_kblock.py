@@ -5,8 +5,7 @@ predicate that chooses it and the switch that turns it off.
 
 ``$BMLIB_CONV_KBLOCK=0,1,8`` (KiB thresholds: any weight size, 1 KiB chunks, 8 KiB
 output groups) forces the path onto tiny convs, so the chunk loop has several
-iterations at test sizes, and the output rows are one group (7x7) or several
-(14x14, 21x21).
+iterations at test sizes, and the output rows are one group or several.
 """
 from __future__ import annotations
 
@@ -44,17 +43,21 @@ def _residual(x, w1, w2, w3):
     return R.nn.relu(R.add(R.nn.conv2d(a, w2), R.nn.conv2d(a, w3)))
 
 
+# Output widths are whole register tiles on AVX2 (4 or 8 pixels) and AVX-512 (7 or 14):
+# K-blocking applies to row-tiled convs only, so the path under test is the same on
+# either machine.
 CASES = {
     # name: (build, input shape, weights)
-    "1x1 64->96 7x7": (_chain(), (1, 8, 7, 7), [(64, 8, 3, 3), (96, 64, 1, 1), (96,)]),
-    "1x1 odd 40->24 14x14": (_chain(), (1, 8, 14, 14), [(40, 8, 3, 3), (24, 40, 1, 1), (24,)]),
-    "1x1 stride 2 64->32 14->7": (_chain(stride=2), (1, 8, 14, 14),
-                                  [(64, 8, 3, 3), (32, 64, 1, 1), (32,)]),
-    "3x3 stride 2 pad 1 48->64 14->7": (_chain(stride=2, kernel=3, padding=1), (1, 8, 14, 14),
-                                        [(48, 8, 3, 3), (64, 48, 3, 3), (64,)]),
-    "3x3 dilated 64->32 7x7": (_chain(kernel=3, padding=2, dilation=2), (1, 8, 7, 7),
-                               [(64, 8, 3, 3), (32, 64, 3, 3), (32,)]),
-    "1x1 rows in groups 64->32 21x21": (_chain(), (1, 8, 21, 21),
+    "1x1 64->96 28x28": (_chain(), (1, 8, 28, 28), [(64, 8, 3, 3), (96, 64, 1, 1), (96,)]),
+    "1x1 odd 40->24 4x56": (_chain(), (1, 8, 4, 56), [(40, 8, 3, 3), (24, 40, 1, 1), (24,)]),
+    "1x1 stride 2 64->32 8x56->4x28": (_chain(stride=2), (1, 8, 8, 56),
+                                       [(64, 8, 3, 3), (32, 64, 1, 1), (32,)]),
+    "3x3 stride 2 pad 1 48->64 8x56->4x28": (_chain(stride=2, kernel=3, padding=1),
+                                             (1, 8, 8, 56),
+                                             [(48, 8, 3, 3), (64, 48, 3, 3), (64,)]),
+    "3x3 dilated 64->32 4x28": (_chain(kernel=3, padding=2, dilation=2), (1, 8, 4, 28),
+                                [(64, 8, 3, 3), (32, 64, 3, 3), (32,)]),
+    "1x1 rows in groups 64->32 21x28": (_chain(), (1, 8, 21, 28),
                                         [(64, 8, 3, 3), (32, 64, 1, 1), (32,)]),
 }
 
@@ -128,7 +131,7 @@ def test_k_blocked_convs_match_the_plain_build(case, kernel_rows, rows_outer, mo
 
 def test_merged_residual_k_blocked(monkeypatch):
     monkeypatch.setenv(conv_templates.KBLOCK_ENV, FORCED)
-    mod, arrays = make_module(_residual, [(1, 8, 7, 7)],
+    mod, arrays = make_module(_residual, [(1, 8, 4, 28)],
                               [(64, 8, 3, 3), (32, 64, 1, 1), (32, 64, 1, 1)])
     partitioned = partition_for_bmlib(mod, merge=True)
     assert _kchunk_partitions(partitioned)
@@ -137,10 +140,12 @@ def test_merged_residual_k_blocked(monkeypatch):
 
 def test_default_predicate_takes_heavy_convs_only(monkeypatch):
     """By default a conv is K-blocked when its weights per output-channel block pass
-    KBLOCK_MIN_WEIGHT_BYTES: a 512->64 1x1 (64 KiB per block of 32) is, the 3x3
-    8->512 before it (4.5 KiB per block) is not; the switch turns it off."""
+    KBLOCK_MIN_WEIGHT_BYTES: a 1024->32 1x1 (64 KiB per block of 16 channels, 128 KiB per
+    block of 32) is, the 3x3 8->1024 before it (4.5-9 KiB per block) is not; the switch
+    turns it off."""
     monkeypatch.delenv(conv_templates.KBLOCK_ENV, raising=False)
-    mod, arrays = make_module(_chain(), [(1, 8, 7, 7)], [(512, 8, 3, 3), (64, 512, 1, 1), (64,)])
+    mod, arrays = make_module(_chain(), [(1, 8, 2, 28)],
+                              [(1024, 8, 3, 3), (32, 1024, 1, 1), (32,)])
     partitioned = partition_for_bmlib(mod)
     heavy = _kchunk_partitions(partitioned)
     assert len(heavy) == 1
@@ -233,6 +238,13 @@ def test_strided_1x1_gathers_only_when_blocks_run_outside(heavy, monkeypatch):
                 if "bmlib_data_subsample" in prim.script()]) == 1
 
 
+def _group_rows(partitioned) -> int:
+    """The output rows per group the K-blocked conv chose (its block's attribute)."""
+    (prim,) = _kchunk_prims(partitioned)
+    (_, realize), = list(update_realizes(prim.body, "bmlib_conv2d_kchunk"))
+    return int(realize.block.annotations["bmlib_group_rows"])
+
+
 def _second_parallel_iteration(partitioned) -> tuple[int, int]:
     """(output block, output row) the K-blocked conv computes first in its second
     parallel iteration (every other loop at 0)."""
@@ -248,11 +260,11 @@ def test_light_k_blocked_conv_runs_row_groups_outside(monkeypatch):
     """A K-blocked conv with light weights (64->64 1x1, 16 KiB) parallelizes over row
     groups outside its output blocks: iteration 1 is block 1 of the first group, and it
     prefetches no chunks (its weights stay in L2).  ``$BMLIB_CONV_ROWS_OUTER=0``: the
-    blocks outside, iteration 1 is the second row group (3 rows of 21) of block 0."""
+    blocks outside, iteration 1 is the second row group (of 21 rows) of block 0."""
     monkeypatch.setenv(conv_templates.KBLOCK_ENV, FORCED)
     monkeypatch.setenv(conv_templates.PREFETCH_ENV, "0")  # keeps the function unflattened
     monkeypatch.delenv(conv_templates.ROWS_OUTER_ENV, raising=False)
-    mod, arrays = make_module(_chain(), [(1, 8, 21, 21)],
+    mod, arrays = make_module(_chain(), [(1, 8, 21, 28)],
                               [(64, 8, 3, 3), (64, 64, 1, 1), (64,)])
     partitioned = partition_for_bmlib(mod)
     assert _second_parallel_iteration(partitioned) == (1, 0)
@@ -261,7 +273,9 @@ def test_light_k_blocked_conv_runs_row_groups_outside(monkeypatch):
     check_offloaded_run(mod, partitioned, arrays)
     monkeypatch.setenv(conv_templates.ROWS_OUTER_ENV, "0")
     monkeypatch.setenv(conv_templates.PREFETCH_ENV, "0")
-    assert _second_parallel_iteration(partitioned) == (0, 3)
+    rows = _group_rows(partitioned)
+    assert 1 <= rows < 21 and 21 % rows == 0
+    assert _second_parallel_iteration(partitioned) == (0, rows)
 
 
 def test_k_blocked_row_groups_have_their_own_weight_bound(monkeypatch):
@@ -274,16 +288,18 @@ def test_k_blocked_row_groups_have_their_own_weight_bound(monkeypatch):
     monkeypatch.setattr(conv_templates, "ROWS_OUTER_MAX_WEIGHT_BYTES", 0)
     assert conv_templates.KBLOCK_ROWS_OUTER_MAX_WEIGHT_BYTES > \
         conv_templates.FUSED_POINTWISE_MAX_WEIGHT_BYTES  # ResNet's 288-576 KiB 3x3 s2
-    mod, _ = make_module(_chain(), [(1, 8, 21, 21)], [(64, 8, 3, 3), (64, 64, 1, 1), (64,)])
+    mod, _ = make_module(_chain(), [(1, 8, 21, 28)], [(64, 8, 3, 3), (64, 64, 1, 1), (64,)])
     partitioned = partition_for_bmlib(mod)
     assert _second_parallel_iteration(partitioned) == (1, 0)  # row groups outside
     monkeypatch.setattr(conv_templates, "KBLOCK_ROWS_OUTER_MAX_WEIGHT_BYTES", 0)
-    assert _second_parallel_iteration(partitioned) == (0, 3)  # blocks outside
+    rows = _group_rows(partitioned)
+    assert 1 <= rows < 21
+    assert _second_parallel_iteration(partitioned) == (0, rows)  # blocks outside
 
 
 # ----------------------------------------------------------------- next-chunk prefetch
-@pytest.mark.parametrize("case", ["1x1 64->96 7x7", "1x1 rows in groups 64->32 21x21",
-                                  "3x3 stride 2 pad 1 48->64 14->7"])
+@pytest.mark.parametrize("case", ["1x1 64->96 28x28", "1x1 rows in groups 64->32 21x28",
+                                  "3x3 stride 2 pad 1 48->64 8x56->4x28"])
 def test_k_blocked_conv_prefetches_every_line_of_its_next_chunk(case, monkeypatch):
     """Run the prefetch loop nest's index arithmetic for every iteration: while chunk
     ``ko`` of output block ``cb`` is computed, the lines fetched cover all of the next

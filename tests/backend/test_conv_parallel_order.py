@@ -21,11 +21,14 @@ from helpers import (assert_prefetches_next_unit, assert_spread_over_reduction,
 
 conv_templates = importlib.import_module("bmlib_relax.backend.templates.conv")
 R = relax.op
+PAIR_INPUT = (1, 8, 8, 112)
 
 
 def _pair(x, w1, w2):
     """Two 3x3 stride-2 convs (no Winograd, no K-blocking at these sizes): the second
-    reads the first's blocked output."""
+    reads the first's blocked output.  Fed an 8x112 input (outputs 4x56, 2x28): widths
+    that are whole register tiles on AVX2 (4 pixels) and AVX-512 (7), so the row-tiled
+    schedule is the one under test on either machine."""
     a = R.nn.relu(R.nn.conv2d(x, w1, strides=2, padding=1))
     return R.nn.relu(R.nn.conv2d(a, w2, strides=2, padding=1))
 
@@ -47,13 +50,13 @@ def _second_iteration(partitioned) -> dict[int, tuple[int, int]]:
 
 @pytest.mark.parametrize("channels, rows_outer", [(64, True), (512, False)])
 def test_light_weights_parallelize_rows_first(channels, rows_outer, monkeypatch):
-    """The second conv (14x14 -> 7x7) with 64 channels has 144 KiB of weights: rows
+    """The second conv (4x56 -> 2x28) with 64 channels has 144 KiB of weights: rows
     outside (parallel iteration 1 is block 1 of row 0); with 512, 9 MiB: blocks
     outside (iteration 1 is row 1 of block 0)."""
     monkeypatch.delenv(conv_templates.ROWS_OUTER_ENV, raising=False)
     monkeypatch.setenv(conv_templates.KBLOCK_ENV, "0")
     monkeypatch.setenv(conv_templates.PREFETCH_ENV, "0")  # keeps the functions unflattened
-    mod, arrays = make_module(_pair, [(1, 8, 28, 28)], [(channels, 8, 3, 3),
+    mod, arrays = make_module(_pair, [PAIR_INPUT], [(channels, 8, 3, 3),
                                                         (channels, channels, 3, 3)])
     partitioned = partition_for_bmlib(mod)
     # the 8->C conv (at most 144 KiB of weights) always has its rows outside
@@ -72,7 +75,7 @@ def test_heavy_conv_prefetches_the_next_output_blocks_weights(monkeypatch):
     monkeypatch.delenv(conv_templates.ROWS_OUTER_ENV, raising=False)
     monkeypatch.delenv(conv_templates.PREFETCH_ENV, raising=False)
     monkeypatch.setenv(conv_templates.KBLOCK_ENV, "0")
-    mod, arrays = make_module(_pair, [(1, 8, 28, 28)], [(160, 8, 3, 3), (160, 160, 3, 3)])
+    mod, arrays = make_module(_pair, [PAIR_INPUT], [(160, 8, 3, 3), (160, 160, 3, 3)])
     partitioned = partition_for_bmlib(mod)
     prims = [prim for prim, _ in lower_and_verify(partitioned).values()
              if "T.prefetch" in prim.script()]
