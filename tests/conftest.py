@@ -46,9 +46,30 @@ def pytest_xdist_auto_num_workers(config) -> int:
     return max(1, workers)
 
 
+#: Set when this process is one of several xdist workers and pinned TVM to one thread
+#: (see pytest_configure); the CLI subprocesses then get the user's defaults back.
+_PINNED_WORKER_THREADS = False
+
+
+def pytest_configure(config) -> None:
+    """Each of several ``-n`` workers runs its models on one thread (``TVM_NUM_THREADS=1``)
+    unless the environment says otherwise: N workers each starting a pool of every CPU
+    oversubscribe the machine, and a parallel loop then waits at its barrier for a thread
+    the other worker's pool preempted.  Tests of the thread defaults run in child
+    processes with the variable removed."""
+    global _PINNED_WORKER_THREADS
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+    if os.environ.get("PYTEST_XDIST_WORKER") and workers > 1 and \
+            "TVM_NUM_THREADS" not in os.environ:
+        os.environ["TVM_NUM_THREADS"] = "1"
+        _PINNED_WORKER_THREADS = True
+
+
 def cli(*args, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     """Run the bmlib-relax command in a subprocess (``python -m bmlib_relax``, same entry point)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
+    if _PINNED_WORKER_THREADS:
+        env.pop("TVM_NUM_THREADS", None)
     return subprocess.run([sys.executable, "-m", "bmlib_relax", *map(str, args)], cwd=cwd,
                           env=env, capture_output=True, text=True, timeout=600)
 
