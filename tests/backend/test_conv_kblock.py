@@ -238,22 +238,16 @@ def test_strided_1x1_gathers_only_when_blocks_run_outside(heavy, monkeypatch):
                 if "bmlib_data_subsample" in prim.script()]) == 1
 
 
-def _group_rows(partitioned) -> int:
-    """The output rows per group the K-blocked conv chose (its block's attribute)."""
-    (prim,) = _kchunk_prims(partitioned)
-    (_, realize), = list(update_realizes(prim.body, "bmlib_conv2d_kchunk"))
-    return int(realize.block.annotations["bmlib_group_rows"])
-
-
-def _second_parallel_iteration(partitioned) -> tuple[int, int]:
-    """(output block, output row) the K-blocked conv computes first in its second
-    parallel iteration (every other loop at 0)."""
+def _parallel_order(partitioned) -> tuple[tuple[int, int], int]:
+    """The K-blocked conv's (output block, output row) computed first in its second
+    parallel iteration (every other loop at 0), and the output rows per group it chose
+    (its block's attribute)."""
     (prim,) = _kchunk_prims(partitioned)
     (loops, realize), = list(update_realizes(prim.body, "bmlib_conv2d_kchunk"))
     (parallel,) = [l for l in loops if int(l.kind) == int(tirx.ForKind.PARALLEL)]
     env = {l.loop_var: int(l.loop_var.same_as(parallel.loop_var)) for l in loops}
     _, oc_block, _, row = (index_value(v, env) for v in realize.iter_values[:4])
-    return oc_block, row
+    return (oc_block, row), int(realize.block.annotations["bmlib_group_rows"])
 
 
 def test_light_k_blocked_conv_runs_row_groups_outside(monkeypatch):
@@ -267,15 +261,16 @@ def test_light_k_blocked_conv_runs_row_groups_outside(monkeypatch):
     mod, arrays = make_module(_chain(), [(1, 8, 21, 28)],
                               [(64, 8, 3, 3), (64, 64, 1, 1), (64,)])
     partitioned = partition_for_bmlib(mod)
-    assert _second_parallel_iteration(partitioned) == (1, 0)
+    second, _ = _parallel_order(partitioned)
+    assert second == (1, 0)
     monkeypatch.delenv(conv_templates.PREFETCH_ENV)
     assert not any("T.prefetch" in p.script() for p in _kchunk_prims(partitioned))
     check_offloaded_run(mod, partitioned, arrays)
     monkeypatch.setenv(conv_templates.ROWS_OUTER_ENV, "0")
     monkeypatch.setenv(conv_templates.PREFETCH_ENV, "0")
-    rows = _group_rows(partitioned)
+    second, rows = _parallel_order(partitioned)
     assert 1 <= rows < 21 and 21 % rows == 0
-    assert _second_parallel_iteration(partitioned) == (0, rows)
+    assert second == (0, rows)
 
 
 def test_k_blocked_row_groups_have_their_own_weight_bound(monkeypatch):
@@ -290,11 +285,12 @@ def test_k_blocked_row_groups_have_their_own_weight_bound(monkeypatch):
         conv_templates.FUSED_POINTWISE_MAX_WEIGHT_BYTES  # ResNet's 288-576 KiB 3x3 s2
     mod, _ = make_module(_chain(), [(1, 8, 21, 28)], [(64, 8, 3, 3), (64, 64, 1, 1), (64,)])
     partitioned = partition_for_bmlib(mod)
-    assert _second_parallel_iteration(partitioned) == (1, 0)  # row groups outside
+    second, _ = _parallel_order(partitioned)
+    assert second == (1, 0)  # row groups outside
     monkeypatch.setattr(conv_templates, "KBLOCK_ROWS_OUTER_MAX_WEIGHT_BYTES", 0)
-    rows = _group_rows(partitioned)
-    assert 1 <= rows < 21
-    assert _second_parallel_iteration(partitioned) == (0, rows)  # blocks outside
+    second, rows = _parallel_order(partitioned)
+    assert 1 <= rows < 21 and 21 % rows == 0
+    assert second == (0, rows)  # blocks outside
 
 
 # ----------------------------------------------------------------- next-chunk prefetch
