@@ -35,6 +35,7 @@ from .dot_product import conv2d_dot_layout, conv2d_packs_own_weight, pack_dot_we
 from .patterns import fits_template_indexing
 from .target import vector_lanes
 from .templates.linalg import packed_panel_width
+from .templates.tiles import output_block
 
 PACKABLE_DTYPES = ("float32", "float16")
 # Quantized (QNN) weights: packed too, blocked by the vectors of their int32 accumulator.
@@ -44,16 +45,11 @@ QUANTIZED_DTYPES = ("int8", "uint8")
 def conv2d_blocking(in_channels: int, out_channels: int, lanes: int) -> tuple[int, int]:
     """``(ib, ob)``: input/output channel blocks for a conv on ``lanes``-wide vectors.
 
-    The output block is the vectorized axis: two vectors when the channels allow
-    (a register tile of 2 vectors x 4 pixels, see ``conv.ACCUMULATORS``), else
-    one vector (the largest divisor of the channels up to the vector width) x 8
-    pixels.  The input block is the inner reduction loop; the same width keeps
-    it small.
+    The output block is the vectorized axis (:func:`.templates.tiles.output_block`:
+    two vectors when the channels allow).  The input block is the inner reduction
+    loop; the vector width keeps it small.
     """
-    ib = _divisor_at_most(in_channels, lanes)
-    if out_channels % (2 * lanes) == 0:
-        return ib, 2 * lanes
-    return ib, _divisor_at_most(out_channels, lanes)
+    return _divisor_at_most(in_channels, lanes), output_block(out_channels, lanes)
 
 
 def depthwise_blocking(channels: int, lanes: int) -> int:

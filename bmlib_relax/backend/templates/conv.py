@@ -46,15 +46,8 @@ from ...switches import switched_on
 from ..target import vector_registers
 from ._utils import attr_ints, out_dtype
 from .registry import SCHEDULE_ATTR, register_schedule, register_template
+from .tiles import tile_pixels
 
-# Vector accumulators of a register tile (output columns x vectors per channel
-# block): 8 leaves room for operands in 16 AVX2 registers (14 spilled, measured).
-ACCUMULATORS = 8
-# With 32 registers (AVX-512): 14 (2 vectors x 7 pixels), 1.09-1.26x over 8 on
-# ResNet-18's 3x3 convs.  14 zmm = 896 B stays under TVM's 1 KiB stack-alloca
-# limit: a larger tile (28 measured 1.0-1.1x faster still) becomes a workspace
-# allocation per tile (see docs/drafts/h-perf.md).
-ACCUMULATORS_32_REGISTERS = 14
 # The 1x1 GEMM tile: output channels (one broadcast weight each, unrolled) x
 # vectors of consecutive output pixels; 12 accumulators, measured best of 8-12.
 GEMM_ROWS, GEMM_VECTORS = 6, 2
@@ -426,23 +419,17 @@ def _sum(value, axes):
     return te.sum(value, axis=list(axes.values())) if axes else value
 
 
-def tile_pixels(ob: int, lanes: int, registers: int = 16) -> int:
-    """Output pixels of a register tile: the accumulators ``registers`` vector
-    registers allow, over ``ob`` channels."""
-    accumulators = ACCUMULATORS_32_REGISTERS if registers >= 32 else ACCUMULATORS
-    return max(1, accumulators // max(1, ob // lanes))
-
-
 def conv2d_nchwc(data, kernel, strides, padding, dilation, dtype, ib, ob, row_tile=0,
                  blocked=(False, False), k_blocking=None):
     """NCHW data, [O/ob, I/ib, KH, KW, ib, ob] kernel → NCHW output via NCHW[ob]c.
 
     When the output width is a multiple of ``row_tile`` (or that is 0), the
     convolution is NCHW[ob]c and register tiles run along output rows.  Otherwise
-    (7x7 and 14x14 outputs, say) the output pixels are one flat axis, padded to
-    whole tiles: ``[N, O/ob, ceil(OH*OW / tile) * tile, ob]``.  The padding pixels
-    recompute the last real one (so every read stays in bounds) and are dropped
-    by the unpack; a tile of two vectors x 4 pixels beats one vector x 7 columns.
+    (7x7 and 14x14 outputs on AVX2, say) the output pixels are one flat axis, padded
+    to whole tiles: ``[N, O/ob, ceil(OH*OW / tile) * tile, ob]``.  The padding pixels
+    recompute the last real one (so every read stays in bounds) and are dropped by
+    the unpack; a tile of two vectors x 4 pixels beats one vector x 7 columns
+    (:mod:`.tiles`).
     ``blocked`` (input, output): the data is NCHW{ib}c already / the result is
     returned as NCHW{ob}c (:mod:`..blocked_layout`).
     """

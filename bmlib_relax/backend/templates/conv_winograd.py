@@ -55,12 +55,10 @@ from ..schedule import divisor_at_most, inline_epilogue
 from ..target import vector_registers
 from ._utils import attr_ints, out_dtype
 from .registry import SCHEDULE_ATTR, register_schedule
+from .tiles import accumulators, output_block
 
 ENV = "BMLIB_WINOGRAD"
 WINOGRAD_LAYOUT = re.compile(r"HWOI(\d+)o")
-# Vector accumulators of the GEMM register tile (tiles x kb/lanes vectors), as
-# conv.ACCUMULATORS(_32_REGISTERS).
-ACCUMULATORS = {16: 8, 32: 14}
 
 _F = Fraction
 # (A^T, G, B^T) of F(m, 3) (Lavin & Gray, points 0, +-1, +-2, inf for m=4).
@@ -167,9 +165,7 @@ def winograd_layout(layout: str) -> Optional[int]:
 def out_block(out_channels: int, lanes: int) -> int:
     """Output channels per vectorized block: two vectors when they divide, else
     the largest divisor up to one vector."""
-    if out_channels % (2 * lanes) == 0:
-        return 2 * lanes
-    return divisor_at_most(out_channels, lanes)
+    return output_block(out_channels, lanes)
 
 
 def rewrite_conv2d(call, array: np.ndarray, lanes: int) -> Optional[Any]:
@@ -338,7 +334,7 @@ def kernel_transform(weight: te.Tensor, m: int, kb: int) -> te.Tensor:
 def register_tile(tiles: int, kb: int, lanes: int, registers: int) -> int:
     """Tiles per GEMM register tile: as many as the accumulators allow, fewer when
     that pads ``tiles`` less."""
-    limit = max(1, ACCUMULATORS[32 if registers >= 32 else 16] // max(1, kb // lanes))
+    limit = max(1, accumulators(registers) // max(1, kb // lanes))
     best = limit
     for t in range(limit, max(1, limit // 2) - 1, -1):
         if -(-tiles // t) * t < -(-tiles // best) * best:
