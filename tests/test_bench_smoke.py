@@ -5,6 +5,7 @@ import json
 import re
 
 import numpy as np
+import pytest
 
 from conftest import cli
 
@@ -47,6 +48,21 @@ def test_measured_peak_kernel_really_runs_fmas():
     for _ in range(3):
         expected = expected * np.float32(0.99999994) + np.float32(1e-7)
     np.testing.assert_allclose(out.numpy()[0], expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("vendor,family,flags,lanes", [
+    ("GenuineIntel", 6, "fma avx2 avx512f", 32),   # Xeon: two 512-bit FMA pipes
+    ("AuthenticAMD", 25, "fma avx2 avx512f", 16),  # Zen 4: 512-bit FMAs on 256-bit pipes
+    ("AuthenticAMD", 25, "fma avx2", 16),          # Zen 3
+    ("AuthenticAMD", 26, "fma avx2 avx512f", 32),  # Zen 5: full-width pipes
+    ("GenuineIntel", 6, "sse2", 8),
+])
+def test_nominal_peak_counts_the_fma_lanes_of_the_cpu(vendor, family, flags, lanes):
+    from bmlib_relax.bench.peak import fma_lanes_per_cycle
+
+    cpuinfo = (f"processor\t: 0\nvendor_id\t: {vendor}\ncpu family\t: {family}\n"
+               f"flags\t\t: fpu {flags}\nprocessor\t: 1\nvendor_id\t: Other\n")
+    assert fma_lanes_per_cycle(cpuinfo)[0] == lanes
 
 
 def test_a_misspelt_model_is_a_usage_error_before_any_work(tmp_path):

@@ -1,6 +1,6 @@
 """The machine's fp32 peak: the nominal figure, and one measured in the same run.
 
-The nominal peak (threads x 2 FMA pipes x vector lanes x 2 flops x clock) uses
+The nominal peak (threads x 2 FMA pipes x their lanes x 2 flops x clock) uses
 the clock ``/proc/cpuinfo`` reports, which on most VMs is the base clock: the
 cores run faster, so a good kernel can exceed "100 %" of it.  The measured
 peak times a kernel that does nothing but independent vector FMAs, built by TVM
@@ -19,24 +19,42 @@ import numpy as np
 FMA_CHAINS = 10
 
 
+# AMD family 19h (Zen 3 and Zen 4) has two 256-bit FMA pipes: Zen 4 runs a 512-bit
+# FMA on both, so it does 16 fp32 FMA lanes per cycle, not AVX-512's 32.
+_HALF_WIDTH_AVX512 = (("AuthenticAMD", 25),)
+
+
+def fma_lanes_per_cycle(cpuinfo: str) -> tuple[int, str]:
+    """(fp32 FMA lanes per cycle per core, how they are counted) from /proc/cpuinfo's text."""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() not in fields:
+            fields[key.strip()] = value.strip()
+    flags = set(fields.get("flags", "").split())
+    lanes = 16 if "avx512f" in flags else 8 if "avx2" in flags else 4
+    family = fields.get("cpu family", "")
+    vendor = (fields.get("vendor_id", ""), int(family) if family.isdigit() else -1)
+    if lanes == 16 and vendor in _HALF_WIDTH_AVX512:
+        return 16, "2 FMA x 8 lanes (512-bit FMAs on 256-bit pipes)"
+    return 2 * lanes, f"2 FMA x {lanes} lanes"
+
+
 def nominal_peak_gflops(threads: int, ghz: Optional[float] = None) -> tuple[float, str]:
-    """Theoretical fp32 peak: threads x 2 FMA pipes x vector lanes x 2 x clock.
+    """Theoretical fp32 peak: threads x FMA lanes per cycle x 2 x clock.
 
     The clock is ``ghz`` or the ``cpu MHz`` of /proc/cpuinfo."""
-    flags, mhz = "", 0.0
     try:
         with open("/proc/cpuinfo") as handle:
-            for line in handle:
-                if line.startswith("flags") and not flags:
-                    flags = line
-                if line.startswith("cpu MHz") and not mhz:
-                    mhz = float(line.split(":")[1])
+            cpuinfo = handle.read()
     except OSError:
-        pass
-    lanes = 16 if " avx512f" in flags else 8 if " avx2" in flags else 4
+        cpuinfo = ""
+    lanes, counted = fma_lanes_per_cycle(cpuinfo)
+    mhz = next((float(line.split(":")[1]) for line in cpuinfo.splitlines()
+                if line.startswith("cpu MHz")), 0.0)
     ghz = ghz or (mhz or 2500.0) / 1000
-    peak = threads * 2 * lanes * 2 * ghz
-    return peak, f"{threads} thread(s) x 2 FMA x {lanes} lanes x 2 x {ghz:.2f} GHz"
+    peak = threads * lanes * 2 * ghz
+    return peak, f"{threads} thread(s) x {counted} x 2 x {ghz:.2f} GHz"
 
 
 def _fma_kernel(threads: int, lanes: int):
