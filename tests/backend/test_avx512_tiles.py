@@ -66,12 +66,24 @@ def test_vector_registers_follow_the_target():
 
 @pytest.mark.parametrize("target, tile", [
     (AVX512, (7, 32)),   # 2 zmm vectors of channels x 7 pixels: 14 accumulators
-    (AVX2, (4, 16)),     # 2 ymm vectors x 4 pixels: 8 accumulators
+    (AVX2, (4, 16)),     # 2 ymm vectors x 4 pixels: 6 (12 accumulators) does not divide 28
 ])
 def test_conv2d_tile_grows_with_the_register_file(target, tile):
     mod, _ = make_module(_conv_bias_relu(), [(1, 16, 28, 28)], [(32, 16, 3, 3), (32,)])
     prim = _lowered(mod, target)
     assert _tile(prim, "bmlib_conv2d_nchwc_update") == tile
+
+
+@pytest.mark.parametrize("width, block, tile", [
+    (24, "bmlib_conv2d_nchwc_update", (6, 16)),       # 2 ymm x 6 pixels along rows
+    (28, "bmlib_conv2d_nchwc_update", (4, 16)),       # 6 does not divide 28, 4 does
+    (14, "bmlib_conv2d_nchwc_flat_update", (6, 16)),  # neither: flat tiles of 6 pixels
+])
+def test_avx2_conv2d_tiles_hold_12_accumulators_unless_only_8_make_whole_rows(width, block,
+                                                                            tile):
+    mod, _ = make_module(_conv_bias_relu(), [(1, 16, width, width)], [(32, 16, 3, 3), (32,)])
+    prim = _lowered(mod, AVX2)
+    assert _tile(prim, block) == tile
 
 
 def test_5x5_conv2d_on_avx512_takes_flat_tiles_of_7_pixels():

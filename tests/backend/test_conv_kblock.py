@@ -43,7 +43,8 @@ def _residual(x, w1, w2, w3):
     return R.nn.relu(R.add(R.nn.conv2d(a, w2), R.nn.conv2d(a, w3)))
 
 
-# Output widths are whole register tiles on AVX2 (4 or 8 pixels) and AVX-512 (7 or 14):
+# Output widths are whole row tiles on AVX2 (4 or 8 pixels: the 8-accumulator tile of
+# templates/tiles.pixel_tile) and AVX-512 (7 or 14):
 # K-blocking applies to row-tiled convs only, so the path under test is the same on
 # either machine.
 CASES = {

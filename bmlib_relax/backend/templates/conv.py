@@ -46,7 +46,7 @@ from ...switches import switched_on
 from ..target import vector_registers
 from ._utils import attr_ints, out_dtype
 from .registry import SCHEDULE_ATTR, register_schedule, register_template
-from .tiles import tile_pixels
+from .tiles import SMALL_TILE_ACCUMULATORS, pixel_tile, tile_pixels
 
 # The 1x1 GEMM tile: output channels (one broadcast weight each, unrolled) x
 # vectors of consecutive output pixels; 12 accumulators, measured best of 8-12.
@@ -119,8 +119,8 @@ def conv2d(call, inputs, ctx):
             blocking = conv2d_blocking(channels, out_channels, lanes)
             weight = pack_kernel(weight, *blocking)
         return conv2d_nchwc(data, weight, strides, padding, dilation, dtype, *blocking,
-                            row_tile=tile_pixels(blocking[1], lanes,
-                                                 vector_registers(ctx.target)))
+                            row_tile=pixel_tile(blocking[1], lanes, vector_registers(ctx.target),
+                                                int(call.ty.shape.values[3])))
     if groups == channels == out_channels and (blocking is not None or int(weight.shape[1]) == 1):
         if blocking is None:
             blocking = (1, depthwise_blocking(channels, lanes))
@@ -166,7 +166,8 @@ def _blocked_conv2d(call, data, weight, blocking, data_block, out_block, ctx):
     if groups == 1:
         if data_block is not None and ib != data_block:
             raise ctx.error(f"kernel blocks {ib} input channels, the data layout {data_block}")
-        row_tile = tile_pixels(ob, lanes, vector_registers(ctx.target))
+        row_tile = pixel_tile(ob, lanes, vector_registers(ctx.target),
+                              int(call.ty.shape.values[3]))
         return conv2d_nchwc(data, weight, strides, padding, dilation, dtype, ib, ob,
                             row_tile=row_tile, blocked=(data_block is not None, True),
                             k_blocking=k_blocking(weight, dtype, row_tile, call))
@@ -655,7 +656,7 @@ def _flat_epilogue(sch, block):
     return epilogue, sch.get_loops(epilogue)
 
 
-def _tile_conv(sch, block, ctx, registers=None, rows_outer=False):
+def _tile_conv(sch, block, ctx, registers=None, rows_outer=False, budget=None):
     """Shared tiling of the NCHW[ob]c conv blocks.
 
     The unpack and the element-wise epilogue after it become one NCHW block,
@@ -673,7 +674,7 @@ def _tile_conv(sch, block, ctx, registers=None, rows_outer=False):
                                        sch.get(block).writes[0].source.shape[2:])
     lanes = ctx.lanes(str(sch.get(block).writes[0].source.dtype))
     registers = registers or vector_registers(ctx.target)
-    reg = divisor_at_most(ow_extent, tile_pixels(ob_extent, lanes, registers))
+    reg = divisor_at_most(ow_extent, tile_pixels(ob_extent, lanes, registers, budget))
     loops = sch.get_loops(epilogue)
     if len(loops) == 5:  # an NCHW{ob}c epilogue (see ..blocked_layout)
         n, cb, h, w, ci = loops
@@ -1032,16 +1033,15 @@ def schedule_conv2d_1x1_gemm(sch, block, ctx):
     sch.vectorize(pi)
 
 
-# 8 accumulators even with 32 registers: a 9-tap reduction per tile gains nothing
-# from a longer one (1.0-1.3x slower at 28, measured).
-DEPTHWISE_REGISTERS = 16
+# See tiles.SMALL_TILE_ACCUMULATORS.
+DEPTHWISE_ACCUMULATORS = SMALL_TILE_ACCUMULATORS
 
 
 @register_schedule("bmlib.depthwise_nchwc")
 def schedule_depthwise_nchwc(sch, block, ctx):
     pointwise = _fused_pointwise(sch, block)
     if pointwise is None:
-        _tile_conv(sch, block, ctx, registers=DEPTHWISE_REGISTERS)
+        _tile_conv(sch, block, ctx, budget=DEPTHWISE_ACCUMULATORS)
     else:
         _schedule_depthwise_pointwise(sch, block, pointwise, ctx)
 
@@ -1101,7 +1101,7 @@ def _schedule_depthwise_pointwise(sch, depthwise, pointwise, ctx):
     if len(loops) not in (2, 3) or dw_ow == 1 or dw_ob == 1:
         raise ValueError(f"unexpected depthwise epilogue loops under the row: {len(loops)}")
     dw_cols, dw_ci = loops[-2], loops[-1]
-    dw_reg = divisor_at_most(dw_ow, tile_pixels(dw_ob, lanes, DEPTHWISE_REGISTERS))
+    dw_reg = divisor_at_most(dw_ow, tile_pixels(dw_ob, lanes, budget=DEPTHWISE_ACCUMULATORS))
     dw_wo, dw_wi = sch.split(dw_cols, [None, dw_reg])
     _register_tile(sch, depthwise, dw_wo, dw_wi, dw_ci, dw_reg, dw_ob)
     ctx.done.update(str(sch.get(b).name_hint) for b in (dw_epilogue, pw_epilogue, pointwise))
