@@ -33,6 +33,7 @@ from ..constants import constant_view, tensor_constant
 from ..importer.provenance import same_origin
 from .dot_product import conv2d_dot_layout, conv2d_packs_own_weight, pack_dot_weight
 from .patterns import fits_template_indexing
+from .schedule import divisor_at_most
 from .target import vector_lanes
 from .templates.linalg import packed_panel_width
 from .templates.tiles import output_block
@@ -49,18 +50,12 @@ def conv2d_blocking(in_channels: int, out_channels: int, lanes: int) -> tuple[in
     two vectors when the channels allow).  The input block is the inner reduction
     loop; the vector width keeps it small.
     """
-    return _divisor_at_most(in_channels, lanes), output_block(out_channels, lanes)
+    return divisor_at_most(in_channels, lanes), output_block(out_channels, lanes)
 
 
 def depthwise_blocking(channels: int, lanes: int) -> int:
-    return _divisor_at_most(channels, lanes)
+    return divisor_at_most(channels, lanes)
 
-
-def _divisor_at_most(n: int, limit: int) -> int:
-    for d in range(min(n, limit), 0, -1):
-        if n % d == 0:
-            return d
-    return 1
 
 
 def pack_conv2d_weight(weight: np.ndarray, ib: int, ob: int) -> np.ndarray:

@@ -24,13 +24,22 @@ FMA_CHAINS = 10
 _HALF_WIDTH_AVX512 = (("AuthenticAMD", 25),)
 
 
-def fma_lanes_per_cycle(cpuinfo: str) -> tuple[int, str]:
-    """(fp32 FMA lanes per cycle per core, how they are counted) from /proc/cpuinfo's text."""
+def _first_cpu_fields(cpuinfo: str) -> dict[str, str]:
+    """/proc/cpuinfo's ``key : value`` lines, the first CPU's value of each key."""
     fields: dict[str, str] = {}
     for line in cpuinfo.splitlines():
         key, sep, value = line.partition(":")
         if sep and key.strip() not in fields:
             fields[key.strip()] = value.strip()
+    return fields
+
+
+def fma_lanes_per_cycle(cpuinfo: str) -> tuple[int, str]:
+    """(fp32 FMA lanes per cycle per core, how they are counted) from /proc/cpuinfo's text."""
+    return _fma_lanes(_first_cpu_fields(cpuinfo))
+
+
+def _fma_lanes(fields: dict[str, str]) -> tuple[int, str]:
     flags = set(fields.get("flags", "").split())
     lanes = 16 if "avx512f" in flags else 8 if "avx2" in flags else 4
     family = fields.get("cpu family", "")
@@ -49,9 +58,9 @@ def nominal_peak_gflops(threads: int, ghz: Optional[float] = None) -> tuple[floa
             cpuinfo = handle.read()
     except OSError:
         cpuinfo = ""
-    lanes, counted = fma_lanes_per_cycle(cpuinfo)
-    mhz = next((float(line.split(":")[1]) for line in cpuinfo.splitlines()
-                if line.startswith("cpu MHz")), 0.0)
+    fields = _first_cpu_fields(cpuinfo)
+    lanes, counted = _fma_lanes(fields)
+    mhz = float(fields.get("cpu MHz") or 0.0)
     ghz = ghz or (mhz or 2500.0) / 1000
     peak = threads * lanes * 2 * ghz
     return peak, f"{threads} thread(s) x {counted} x 2 x {ghz:.2f} GHz"

@@ -18,6 +18,7 @@ from bmlib_relax import partition_for_bmlib
 from bmlib_relax.backend.codegen import build_prim_funcs
 from bmlib_relax.backend.templates import conv_winograd
 from bmlib_relax.backend.templates.conv import PREFETCH_ENV
+from bmlib_relax.backend.templates.tiles import output_block
 from bmlib_relax.check import plain_version
 from bmlib_relax.errors import ParamError
 from bmlib_relax.compiler import lower_and_verify
@@ -222,7 +223,7 @@ def test_blocked_input_and_output_at_te_level(m):
 
     ctx = _Context()
     channels, out_channels, h, w, ib = 16, 32, 9, 7, 8
-    kb = conv_winograd.out_block(out_channels, ctx.lanes("float32"))
+    kb = output_block(out_channels, ctx.lanes("float32"))
     data = te.placeholder((1, channels // ib, h, w, ib), "float32", name="data")
     kernel = te.placeholder((m + 2, m + 2, out_channels // kb, channels, kb), "float32",
                             name="kernel")

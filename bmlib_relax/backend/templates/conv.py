@@ -429,8 +429,7 @@ def conv2d_nchwc(data, kernel, strides, padding, dilation, dtype, ib, ob, row_ti
     (7x7 and 14x14 outputs on AVX2, say) the output pixels are one flat axis, padded
     to whole tiles: ``[N, O/ob, ceil(OH*OW / tile) * tile, ob]``.  The padding pixels
     recompute the last real one (so every read stays in bounds) and are dropped by
-    the unpack; a tile of two vectors x 4 pixels beats one vector x 7 columns
-    (:mod:`.tiles`).
+    the unpack; a tile of two vectors beats one vector x 7 columns (:mod:`.tiles`).
     ``blocked`` (input, output): the data is NCHW{ib}c already / the result is
     returned as NCHW{ob}c (:mod:`..blocked_layout`).
     """
@@ -656,7 +655,7 @@ def _flat_epilogue(sch, block):
     return epilogue, sch.get_loops(epilogue)
 
 
-def _tile_conv(sch, block, ctx, registers=None, rows_outer=False, budget=None):
+def _tile_conv(sch, block, ctx, rows_outer=False, budget=None):
     """Shared tiling of the NCHW[ob]c conv blocks.
 
     The unpack and the element-wise epilogue after it become one NCHW block,
@@ -673,8 +672,8 @@ def _tile_conv(sch, block, ctx, registers=None, rows_outer=False, budget=None):
     oh_extent, ow_extent, ob_extent = (int(d) for d in
                                        sch.get(block).writes[0].source.shape[2:])
     lanes = ctx.lanes(str(sch.get(block).writes[0].source.dtype))
-    registers = registers or vector_registers(ctx.target)
-    reg = divisor_at_most(ow_extent, tile_pixels(ob_extent, lanes, registers, budget))
+    reg = divisor_at_most(ow_extent, tile_pixels(ob_extent, lanes, vector_registers(ctx.target),
+                                                 budget))
     loops = sch.get_loops(epilogue)
     if len(loops) == 5:  # an NCHW{ob}c epilogue (see ..blocked_layout)
         n, cb, h, w, ci = loops

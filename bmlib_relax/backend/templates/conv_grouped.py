@@ -24,7 +24,7 @@ from ..rewrite import conv2d_blocking
 from ..schedule import divisor_at_most
 from . import conv
 from .registry import SCHEDULE_ATTR, register_schedule
-from .tiles import SMALL_TILE_ACCUMULATORS
+from .tiles import SMALL_TILE_ACCUMULATORS, tile_pixels
 
 
 def group_blocking(channels: int, out_channels: int, groups: int, lanes: int) -> tuple[int, int]:
@@ -73,7 +73,7 @@ def group_conv2d_nchwc(data, kernel, strides, padding, dilation, groups, dtype, 
 
     return blocked_output(window, (n, oc_blocks, oh, ow, ob), dtype, "bmlib_group_conv2d_nchwc",
                           "bmlib.group_conv2d_nchwc",
-                          conv.tile_pixels(ob, lanes, budget=SMALL_TILE_ACCUMULATORS))
+                          tile_pixels(ob, lanes, budget=SMALL_TILE_ACCUMULATORS))
 
 
 def blocked_output(window, shape, dtype: str, name: str, rule: str, row_tile: int) -> te.Tensor:

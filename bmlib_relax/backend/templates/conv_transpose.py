@@ -40,7 +40,7 @@ from ..schedule import divisor_at_most, inline_epilogue
 from . import conv
 from ._utils import attr_ints, out_dtype
 from .registry import SCHEDULE_ATTR, register_schedule, register_template
-from .tiles import SMALL_TILE_ACCUMULATORS
+from .tiles import SMALL_TILE_ACCUMULATORS, tile_pixels
 
 _BLOCKED_IOHW = re.compile(r"IOHW(\d+)i(\d+)o")
 
@@ -256,7 +256,7 @@ def _tile_transposed(sch, block, ctx) -> None:
         raise ValueError("transposed convolution without its unpack block")
     *_, ow_extent, ob_extent = (int(d) for d in sch.get(block).writes[0].source.shape)
     lanes = ctx.lanes(str(sch.get(block).writes[0].source.dtype))
-    reg = divisor_at_most(ow_extent, conv.tile_pixels(ob_extent, lanes,
+    reg = divisor_at_most(ow_extent, tile_pixels(ob_extent, lanes,
                                                  budget=SMALL_TILE_ACCUMULATORS))
     n, c, *rows, w = sch.get_loops(epilogue)
     cb, ci = sch.split(c, [None, ob_extent])

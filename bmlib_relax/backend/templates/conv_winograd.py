@@ -162,12 +162,6 @@ def winograd_layout(layout: str) -> Optional[int]:
     return None if match is None else int(match.group(1))
 
 
-def out_block(out_channels: int, lanes: int) -> int:
-    """Output channels per vectorized block: two vectors when they divide, else
-    the largest divisor up to one vector."""
-    return output_block(out_channels, lanes)
-
-
 def rewrite_conv2d(call, array: np.ndarray, lanes: int) -> Optional[Any]:
     """The Winograd form of a constant-weight Relax ``conv2d`` on NCHW data (see the
     module docstring), or None when the template does not apply or would not win."""
@@ -198,7 +192,7 @@ def winograd_conv2d(data, array: np.ndarray, attrs, shape, dtype: str, out_shape
     m = winograd_tile(int(shape[1]), int(array.shape[0]), int(out_shape[2]), int(out_shape[3]))
     if m is None:
         return None
-    kb = out_block(int(array.shape[0]), lanes)
+    kb = output_block(int(array.shape[0]), lanes)
     if kb == 1 or (result_block is not None and result_block != kb):
         return None  # Relax refuses the layout HWOI1o (a prime channel count over a vector)
     top, left, bottom, right = _padding4(attr_ints(attrs.padding))
@@ -260,7 +254,7 @@ def dispatch(call, inputs, ctx) -> Optional[te.Tensor]:
     m = winograd_tile(shape[1], int(weight.shape[0]), *out)
     if m is None or winograd_mode() not in ("1", "2", "4"):
         return None
-    kernel = kernel_transform(weight, m, out_block(int(weight.shape[0]), ctx.lanes(dtype)))
+    kernel = kernel_transform(weight, m, output_block(int(weight.shape[0]), ctx.lanes(dtype)))
     return conv2d_winograd(nchw_reader(data), shape, kernel, padding, m, dtype, ctx)
 
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+from ..schedule import divisor_at_most
+
 # Vector accumulators of a register tile (output pixels x vectors per channel
 # block) with 16 registers (AVX2): 12 (2 vectors x 6 pixels) leaves one register
 # for the input broadcast and two for weights; 14 and 16 spill (1.4-2.2x slower).
@@ -72,4 +74,4 @@ def output_block(out_channels: int, lanes: int) -> int:
     divisor of the channels up to one vector."""
     if out_channels % (2 * lanes) == 0:
         return 2 * lanes
-    return max(d for d in range(1, min(out_channels, lanes) + 1) if out_channels % d == 0)
+    return divisor_at_most(out_channels, lanes)
