@@ -109,22 +109,35 @@ class TypeInferencer:
     def infer(self, root: A.Expr) -> A.Type:
         """Infer the types of every node of ``root`` (recorded on the nodes)."""
         self._resolve_untyped_vars(root)
-        for node in post_order_list(root):
+        nodes = post_order_list(root)
+        # ``let %x = value; body`` with %x un-annotated: %x has value's type.  The walk
+        # meets %x before value (Relay's visiting order), so %x is typed the moment
+        # value is, before any use of it in body.
+        bound_by_value: dict[int, list[A.Var]] = {}
+        for node in nodes:
+            if isinstance(node, A.Let) and _annotation(node.var) is None:
+                bound_by_value.setdefault(id(node.value), []).append(node.var)
+        for node in nodes:
             known = self.types.get(id(node))
-            if known is not None and not isinstance(known, A.IncompleteType):
-                continue
-            ty = self._node_type(node)
-            if ty is not None:
-                self.types[id(node)] = ty
-                node._set_checked_type(ty)
+            if known is None or isinstance(known, A.IncompleteType):
+                known = self._node_type(node)
+                if known is not None:
+                    self.types[id(node)] = known
+                    node._set_checked_type(known)
+            for var in bound_by_value.get(id(node), ()):
+                if known is not None and not isinstance(known, A.IncompleteType) and \
+                        isinstance(self.types.get(id(var), A.IncompleteType()), A.IncompleteType):
+                    self.types[id(var)] = known
+                    var._set_checked_type(known)
         return self.types[id(root)]
 
     # ------------------------------------------------------------------ un-annotated vars
     def _resolve_untyped_vars(self, root: A.Expr) -> None:
         """Give un-annotated variables the type their uses determine (Relay's unification)."""
         nodes = post_order_list(root)
+        let_bound = {id(n.var) for n in nodes if isinstance(n, A.Let)}
         untyped = {id(n) for n in nodes if isinstance(n, A.Var) and _annotation(n) is None
-                   and id(n) not in self.types}
+                   and id(n) not in self.types and id(n) not in let_bound}
         if not untyped:
             return
         self._type_params_from_calls(nodes, untyped)
@@ -157,12 +170,16 @@ class TypeInferencer:
 
     def _type_params_from_calls(self, nodes: list, untyped: set) -> None:
         """A local function called in place (``%10 = fn (%a, %b) {...}; %10(%x, %y)``, as
-        ``partition`` builds it) takes its un-annotated parameters' types from the call's
-        arguments, as Relay's unification did."""
+        ``partition`` builds it) or through the variable a ``let`` binds it to takes its
+        un-annotated parameters' types from the call's arguments, as Relay's unification
+        did."""
+        let_functions = {id(n.var): n.value for n in nodes
+                         if isinstance(n, A.Let) and isinstance(n.value, A.Function)}
         for node in nodes:
             if not isinstance(node, A.Call):
                 continue
-            func = node.op
+            # ``let %f = fn (%x, %y) {...}; %f(%a, %b)`` too
+            func = let_functions.get(id(node.op), node.op)
             if not isinstance(func, A.Function) or len(func.params) != len(node.args):
                 continue
             for param, arg in zip(func.params, node.args):

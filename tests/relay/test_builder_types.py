@@ -71,6 +71,50 @@ def test_unannotated_weights_are_inferred_from_their_use():
     assert tconv.args[1].checked_type == relay.TensorType((4, 6, 3, 3))
 
 
+
+LET_CHAIN = """#[version = "0.0.5"]
+def @main(%x: Tensor[(2, 3), float32]) {
+  let %a = nn.relu(%x);
+  let %t = (%a, %x);
+  let %d = nn.dropout(%a, rate=0.5f);
+  let %b = %d.0;
+  let %c = %t.1;
+  let %n = 1f;
+  add(add(%b, %c), %n)
+}
+"""
+
+
+def test_unannotated_let_variables_take_their_values_types():
+    # Relay typed ``let %v = value`` from value; uses of %v in tuples, projections and
+    # calls came before this was done and were "cannot be inferred: annotate it".
+    main = relay.transform.InferType()(relay.parse(LET_CHAIN))["main"]
+    lets = {}
+    node = main.body
+    while isinstance(node, relay.Let):
+        lets[node.var.name_hint] = node.var.checked_type
+        node = node.body
+    tensor = relay.TensorType((2, 3))
+    assert lets == {"a": tensor, "t": relay.TupleType([tensor, tensor]),
+                    "d": relay.TupleType([tensor, tensor]), "b": tensor, "c": tensor,
+                    "n": relay.TensorType(())}
+    assert main.body.checked_type == tensor
+
+
+def test_a_let_bound_function_types_its_parameters_from_the_call():
+    text = """#[version = "0.0.5"]
+def @main(%a: Tensor[(5, 7), float32], %b: Tensor[(5, 7), float32]) {
+  let %f = fn (%x, %y) { add(%x, %y) };
+  %0 = %f(%a, %b);
+  subtract(%0, %a)
+}
+"""
+    main = relay.transform.InferType()(relay.parse(text))["main"]
+    f = main.body.var
+    tensor = relay.TensorType((5, 7))
+    assert f.checked_type == relay.FuncType([tensor, tensor], tensor)
+    assert main.checked_type.ret_type == tensor
+
 def test_a_variable_whose_type_nothing_determines_is_a_clear_error():
     z = relay.var("z")
     with pytest.raises(RelayTypeError, match=r"exp: the type of %z cannot be inferred"):
