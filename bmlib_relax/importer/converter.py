@@ -450,6 +450,21 @@ def _check_result_shape(value: Any, inputs: list, node: ast.Call) -> None:
         op=node.op.name, location=_where(node))
 
 
+def _zeros_like_empty(ty: Any) -> Optional[relax.Expr]:
+    """``zeros`` of a statically shaped tensor type with a dim of 0, a tuple of those for
+    a tuple type of only such tensors; else None."""
+    if isinstance(ty, relax.TupleType):
+        fields = [_zeros_like_empty(f) for f in ty.fields]
+        return relax.Tuple(fields) if fields and all(f is not None for f in fields) else None
+    if not isinstance(ty, relax.TensorType) or not isinstance(ty.shape, relax.ShapeExpr):
+        return None
+    dims = ty.shape.values
+    if not all(isinstance(d, tvm.tirx.IntImm) for d in dims) or \
+            not any(int(d) == 0 for d in dims):
+        return None
+    return relax.op.zeros(ty.shape, ty.dtype)
+
+
 def _inferred_param_type(module: ast.IRModule, func: ast.Function, var: ast.Var) -> ast.Type:
     """The type Relay's inference gives an un-annotated input (from its uses), else an error."""
     from ..relay.type_infer import TypeInferencer
@@ -484,6 +499,7 @@ class RelayImporter:
         # ``If`` may not sit in a dataflow block); ConvertToDataflow restores
         # dataflow blocks around the straight-line parts afterwards.
         self._structured = False
+        self._emptied = False  # a result without elements was replaced by zeros
         # Parameters of the functions being built, innermost last: an ``If`` branch's scope
         # takes those of its function, so the symbolic dims they define (``?`` -> ``d0``)
         # stay defined in the branch (without them a branch's ``(d0, 6)`` was erased to
@@ -555,6 +571,11 @@ class RelayImporter:
             mod = lift_if_branches(mod)  # TVM 0.27's memory planner and If: see .branches
         if self._structured or self._lifted or self._specialised:
             mod = relax.transform.ConvertToDataflow(min_size=1)(mod)
+        if self._emptied:
+            # what the converters emitted for results replaced by zeros is dead: TVM's
+            # build would still lower it (see _call)
+            mod = relax.transform.DeadCodeElimination(
+                [gv.name_hint for gv in mod.functions])(mod)
         return mod
 
     def _check_annotation(self, value: Any, declared: Optional[ast.Type], what: str,
@@ -807,6 +828,16 @@ class RelayImporter:
                                       op=op.name, location=_where(node)) from exc
             value = self.emit(provenance.with_spans(result, root_span, ctx.part_span,
                                                     ctx._emit_part), node)
+            zeros = _zeros_like_empty(getattr(value, "ty", None))
+            if zeros is not None:
+                # A result without elements (a static dim of 0) is zeros of its shape:
+                # nothing to compute, and TVM's lowering of several ops fails on such
+                # tensors (split, cumsum, upsampling: "Divide by zero"; a transpose
+                # through a reshape it cannot verify).  What the converter emitted is
+                # dead, removed at the end of the import.
+                value = self.emit(provenance.with_spans(zeros, root_span, ctx.part_span,
+                                                        ctx._emit_part), node)
+                self._emptied = True
             self.views.finish_call(view, value)
             _check_result_shape(value, inputs, node)
             return value

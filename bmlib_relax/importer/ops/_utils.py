@@ -132,6 +132,40 @@ def check_nonempty_average(data: relax.Expr, axes: Optional[Sequence[int]], ctx)
                             f"{tuple(dims)}): the count it divides by is 0")
 
 
+def empty_reduced_axis(data: relax.Expr, axes: Optional[Sequence[int]]) -> Optional[int]:
+    """The first axis of ``axes`` (None: every axis) with a static extent of 0, else None:
+    a reduction over it reads no element.  TVM's reduction loops then never run their
+    initialisation, and the result is whatever the output buffer held."""
+    dims = shape_of(data)
+    for axis in range(len(dims)) if axes is None else axes:
+        if isinstance(dims[axis], int) and dims[axis] == 0:
+            return axis
+    return None
+
+
+def check_reads_elements(data: relax.Expr, axes: Optional[Sequence[int]],
+                         result_dims: Sequence[Any], ctx, what: str) -> None:
+    """Refuse an op whose result has elements but reads each of them along ``axes``
+    (None: every axis) of ``data`` where one has a static extent of 0 (a take from an
+    empty axis, a resize or global maximum of an empty image, an edge pad of nothing):
+    there is no element to read, and TVM's lowering reads outside the tensor (a
+    plausible-looking result) or divides by 0."""
+    if any(isinstance(d, int) and d == 0 for d in result_dims):
+        return  # an empty result reads nothing
+    axis = empty_reduced_axis(data, axes)
+    if axis is not None:
+        raise ctx.error(f"{what} along axis {axis} of extent 0 (input shape "
+                        f"{tuple(shape_of(data))}): there is no element to read")
+
+
+def reduced_shape(data: relax.Expr, axes: Optional[Sequence[int]], keepdims: bool) -> list:
+    """The shape of a reduction of ``data`` over ``axes`` (None: every axis)."""
+    dims = shape_of(data)
+    reduced = set(range(len(dims)) if axes is None else axes)
+    return [1 if i in reduced else d for i, d in enumerate(dims)
+            if keepdims or i not in reduced]
+
+
 def check_nonempty_reduction(lengths: Sequence[Any], ctx, what: str) -> None:
     """Refuse a product (conv, dense) that sums over nothing: ``lengths`` are its
     reduction extents (a kernel's input channels and window, a dense's K).  Every

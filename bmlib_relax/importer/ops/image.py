@@ -4,13 +4,19 @@ from __future__ import annotations
 from tvm import relax
 
 from ..registry import register_converter
-from ._utils import resize_args, shape_of, size_dims
+from ._utils import check_reads_elements, resize_args, shape_of, size_dims
 
 
 @register_converter("image.resize2d")
 def _resize2d(inputs, attrs, ctx):
-    return relax.op.image.resize2d(inputs[0], size_dims(attrs["size"]),
-                                   **resize_args(attrs, "NCHW", default_rounding="round"))
+    args = resize_args(attrs, "NCHW", default_rounding="round")
+    size = size_dims(attrs["size"])
+    layout, dims = args["layout"], shape_of(inputs[0])
+    if layout in ("NCHW", "NHWC"):
+        spatial = [layout.index("H"), layout.index("W")]
+        result = [size[spatial.index(i)] if i in spatial else d for i, d in enumerate(dims)]
+        check_reads_elements(inputs[0], spatial, result, ctx, "resizes")
+    return relax.op.image.resize2d(inputs[0], size, **args)
 
 
 @register_converter("nn.upsampling")

@@ -11,7 +11,8 @@ from tvm import relax
 
 from ..registry import register_converter
 from ._utils import (
-    check_nonempty_average, check_sliding_window, expand_padding, repeat_to, shape_of,
+    check_nonempty_average, check_reads_elements, check_sliding_window, expand_padding,
+    repeat_to, shape_of,
 )
 from .layout import spatial_axes, spatial_extents
 
@@ -90,6 +91,10 @@ def _global_max_pool2d(inputs, attrs, ctx):
     layout = attrs.get("layout") or "NCHW"
     if attrs.get("out_layout") not in (None, "", layout):
         raise ctx.unsupported_attr("out_layout", attrs["out_layout"])
-    return relax.op.max(inputs[0], axis=[layout.index("H"), layout.index("W")], keepdims=True)
+    spatial = [layout.index("H"), layout.index("W")]
+    dims = shape_of(inputs[0])
+    check_reads_elements(inputs[0], spatial, [1 if i in spatial else d for i, d in
+                                              enumerate(dims)], ctx, "takes the maximum")
+    return relax.op.max(inputs[0], axis=spatial, keepdims=True)
 
 

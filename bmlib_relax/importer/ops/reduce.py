@@ -12,7 +12,8 @@ from tvm import relax
 
 from ..registry import register_converter
 from ._utils import (
-    check_nonempty_average, dtype_of, ndim_of, normalize_axis, optional_ints, shape_of,
+    check_nonempty_average, dtype_of, empty_reduced_axis, ndim_of, normalize_axis,
+    optional_ints, reduced_shape, shape_of,
 )
 
 REDUCE_OPS = {
@@ -35,6 +36,28 @@ def reduce_axes(data, attrs, ctx) -> Optional[list[int]]:
     return axes
 
 
+# The value of a reduction over no element, where it has one (Relay's, and numpy's).
+_IDENTITY = {relax.op.sum: 0, relax.op.prod: 1}
+
+
+def _empty_reduction(data, axes, keepdims: bool, identity: Optional[int], ctx,
+                     dtype: Optional[str] = None) -> Optional[relax.Expr]:
+    """A reduction of ``data`` over ``axes`` that reads no element (an axis of static
+    extent 0): ``identity`` everywhere, or an error naming the axis when the reduction
+    has no identity (a maximum, an index of the maximum of nothing).  None otherwise.
+    TVM's reduction loops run their initialisation inside the loop over the reduced
+    axis, so a reduction over nothing returned the output buffer's old contents."""
+    axis = empty_reduced_axis(data, axes)
+    if axis is None:
+        return None
+    if identity is None:
+        raise ctx.error(f"reduces over axis {axis} of extent 0 (input shape "
+                        f"{tuple(shape_of(data))}): {ctx.op_name} of no element has no value")
+    dtype = dtype or dtype_of(data)
+    return relax.op.full(reduced_shape(data, axes, keepdims), relax.const(identity, dtype),
+                         dtype)
+
+
 def _reduce(relax_op):
     def convert(inputs, attrs, ctx):
         data = inputs[0]
@@ -42,10 +65,13 @@ def _reduce(relax_op):
         keepdims = bool(attrs.get("keepdims", False))
         if relax_op is relax.op.mean:
             check_nonempty_average(data, axes, ctx)
-            if dtype_of(data) == "float16":
-                # A float16 running sum stalls at 2048 + 0.5: average in float32, round back.
-                mean = relax_op(relax.op.astype(data, "float32"), axes, keepdims=keepdims)
-                return relax.op.astype(mean, "float16")
+        empty = _empty_reduction(data, axes, keepdims, _IDENTITY.get(relax_op), ctx)
+        if empty is not None:
+            return empty
+        if relax_op is relax.op.mean and dtype_of(data) == "float16":
+            # A float16 running sum stalls at 2048 + 0.5: average in float32, round back.
+            mean = relax_op(relax.op.astype(data, "float32"), axes, keepdims=keepdims)
+            return relax.op.astype(mean, "float16")
         return relax_op(data, axes, keepdims=keepdims)
 
     return convert
@@ -64,6 +90,7 @@ def _arg_reduce(relax_op):
         ndim = len(dims)
         axes = reduce_axes(data, attrs, ctx)
         axes = list(range(ndim)) if axes is None else axes
+        _empty_reduction(data, axes, False, None, ctx)  # refused: no element to index
         kept = [i for i in range(ndim) if i not in axes]
         if len(axes) == 1:
             x, axis = data, axes[0]
@@ -96,9 +123,15 @@ register_converter("argmin")(_arg_reduce(relax.op.argmin))
 def _logical_reduce(relax_op):
     """``all``/``any`` of a bool tensor: ``min``/``max`` over 0/1 values, back to bool."""
     def convert(inputs, attrs, ctx):
+        axes = reduce_axes(inputs[0], attrs, ctx)
+        keepdims = bool(attrs.get("keepdims", False))
+        # all() of nothing is True, any() of nothing False
+        empty = _empty_reduction(inputs[0], axes, keepdims, int(relax_op is relax.op.min),
+                                 ctx, "bool")
+        if empty is not None:
+            return empty
         data = relax.op.astype(inputs[0], "int8")
-        result = relax_op(data, reduce_axes(inputs[0], attrs, ctx),
-                          keepdims=bool(attrs.get("keepdims", False)))
+        result = relax_op(data, axes, keepdims=keepdims)
         return relax.op.astype(result, "bool")
 
     return convert

@@ -17,8 +17,8 @@ from tvm import relax
 from ..registry import register_converter
 from ..run_checks import emit_run_check, emit_tensor_check, known_dims, unify_dims
 from ._utils import (
-    dtype_of, folded_value, ints, ndim_of, normalize_axis, optional_ints, run_time_dims,
-    scalar_operand, shape_of,
+    check_reads_elements, dtype_of, folded_value, ints, ndim_of, normalize_axis, optional_ints,
+    run_time_dims, scalar_operand, shape_of,
 )
 from ...relay import ast
 from ...relay.op import reshape_like_shape, split_problem
@@ -347,6 +347,12 @@ def _take(inputs, attrs, ctx):
         raise ctx.unsupported_attr("batch_dims", attrs["batch_dims"])
     mode = attrs.get("mode", "clip")  # Relay's default clips out-of-range indices
     axis = attrs.get("axis")
+    dims, index_dims = shape_of(data), shape_of(indices)
+    if axis is None:
+        check_reads_elements(data, None, index_dims, ctx, "takes")
+    else:
+        at = normalize_axis(int(axis), len(dims), ctx)
+        check_reads_elements(data, [at], dims[:at] + index_dims + dims[at + 1:], ctx, "takes")
     if axis is None:  # Relay takes from the flattened input
         data = relax.op.reshape(data, [-1])
         axis = 0
@@ -376,6 +382,12 @@ def _pad(inputs, attrs, ctx):
     if mode not in modes:
         raise ctx.unsupported_attr("pad_mode", mode)
     width = ints(attrs["pad_width"])
+    if mode != "constant":  # edge and reflect pads copy elements of the padded axes
+        pairs = list(zip(width[::2], width[1::2]))
+        padded = [d + before + after if isinstance(d, int) else d
+                  for d, (before, after) in zip(shape_of(inputs[0]), pairs)]
+        check_reads_elements(inputs[0], [i for i, pair in enumerate(pairs) if any(pair)],
+                             padded, ctx, f"an {mode} pad")
     if len(inputs) > 1 and folded_value(inputs[1], ctx) is None and mode == "constant":
         # A pad value known only at run time: pad with zeros, then select it where a
         # padded mask of ones is zero.
