@@ -15,6 +15,7 @@ from tvm import relax
 
 from .backend.codegen import PartitionRecord, is_bmlib_partition
 from .backend.host_reasons import host_reasons
+from .backend.patterns import has_no_elements
 from .backend.verify import partition_call_sites
 from .flops import (Flops, count_flops, evaluate_flops, flops_text, flops_vars, is_symbolic,
                     per_unit, simplify_flops, substitute_dims)
@@ -200,12 +201,14 @@ def _short(op_name: str) -> str:
 
 
 def _op_calls(func: relax.Function) -> list[relax.Call]:
-    """Relax op calls in ``func`` (nested composite functions included)."""
+    """Relax op calls in ``func`` (nested composite functions included), but those whose
+    result has no elements: they compute nothing (the importer makes such results
+    ``zeros`` of their shape)."""
     calls: list[relax.Call] = []
 
     def visit(expr):
         if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) \
-                and expr.op.name not in _NON_OPS:
+                and expr.op.name not in _NON_OPS and not has_no_elements(expr.ty):
             calls.append(expr)
 
     relax.analysis.post_order_visit(func, visit)

@@ -128,9 +128,19 @@ def static_elements(ty) -> Optional[int]:
     return None if shape is None else int(np.prod(shape, dtype=object))
 
 
+def has_no_elements(ty) -> bool:
+    """Whether a tensor type has a static dim of 0: nothing to compute, and a template's
+    vectorized loop of extent 0 is an error in TVM's build ("Failed to vectorize loop
+    with extent 0").  Such ops stay on the host, where TVM's build takes them."""
+    shape = getattr(ty, "shape", None) if isinstance(ty, relax.TensorType) else None
+    return shape is not None and hasattr(shape, "values") and \
+        any(_is_static_dim(d) and int(d) == 0 for d in shape.values)
+
+
 def _tensor_ok(ty, dtypes: tuple = SUPPORTED_DTYPES, symbolic: bool = False) -> bool:
-    """A tensor type a template takes: a supported dtype and a known rank; every dim
-    static unless ``symbolic`` (all ops of the match take symbolic dims)."""
+    """A tensor type a template takes: a supported dtype, a known rank and some
+    elements; every dim static unless ``symbolic`` (all ops of the match take symbolic
+    dims)."""
     if isinstance(ty, relax.TupleType):
         return all(_tensor_ok(f, dtypes, symbolic) for f in ty.fields)
     if not isinstance(ty, relax.TensorType):
@@ -140,7 +150,7 @@ def _tensor_ok(ty, dtypes: tuple = SUPPORTED_DTYPES, symbolic: bool = False) -> 
         return False
     if ty.shape is None or not hasattr(ty.shape, "values"):
         return False  # unknown rank
-    if not fits_template_indexing(ty):
+    if not fits_template_indexing(ty) or has_no_elements(ty):
         return False
     # Templates are specialised per shape at compile time, symbolic ones per free dim.
     return all(symbolic or _is_static_dim(d) for d in ty.shape.values)

@@ -32,7 +32,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from ..constants import constant_view, tensor_constant
 from ..importer.provenance import same_origin
 from .dot_product import conv2d_dot_layout, conv2d_packs_own_weight, pack_dot_weight
-from .patterns import fits_template_indexing
+from .patterns import fits_template_indexing, has_no_elements
 from .schedule import divisor_at_most
 from .target import vector_lanes
 from .templates.linalg import packed_panel_width
@@ -84,12 +84,12 @@ def _static(ty, from_axis: int = 0) -> bool:
 
 
 def within_template_bounds(*exprs) -> bool:
-    """Whether no static tensor among ``exprs`` has more than ``MAX_TEMPLATE_ELEMENTS``
-    elements.  A larger one stays on the host (the pattern table refuses it), and TVM's
-    own lowering there knows only the plain layouts: a conv whose weight was packed
-    for a template (``OIHW8i32o``, Winograd's, ``NCHW32c`` data) could not be built at
-    all ("CodeGenVM cannot emit this Relax operator")."""
-    return all(fits_template_indexing(e.ty) for e in exprs
+    """Whether every static tensor among ``exprs`` has some elements and no more than
+    ``MAX_TEMPLATE_ELEMENTS``.  Any other stays on the host (the pattern table refuses
+    it), and TVM's own lowering there knows only the plain layouts: a conv whose weight
+    was packed for a template (``OIHW8i32o``, Winograd's, ``NCHW32c`` data) could not be
+    built at all ("CodeGenVM cannot emit this Relax operator")."""
+    return all(fits_template_indexing(e.ty) and not has_no_elements(e.ty) for e in exprs
                if isinstance(getattr(e, "ty", None), relax.TensorType))
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import tvm
 from tvm import relax
 
@@ -123,3 +124,36 @@ def @main(%x: Tensor[(1, 3, 8, 8), float32], %w: Tensor[(64, 3, 3, 3), float32])
         isinstance(e, relax.Call) and getattr(e.op, "name", "") == "relax.nn.conv2d") else None)
     (conv,) = convs
     assert (str(conv.attrs.kernel_layout), str(conv.attrs.data_layout)) == ("OIHW", "NCHW")
+
+
+def _relax_with_empty(op_of_x, shape):
+    """``main(x: shape, r: (4,)) -> (op_of_x(x), relu(r))`` as a Relax module."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape, "float32"))
+    r = relax.Var("r", relax.TensorType((4,), "float32"))
+    with bb.function("main", [x, r]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.Tuple([bb.emit(op_of_x(x)), bb.emit(R.nn.relu(r))]))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+WEIGHT = relax.const(np.ones((4, 3, 3, 3), "float32"))
+
+
+@pytest.mark.parametrize("op_of_x, shape", [
+    (lambda x: R.nn.softmax(x), (4, 0)),
+    (lambda x: R.nn.log_softmax(x), (0, 5)),
+    (lambda x: R.nn.conv2d(x, WEIGHT, padding=1), (0, 3, 8, 8)),
+    (lambda x: R.nn.max_pool2d(x, pool_size=2), (2, 0, 6, 6)),
+])
+def test_a_relax_op_without_elements_stays_on_the_host_and_runs(op_of_x, shape):
+    # a template's loop of extent 0 stopped TVM's build ("Failed to vectorize loop with
+    # extent 0"); a conv whose weight was packed for bmlib and then left on the host
+    # could not be lowered ("CodeGenVM cannot emit")
+    model = bmlib_relax.compile(_relax_with_empty(op_of_x, shape))
+    assert model.report.ops_offloaded == {"relax.nn.relu": 1}
+    assert not model.report.ops_host  # computing nothing is no host op either
+    empty, relu = model(np.zeros(shape, "float32"), np.array([-1, 0, 1, 2], "float32"))
+    assert empty.size == 0
+    np.testing.assert_array_equal(relu, [0, 0, 1, 2])
