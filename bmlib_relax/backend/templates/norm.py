@@ -65,16 +65,28 @@ def _row_reduction(value, outer, length, reducer, lanes, name):
     see :func:`schedule_rowwise`), then those ``lanes`` values.  A single scalar chain
     (one add per FMA latency) made softmax's row sums cost more than its ``exp``."""
     steps = static_dim(length)
-    if steps is None or steps % lanes or steps < 2 * lanes:
+    if steps is None or steps < 2 * lanes:
         k = te.reduce_axis((0, length), name="k")
         return te.compute(outer, lambda *i: reducer(value(i, k), axis=k), name=name,
                           attrs={ROW_PART_ATTR: 1})
-    ko = te.reduce_axis((0, steps // lanes), name="ko")
+    whole = steps - steps % lanes
+    ko = te.reduce_axis((0, whole // lanes), name="ko")
     partial = te.compute(
         [*outer, lanes], lambda *i: reducer(value(i[:-1], ko * lanes + i[-1]), axis=ko),
         name=f"{name}_partial", attrs={PARTIAL_ATTR: 1, ROW_PART_ATTR: 1})
     kl = te.reduce_axis((0, lanes), name="kl")
-    return te.compute(outer, lambda *i: reducer(partial[i + (kl,)], axis=kl), name=name,
+    if whole == steps:
+        return te.compute(outer, lambda *i: reducer(partial[i + (kl,)], axis=kl), name=name,
+                          attrs={ROW_PART_ATTR: 1})
+    # A row of whole vectors and a few more (a vocabulary of 33278 words): the vectors
+    # as above, the rest in a short scalar chain, then the two combined.
+    vectors = te.compute(outer, lambda *i: reducer(partial[i + (kl,)], axis=kl),
+                         name=f"{name}_vectors", attrs={ROW_PART_ATTR: 1})
+    kt = te.reduce_axis((whole, steps), name="kt")
+    rest = te.compute(outer, lambda *i: reducer(value(i, kt), axis=kt), name=f"{name}_rest",
+                      attrs={ROW_PART_ATTR: 1})
+    combine = {te.sum: lambda a, b: a + b, te.max: tirx.max}[reducer]
+    return te.compute(outer, lambda *i: combine(vectors[i], rest[i]), name=name,
                       attrs={ROW_PART_ATTR: 1})
 
 
@@ -121,6 +133,20 @@ def layer_norm(call, inputs, ctx):
                       attrs={SCHEDULE_ATTR: "bmlib.rowwise"})
 
 
+def _exp_rows(x, lanes: int, name: str):
+    """The row maxima of ``x`` (rows along the last axis), ``exp(x - max)`` by
+    ``fast_exp`` and the row sums of those: what softmax and log_softmax share."""
+    outer, length = list(x.shape[:-1]), x.shape[-1]
+    row_max = _row_reduction(lambda i, k: x[i + (k,)], outer, length, te.max, lanes,
+                             f"{name}_max")
+    shifted = te.compute(x.shape, lambda *i: x[i] - row_max[i[:-1]], name=f"{name}_shift",
+                         attrs={ROW_PART_ATTR: 1})
+    exp = topi.fast_exp(shifted)
+    row_sum = _row_reduction(lambda i, k: exp[i + (k,)], outer, length, te.sum, lanes,
+                             f"{name}_sum")
+    return row_max, exp, row_sum
+
+
 @register_template("relax.nn.softmax", symbolic_dims=True)
 def softmax(call, inputs, ctx):
     """Softmax over the last axis, per row (see :func:`schedule_rowwise`): the row
@@ -132,19 +158,10 @@ def softmax(call, inputs, ctx):
     axis = int(call.attrs.axis) % len(x.shape)
     if axis != len(x.shape) - 1 or len(x.shape) < 2 or str(x.dtype) != "float32":
         return topi.nn.softmax(x, axis=axis)
-    outer, length = list(x.shape[:-1]), x.shape[-1]
-    lanes = ctx.lanes("float32")
-    row_max = _row_reduction(lambda i, k: x[i + (k,)], outer, length, te.max, lanes,
-                             "bmlib_softmax_max")
-    shifted = te.compute(x.shape, lambda *i: x[i] - row_max[i[:-1]],
-                         name="bmlib_softmax_shift",
-                         attrs={ROW_PART_ATTR: 1})
-    exp = topi.fast_exp(shifted)
-    row_sum = _row_reduction(lambda i, k: exp[i + (k,)], outer, length, te.sum, lanes,
-                             "bmlib_softmax_sum")
+    outer = list(x.shape[:-1])
+    _, exp, row_sum = _exp_rows(x, ctx.lanes("float32"), "bmlib_softmax")
     inv = te.compute(outer, lambda *i: tirx.const(1.0, "float32") / row_sum[i],
-                     name="bmlib_softmax_inv",
-                         attrs={ROW_PART_ATTR: 1})
+                     name="bmlib_softmax_inv", attrs={ROW_PART_ATTR: 1})
     return te.compute(x.shape, lambda *i: exp[i] * inv[i[:-1]], name="bmlib_softmax",
                       attrs={SCHEDULE_ATTR: "bmlib.rowwise"})
 
@@ -205,7 +222,22 @@ def _row_part(sch, block) -> bool:
 
 @register_template("relax.nn.log_softmax", symbolic_dims=True)
 def log_softmax(call, inputs, ctx):
-    return topi.nn.log_softmax(inputs[0], axis=int(call.attrs.axis))
+    """log_softmax over the last axis of float32 data, per row like :func:`softmax`:
+    ``x - max - log(sum(exp(x - max)))`` with the exponentials by ``fast_exp`` and
+    one ``log`` per row (topi's: a scalar ``expf`` call per element, a word-level
+    language model's output row is its vocabulary).  Other axes and dtypes keep
+    topi's log_softmax."""
+    x = inputs[0]
+    axis = int(call.attrs.axis) % len(x.shape)
+    if axis != len(x.shape) - 1 or len(x.shape) < 2 or str(x.dtype) != "float32":
+        return topi.nn.log_softmax(x, axis=axis)
+    outer = list(x.shape[:-1])
+    row_max, _, row_sum = _exp_rows(x, ctx.lanes("float32"), "bmlib_log_softmax")
+    log_sum = te.compute(outer, lambda *i: tirx.log(row_sum[i]),
+                         name="bmlib_log_softmax_log_sum", attrs={ROW_PART_ATTR: 1})
+    # (x - max) first: exact for x near the maximum, where max + log_sum would round
+    return te.compute(x.shape, lambda *i: x[i] - row_max[i[:-1]] - log_sum[i[:-1]],
+                      name="bmlib_log_softmax", attrs={SCHEDULE_ATTR: "bmlib.rowwise"})
 
 
 @register_template("relax.nn.group_norm")
