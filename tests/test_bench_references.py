@@ -49,6 +49,36 @@ def test_onnx_reference_matches_the_plain_build(name, runtime):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+LET_FORM = """#[version = "0.0.5"]
+def @main(%data: Tensor[(1, 3, 8, 8), float32], %w: Tensor[(4, 3, 3, 3), float32]) {
+  let %x1: Tensor[(1, 4, 8, 8), float32] = nn.conv2d(%data, %w, padding=[1, 1, 1, 1]);
+  let %x2 = nn.dropout(%x1, rate=0.5f);
+  let %x3 = %x2.0;
+  let %x4 = sigmoid(%x3);
+  multiply(%x3, %x4)
+}
+"""
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_a_let_form_relay_file_is_a_model_its_onnx_reference_matches(tmp_path, runtime):
+    """A Relay text file is a benchmark model by its path (the corpus's SqueezeNet and
+    EfficientNet dumps: let-bound, with dropout), and its ONNX reference computes what
+    the plain build does."""
+    from bmlib_relax.bench.models import model_problem
+
+    path = tmp_path / "let_form.relay"
+    path.write_text(LET_FORM)
+    assert model_problem(str(path), DATA, None) is None
+    assert model_problem(str(tmp_path / "missing.relay"), DATA, None) is not None
+    model = load_model(str(path), DATA, None)
+    assert list(model.inputs) == ["data"] and list(model.params) == ["w"]
+    onnx_model = relay_to_onnx(parse(model.text), model.params, "let_form")
+    runner = make_runner(runtime, onnx_model.SerializeToString(), list(model.inputs), 1)
+    np.testing.assert_allclose(runner(*model.inputs.values())[0], _reference(model),
+                               rtol=1e-4, atol=1e-5)
+
+
 def test_onnx_export_names_an_op_it_cannot_emit():
     text = '#[version = "0.0.5"]\ndef @main(%x: Tensor[(4), float32]) { cumsum(%x) }'
     with pytest.raises(NotImplementedError, match="cumsum"):

@@ -7,7 +7,9 @@ registered here: ``resnet50`` is the corpus's ResNet-50 imported from ONNX
 imported from TensorFlow (NHWC, batch pinned to 1; ``--unpinned`` also times
 it with the batch symbolic), and ``bert_layer`` a
 BERT-base encoder layer (hidden 768, 12 heads, FFN 3072, sequence 128) written
-in the style of the ``transformer_block`` golden.
+in the style of the ``transformer_block`` golden.  A path to a Relay text file
+(``.relay``/``.txt``) is a model too: its first parameter the input, the others
+weights (recipe v1).
 """
 from __future__ import annotations
 
@@ -72,7 +74,7 @@ def model_problem(name: str, goldens: Path, corpus: Optional[Path]) -> Optional[
             return (f"model {name!r} is a Relay corpus dump: give --corpus "
                     "(or set $BMLIB_RELAY_CORPUS)")
         return None
-    if (goldens / name / "manifest.json").is_file():
+    if (goldens / name / "manifest.json").is_file() or _is_relay_file(name):
         return None
     goldens_known = golden_names(goldens)
     where = f"goldens in {goldens}: {', '.join(goldens_known)}" if goldens_known else \
@@ -92,9 +94,12 @@ def check_model_names(parser: argparse.ArgumentParser, names: Sequence[str], gol
 
 
 def load_model(name: str, goldens: Path, corpus: Optional[Path]) -> BenchModel:
-    """The model called ``name``: a registered source, else a golden folder."""
+    """The model called ``name``: a registered source, a golden folder, else a Relay
+    text file (``name`` its path)."""
     if name in _SOURCES:
         return _SOURCES[name](goldens, corpus)
+    if _is_relay_file(name) and not (goldens / name / "manifest.json").is_file():
+        return relay_file_model(name, Path(name))
     folder = goldens / name
     manifest = json.loads((folder / "manifest.json").read_text())
     return BenchModel(name, (folder / "model.relay").read_text(),
@@ -102,13 +107,23 @@ def load_model(name: str, goldens: Path, corpus: Optional[Path]) -> BenchModel:
                       recipe_from_manifest(manifest["inputs"], "input"), str(folder / "model.relay"))
 
 
-def _corpus_model(name: str, corpus: Optional[Path], filename: str) -> BenchModel:
-    """A corpus dump whose first parameter is the input; dynamic dims pinned to 1."""
-    from ..relay import parse
+def _is_relay_file(name: str) -> bool:
+    return Path(name).suffix in (".relay", ".txt") and Path(name).is_file()
 
+
+def _corpus_model(name: str, corpus: Optional[Path], filename: str) -> BenchModel:
+    """A dump of the corpus's ``external`` folder (see :func:`relay_file_model`)."""
     if corpus is None:
         raise FileNotFoundError(f"model {name!r} needs --corpus (or $BMLIB_RELAY_CORPUS)")
-    path = corpus / "external" / filename
+    return relay_file_model(name, corpus / "external" / filename)
+
+
+def relay_file_model(name: str, path: Path) -> BenchModel:
+    """A Relay text file whose first ``@main`` parameter is the input and the others
+    are weights (filled by recipe v1); dynamic input dims pinned to 1.  Any real-model
+    dump can be benchmarked this way, e.g. the corpus's EfficientNet or SqueezeNet."""
+    from ..relay import parse
+
     text = path.read_text()
     main = parse(text, source_name=str(path))["main"]
     data = main.params[0]

@@ -117,10 +117,18 @@ def relay_to_onnx(module: ast.IRModule, params: Mapping[str, np.ndarray],
         else:
             inputs.append(onnx.helper.make_value_info(var.name, _tensor_type(var.checked_type)))
         values[id(var)] = var.name
+    # ``let %v = value; body`` (A-normal-form dumps): %v names value's output.
+    let_vars: dict[int, list] = {}
     for node in post_order_list(func.body):
-        if id(node) in values or isinstance(node, ast.Op):
-            continue
-        values[id(node)] = _emit(graph, node, values)
+        if isinstance(node, ast.Let):
+            let_vars.setdefault(id(node.value), []).append(node.var)
+    bound = {id(var) for group in let_vars.values() for var in group}
+    for node in post_order_list(func.body):
+        if id(node) not in values and not isinstance(node, ast.Op) and id(node) not in bound:
+            values[id(node)] = (values[id(node.body)] if isinstance(node, ast.Let)
+                                else _emit(graph, node, values))
+        for var in let_vars.get(id(node), ()):
+            values[id(var)] = values[id(node)]
     result = values[id(func.body)]
     results = list(result) if isinstance(result, tuple) else [result]
     body_types = (func.body.checked_type.fields if isinstance(func.body.checked_type, ast.TupleType)
@@ -154,14 +162,16 @@ def _emit(graph: _Graph, node: ast.Expr, values: dict) -> Any:
         produced = values[id(node.tuple_value)]
         if isinstance(produced, _SingleOutput):
             if node.index != 0:
-                raise NotImplementedError("ONNX export: only output 0 of batch_norm is supported")
+                raise NotImplementedError("ONNX export: only output 0 of batch_norm and dropout "
+                                          "is supported")
             return produced.name
         return produced[node.index]
     raise NotImplementedError(f"ONNX export: unsupported Relay construct {type(node).__name__}")
 
 
 class _SingleOutput:
-    """A Relay op returning a tuple of which the models only read field 0."""
+    """A Relay op returning a tuple of which the models only read field 0
+    (batch_norm, dropout)."""
 
     def __init__(self, name: str):
         self.name = name
@@ -303,6 +313,12 @@ def _batch_norm(graph: _Graph, call: ast.Call, args: list) -> _SingleOutput:
         beta = graph.const(np.zeros(channels, dtype))
     return _SingleOutput(graph.node("BatchNormalization", [data, gamma, beta, mean, var],
                                     epsilon=float(call.attrs.get("epsilon", 1e-5))))
+
+
+@onnx_op("nn.dropout")
+def _dropout(graph: _Graph, call: ast.Call, args: list) -> _SingleOutput:
+    """Inference: the identity (Relay's second output, the mask, is never read)."""
+    return _SingleOutput(args[0])
 
 
 @onnx_op("nn.bias_add")
