@@ -100,6 +100,11 @@ def _unescape(body: str) -> str:
     return _ESCAPE_RE.sub(_unescape_one, body) if "\\" in body else body
 
 
+#: dtypes written without their bits, which Relay's parser read as TVM's
+#: ``String2DLDataType`` does: 32 bits (``def @main(%n: int)`` in its own tests).
+_BARE_DTYPES = {"int": "int32", "uint": "uint32", "float": "float32"}
+
+
 def is_dtype(name: str) -> bool:
     """True if ``name`` is a scalar dtype such as ``float32`` or ``int8``."""
     return _DTYPE_RE.match(name) is not None
@@ -1040,8 +1045,8 @@ class _Parser:
             inner = self.parse_type()
             self.expect_close("]", "type")
             ty = A.RefType(inner)
-        elif is_dtype(text):
-            ty = A.TensorType((), text)
+        elif is_dtype(text) or text in _BARE_DTYPES:
+            ty = A.TensorType((), _BARE_DTYPES.get(text, text))
         else:
             tv = self.lookup_type_var(text)
             if tv is not None:
@@ -1072,10 +1077,11 @@ class _Parser:
             dims.append(self.parse_dim())
         self.expect(",", "between tensor shape and dtype")
         dtype_tok = self.next()
-        if dtype_tok.kind != "IDENT" or not is_dtype(dtype_tok.text):
+        if dtype_tok.kind != "IDENT" or not (is_dtype(dtype_tok.text) or
+                                             dtype_tok.text in _BARE_DTYPES):
             raise self.error_expected("a dtype like float32", dtype_tok)
         self.expect_close("]", "type")
-        return A.TensorType(tuple(dims), dtype_tok.text)
+        return A.TensorType(tuple(dims), _BARE_DTYPES.get(dtype_tok.text, dtype_tok.text))
 
     def parse_dim(self) -> Union[int, str, None]:
         tok = self.peek()

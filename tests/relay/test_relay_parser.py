@@ -223,3 +223,13 @@ def test_a_variable_name_that_is_not_ascii_says_what_a_name_is():
     # It was reported as "unexpected character '%'", pointing at the sigil.
     with pytest.raises(ParseError, match=r"1:11: variable name %'é'\.\.\.: a name starts"):
         parse('def @main(%é: Tensor[(2), float32]) { %é }')
+
+
+def test_dtypes_without_bits_are_32_bit_as_in_relay():
+    # TVM v0.19's own tests write ``def @main(%n: int)``: its parser read any type name
+    # starting with int/uint/float as a dtype, 32 bits when none are given
+    main = parse('#[version = "0.0.5"]\n'
+                 'def @main(%n: int, %u: uint, %x: Tensor[(2), float]) -> float { %x }')["main"]
+    assert [p.type_annotation for p in main.params] == [
+        A.TensorType((), "int32"), A.TensorType((), "uint32"), A.TensorType((2,), "float32")]
+    assert main.ret_type == A.TensorType((), "float32")
