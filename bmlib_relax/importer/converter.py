@@ -38,6 +38,7 @@ module documents its own):
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
@@ -450,6 +451,9 @@ def _check_result_shape(value: Any, inputs: list, node: ast.Call) -> None:
         op=node.op.name, location=_where(node))
 
 
+_OP_NODE = re.compile(r'ir\.Op\([^"]*name="([\w.]+)".*?support_level=\d+\)')
+
+
 def _zeros_like_empty(ty: Any) -> Optional[relax.Expr]:
     """``zeros`` of a statically shaped tensor type with a dim of 0, a tuple of those for
     a tuple type of only such tensors; else None."""
@@ -678,6 +682,8 @@ class RelayImporter:
         except Exception as exc:  # noqa: BLE001 - TVM type inference errors
             op = getattr(getattr(node, "op", None), "name", type(node).__name__)
             first = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+            # TVM writes the op as its whole node: ir.Op(span=None, ..., name="relax.log", ...)
+            first = _OP_NODE.sub(r"\1", first)
             raise ConversionError(f"Relax rejected the converted op: {first}", op=op,
                                   location=_where(node)) from None
 

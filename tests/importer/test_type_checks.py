@@ -145,3 +145,10 @@ def test_a_window_past_its_input_is_named(call, message):
     params = "%x: Tensor[(1, 4, 6, 6), float32], %w: Tensor[(8, 4, 3, 3), float32]"
     with pytest.raises(ConversionError, match=message):
         import_text(relay_fn(params, call))
+
+
+def test_an_op_relax_refuses_is_named_by_its_name_not_its_node():
+    with pytest.raises(ConversionError, match=r"relax\.log requires the input tensor to have "
+                                              r"float dtype") as info:
+        import_text(relay_fn("%x: Tensor[(2), int32]", "log(%x)"))
+    assert "ir.Op(" not in str(info.value)
