@@ -7,9 +7,10 @@ function, a lifted loop.  Here each function is merged on its own: its calls of
 other Relax functions are hidden behind placeholders (``call_tir`` of an empty
 stub PrimFunc: an opaque host op to the pass), the function is merged as
 ``main`` of a module of its own, and the calls are put back.  A function the
-pass cannot take -- one with control flow (``If``), or calling a function with
-non-tensor arguments or results (nested tuples) that no placeholder can stand
-for -- gets one partition per composite call instead, as without merging.  The
+pass cannot take -- one with control flow (``If``), with a run check the importer
+compiled in (``assert_op``), or calling a function with non-tensor arguments or
+results (nested tuples) that no placeholder can stand for -- gets one partition per
+composite call instead, as without merging.  The
 partitions each function gets keep the names TVM gives them, made unique across
 the module (``global_symbol`` too: the codegen's symbols are those names).
 """
@@ -107,11 +108,15 @@ def _is_tensor(ty) -> bool:
 
 
 def _unmergeable(func: relax.Function, plain: set) -> bool:
-    """Control flow, or a call of a plain function a ``call_tir`` cannot stand for."""
+    """Control flow, a call of a plain function a ``call_tir`` cannot stand for, or a run
+    check (``assert_op``: TVM's pass has no rule for its format string, "Do not have a
+    default for ir.StringImm")."""
     found = []
 
     def visit(expr):
-        if isinstance(expr, relax.If):
+        if isinstance(expr, relax.If) or (
+                isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and
+                expr.op.name == "relax.assert_op"):
             found.append(expr)
         elif isinstance(expr, relax.Call) and isinstance(expr.op, relax.GlobalVar) and \
                 expr.op.name_hint in plain:

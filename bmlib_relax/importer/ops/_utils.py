@@ -7,6 +7,8 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from ..run_checks import emit_run_check
+
 
 def run_time_dims(values: relax.Expr, names: Sequence[str], ctx) -> list:
     """The values of a 1-D int64 tensor of ``len(names)`` elements, known only when the
@@ -130,6 +132,7 @@ def check_nonempty_average(data: relax.Expr, axes: Optional[Sequence[int]], ctx)
         if isinstance(dims[axis], int) and dims[axis] == 0:
             raise ctx.error(f"averages over axis {axis} of extent 0 (input shape "
                             f"{tuple(dims)}): the count it divides by is 0")
+    check_reduced_axes_nonempty_at_run_time(data, axes, ctx)
 
 
 def empty_reduced_axis(data: relax.Expr, axes: Optional[Sequence[int]]) -> Optional[int]:
@@ -141,6 +144,27 @@ def empty_reduced_axis(data: relax.Expr, axes: Optional[Sequence[int]]) -> Optio
         if isinstance(dims[axis], int) and dims[axis] == 0:
             return axis
     return None
+
+
+def check_reduced_axes_nonempty_at_run_time(data: relax.Expr, axes: Optional[Sequence[int]],
+                                             ctx) -> None:
+    """A check compiled into the model that every reduced axis of ``data`` (``axes``;
+    None: every axis) whose extent is only known at run time is not empty in the run.
+    TVM's reduction loops initialise their result inside the loop over the reduced
+    axis: over an empty axis the result is the output buffer's old contents (the last
+    run's sums, on bmlib and on the host), so such a run is refused with a
+    ``RunCheckError`` naming the op and its place.  Static empty axes are decided at
+    import (:func:`empty_reduced_axis`)."""
+    dims = shape_of(data)
+    for axis in range(len(dims)) if axes is None else axes:
+        dim = dims[axis]
+        if isinstance(dim, int):
+            continue
+        emit_run_check(ctx.bb, tvm.tirx.GT(dim, tvm.tirx.const(0, str(dim.ty))), ctx.location,
+                       ctx.op_name,
+                       f"reduces over axis {axis}, which has {{}} entries in this run: a "
+                       "reduction over no element is not computed (TVM leaves its result "
+                       "uninitialised)", dim)
 
 
 def check_reads_elements(data: relax.Expr, axes: Optional[Sequence[int]],
@@ -156,6 +180,22 @@ def check_reads_elements(data: relax.Expr, axes: Optional[Sequence[int]],
     if axis is not None:
         raise ctx.error(f"{what} along axis {axis} of extent 0 (input shape "
                         f"{tuple(shape_of(data))}): there is no element to read")
+    # an axis known at run time only: checked there, unless the result is empty then
+    dims = shape_of(data)
+    results = 1
+    for d in result_dims:
+        results = results * d
+    for axis in range(len(dims)) if axes is None else axes:
+        dim = dims[axis]
+        if isinstance(dim, int):
+            continue
+        zero = tvm.tirx.const(0, str(dim.ty))
+        empty_result = tvm.tirx.const(results == 0, "bool") if isinstance(results, int) \
+            else tvm.tirx.EQ(results, tvm.tirx.const(0, str(results.ty)))
+        emit_run_check(ctx.bb, tvm.tirx.Or(tvm.tirx.GT(dim, zero), empty_result),
+                       ctx.location, ctx.op_name,
+                       f"{what} along axis {axis}, which has {{}} entries in this run: "
+                       "there is no element to read", dim)
 
 
 def reduced_shape(data: relax.Expr, axes: Optional[Sequence[int]], keepdims: bool) -> list:

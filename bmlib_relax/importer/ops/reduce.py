@@ -12,8 +12,8 @@ from tvm import relax
 
 from ..registry import register_converter
 from ._utils import (
-    check_nonempty_average, dtype_of, empty_reduced_axis, ndim_of, normalize_axis,
-    optional_ints, reduced_shape, shape_of,
+    check_nonempty_average, check_reduced_axes_nonempty_at_run_time, dtype_of,
+    empty_reduced_axis, ndim_of, normalize_axis, optional_ints, reduced_shape, shape_of,
 )
 
 REDUCE_OPS = {
@@ -49,6 +49,7 @@ def _empty_reduction(data, axes, keepdims: bool, identity: Optional[int], ctx,
     axis, so a reduction over nothing returned the output buffer's old contents."""
     axis = empty_reduced_axis(data, axes)
     if axis is None:
+        check_reduced_axes_nonempty_at_run_time(data, axes, ctx)
         return None
     if identity is None:
         raise ctx.error(f"reduces over axis {axis} of extent 0 (input shape "
@@ -65,9 +66,10 @@ def _reduce(relax_op):
         keepdims = bool(attrs.get("keepdims", False))
         if relax_op is relax.op.mean:
             check_nonempty_average(data, axes, ctx)
-        empty = _empty_reduction(data, axes, keepdims, _IDENTITY.get(relax_op), ctx)
-        if empty is not None:
-            return empty
+        else:
+            empty = _empty_reduction(data, axes, keepdims, _IDENTITY.get(relax_op), ctx)
+            if empty is not None:
+                return empty
         if relax_op is relax.op.mean and dtype_of(data) == "float16":
             # A float16 running sum stalls at 2048 + 0.5: average in float32, round back.
             mean = relax_op(relax.op.astype(data, "float32"), axes, keepdims=keepdims)
