@@ -133,6 +133,13 @@ def layer_norm(call, inputs, ctx):
                       attrs={SCHEDULE_ATTR: "bmlib.rowwise"})
 
 
+def _row_axis(call, x) -> tuple[int, bool]:
+    """The axis of a softmax-like call, and whether the row templates take it: the last
+    axis of float32 data of rank 2 or more."""
+    axis = int(call.attrs.axis) % len(x.shape)
+    return axis, axis == len(x.shape) - 1 and len(x.shape) >= 2 and str(x.dtype) == "float32"
+
+
 def _exp_rows(x, lanes: int, name: str):
     """The row maxima of ``x`` (rows along the last axis), ``exp(x - max)`` by
     ``fast_exp`` and the row sums of those: what softmax and log_softmax share."""
@@ -155,8 +162,8 @@ def softmax(call, inputs, ctx):
     normalisation by one reciprocal per row.  Other axes and dtypes keep topi's
     softmax."""
     x = inputs[0]
-    axis = int(call.attrs.axis) % len(x.shape)
-    if axis != len(x.shape) - 1 or len(x.shape) < 2 or str(x.dtype) != "float32":
+    axis, rowwise = _row_axis(call, x)
+    if not rowwise:
         return topi.nn.softmax(x, axis=axis)
     outer = list(x.shape[:-1])
     _, exp, row_sum = _exp_rows(x, ctx.lanes("float32"), "bmlib_softmax")
@@ -228,8 +235,8 @@ def log_softmax(call, inputs, ctx):
     language model's output row is its vocabulary).  Other axes and dtypes keep
     topi's log_softmax."""
     x = inputs[0]
-    axis = int(call.attrs.axis) % len(x.shape)
-    if axis != len(x.shape) - 1 or len(x.shape) < 2 or str(x.dtype) != "float32":
+    axis, rowwise = _row_axis(call, x)
+    if not rowwise:
         return topi.nn.log_softmax(x, axis=axis)
     outer = list(x.shape[:-1])
     row_max, _, row_sum = _exp_rows(x, ctx.lanes("float32"), "bmlib_log_softmax")
