@@ -47,13 +47,27 @@ def test_a_result_without_elements_is_built_and_runs(data, body, shape):
     ("Tensor[(2, 3, 0, 0), float32]", "nn.global_max_pool2d(%x)",
      "takes the maximum along axis 2"),
     ("Tensor[(2, 0), float32]", "nn.pad(%x, 0f, pad_width=[[0, 0], [1, 1]], pad_mode=\"edge\")",
-     "an edge pad along axis 1"),
+     "a pad_mode=edge pad along axis 1"),
+    ("Tensor[(2, 0), float32]", "gather(%x, ones(shape=[2, 3], dtype=\"int32\"), axis=1)",
+     "gathers along axis 1"),
+    ("Tensor[(0, 3), float32]", "gather_nd(%x, ones(shape=[1, 2], dtype=\"int32\"))",
+     "gathers along axis 0"),
+    ("Tensor[(0, 3), float32]", "adv_index((%x, ones(shape=[2], dtype=\"int32\")))",
+     "indexes along axis 0"),
 ])
 def test_reading_elements_from_an_empty_axis_is_named(data, body, message):
     with pytest.raises(ConversionError, match=message + r" of extent 0 .*no element to read") \
             as info:
         import_text(relay_fn(f"%x: {data}", body))
     assert info.value.location.startswith("snippet.relay:3:")
+
+
+def test_a_scatter_of_no_update_is_its_data():
+    # TVM's lowering of scatter_elements divided by the empty extent ("Divide by zero")
+    text = relay_fn("%x: Tensor[(2, 3), float32], %u: Tensor[(2, 0), float32]",
+                    "scatter_elements(%x, zeros(shape=[2, 0], dtype=\"int32\"), %u, axis=1)")
+    x = np.arange(6, dtype="float32").reshape(2, 3)
+    np.testing.assert_array_equal(bmlib_relax.compile(text)(x, np.ones((2, 0), "float32")), x)
 
 
 def test_an_empty_take_from_an_empty_axis_and_a_constant_pad_of_one_run():

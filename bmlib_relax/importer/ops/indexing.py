@@ -17,8 +17,8 @@ from tvm import relax
 
 from ..registry import register_converter
 from ._utils import (
-    check_integer_divisor, const_value, dtype_of, folded_value, ints, ndim_of, normalize_axis,
-    optional_ints, scalar_operand, shape_of,
+    check_integer_divisor, check_reads_elements, const_value, dtype_of, folded_value, ints,
+    ndim_of, normalize_axis, optional_ints, scalar_operand, shape_of,
 )
 
 
@@ -26,6 +26,7 @@ from ._utils import (
 def _gather(inputs, attrs, ctx):
     data, indices = inputs
     axis = normalize_axis(attrs["axis"], ndim_of(data), ctx)
+    check_reads_elements(data, [axis], shape_of(indices), ctx, "gathers")
     return relax.op.gather_elements(data, indices, axis)
 
 
@@ -35,6 +36,11 @@ def _gather_nd(inputs, attrs, ctx):
     if attrs.get("index_rank") is not None and int(attrs["index_rank"]) != shape_of(indices)[0]:
         raise ctx.unsupported_attr("index_rank", attrs["index_rank"])
     ndim = ndim_of(indices)
+    index_dims, batch = shape_of(indices), int(attrs.get("batch_dims", 0))
+    if isinstance(index_dims[0], int):  # indices index the data's first index_dims[0] axes
+        indexed = list(range(batch, min(batch + index_dims[0], ndim_of(data))))
+        check_reads_elements(data, indexed, index_dims[1:] + shape_of(data)[indexed[-1] + 1:]
+                             if indexed else index_dims[1:], ctx, "gathers")
     last = relax.op.permute_dims(indices, list(range(1, ndim)) + [0])
     if dtype_of(indices) != "int64":  # Relax takes int64 indices only
         last = relax.op.astype(last, "int64")
@@ -46,7 +52,13 @@ def _adv_index(inputs, attrs, ctx):
     fields = list(inputs[0].fields) if isinstance(inputs[0], relax.Tuple) else None
     if not fields:
         raise ctx.error("adv_index needs a literal tuple (data, index, ...)")
-    return relax.op.index_tensor(fields[0], relax.Tuple(fields[1:]))
+    data, indexes = fields[0], fields[1:]
+    if all(isinstance(d, int) for i in indexes for d in shape_of(i)):
+        # the indexes broadcast against each other; the result takes the other axes too
+        count = max([int(np.prod(shape_of(i), dtype=np.int64)) for i in indexes], default=1)
+        check_reads_elements(data, list(range(len(indexes))),
+                             [count] + shape_of(data)[len(indexes):], ctx, "indexes")
+    return relax.op.index_tensor(data, relax.Tuple(indexes))
 
 
 def _scan(relax_op):
@@ -69,6 +81,8 @@ def _scatter_elements(inputs, attrs, ctx):
         raise ctx.unsupported_attr("reduction", reduction)
     axis = normalize_axis(attrs.get("axis", 0), ndim_of(data), ctx)
     dims = shape_of(data)
+    if any(isinstance(d, int) and d == 0 for d in shape_of(indices)):
+        return data  # no update: TVM's lowering divided by the empty extent
     if len(dims) >= 3 and not all(isinstance(d, int) for d in shape_of(indices) + dims):
         return _flat_scatter_elements(data, indices, updates, axis, reduction, ctx)
     return relax.op.scatter_elements(data, indices, updates, axis, reduction)

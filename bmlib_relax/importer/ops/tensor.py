@@ -387,7 +387,7 @@ def _pad(inputs, attrs, ctx):
         padded = [d + before + after if isinstance(d, int) else d
                   for d, (before, after) in zip(shape_of(inputs[0]), pairs)]
         check_reads_elements(inputs[0], [i for i, pair in enumerate(pairs) if any(pair)],
-                             padded, ctx, f"an {mode} pad")
+                             padded, ctx, f"a pad_mode={mode} pad")
     if len(inputs) > 1 and folded_value(inputs[1], ctx) is None and mode == "constant":
         # A pad value known only at run time: pad with zeros, then select it where a
         # padded mask of ones is zero.
