@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from .helpers import check, import_text, ops_in, rand, relay_fn
 
@@ -31,3 +32,12 @@ def test_resize2d_nearest_asymmetric():
                     'image.resize2d(%x, size=[2, 2], method="nearest_neighbor", '
                     'coordinate_transformation_mode="asymmetric", rounding_method="floor")')
     check(text, [x], x[:, :, ::2, ::2])
+
+
+def test_upsampling_of_a_tensor_that_is_no_image_is_named():
+    from bmlib_relax import ConversionError
+
+    with pytest.raises(ConversionError, match=r"nn.upsampling: expects a 4-D NCHW input, "
+                                              r"got shape \(2, 5\)"):
+        import_text(relay_fn("%x: Tensor[(2, 5), float32]",
+                             "nn.upsampling(%x, scale_h=2f, scale_w=2f)"))

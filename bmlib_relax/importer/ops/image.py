@@ -28,6 +28,8 @@ def _upsampling(inputs, attrs, ctx):
     if layout not in ("NCHW", "NHWC"):
         raise ctx.unsupported_attr("layout", layout)
     dims = shape_of(inputs[0])
+    if len(dims) != 4:
+        raise ctx.error(f"expects a 4-D {layout} input, got shape {tuple(dims)}")
     height, width = dims[layout.index("H")], dims[layout.index("W")]
     if not isinstance(height, int) or not isinstance(width, int):
         raise ctx.error("nn.upsampling needs static spatial dims")
