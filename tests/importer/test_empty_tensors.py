@@ -62,12 +62,17 @@ def test_reading_elements_from_an_empty_axis_is_named(data, body, message):
     assert info.value.location.startswith("snippet.relay:3:")
 
 
-def test_a_scatter_of_no_update_is_its_data():
-    # TVM's lowering of scatter_elements divided by the empty extent ("Divide by zero")
-    text = relay_fn("%x: Tensor[(2, 3), float32], %u: Tensor[(2, 0), float32]",
-                    "scatter_elements(%x, zeros(shape=[2, 0], dtype=\"int32\"), %u, axis=1)")
+@pytest.mark.parametrize("updates, body", [
+    ("Tensor[(2, 0), float32]",
+     "scatter_elements(%x, zeros(shape=[2, 0], dtype=\"int32\"), %u, axis=1)"),
+    ("Tensor[(0), float32]", "scatter_nd(%x, zeros(shape=[2, 0], dtype=\"int32\"), %u)"),
+])
+def test_a_scatter_of_no_update_is_its_data(updates, body):
+    # TVM's lowering of both scatters divided by the empty extent ("Divide by zero")
+    text = relay_fn(f"%x: Tensor[(2, 3), float32], %u: {updates}", body)
     x = np.arange(6, dtype="float32").reshape(2, 3)
-    np.testing.assert_array_equal(bmlib_relax.compile(text)(x, np.ones((2, 0), "float32")), x)
+    shape = (2, 0) if "(2, 0)" in updates else (0,)
+    np.testing.assert_array_equal(bmlib_relax.compile(text)(x, np.ones(shape, "float32")), x)
 
 
 def test_an_empty_take_from_an_empty_axis_and_a_constant_pad_of_one_run():

@@ -429,6 +429,8 @@ def _scatter_nd(inputs, attrs, ctx):
     reductions = {"update": "update", "add": "add", "mul": "mul", "min": "min", "max": "max"}
     if mode not in reductions:
         raise ctx.unsupported_attr("mode", mode)
+    if any(isinstance(d, int) and d == 0 for d in shape_of(indices)[1:]):
+        return data  # no update: TVM's lowering divided by the empty extent
     ndim = ndim_of(indices)
     indices = relax.op.permute_dims(indices, list(range(1, ndim)) + [0])
     return relax.op.scatter_nd(data, indices, updates, reductions[mode])
