@@ -13,6 +13,7 @@ import pytest
 from tvm import relax
 
 from bmlib_relax import partition_for_bmlib
+from bmlib_relax.compiler import lower_and_verify
 
 from conftest import offloaded_partitions
 from helpers import make_module, run_offloaded, run_plain
@@ -73,3 +74,64 @@ def test_cosh_and_sinh_near_overflow_and_near_zero(name):
     np.testing.assert_allclose(got[finite], want[finite], rtol=1e-6, atol=0)
     assert np.array_equal(got[~finite], want32[~finite], equal_nan=True)
     assert np.array_equal(np.signbit(got), np.signbit(want))
+
+
+def _nan_propagating_max_pool(x: np.ndarray, size: int, stride: int, pad: int) -> np.ndarray:
+    """float64 max pool of NCHW ``x`` (padding ignored) where a NaN in a window wins."""
+    n, c, h, w = x.shape
+    padded = np.full((n, c, h + 2 * pad, w + 2 * pad), -np.inf)
+    padded[:, :, pad:pad + h, pad:pad + w] = x
+    oh, ow = (h + 2 * pad - size) // stride + 1, (w + 2 * pad - size) // stride + 1
+    out = np.empty((n, c, oh, ow))
+    for y in range(oh):
+        for z in range(ow):
+            window = padded[:, :, y * stride:y * stride + size, z * stride:z * stride + size]
+            out[:, :, y, z] = np.max(window, axis=(2, 3))  # np.max propagates NaN
+    return out
+
+
+@pytest.mark.parametrize("size, stride, pad", [(2, 2, 0), (3, 2, 1), (3, 1, 1)])
+def test_max_pool_window_with_a_nan_is_nan(size, stride, pad):
+    """TVM's max keeps or drops a NaN by its place in the visiting order (the plain
+    build gave 2 for the window [4, NaN, 2, 1] and -3.4e38 next to a NaN in a padded
+    corner); bmlib's pool gives NaN, as numpy and PyTorch do."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 2, 9, 10)).astype("float32")
+    x[0, 0, 1, 1] = np.nan
+    x[0, 1, 7, 8] = np.nan
+    x[0, 1, 4, 5] = np.inf
+    _, got = _offloaded(lambda a: R.nn.max_pool2d(a, size, stride, pad), [x.shape], [x])
+    want = _nan_propagating_max_pool(x.astype("float64"), size, stride, pad)
+    assert np.isnan(want).sum() >= 2
+    np.testing.assert_array_equal(got, want.astype("float32"))
+
+
+def test_max_pool_on_blocked_data_with_a_nan_is_nan():
+    """The same on NCHW{b}c data between two convs (the unrolled window max)."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((1, 3, 12, 12)).astype("float32")
+    w1 = rng.standard_normal((24, 3, 3, 3)).astype("float32")
+    w2 = rng.standard_normal((16, 24, 3, 3)).astype("float32")
+    x[0, 0, 5, 6] = np.nan
+
+    def build(a):
+        pooled = R.nn.max_pool2d(R.nn.conv2d(a, relax.const(w1), padding=1), 3, 2, 1)
+        return R.nn.conv2d(pooled, relax.const(w2), padding=1)
+
+    mod, _ = make_module(build, [x.shape])
+    partitioned = partition_for_bmlib(mod)
+    assert offloaded_partitions(partitioned)
+    scripts = [prim.script() for prim, _ in lower_and_verify(partitioned).values()]
+    assert any('"bmlib.max_pool2d_blocked"' in s for s in scripts)
+    (got,), _ = run_offloaded(partitioned, [x])
+
+    def conv(data, weight):
+        only, _ = make_module(lambda a: R.nn.conv2d(a, relax.const(weight), padding=1),
+                              [data.shape])
+        return run_plain(only, [data])[0]
+
+    pooled = _nan_propagating_max_pool(conv(x, w1).astype("float64"), 3, 2, 1)
+    want = conv(pooled.astype("float32"), w2)
+    assert np.isnan(want).any() and not np.isnan(want).all()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
