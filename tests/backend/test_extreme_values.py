@@ -13,6 +13,7 @@ import pytest
 from tvm import relax
 
 from bmlib_relax import partition_for_bmlib
+from bmlib_relax.backend.templates import conv_winograd
 from bmlib_relax.compiler import lower_and_verify
 
 from conftest import offloaded_partitions
@@ -135,3 +136,93 @@ def test_max_pool_on_blocked_data_with_a_nan_is_nan():
     assert np.isnan(want).any() and not np.isnan(want).all()
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+# ------------------------------------------------------------------------ Winograd
+def _conv_module(x_shape, weight):
+    return make_module(lambda a: R.nn.conv2d(a, relax.const(weight), padding=1), [x_shape])[0]
+
+
+def _winograd_conv(monkeypatch, mode: str, x: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """bmlib's conv2d (3x3, padding 1) of ``x`` with ``BMLIB_WINOGRAD=mode``; asserts
+    the Winograd GEMM is there exactly when the mode asks for it."""
+    monkeypatch.setenv(conv_winograd.ENV, mode)
+    partitioned = partition_for_bmlib(_conv_module(x.shape, weight))
+    assert offloaded_partitions(partitioned)
+    scripts = [prim.script() for prim, _ in lower_and_verify(partitioned).values()]
+    assert any("bmlib_winograd_gemm" in s for s in scripts) == (mode != "0")
+    (got,), _ = run_offloaded(partitioned, [x])
+    return got
+
+
+def _direct_conv64(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """float64 conv2d, 3x3, padding 1: each output sums its own window only."""
+    h, w = x.shape[2:]
+    padded = np.pad(x.astype("float64"), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    with np.errstate(invalid="ignore"):
+        return sum(np.einsum("kc,nchw->nkhw", weight[:, :, i, j].astype("float64"),
+                             padded[:, :, i:i + h, j:j + w]) for i in range(3) for j in range(3))
+
+
+@pytest.mark.parametrize("mode, bound", [("0", 5e-6), ("2", 3e-6), ("4", 1.5e-5)])
+def test_winograd_accuracy_against_float64(monkeypatch, mode, bound):
+    """The README's per-layer table: largest error over the largest output magnitude
+    (measured 1.3e-6 direct, 0.4e-6 F(2x2), 5.2e-6 F(4x4) on this layer)."""
+    rng = np.random.default_rng(1)
+    channels, size = 128, 28
+    weight = (rng.standard_normal((channels, channels, 3, 3)) *
+              np.sqrt(2 / (9 * channels))).astype("float32")
+    x = np.abs(rng.standard_normal((1, channels, size, size))).astype("float32")
+    got = _winograd_conv(monkeypatch, mode, x, weight)
+    want = _direct_conv64(x, weight)
+    assert np.abs(got - want).max() / np.abs(want).max() < bound
+
+
+def _tiles_reading(position: int, m: int, extent: int) -> set:
+    """Output rows (or columns) of the m-wide Winograd tiles whose input tile (m + 2
+    wide, padding 1) holds input row ``position``."""
+    return {o for t in range(0, extent, m) if t - 1 <= position <= t + m for o in
+            range(t, min(t + m, extent))}
+
+
+@pytest.mark.parametrize("special", [np.nan, np.inf])
+def test_non_finite_input_stays_in_its_windows_without_winograd(monkeypatch, special):
+    """``BMLIB_WINOGRAD=0``, the README's advice for models whose activations hold NaN or
+    inf: NaN and inf exactly where a direct convolution puts them."""
+    rng = np.random.default_rng(2)
+    weight = rng.standard_normal((16, 16, 3, 3)).astype("float32")
+    x = rng.standard_normal((1, 16, 12, 12)).astype("float32")
+    x[0, 3, 5, 6] = special
+    got = _winograd_conv(monkeypatch, "0", x, weight)
+    want = _direct_conv64(x, weight).astype("float32")
+    assert np.isfinite(want).sum() < want.size
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("mode", ["2", "4"])
+def test_winograd_nan_stays_in_the_tiles_that_read_it(monkeypatch, mode):
+    """The README's account of Winograd and NaN: F(2x2) puts NaN where a direct conv
+    does (each of its outputs reads only its own window's inputs); F(4x4) makes every
+    output of the 4x4 tiles whose input tile holds the NaN NaN, nothing beyond them;
+    the other outputs are the direct conv's."""
+    m = int(mode)
+    rng = np.random.default_rng(2)
+    weight = rng.standard_normal((16, 16, 3, 3)).astype("float32")
+    x = rng.standard_normal((1, 16, 12, 12)).astype("float32")
+    x[0, 3, 5, 6] = np.nan
+    got = _winograd_conv(monkeypatch, mode, x, weight)
+    want = _direct_conv64(x, weight).astype("float32")
+    if m == 2:
+        nan_at = np.isnan(want[0])
+    else:
+        rows, cols = _tiles_reading(5, m, 12), _tiles_reading(6, m, 12)
+        assert (rows, cols) == ({4, 5, 6, 7}, {4, 5, 6, 7})
+        tile = np.zeros((12, 12), bool)
+        tile[np.ix_(sorted(rows), sorted(cols))] = True
+        nan_at = np.broadcast_to(tile, got[0].shape)
+        assert np.isnan(want[0]).sum() < nan_at.sum()
+    np.testing.assert_array_equal(np.isnan(got[0]), nan_at)
+    np.testing.assert_allclose(got[0][~nan_at], want[0][~nan_at], rtol=1e-4, atol=1e-4)

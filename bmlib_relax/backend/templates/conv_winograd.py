@@ -37,6 +37,11 @@ that is not a constant is transformed inside the PrimFunc.
 When it is used (:func:`winograd_tile`): ``BMLIB_WINOGRAD=0`` disables it,
 ``BMLIB_WINOGRAD=1`` forces it on every conv it can compute, ``2`` / ``4`` force
 that tile size; by default (unset) the measured rule of :func:`winograd_tile`.
+
+Numerics: F(4x4) is up to ~1e-5 of a layer's output range off (the direct template
+~2e-6, F(2x2) under 1e-6), and the transforms mix a tile's inputs, so a NaN or inf in
+the input makes whole F(4x4) tiles NaN and an inf makes F(2x2) outputs NaN; the README
+(Winograd section) gives the measurements and ``BMLIB_WINOGRAD=0`` as the way out.
 """
 from __future__ import annotations
 
