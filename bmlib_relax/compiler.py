@@ -20,6 +20,7 @@ from .backend.target import resolve_target
 from .backend.verify import verify_partition_arity
 from .errors import ParamError, UnsupportedOpError
 from .host_legalize import legalize_zero_divisors
+from .host_tir import ensure_registered as host_tir_pipeline
 from .importer import RelayLike, as_relay_module, import_relay, provenance
 from .legacy.lowerings import lowering_scope
 from .memory import memory_needs
@@ -58,7 +59,8 @@ def build_verified(partitioned: tvm.IRModule, lowered: dict, target: TargetLike 
     """``RunCodegen`` with already verified partitions, then ``tvm.compile``."""
     with codegen_session(target, lowered) as records:
         with_ext = with_host_code(legalize_zero_divisors(run_codegen(partitioned)))
-        executable = tvm.compile(with_ext, target=resolve_target(target))
+        executable = tvm.compile(with_ext, target=resolve_target(target),
+                                 tir_pipeline=host_tir_pipeline())
     return executable, dict(records)
 
 
@@ -244,4 +246,5 @@ def _compile(relay_mod, params, target, patterns, merge, lowerings, inputs, inpu
 def compile_plain(relax_mod: tvm.IRModule, target: TargetLike = None):
     """The unoffloaded reference build (TVM's default legalization; a division by a
     constant scalar zero computed per element, as Relay did: see :mod:`.host_legalize`)."""
-    return tvm.compile(legalize_zero_divisors(relax_mod), target=resolve_target(target))
+    return tvm.compile(legalize_zero_divisors(relax_mod), target=resolve_target(target),
+                       tir_pipeline=host_tir_pipeline())
