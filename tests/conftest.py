@@ -175,6 +175,13 @@ def run_plain(relax_mod: tvm.IRModule, inputs: list[np.ndarray]):
     return out.numpy() if hasattr(out, "numpy") else [o.numpy() for o in out]
 
 
+def host_ops_besides_views(report) -> dict:
+    """The report's host ops other than the views it kept there on purpose (a standalone
+    reshape/squeeze/expand_dims/flatten, reason ``view_on_host``)."""
+    views = {h["op"] for h in report.to_dict()["host_ops"] if h["reason"] == "view_on_host"}
+    return {op: n for op, n in report.ops_host.items() if op not in views and n}
+
+
 def offloaded_partitions(module: tvm.IRModule) -> list[str]:
     """Names of functions with ``Codegen="bmlib"`` — proof that something was offloaded."""
     return [gv.name_hint for gv, f in module.functions.items()

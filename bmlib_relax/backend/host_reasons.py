@@ -15,7 +15,8 @@ from typing import Any, Iterable, Optional, Sequence
 import tvm
 from tvm import relax
 
-from .patterns import MAX_TEMPLATE_ELEMENTS, SUPPORTED_DTYPES, static_elements
+from .patterns import (HOST_VIEW_OPS, MAX_TEMPLATE_ELEMENTS, STANDALONE_VIEW_ENTRIES,
+                       SUPPORTED_DTYPES, static_elements)
 from .qnn_patterns import QNN_DTYPES
 from .templates import get_template, supports_symbolic_dims, symbolic_batch_only
 
@@ -25,6 +26,7 @@ DYNAMIC = "dynamic_shape"
 REJECTED = "rejected_by_check"
 TOO_LARGE = "tensor_too_large"
 UNMATCHED = "unmatched"
+VIEW = "view_on_host"
 
 _BOOKKEEPING = {"relax.call_dps_packed", "relax.call_tir", "relax.call_pure_packed"}
 
@@ -82,12 +84,16 @@ def host_reason(call: relax.Call, table: Sequence[Any], var2val: dict) -> HostRe
         return HostReason(op, DTYPE, f"dtype {', '.join(dtypes)} (bmlib takes "
                                      f"{', '.join(SUPPORTED_DTYPES)})")
     matched = [name for name, pattern in map(_name_and_pattern, table)
-               if pattern is not None and _matches(pattern, call, var2val)]
+               if pattern is not None and name not in STANDALONE_VIEW_ENTRIES and
+               _matches(pattern, call, var2val)]
     # A float call also fits the shape of the quantized composites' patterns (their
     # dtypes are in the checks): name the pattern written for what the call computes.
     meant = [name for name in matched if not _is_quantized(name)] or matched
     if meant:
         return HostReason(op, REJECTED, f"matched {meant[0]}, rejected by its check")
+    if op in HOST_VIEW_OPS:
+        return HostReason(op, VIEW, "a view of its input on the host, no copy (a bmlib "
+                                    "partition of it alone would copy the tensor)")
     return HostReason(op, UNMATCHED, "no pattern of the table matches it")
 
 

@@ -11,6 +11,7 @@ from tvm.relax import dpl
 from ..errors import BmlibError, CodegenError, UserCodeError
 from ..importer.branches import lift_if_branches
 from ..legacy.lowerings import get_legacy_lowering
+from ..switches import switched_on
 from . import blocked_layout, conv_fold, fold, layout, rewrite
 from .const_args import bind_constant_arguments
 from .merge import merge_composites
@@ -19,9 +20,26 @@ from .qnn_merge import merge_quantized_chains
 from .codegen import CODEGEN_NAME
 from .legacy_patterns import (PatternTranslationError, expand_alternatives, is_legacy_pattern,
                               take_check_error, translate_entry)
-from .patterns import PREFIX, check_tensors, get_bmlib_patterns
+from .patterns import (HOST_VIEWS_SWITCH, PREFIX, STANDALONE_VIEW_ENTRIES, check_tensors,
+                       get_bmlib_patterns)
 from .symbolic import inline_shape_arguments
 from .templates import get_template
+
+
+def entry_name(entry: Any) -> str:
+    """The name of a pattern table entry (a ``FusionPattern`` or a tuple)."""
+    if isinstance(entry, relax.transform.FusionPattern):
+        return str(entry.name)
+    return str(entry[0]) if isinstance(entry, (tuple, list)) and entry else str(entry)
+
+
+def without_standalone_views(table: Sequence[Any]) -> list:
+    """``table`` without the single-op entries of the ops the host runs as views
+    (``reshape``, ``squeeze``, ``expand_dims``, ``flatten``): without merging, each
+    would be a partition of its own, a copy of the whole tensor where the host copies
+    nothing (an LSTM language model's three logits reshapes: 7.1 of 76 ms).
+    ``$BMLIB_HOST_VIEWS=0`` offloads them anyway."""
+    return [entry for entry in table if entry_name(entry) not in STANDALONE_VIEW_ENTRIES]
 
 
 def resolve_patterns(patterns: Optional[Sequence[Any]],
@@ -248,6 +266,8 @@ def partition_for_bmlib(mod: tvm.IRModule, patterns: Optional[Sequence[Any]] = N
             mod = _blocked.convert_to_blocked(mod, target)
         mod = rewrite.pack_weights(mod, target)
     table = resolve_patterns(patterns)
+    if built_in and not merge and switched_on(HOST_VIEWS_SWITCH):
+        table = without_standalone_views(table)
     take_check_error()
     try:
         if built_in and not merge:  # int8 layers share one partition: see .qnn_merge

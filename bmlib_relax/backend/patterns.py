@@ -49,6 +49,12 @@ MOVEMENT_OPS = ("relax.reshape", "relax.permute_dims", "relax.expand_dims", "rel
                 "relax.flatten", "relax.concat", "relax.split", "relax.strided_slice",
                 "relax.nn.pad")
 REDUCE_OPS = ("relax.mean", "relax.sum", "relax.max", "relax.min")
+# Ops the host runs as a view of their input (TVM's VM reshapes in place): alone in a
+# partition they are a copy, so without merging they are not offloaded on their own
+# (``partition_for_bmlib``); larger composites and merged partitions still take them in.
+HOST_VIEW_OPS = ("relax.reshape", "relax.squeeze", "relax.expand_dims", "relax.flatten")
+HOST_VIEWS_SWITCH = "BMLIB_HOST_VIEWS"  # 0 / off: standalone views offloaded (A/B, templates)
+STANDALONE_VIEW_ENTRIES = tuple(f"{PREFIX}.{op.rsplit('.', 1)[-1]}" for op in HOST_VIEW_OPS)
 # More unary math, data movement and single-op families with templates.
 MATH_OPS = ("relax.cos", "relax.sin", "relax.tan", "relax.cosh", "relax.sinh", "relax.acos",
             "relax.asin", "relax.atan", "relax.acosh", "relax.asinh", "relax.atanh",

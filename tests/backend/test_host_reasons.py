@@ -8,7 +8,7 @@ from tvm import relax
 
 import bmlib_relax
 from bmlib_relax.backend.host_reasons import (DTYPE, DYNAMIC, NO_TEMPLATE, REJECTED,
-                                              TOO_LARGE, UNMATCHED, host_reason)
+                                              TOO_LARGE, UNMATCHED, VIEW, host_reason)
 from bmlib_relax.backend.partition import resolve_patterns
 from bmlib_relax.relay.dataflow_pattern import is_op, wildcard
 
@@ -157,3 +157,29 @@ def test_a_relax_op_without_elements_stays_on_the_host_and_runs(op_of_x, shape):
     empty, relu = model(np.zeros(shape, "float32"), np.array([-1, 0, 1, 2], "float32"))
     assert empty.size == 0
     np.testing.assert_array_equal(relu, [0, 0, 1, 2])
+
+
+@pytest.mark.parametrize("merge", [False, True])
+def test_standalone_views_stay_on_the_host_unless_merged(merge):
+    """A reshape, squeeze or expand_dims that no larger composite takes in would be a
+    partition copying the whole tensor; unmerged it is a view on the host instead."""
+    text = """#[version = "0.0.5"]
+def @main(%x: Tensor[(2, 3, 4), float32]) {
+  %0 = nn.relu(%x);
+  %1 = reshape(%0, newshape=[6, 4]);
+  %2 = expand_dims(sigmoid(%1), axis=0);
+  %3 = squeeze(%2, axis=[0]);
+  tanh(%3)
+}"""
+    model = bmlib_relax.compile(text, merge=merge)
+    assert model.report.ops_offloaded.get("relax.nn.relu") == 1
+    views = {"relax.reshape", "relax.expand_dims", "relax.squeeze"}
+    if merge:
+        assert not model.report.ops_host
+    else:
+        assert set(model.report.ops_host) == views
+        assert {op for op, reason in _reasons(model)} == views
+        assert {reason for op, reason in _reasons(model)} == {VIEW}
+    x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype("float32")
+    want = np.tanh(1 / (1 + np.exp(-np.maximum(x, 0).reshape(6, 4))))
+    np.testing.assert_allclose(model(x), want, rtol=1e-5, atol=1e-6)

@@ -161,7 +161,8 @@ def test_a_symbolic_reshape_target_goes_into_the_partition(merge):
         assert all(isinstance(p.ty, relax.TensorType) for p in partitioned[name].params)
     executable, records = build_offloaded(partitioned)
     verify_partition_arity(partitioned, records)
-    assert sum(len(r.ops) for r in records.values()) == 2  # reshape and relu, both bmlib
+    # merged: reshape and relu, both bmlib; unmerged the reshape alone is a host view
+    assert sum(len(r.ops) for r in records.values()) == (2 if merge else 1)
     for length in (1, 4):
         data = np.random.default_rng(length).standard_normal((length, 4, 6)).astype("float32")
         (got,) = run(executable, [data])

@@ -15,7 +15,16 @@ from bmlib_relax.backend.schedule import UnscheduledBlockWarning
 from bmlib_relax.compiler import lower_and_verify
 from bmlib_relax.importer import as_relay_module, import_relay
 
+from bmlib_relax.backend.patterns import HOST_VIEWS_SWITCH
+
 from conftest import offloaded_partitions
+
+
+@pytest.fixture(autouse=True)
+def _views_offloaded(monkeypatch):
+    """The reshape templates are under test here: standalone views offloaded too
+    (by default they stay on the host, where they copy nothing)."""
+    monkeypatch.setenv(HOST_VIEWS_SWITCH, "0")
 
 
 def _compile(body: str, params: str, weights=None):

@@ -179,6 +179,8 @@ def _offloaded(name: str, module, params, input_names):
             report["host_ops"]
     else:
         assert report["flops_offloaded"] == report["flops_total"] > 0, report["host_ops"]
-        # ops without FLOPs (casts, movement) too: nothing may stay behind unexplained
-        assert not report["host_ops"], report["host_ops"]
+        # ops without FLOPs (casts, movement) too: nothing may stay behind but the views
+        # kept on the host on purpose (a reshape alone in a partition would be a copy)
+        assert all(h["reason"] == "view_on_host" for h in report["host_ops"]), \
+            report["host_ops"]
     return model
