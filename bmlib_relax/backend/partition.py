@@ -22,6 +22,7 @@ from .legacy_patterns import (PatternTranslationError, expand_alternatives, is_l
                               take_check_error, translate_entry)
 from .patterns import (HOST_VIEWS_SWITCH, PREFIX, STANDALONE_VIEW_ENTRIES, check_tensors,
                        get_bmlib_patterns)
+from .sink_reshape import sink_reshapes
 from .symbolic import inline_shape_arguments
 from .templates import get_template
 
@@ -261,6 +262,7 @@ def partition_for_bmlib(mod: tvm.IRModule, patterns: Optional[Sequence[Any]] = N
     if built_in:
         mod = bind_constant_arguments(mod)  # weights passed to functions, see const_args
         mod = fold.fold_constants(layout.convert_nhwc_to_nchw(mod))
+        mod = sink_reshapes(mod)  # a bias added after a reshape meets its dense
         mod = conv_fold.fold_into_convolutions(mod)
         if blocked_layout:
             mod = _blocked.convert_to_blocked(mod, target)
