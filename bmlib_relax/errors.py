@@ -216,6 +216,17 @@ class BundleError(BmlibError, ValueError):
         super().__init__(message)
 
 
+class DamagedSideFileWarning(UserWarning):
+    """A file an artifact's metadata records beside its library (``model_relax.py``,
+    ``weights.npz``, the reports) is no longer what was written: its SHA-256 differs.
+    The library itself was verified and runs; a model rebuilt from the damaged source
+    would not be the one exported.  ``path`` names the file."""
+
+    def __init__(self, message: str, path: Optional[str] = None):
+        self.path = path
+        super().__init__(message)
+
+
 class RecoveredMetadataWarning(UserWarning):
     """Attribute values that Relay text printed as ``meta[runtime.BoxInt][N]`` (the
     ``#[metadata]`` section omitted) were recovered from the printed ``/* ty=... */``

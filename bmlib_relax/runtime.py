@@ -601,6 +601,43 @@ def verify_library(library_path: str, metadata: dict) -> None:
                             f"{metadata_path(library_path)} (damaged or replaced)", library_path)
 
 
+def warn_damaged_side_files(library_path: str, metadata: dict) -> list[str]:
+    """A :class:`~bmlib_relax.errors.DamagedSideFileWarning` for each file the metadata
+    records beside the library (``files``: the Relax source, its weights, the reports)
+    that is there but no longer has its recorded SHA-256; returns their paths.  A file
+    that is absent is no damage (a deployment may ship the library and its metadata
+    only); a record that is no ``{name: digest}`` of plain names inside the artifact's
+    folder is an ``ArtifactError`` (the metadata's own digest held, so it was written
+    so)."""
+    import warnings
+
+    from .errors import DamagedSideFileWarning
+
+    files = metadata.get("files", {})
+    if not isinstance(files, dict):
+        raise ArtifactError(f"{metadata_path(library_path)}: 'files' is not an object",
+                            metadata_path(library_path))
+    folder = os.path.dirname(os.path.abspath(library_path))
+    damaged = []
+    for name, digest in sorted(files.items()):
+        if not isinstance(name, str) or not isinstance(digest, str) or \
+                os.path.isabs(name) or ".." in name.replace("\\", "/").split("/"):
+            raise ArtifactError(f"{metadata_path(library_path)}: 'files' entry {name!r} is "
+                                "not a file of the artifact's folder with its digest",
+                                metadata_path(library_path))
+        path = os.path.join(folder, name)
+        if not os.path.isfile(path):
+            continue
+        if file_sha256(path) != digest:
+            damaged.append(path)
+            warnings.warn(DamagedSideFileWarning(
+                f"{path}: SHA-256 differs from the one {metadata_path(library_path)} "
+                "records: changed or damaged after export (the library itself is intact "
+                "and loads; a model rebuilt from this file would not be the exported "
+                "one)", path), stacklevel=3)
+    return damaged
+
+
 # TVM 0.27 never frees what ``tvm.runtime.load_module`` reads from a library: the
 # executable, every weight constant in it, stays alive after the last reference to the
 # module goes (each load of a ResNet-18 artifact grew the process by ~56 MB).  A process
@@ -640,6 +677,7 @@ class LoadedModel(ModelRunner):
         self.path = path
         self.metadata = read_metadata(path)
         verify_library(path, self.metadata)
+        warn_damaged_side_files(path, self.metadata)
         module = _load_library(path, self.metadata["sha256"])
         specs = list(self.metadata["inputs"])
         super().__init__(module, [s["name"] for s in specs], specs, device, num_threads,

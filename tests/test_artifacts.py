@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import numpy as np
 import pytest
@@ -258,3 +259,34 @@ def test_export_paths_that_would_destroy_a_file_are_refused(two_models, tmp_path
         model.export_library(tmp_path / "d" / "keras.so")
     assert (tmp_path / "d" / "keras.json").read_text() == '{"class_name": "Sequential"}'
     bmlib_relax.load(tmp_path / "d" / "a.so")  # untouched by the refused exports
+
+
+def test_damaged_side_file_is_a_warning_naming_it(two_models, tmp_path, x):
+    """The files recorded beside the library (the Relax source, its weights, reports)
+    are checked on load: a changed one is a DamagedSideFileWarning naming it (the
+    library, verified on its own, still loads and runs); an absent one is no damage."""
+    from bmlib_relax.errors import DamagedSideFileWarning
+
+    source, notes = tmp_path / "model_relax.py", tmp_path / "notes.txt"
+    source.write_text("# the partitioned module\n")
+    notes.write_text("recorded too\n")
+    two_models[0].export_library(tmp_path / "m.so", files=[source, notes])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        want = bmlib_relax.load(tmp_path / "m.so")(x)  # intact: no warning
+    notes.unlink()
+    source.write_text("# edited after export\n")
+    with pytest.warns(DamagedSideFileWarning) as caught:
+        got = bmlib_relax.load(tmp_path / "m.so")(x)
+    assert [str(w.message.path) for w in caught] == [str(source)]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_side_file_record_outside_the_folder_is_an_artifact_error(fresh_copy):
+    meta = fresh_copy.with_suffix(".json")
+    data = json.loads(meta.read_text())
+    data["files"] = {"../elsewhere.py": "0" * 64}
+    data["metadata_sha256"] = bmlib_relax.runtime.metadata_digest(data)
+    meta.write_text(json.dumps(data))
+    with pytest.raises(ArtifactError, match="elsewhere"):
+        bmlib_relax.load(fresh_copy)
