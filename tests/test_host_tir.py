@@ -12,7 +12,7 @@ from tvm import relax, te, topi
 
 import bmlib_relax
 from bmlib_relax.compiler import compile_plain
-from bmlib_relax.host_tir import decompose_symbolic_reductions
+from bmlib_relax.backend.schedule import decompose_symbolic_reductions
 from bmlib_relax.relay import parse
 
 HEADER = '#[version = "0.0.5"]\n'

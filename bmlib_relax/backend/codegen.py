@@ -28,7 +28,7 @@ from ..errors import BmlibError, CodegenError
 from ..legacy.lowerings import get_legacy_lowering
 from .prefetch import insert_prefetches
 from .schedule import (ScheduleContext, UnscheduledBlock, UnscheduledBlockWarning,
-                       apply_schedules)
+                       apply_schedules, decompose_symbolic_reductions)
 from .target import resolve_target, vector_lanes
 from .templates import get_template
 from .templates.qnn_conv import lower_dot_products
@@ -144,8 +144,8 @@ class PartitionLowerer:
             taken.add(id(outputs[i]))
         prim = te.create_prim_func(placeholders + outputs)
         schedule = ScheduleContext(self.target)
-        prim = lower_dot_products(insert_prefetches(
-            apply_schedules(prim, self.target, schedule), self.symbol))
+        prim = lower_dot_products(insert_prefetches(decompose_symbolic_reductions(
+            apply_schedules(prim, self.target, schedule)), self.symbol))
         self.unscheduled = list(schedule.unscheduled)
         for block in self.unscheduled:
             warnings.warn(f"bmlib partition {self.symbol!r}: {block} was rolled back; the "

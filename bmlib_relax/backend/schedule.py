@@ -433,3 +433,59 @@ def apply_schedules(prim: tvm.tirx.PrimFunc, target: Any = None,
     if attrs is not None and "global_symbol" in attrs:
         func = func.with_attr("global_symbol", attrs["global_symbol"])
     return func
+
+
+# --------------------------------------------------------------------------- empty runs
+def decompose_symbolic_reductions(func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc:
+    """``func`` with the init of each reduction block over a symbolic extent hoisted in
+    front of its reduction loops; ``func`` itself when there is none.
+
+    TVM lowers a block's ``init`` into its reduction loop (``if k == 0``): over an axis
+    that is empty in a run the init never runs and the result is the buffer's old
+    contents (the previous run's).  Hoisted, an empty reduction is its identity (0 for
+    a sum).  Used on bmlib's scheduled partitions and on the host's PrimFuncs
+    (``host_tir``)."""
+    try:
+        sch = s_tir.Schedule(func)
+        blocks = _symbolic_reductions(sch)
+    except Exception:  # not block-form TIR (a packed function, an opaque body)
+        return func
+    if not blocks:
+        return func
+    for block, loop in blocks:
+        for place in (loop, sch.get_loops(block)[0]):
+            try:
+                sch.decompose_reduction(block, place)
+                break
+            except Exception:  # noqa: BLE001 - a place TVM refuses: the next, or none
+                continue
+    return sch.mod["main"]
+
+
+def _symbolic_reductions(sch: s_tir.Schedule) -> list:
+    """(block, loop to put its init in front of) of each block with an init and a
+    reduction iteration var of symbolic extent.  TVM's legalized computes keep one loop
+    per iteration var, spatial ones first: the init goes right before the first
+    reduction loop; in any other nest, before the outermost loop (the init then runs
+    as a nest of its own, still before every update)."""
+    found = []
+
+    def visit(block) -> None:
+        for child in sch.get_child_blocks(block):
+            visit(child)
+        stmt = sch.get(block)
+        if stmt.init is None:
+            return
+        reductions = [iv for iv in stmt.iter_vars if int(iv.iter_type) == 2]
+        if not any(not isinstance(iv.dom.extent, tvm.tirx.IntImm) for iv in reductions):
+            return
+        loops = sch.get_loops(block)
+        if not loops:
+            return
+        kinds = [int(iv.iter_type) for iv in stmt.iter_vars]
+        first_reduction = kinds.index(2)
+        in_order = len(loops) == len(kinds) and kinds == sorted(kinds)
+        found.append((block, loops[first_reduction] if in_order else loops[0]))
+
+    visit(sch.get_sblock("root"))
+    return found

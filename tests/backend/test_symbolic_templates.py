@@ -186,8 +186,9 @@ def test_softmax_runs_row_parallel_in_one_pass_per_row():
     # one parallel loop over the rows holds the max, exp, sum and normalisation
     assert script.count("T.parallel") == 1 and "T.exp(" not in script
     body = script.split("T.parallel", 1)[1]
+    # (a reduction over the free row length has its init hoisted: "<name>_init/_update")
     for block in ("bmlib_softmax_max", "T_fast_exp", "bmlib_softmax_sum", "bmlib_softmax"):
-        assert f'T.sblock("{block}")' in body
+        assert f'T.sblock("{block}' in body
     model = bmlib_relax.compile(text)
     for rows, cols in ((1, 1), (3, 300), (33, 17)):
         x = _rand(rows, cols, seed=cols) * 10

@@ -85,8 +85,10 @@ def test_an_empty_take_from_an_empty_axis_and_a_constant_pad_of_one_run():
 
 
 @pytest.mark.parametrize("params, body, shapes, message", [
-    ("%x: Tensor[(?, 8), float32]", "sum(%x, axis=[0])", [(None, 8)],
-     r"sum: reduces over axis 0, which has 0 entries in this run"),
+    ("%x: Tensor[(?, 8), float32]", "min(%x, axis=[0])", [(None, 8)],
+     r"min: reduces over axis 0, which has 0 entries in this run"),
+    ("%x: Tensor[(?, 8), float32]", "any(greater(%x, 0.5f), axis=[0])", [(None, 8)],
+     r"any: reduces over axis 0, which has 0 entries in this run"),
     ("%x: Tensor[(4, ?), float32]", "max(%x, axis=[1])", [(4, None)],
      r"max: reduces over axis 1, which has 0 entries"),
     ("%x: Tensor[(2, 3, ?, 4), float32]", "nn.global_avg_pool2d(%x)", [(2, 3, None, 4)],
@@ -125,11 +127,40 @@ def test_run_checks_and_merged_partitions():
     from bmlib_relax.errors import RunCheckError
 
     text = relay_fn("%x: Tensor[(?, 8), float32], %y: Tensor[(?, 8), float32]",
-                    "%0 = nn.relu(add(%x, %y));\n  (sum(%0, axis=[0]), nn.softmax(%0))")
+                    "%0 = nn.relu(add(%x, %y));\n  (max(%0, axis=[0]), nn.softmax(%0))")
     model = bmlib_relax.compile(text, merge=True)
     assert offloaded_partitions(model.relax_module)
     x = np.random.default_rng(0).random((5, 8)).astype("float32")
     total, soft = model(x, x)
-    np.testing.assert_allclose(total, (2 * x).sum(axis=0), rtol=1e-5)
-    with pytest.raises(RunCheckError, match="sum: reduces over axis 0, which has 0 entries"):
+    np.testing.assert_allclose(total, (2 * x).max(axis=0), rtol=1e-5)
+    with pytest.raises(RunCheckError, match="max: reduces over axis 0, which has 0 entries"):
         model(np.zeros((0, 8), "float32"), np.zeros((0, 8), "float32"))
+
+
+@pytest.mark.parametrize("body, identity", [
+    ("sum(%x, axis=[0])", 0.0), ("prod(%x, axis=[0])", 1.0), ("mean(%x, axis=[0])", np.nan),
+    ("sum(%x, axis=[0], keepdims=True)", 0.0)])
+def test_sum_prod_mean_over_an_axis_empty_at_run_time_are_computed(body, identity):
+    """A sum or product over an axis that is empty in a run is its identity, a mean the
+    identity over a count of 0 (NaN), as in Relay and numpy: both builds initialise a
+    reduction over a run-time extent before its loop (the buffer's old contents before,
+    so these were refused with a RunCheckError)."""
+    import tvm
+    from tvm import relax
+
+    from bmlib_relax.compiler import compile_plain
+    from bmlib_relax.relay import parse
+
+    text = relay_fn("%x: Tensor[(?, 8), float32]", f"multiply({body}, 2f)")
+    model = bmlib_relax.compile(text)
+    assert offloaded_partitions(model.relax_module)
+    plain = relax.VirtualMachine(compile_plain(bmlib_relax.import_relay(parse(text), {})),
+                                 tvm.cpu())
+    full = np.random.default_rng(1).random((5, 8)).astype("float32") + 0.5
+    empty = np.zeros((0, 8), "float32")
+    for run in (lambda a: np.asarray(model(a)),
+                lambda a: plain["main"](tvm.runtime.tensor(a)).numpy()):
+        assert np.all(run(full) > 0)  # the buffers hold a run's values first
+        got = run(empty)
+        assert got.shape[-1] == 8
+        np.testing.assert_array_equal(got, np.full(got.shape, 2 * identity, "float32"))

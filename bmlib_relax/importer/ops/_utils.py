@@ -123,16 +123,19 @@ def check_product_operands(lhs: relax.Expr, rhs: relax.Expr, ctx) -> None:
                         "one type (or two integer types)")
 
 
-def check_nonempty_average(data: relax.Expr, axes: Optional[Sequence[int]], ctx) -> None:
+def check_nonempty_average(data: relax.Expr, axes: Optional[Sequence[int]], ctx,
+                           at_run_time: bool = True) -> None:
     """Refuse an average over an axis of extent 0: its divisor, the element count, is a
     constant 0 that TVM's build refuses (``Divide by zero``: Relay's build stopped there
-    too).  ``axes`` None: every axis."""
+    too).  ``axes`` None: every axis.  ``at_run_time``: an axis known only at run time
+    gets a run check too."""
     dims = shape_of(data)
     for axis in range(len(dims)) if axes is None else axes:
         if isinstance(dims[axis], int) and dims[axis] == 0:
             raise ctx.error(f"averages over axis {axis} of extent 0 (input shape "
                             f"{tuple(dims)}): the count it divides by is 0")
-    check_reduced_axes_nonempty_at_run_time(data, axes, ctx)
+    if at_run_time:
+        check_reduced_axes_nonempty_at_run_time(data, axes, ctx)
 
 
 def empty_reduced_axis(data: relax.Expr, axes: Optional[Sequence[int]]) -> Optional[int]:

@@ -41,15 +41,22 @@ _IDENTITY = {relax.op.sum: 0, relax.op.prod: 1}
 
 
 def _empty_reduction(data, axes, keepdims: bool, identity: Optional[int], ctx,
-                     dtype: Optional[str] = None) -> Optional[relax.Expr]:
+                     dtype: Optional[str] = None, computed_when_empty: bool = False
+                     ) -> Optional[relax.Expr]:
     """A reduction of ``data`` over ``axes`` that reads no element (an axis of static
     extent 0): ``identity`` everywhere, or an error naming the axis when the reduction
     has no identity (a maximum, an index of the maximum of nothing).  None otherwise.
     TVM's reduction loops run their initialisation inside the loop over the reduced
-    axis, so a reduction over nothing returned the output buffer's old contents."""
+    axis, so a reduction over nothing returned the output buffer's old contents.
+
+    An axis known only at run time gets a run check, unless ``computed_when_empty``:
+    a sum or product, whose initialisation both builds hoist in front of a loop over
+    a symbolic extent (``decompose_symbolic_reductions``), so an empty run gives its
+    identity there as Relay did."""
     axis = empty_reduced_axis(data, axes)
     if axis is None:
-        check_reduced_axes_nonempty_at_run_time(data, axes, ctx)
+        if not computed_when_empty:
+            check_reduced_axes_nonempty_at_run_time(data, axes, ctx)
         return None
     if identity is None:
         raise ctx.error(f"reduces over axis {axis} of extent 0 (input shape "
@@ -65,9 +72,11 @@ def _reduce(relax_op):
         axes = reduce_axes(data, attrs, ctx)
         keepdims = bool(attrs.get("keepdims", False))
         if relax_op is relax.op.mean:
-            check_nonempty_average(data, axes, ctx)
+            # over a run-time-empty axis: the sum 0 divided by the count 0, NaN (numpy's)
+            check_nonempty_average(data, axes, ctx, at_run_time=False)
         else:
-            empty = _empty_reduction(data, axes, keepdims, _IDENTITY.get(relax_op), ctx)
+            empty = _empty_reduction(data, axes, keepdims, _IDENTITY.get(relax_op), ctx,
+                                     computed_when_empty=relax_op in _IDENTITY)
             if empty is not None:
                 return empty
         if relax_op is relax.op.mean and dtype_of(data) == "float16":
