@@ -132,18 +132,22 @@ register_converter("argmin")(_arg_reduce(relax.op.argmin))
 
 
 def _logical_reduce(relax_op):
-    """``all``/``any`` of a bool tensor: ``min``/``max`` over 0/1 values, back to bool."""
+    """``all``/``any`` of a bool tensor: ``min``/``max`` over 0/1 values, then ``> 0``.
+
+    Not a cast back to bool: over an axis empty in a run the min/max is its hoisted
+    initial value (int8's 127 / -128), which ``> 0`` turns into all()'s True and any()'s
+    False, Relay's answers, where a cast made any() of nothing True."""
     def convert(inputs, attrs, ctx):
         axes = reduce_axes(inputs[0], attrs, ctx)
         keepdims = bool(attrs.get("keepdims", False))
         # all() of nothing is True, any() of nothing False
         empty = _empty_reduction(inputs[0], axes, keepdims, int(relax_op is relax.op.min),
-                                 ctx, "bool")
+                                 ctx, "bool", computed_when_empty=True)
         if empty is not None:
             return empty
         data = relax.op.astype(inputs[0], "int8")
-        result = relax_op(data, axes, keepdims=keepdims)
-        return relax.op.astype(result, "bool")
+        result = ctx.emit(relax_op(data, axes, keepdims=keepdims))
+        return relax.op.greater(result, relax.const(0, "int8"))
 
     return convert
 
