@@ -216,6 +216,20 @@ class BundleError(BmlibError, ValueError):
         super().__init__(message)
 
 
+class SuspiciousWeightWarning(UserWarning):
+    """A weight whose values make an op's results NaN for some entries, as no trained
+    model's would: a batch_norm variance below ``-epsilon`` (its square root is NaN,
+    which a following relu or clip turns into a plausible 0 or 6).  Relay computed the
+    same; the weights are damaged, or bound to the wrong parameter.  ``param`` and
+    ``location`` (``file:line:column``) name it."""
+
+    def __init__(self, message: str, param: Optional[str] = None,
+                 location: Optional[str] = None):
+        self.param = param
+        self.location = location
+        super().__init__(message)
+
+
 class DamagedSideFileWarning(UserWarning):
     """A file an artifact's metadata records beside its library (``model_relax.py``,
     ``weights.npz``, the reports) is no longer what was written: its SHA-256 differs.

@@ -63,3 +63,30 @@ def test_group_norm_and_instance_norm():
     norm = (x - x.mean((2, 3), keepdims=True)) / np.sqrt(x.var((2, 3), keepdims=True) + 1e-5)
     ref = norm * g.reshape(1, 6, 1, 1) + b.reshape(1, 6, 1, 1)
     check(relay_fn(params, "nn.instance_norm(%x, %g, %b)"), [x, g, b], ref, rtol=1e-4, atol=1e-5)
+
+
+def test_negative_batch_norm_variance_is_a_warning_naming_the_weight():
+    """A moving variance below -epsilon makes its channels NaN, which a relu6 after
+    turns into a plausible 0 or 6: a SuspiciousWeightWarning names the op's place and
+    the weight; valid variances (0 included) warn nothing."""
+    import warnings
+
+    import bmlib_relax
+    from bmlib_relax.errors import SuspiciousWeightWarning
+
+    ty = "Tensor[(3), float32]"
+    text = relay_fn(f"%x: Tensor[(1, 3, 2, 2), float32], %g: {ty}, %b: {ty}, %m: {ty}, "
+                    f"%running_v: {ty}",
+                    "%0 = nn.batch_norm(%x, %g, %b, %m, %running_v);\n  clip(%0.0, a_min=0f, "
+                    "a_max=6f)")
+    ones = np.ones(3, "float32")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SuspiciousWeightWarning)
+        bmlib_relax.compile(text, {"g": ones, "b": ones, "m": ones,
+                                   "running_v": np.array([0.0, 1, 2], "float32")})
+    with pytest.warns(SuspiciousWeightWarning,
+                      match=r"<string>:3:8: nn.batch_norm: moving_var 'running_v' has 1 of "
+                            r"3 entries .* \(first at index 1\)") as caught:
+        bmlib_relax.compile(text, {"g": ones, "b": ones, "m": ones,
+                                   "running_v": np.array([1.0, -0.5, 2], "float32")})
+    assert caught[0].message.param == "running_v"

@@ -1,10 +1,14 @@
 """Normalization ops: batch (inference), layer, group and instance norm."""
 from __future__ import annotations
 
+import warnings
+
+import numpy as np
 from tvm import relax
 
+from ...errors import SuspiciousWeightWarning
 from ..registry import register_converter
-from ._utils import ndim_of, normalize_axis
+from ._utils import const_value, ndim_of, normalize_axis
 
 
 def _norm_flags(attrs) -> dict:
@@ -13,10 +17,33 @@ def _norm_flags(attrs) -> dict:
                 scale=bool(attrs.get("scale", True)))
 
 
+def _warn_invalid_variance(var, epsilon: float, ctx) -> None:
+    """A :class:`~bmlib_relax.errors.SuspiciousWeightWarning` when a constant
+    ``moving_var`` has entries below ``-epsilon`` or not finite: those channels are NaN."""
+    values = const_value(var)
+    if values is None or values.size == 0 or not np.issubdtype(values.dtype, np.floating):
+        return
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isfinite(values) | (values.astype("float64") + epsilon < 0)
+    if not bad.any():
+        return
+    arg = ctx.call.args[4] if len(ctx.call.args) > 4 else None
+    name = getattr(arg, "name_hint", None)
+    where = f"{ctx.location}: " if ctx.location else ""
+    warnings.warn(SuspiciousWeightWarning(
+        f"{where}nn.batch_norm: moving_var{f' {name!r}' if name else ''} has "
+        f"{int(bad.sum())} of {values.size} entries below -epsilon ({epsilon:g}) or not "
+        f"finite (first at index {int(np.flatnonzero(bad.ravel())[0])}): those channels' "
+        "results are NaN (a relu or clip after makes them a plausible 0 or 6); damaged "
+        "weights, or a parameter bound to the wrong input?", name, ctx.location),
+        stacklevel=2)
+
+
 @register_converter("nn.batch_norm")
 def _batch_norm(inputs, attrs, ctx):
     # Relay's nn.batch_norm is inference-only: moving statistics, never batch ones.
     data, gamma, beta, mean, var = inputs
+    _warn_invalid_variance(var, float(attrs.get("epsilon", 1e-5)), ctx)
     return relax.op.nn.batch_norm(data, gamma, beta, mean, var,
                                   axis=int(attrs.get("axis", 1)), training=False,
                                   **_norm_flags(attrs))
