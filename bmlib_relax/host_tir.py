@@ -7,10 +7,10 @@ whose input-channel dim is only known at run time and is 0 -- the init never run
 the result is the output buffer's old contents: the previous run's values, a silent
 wrong answer on the host and in the plain reference build alike.  Before TVM's own
 pipeline, ``backend.schedule.decompose_symbolic_reductions`` (which bmlib's partitions
-go through too) moves the init of every reduction
-block whose reduction loops have a symbolic extent in front of them
-(``decompose_reduction``), so an empty reduction gives its identity (0 for a sum, as
-Relay's and numpy's).  Blocks over static extents are left as TVM lowers them.
+go through too) moves the init of every reduction block whose reduction loops have a
+symbolic extent in front of them (``decompose_reduction``), so an empty reduction gives
+its identity (0 for a sum, as Relay's and numpy's).  Blocks over static extents are
+left as TVM lowers them.
 
 ``tvm.compile(..., tir_pipeline=HOST_TIR_PIPELINE)`` selects it (:func:`ensure_registered`
 registers it with TVM once).
