@@ -48,7 +48,10 @@ CONV_SHAPES = {"w1": (8, 8, 3, 3), "w2": (8, 1, 3, 3), "g": (8,), "b": (8,), "m"
 
 
 def _params(shapes):
-    return {name: recipe_tensor(name, shape) for name, shape in shapes.items()}
+    params = {name: recipe_tensor(name, shape) for name, shape in shapes.items()}
+    if "v" in params:  # a batch_norm variance: positive, as trained (the recipe knows
+        params["v"] = abs(params["v"]) + 0.5  # variances by name: moving_var, _var)
+    return params
 
 
 def _reference(text, params, inputs):
