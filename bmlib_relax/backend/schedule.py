@@ -444,7 +444,10 @@ def decompose_symbolic_reductions(func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc:
     that is empty in a run the init never runs and the result is the buffer's old
     contents (the previous run's).  Hoisted, an empty reduction is its identity (0 for
     a sum).  Used on bmlib's scheduled partitions and on the host's PrimFuncs
-    (``host_tir``)."""
+    (``host_tir``).  A function whose parameters are all buffers of static shape has
+    no symbolic extent to look for: it is returned without building a schedule."""
+    if _static_params(func):
+        return func
     try:
         sch = s_tir.Schedule(func)
         blocks = _symbolic_reductions(sch)
@@ -460,6 +463,13 @@ def decompose_symbolic_reductions(func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc:
             except Exception:  # noqa: BLE001 - a place TVM refuses: the next, or none
                 continue
     return sch.mod["main"]
+
+
+def _static_params(func: tvm.tirx.PrimFunc) -> bool:
+    """Every parameter is a buffer and every buffer dim a constant."""
+    types = [getattr(param, "ty", None) for param in func.params]
+    return all(isinstance(ty, tvm.tirx.buffer.BufferType) and
+               all(isinstance(d, tvm.tirx.IntImm) for d in ty.shape) for ty in types)
 
 
 def _symbolic_reductions(sch: s_tir.Schedule) -> list:
