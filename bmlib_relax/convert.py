@@ -36,6 +36,7 @@ import numpy as np
 from . import __version__, interrupts
 from .artifacts import write_json, write_tvmscript
 from .backend.partition import partition_for_bmlib, resolve_patterns
+from .backend.patterns import entry_name
 from .backend.target import resolve_target
 from .check import compare, first_divergence
 from .compiler import (CompiledModel, build_offloaded, build_verified, lower_and_verify,
@@ -389,7 +390,7 @@ def _convert_into(folder: str, module, weights, patterns, resolved,
     with progress.step("write TVMScript"):
         write_tvmscript(files["model_relax.py"], partitioned, weights)
 
-    pattern_names = [_pattern_name(p) for p in resolved]
+    pattern_names = [entry_name(p) for p in resolved]
     used = {c for p in report.partitions for c in p.composites}
     warnings = []
     if left_out:
@@ -444,10 +445,6 @@ def _convert_into(folder: str, module, weights, patterns, resolved,
             files[k] for k in ("model_relax.py", "weights.npz", "report.json", "report.md",
                                "report.html")])
     return ConversionResult(folder, model, data, files)
-
-
-def _pattern_name(entry: Any) -> str:
-    return str(entry[0]) if isinstance(entry, tuple) else str(entry.name)
 
 
 def _finite_sum(array: Any) -> Optional[float]:

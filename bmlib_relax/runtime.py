@@ -21,6 +21,7 @@ import re
 import sys
 import tempfile
 import threading
+import warnings
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
@@ -28,7 +29,8 @@ import tvm
 from tvm import relax
 
 from . import interrupts, memory
-from .errors import RUN_CHECK_PREFIX, ArtifactError, ParamError, RunCheckError
+from .errors import (RUN_CHECK_PREFIX, ArtifactError, DamagedSideFileWarning, ParamError,
+                     RunCheckError)
 from .hugepages import HugePages
 from .threads import ThreadConfig
 
@@ -609,10 +611,6 @@ def warn_damaged_side_files(library_path: str, metadata: dict) -> list[str]:
     only); a record that is no ``{name: digest}`` of plain names inside the artifact's
     folder is an ``ArtifactError`` (the metadata's own digest held, so it was written
     so)."""
-    import warnings
-
-    from .errors import DamagedSideFileWarning
-
     files = metadata.get("files", {})
     if not isinstance(files, dict):
         raise ArtifactError(f"{metadata_path(library_path)}: 'files' is not an object",

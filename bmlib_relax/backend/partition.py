@@ -21,17 +21,10 @@ from .codegen import CODEGEN_NAME
 from .legacy_patterns import (PatternTranslationError, expand_alternatives, is_legacy_pattern,
                               take_check_error, translate_entry)
 from .patterns import (HOST_VIEWS_SWITCH, PREFIX, STANDALONE_VIEW_ENTRIES, check_tensors,
-                       get_bmlib_patterns)
+                       entry_name, get_bmlib_patterns)
 from .sink_reshape import sink_reshapes
 from .symbolic import inline_shape_arguments
 from .templates import get_template
-
-
-def entry_name(entry: Any) -> str:
-    """The name of a pattern table entry (a ``FusionPattern`` or a tuple)."""
-    if isinstance(entry, relax.transform.FusionPattern):
-        return str(entry.name)
-    return str(entry[0]) if isinstance(entry, (tuple, list)) and entry else str(entry)
 
 
 def without_standalone_views(table: Sequence[Any]) -> list:

@@ -17,7 +17,7 @@ and ``add(conv, reshape(b))`` are one pattern.
 from __future__ import annotations
 
 import re
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import tvm
@@ -917,6 +917,13 @@ def register_bmlib_patterns() -> None:
     if not _registered:
         register_patterns(bmlib_patterns())
         _registered = True
+
+
+def entry_name(entry: Any) -> str:
+    """The name of a pattern table entry (a ``FusionPattern`` or a tuple)."""
+    if isinstance(entry, relax.transform.FusionPattern):
+        return str(entry.name)
+    return str(entry[0]) if isinstance(entry, (tuple, list)) and entry else str(entry)
 
 
 def get_bmlib_patterns() -> list:

@@ -19,6 +19,7 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from .patterns import static_shape
 from .rewrite import rewrite_functions
 
 # The element-wise ops moved before a reshape (the reshaped operand on either side).
@@ -26,16 +27,7 @@ _BROADCAST_OPS = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide
 
 
 def _static_shape(expr: relax.Expr) -> Optional[list[int]]:
-    ty = getattr(expr, "ty", None)
-    if not isinstance(ty, relax.TensorType) or ty.shape is None or \
-            not hasattr(ty.shape, "values"):
-        return None
-    dims = []
-    for d in ty.shape.values:
-        if not isinstance(d, tvm.tirx.IntImm):
-            return None
-        dims.append(int(d))
-    return dims
+    return static_shape(getattr(expr, "ty", None))
 
 
 def keeps_trailing_dims(before: list[int], after: list[int], count: int) -> bool:
