@@ -7,7 +7,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from ..run_checks import emit_run_check
+from ..run_checks import emit_run_check, emit_tensor_check
 
 
 def run_time_dims(values: relax.Expr, names: Sequence[str], ctx) -> list:
@@ -199,6 +199,54 @@ def check_reads_elements(data: relax.Expr, axes: Optional[Sequence[int]],
                        ctx.location, ctx.op_name,
                        f"{what} along axis {axis}, which has {{}} entries in this run: "
                        "there is no element to read", dim)
+
+
+def check_index_values(index: relax.Expr, bounds: Sequence[Any], ctx, what: str, *,
+                       axis: int = 0, wraps: bool = False) -> None:
+    """Refuse index values outside the data they index: every entry of ``index`` must
+    lie in ``[0, bound)`` (``[-bound, bound)`` where the op's lowering ``wraps``
+    negative ones), where ``bound`` is ``bounds[0]`` for a plain index tensor, or
+    ``bounds[j]`` for the entries at position ``j`` of ``index``'s ``axis`` (the index
+    tuples of ``gather_nd``/``scatter_nd``).
+
+    TVM's gathers and scatters index their buffers unchecked, as Relay's did: an index
+    out of range read beside the tensor (a plausible-looking value) or wrote beside it
+    (a corrupted heap, a crash).  A constant index is checked here, naming its first
+    bad entry; any other is checked when the model runs (a ``RunCheckError`` naming the
+    op and its place), counting the bad entries so that an empty index passes."""
+    dims = shape_of(index)
+    if any(isinstance(d, int) and d == 0 for d in dims):
+        return  # nothing indexed
+    lows = ["-" + str(b) if wraps else "0" for b in bounds]
+    ranges = ", ".join(f"[{low}, {bound})" for low, bound in zip(lows, bounds))
+    where = (f"must lie in {ranges}" if len(bounds) == 1 else
+             f"must lie in {ranges} at positions 0..{len(bounds) - 1} of axis {axis}")
+    value = folded_value(index, ctx)
+    if value is not None and all(isinstance(b, int) for b in bounds):
+        limit = np.asarray(bounds, dtype=np.int64).reshape(
+            [len(bounds) if k == axis and len(bounds) > 1 else 1 for k in range(value.ndim)])
+        values = value.astype(np.int64)
+        bad = (values < (-limit if wraps else 0)) | (values >= limit)
+        if bad.any():
+            at = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise ctx.error(f"{what}: entry {list(at)} is {values[at]}, out of range: "
+                            f"{what} {where} (the data's dims); TVM would read or write "
+                            "outside the tensor")
+        return
+    values = index if dtype_of(index) == "int64" else ctx.emit(relax.op.astype(index, "int64"))
+    if all(isinstance(b, int) for b in bounds):
+        limit: relax.Expr = relax.const(np.asarray(bounds, dtype=np.int64))
+    else:
+        limit = ctx.emit(relax.op.shape_to_tensor(relax.ShapeExpr(
+            [tvm.tirx.const(b, "int64") if isinstance(b, int) else b for b in bounds])))
+    limit = ctx.emit(relax.op.reshape(limit, [len(bounds) if k == axis and len(bounds) > 1
+                                              else 1 for k in range(len(dims))] or [1]))
+    low = relax.op.negative(limit) if wraps else relax.const(0, "int64")
+    bad = relax.op.logical_or(relax.op.less(values, low), relax.op.greater_equal(values, limit))
+    count = relax.op.sum(relax.op.astype(bad, "int64"))
+    emit_tensor_check(ctx, relax.op.equal(count, relax.const(0, "int64")),
+                      f"{what} {where} (the data's dims) in every run; this run's are not "
+                      "(TVM would read or write outside the tensor)")
 
 
 def reduced_shape(data: relax.Expr, axes: Optional[Sequence[int]], keepdims: bool) -> list:

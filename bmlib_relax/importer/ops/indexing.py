@@ -17,7 +17,7 @@ from tvm import relax
 
 from ..registry import register_converter
 from ._utils import (
-    check_integer_divisor, check_reads_elements, const_value, dtype_of, folded_value, ints,
+    check_index_values, check_integer_divisor, check_reads_elements, const_value, dtype_of, folded_value, ints,
     ndim_of, normalize_axis, optional_ints, scalar_operand, shape_of,
 )
 
@@ -27,7 +27,21 @@ def _gather(inputs, attrs, ctx):
     data, indices = inputs
     axis = normalize_axis(attrs["axis"], ndim_of(data), ctx)
     check_reads_elements(data, [axis], shape_of(indices), ctx, "gathers")
+    _check_other_dims_within(data, indices, axis, ctx)
+    check_index_values(indices, [shape_of(data)[axis]], ctx, "indices")
     return relax.op.gather_elements(data, indices, axis)
+
+
+def _check_other_dims_within(data, indices, axis, ctx):
+    """gather/scatter_elements read (write) ``data`` at the positions of ``indices`` on
+    every axis but ``axis``: an index tensor longer there than the data (Relay's type
+    relation did not check) would reach outside it."""
+    for k, (index_dim, data_dim) in enumerate(zip(shape_of(indices), shape_of(data))):
+        if k != axis and isinstance(index_dim, int) and isinstance(data_dim, int) \
+                and index_dim > data_dim:
+            raise ctx.error(f"indices have {index_dim} entries on axis {k}, the data "
+                            f"{data_dim}: the indices may be at most as long as the data on "
+                            f"every axis but axis={axis}")
 
 
 @register_converter("gather_nd")
@@ -41,6 +55,9 @@ def _gather_nd(inputs, attrs, ctx):
         indexed = list(range(batch, min(batch + index_dims[0], ndim_of(data))))
         check_reads_elements(data, indexed, index_dims[1:] + shape_of(data)[indexed[-1] + 1:]
                              if indexed else index_dims[1:], ctx, "gathers")
+    if isinstance(index_dims[0], int):
+        check_index_values(indices, shape_of(data)[batch:batch + index_dims[0]], ctx,
+                           "indices")
     last = relax.op.permute_dims(indices, list(range(1, ndim)) + [0])
     if dtype_of(indices) != "int64":  # Relax takes int64 indices only
         last = relax.op.astype(last, "int64")
@@ -58,6 +75,8 @@ def _adv_index(inputs, attrs, ctx):
         count = max([int(np.prod(shape_of(i), dtype=np.int64)) for i in indexes], default=1)
         check_reads_elements(data, list(range(len(indexes))),
                              [count] + shape_of(data)[len(indexes):], ctx, "indexes")
+    for k, index in enumerate(indexes):
+        check_index_values(index, [shape_of(data)[k]], ctx, f"index tensor {k}")
     return relax.op.index_tensor(data, relax.Tuple(indexes))
 
 
@@ -83,6 +102,8 @@ def _scatter_elements(inputs, attrs, ctx):
     dims = shape_of(data)
     if any(isinstance(d, int) and d == 0 for d in shape_of(indices)):
         return data  # no update: TVM's lowering divided by the empty extent
+    _check_other_dims_within(data, indices, axis, ctx)
+    check_index_values(indices, [dims[axis]], ctx, "indices", wraps=True)
     if len(dims) >= 3 and not all(isinstance(d, int) for d in shape_of(indices) + dims):
         return _flat_scatter_elements(data, indices, updates, axis, reduction, ctx)
     return relax.op.scatter_elements(data, indices, updates, axis, reduction)
@@ -295,6 +316,8 @@ def _sparse_to_dense(inputs, attrs, ctx):
     elif len(idx_dims) == 1:
         indices = relax.op.reshape(indices, [idx_dims[0], 1])
     count = idx_dims[0] if idx_dims else 1  # indices may be an unnormalized reshape here
+    check_index_values(inputs[0], out_shape[:1] if len(idx_dims) < 2 else out_shape, ctx,
+                       "sparse_indices", axis=1)
     values = relax.op.broadcast_to(values, [count])
     return relax.op.scatter_nd(base, relax.op.astype(indices, "int64"), values, "update")
 

@@ -17,7 +17,8 @@ from tvm import relax
 from ..registry import register_converter
 from ..run_checks import emit_run_check, emit_tensor_check, known_dims, unify_dims
 from ._utils import (
-    check_reads_elements, dtype_of, folded_value, ints, ndim_of, normalize_axis, optional_ints,
+    check_index_values, check_reads_elements, dtype_of, folded_value, ints, ndim_of,
+    normalize_axis, optional_ints,
     run_time_dims, scalar_operand, shape_of,
 )
 from ...relay import ast
@@ -353,6 +354,9 @@ def _take(inputs, attrs, ctx):
     else:
         at = normalize_axis(int(axis), len(dims), ctx)
         check_reads_elements(data, [at], dims[:at] + index_dims + dims[at + 1:], ctx, "takes")
+    if mode == "fast":  # unchecked in TVM's lowering: out of range reads outside
+        check_index_values(indices, [reduce(mul, dims, 1) if axis is None else dims[at]], ctx,
+                           "indices")
     if axis is None:  # Relay takes from the flattened input
         data = relax.op.reshape(data, [-1])
         axis = 0
@@ -432,6 +436,8 @@ def _scatter_nd(inputs, attrs, ctx):
     if any(isinstance(d, int) and d == 0 for d in shape_of(indices)[1:]):
         return data  # no update: TVM's lowering divided by the empty extent
     ndim = ndim_of(indices)
+    if isinstance(shape_of(indices)[0], int):
+        check_index_values(indices, shape_of(data)[:shape_of(indices)[0]], ctx, "indices")
     indices = relax.op.permute_dims(indices, list(range(1, ndim)) + [0])
     return relax.op.scatter_nd(data, indices, updates, reductions[mode])
 

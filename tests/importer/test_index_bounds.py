@@ -1,0 +1,131 @@
+"""Index values outside the data they index.
+
+TVM's gathers and scatters (as Relay's) index their buffers unchecked: an out-of-range
+``adv_index``/``gather``/``gather_nd`` read beside the tensor (a plausible-looking
+value; a negative index read what lies before it), and an out-of-range
+``scatter_nd``/``scatter_elements`` wrote beside it (heap corruption, a crash of the
+process).  A run-time index is now checked when the model runs (``RunCheckError``
+naming the op and its place), a constant one at import (``ConversionError`` naming the
+bad entry)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import bmlib_relax
+from bmlib_relax import ConversionError, RunCheckError
+from bmlib_relax.relay import parse
+from conftest import offloaded_partitions
+
+from .helpers import relay_fn
+
+DATA = np.arange(12, dtype="float32").reshape(4, 3)
+
+
+def _compile(params: str, body: str, bound=None):
+    """``relu(body)``: the relu is offloaded, so the model runs bmlib and host code."""
+    text = relay_fn(params, f"nn.relu({body})")
+    model = bmlib_relax.compile(parse(text, "index.relay"), bound or {})
+    assert offloaded_partitions(model.relax_module)
+    return model
+
+
+# (params, body, numpy reference of a row index ``i`` into DATA's axis 0, index array)
+CASES = {
+    "adv_index": ("%x: Tensor[(4, 3), float32], %i: Tensor[(2), int64]",
+                  "adv_index((%x, %i))",
+                  lambda i: DATA[[1, i]], lambda i: np.array([1, i], "int64")),
+    "gather": ("%x: Tensor[(4, 3), float32], %i: Tensor[(2, 3), int64]",
+               "gather(%x, %i, axis=0)",
+               lambda i: np.take_along_axis(DATA, np.array([[1, 0, 2], [i, 0, 0]]), 0),
+               lambda i: np.array([[1, 0, 2], [i, 0, 0]], "int64")),
+    "gather_nd": ("%x: Tensor[(4, 3), float32], %i: Tensor[(1, 2), int64]",
+                  "gather_nd(%x, %i)",
+                  lambda i: DATA[[1, i]], lambda i: np.array([[1, i]], "int64")),
+    "scatter_nd": ("%x: Tensor[(4, 3), float32], %i: Tensor[(1, 1), int64]",
+                   "scatter_nd(%x, %i, ones(shape=[1, 3], dtype=\"float32\"))",
+                   lambda i: np.where(np.arange(4)[:, None] == i, 1.0, DATA),
+                   lambda i: np.array([[i]], "int64")),
+    "take_fast": ("%x: Tensor[(4, 3), float32], %i: Tensor[(2), int64]",
+                  "take(%x, %i, axis=0, mode=\"fast\")",
+                  lambda i: DATA[[1, i]], lambda i: np.array([1, i], "int64")),
+}
+
+
+@pytest.mark.parametrize("op", sorted(CASES))
+def test_an_index_in_range_gives_the_element(op):
+    params, body, reference, index = CASES[op]
+    model = _compile(params, body)
+    for i in (0, 3):
+        np.testing.assert_array_equal(model(DATA, index(i)), reference(i))
+
+
+@pytest.mark.parametrize("value", [4, 1000000, -1, -5])
+@pytest.mark.parametrize("op", sorted(CASES))
+def test_an_index_out_of_range_is_a_run_check_error(op, value):
+    params, body, _, index = CASES[op]
+    model = _compile(params, body)
+    name = "take" if op == "take_fast" else op
+    with pytest.raises(RunCheckError, match=rf"^index.relay:3:\d+: {name}: .*must lie in "
+                                            r"\[0, 4\)"):
+        model(DATA, index(value))
+    np.testing.assert_array_equal(model(DATA, index(2)), CASES[op][2](2))  # still runs
+
+
+def test_scatter_elements_wraps_negative_indices_and_refuses_the_rest():
+    model = _compile("%x: Tensor[(4, 3), float32], %i: Tensor[(1, 3), int64]",
+                     "scatter_elements(%x, %i, ones(shape=[1, 3], dtype=\"float32\"), axis=0)")
+    expected = DATA.copy()
+    expected[[3, 0, 1], [0, 1, 2]] = 1.0
+    np.testing.assert_array_equal(model(DATA, np.array([[-1, 0, 1]], "int64")), expected)
+    for bad in (4, -5):
+        with pytest.raises(RunCheckError, match=r"scatter_elements: indices must lie in "
+                                                r"\[-4, 4\)"):
+            model(DATA, np.array([[0, bad, 0]], "int64"))
+
+
+def test_the_bound_of_a_run_time_sized_axis_is_this_runs_extent():
+    model = _compile("%x: Tensor[(?, 3), float32], %i: Tensor[(1, 2), int64]",
+                     "gather_nd(%x, %i)")
+    rows = np.arange(15, dtype="float32").reshape(5, 3)
+    np.testing.assert_array_equal(model(rows, np.array([[1, 4]], "int64")), rows[[1, 4]])
+    with pytest.raises(RunCheckError, match="gather_nd: indices must lie in"):
+        model(DATA, np.array([[1, 4]], "int64"))
+
+
+def test_an_index_tuple_is_checked_against_each_axis_it_indexes():
+    model = _compile("%x: Tensor[(4, 3), float32], %i: Tensor[(2, 1), int64]",
+                     "gather_nd(%x, %i)")
+    assert model(DATA, np.array([[3], [2]], "int64")).tolist() == [11]
+    with pytest.raises(RunCheckError, match=r"must lie in \[0, 4\), \[0, 3\) at positions "
+                                            r"0..1 of axis 0"):
+        model(DATA, np.array([[2], [3]], "int64"))  # row 2 exists, column 3 does not
+
+
+def test_an_empty_run_time_index_indexes_nothing():
+    model = _compile("%x: Tensor[(4, 3), float32], %i: Tensor[(?), int64]",
+                     "adv_index((%x, %i))")
+    assert model(DATA, np.zeros(0, "int64")).shape == (0, 3)
+
+
+def test_a_constant_index_out_of_range_is_refused_at_import():
+    with pytest.raises(ConversionError, match=r"^index.relay:3:\d+: gather_nd: indices: entry "
+                                              r"\[1, 0\] is 7, out of range"):
+        _compile("%x: Tensor[(4, 3), float32], %i: Tensor[(2, 1), int64]", "gather_nd(%x, %i)",
+                 {"i": np.array([[0], [7]], "int64")})
+
+
+def test_sparse_to_dense_checks_its_indices():
+    model = _compile("%i: Tensor[(2, 2), int64], %v: Tensor[(2), float32]",
+                     "sparse_to_dense(%i, %v, 0f, output_shape=[3, 4])")
+    out = model(np.array([[0, 1], [2, 3]], "int64"), np.array([5, 6], "float32"))
+    assert out[0, 1] == 5 and out[2, 3] == 6 and out.sum() == 11
+    with pytest.raises(RunCheckError, match=r"sparse_to_dense: sparse_indices must lie in "
+                                            r"\[0, 3\), \[0, 4\)"):
+        model(np.array([[0, 1], [2, 4]], "int64"), np.array([5, 6], "float32"))
+
+
+def test_gather_indices_longer_than_the_data_on_another_axis_are_refused():
+    with pytest.raises(ConversionError, match="indices have 4 entries on axis 1, the data 3"):
+        _compile("%x: Tensor[(4, 3), float32], %i: Tensor[(2, 4), int64]",
+                 "gather(%x, %i, axis=0)")
