@@ -13,6 +13,7 @@ that argument.  Weights (ndim > 0) stay arguments.
 from __future__ import annotations
 
 import tvm
+from tvm import relax
 
 from .codegen import is_bmlib_partition
 from .const_args import _call_sites, bind_parameters
@@ -43,4 +44,5 @@ def bind_scalar_arguments(mod: tvm.IRModule) -> tvm.IRModule:
     if not bindings:
         return mod
     return bind_parameters(mod, bindings,
-                           rewrite_calls_in=lambda func: not is_bmlib_partition(func))
+                           rewrite_calls_in=lambda func: isinstance(func, relax.Function)
+                           and not is_bmlib_partition(func))
