@@ -129,3 +129,29 @@ def test_gather_indices_longer_than_the_data_on_another_axis_are_refused():
     with pytest.raises(ConversionError, match="indices have 4 entries on axis 1, the data 3"):
         _compile("%x: Tensor[(4, 3), float32], %i: Tensor[(2, 4), int64]",
                  "gather(%x, %i, axis=0)")
+
+
+IMAGES = np.arange(2 * 3 * 8 * 8, dtype="float32").reshape(2, 3, 8, 8)
+
+
+@pytest.mark.parametrize("op, params, body, batch_index", [
+    ("image.crop_and_resize",
+     "%x: Tensor[(2, 3, 8, 8), float32], %b: Tensor[(1, 4), float32], %i: Tensor[(1), int32]",
+     "image.crop_and_resize(%x, %b, %i, crop_size=[2, 2])",
+     lambda k: (np.array([[0, 0, 1, 1]], "float32"), np.array([k], "int32"))),
+    ("vision.roi_align", "%x: Tensor[(2, 3, 8, 8), float32], %r: Tensor[(1, 5), float32]",
+     "vision.roi_align(%x, %r, pooled_size=[2, 2], spatial_scale=1f, sample_ratio=2)",
+     lambda k: (np.array([[k, 0, 0, 4, 4]], "float32"),)),
+    ("vision.roi_pool", "%x: Tensor[(2, 3, 8, 8), float32], %r: Tensor[(1, 5), float32]",
+     "vision.roi_pool(%x, %r, pooled_size=[2, 2], spatial_scale=1f)",
+     lambda k: (np.array([[k, 0, 0, 4, 4]], "float32"),)),
+])
+def test_the_image_of_a_box_or_roi_is_checked(op, params, body, batch_index):
+    """Out of range, TOPI cropped/pooled from beside the batch: NaN and garbage for -1 and
+    2, a crash for a large index."""
+    model = _compile(params, body)
+    first, second = model(IMAGES, *batch_index(0)), model(IMAGES, *batch_index(1))
+    np.testing.assert_array_equal(second - first, 3 * 8 * 8)  # the next image's values
+    for bad in (-1, 2, 1000000):
+        with pytest.raises(RunCheckError, match=rf"{op}: .*must lie in \[0, 2\)"):
+            model(IMAGES, *batch_index(bad))

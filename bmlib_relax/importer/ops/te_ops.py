@@ -15,7 +15,7 @@ from tvm.topi import image as topi_image
 from tvm.topi import nn as topi_nn
 
 from ..registry import register_converter
-from ._utils import dtype_of, expand_padding, ints, out_dtype, shape_of
+from ._utils import check_index_values, dtype_of, expand_padding, ints, out_dtype, shape_of
 
 
 @register_converter("sliding_window")
@@ -83,6 +83,8 @@ def _dilation2d(inputs, attrs, ctx):
 
 @register_converter("image.crop_and_resize")
 def _crop_and_resize(inputs, attrs, ctx):
+    # box_indices pick the image of each box: out of range, TOPI reads beside the batch
+    check_index_values(inputs[2], shape_of(inputs[0])[:1], ctx, "box_indices")
     return ctx.bb.call_te(topi_image.crop_and_resize, inputs[0], inputs[1], inputs[2],
                           ints(attrs["crop_size"]), attrs.get("layout", "NCHW"),
                           attrs.get("method", "bilinear"),

@@ -21,7 +21,7 @@ import tvm
 from tvm import relax, topi
 
 from ..registry import register_converter
-from ._utils import (dtype_of, folded_value, ints, ndim_of, run_time_dims, scalar_operand,
+from ._utils import (check_index_values, dtype_of, folded_value, ints, ndim_of, run_time_dims, scalar_operand,
                      shape_of, static_shape)
 
 
@@ -182,6 +182,7 @@ def _all_class_nms(inputs, attrs, ctx):
 
 @register_converter("vision.roi_align")
 def _roi_align(inputs, attrs, ctx):
+    _check_roi_batch_indices(inputs, ctx)
     return relax.op.vision.roi_align(
         inputs[0], inputs[1], ints(attrs["pooled_size"]), float(attrs["spatial_scale"]),
         sample_ratio=int(attrs.get("sample_ratio", -1)), aligned=False,
@@ -190,9 +191,19 @@ def _roi_align(inputs, attrs, ctx):
 
 @register_converter("vision.roi_pool")
 def _roi_pool(inputs, attrs, ctx):
+    _check_roi_batch_indices(inputs, ctx)
     return relax.op.vision.roi_pool(inputs[0], inputs[1], ints(attrs["pooled_size"]),
                                     float(attrs["spatial_scale"]),
                                     layout=attrs.get("layout", "NCHW"))
+
+
+def _check_roi_batch_indices(inputs, ctx) -> None:
+    """Column 0 of each ROI is the index of its image in the batch (a float, truncated as
+    TOPI casts it): out of range, TOPI pools from beside the data."""
+    data, rois = inputs[0], inputs[1]
+    first = relax.op.strided_slice(rois, axes=[1], begin=[0], end=[1])
+    check_index_values(ctx.emit(relax.op.astype(first, "int64")), shape_of(data)[:1], ctx,
+                       "the ROIs' batch indices (column 0)")
 
 
 # ---------------------------------------------------------------------- vision.proposal
