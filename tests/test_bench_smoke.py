@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import numpy as np
@@ -94,3 +95,38 @@ def test_model_problems_name_what_is_missing(tmp_path):
         proc = subprocess.run([sys.executable, "-m", tool, "nosuch", "--goldens", str(goldens)],
                               capture_output=True, text=True)
         assert proc.returncode == 2 and "unknown model 'nosuch'" in proc.stderr, tool
+
+
+def test_bench_builds_for_the_target_it_is_given(tmp_path):
+    """``--target`` (tvmc's spelling): AVX2 code timed on whatever host runs it."""
+    out = tmp_path / "bench.json"
+    proc = cli("bench", "seed_reshape_conv2d_add_bn_relu", "--no-torch", "--no-runtimes",
+               "--seconds", "0.05", "--layers", "none", "--threads", "1", "--json", out,
+               "--target", "llvm -mcpu=znver3")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert 'target {"kind": "llvm", "mcpu": "znver3"}' in proc.stdout
+    data = json.loads(out.read_text())
+    assert data["target"] == {"kind": "llvm", "mcpu": "znver3"}
+    assert data["results"][0]["max_abs_diff"]["bmlib_vs_plain"] < 1e-4
+
+
+@pytest.mark.parametrize("target", ["llvm -mcpu=no-such-cpu", "-mcpu=znver3"])
+def test_bench_refuses_a_bad_target_before_benchmarking(target):
+    proc = cli("bench", "seed_reshape_conv2d_add_bn_relu", "--no-torch", "--no-runtimes",
+               "--layers", "none", "--target", target)
+    assert proc.returncode == 2 and "--target" in proc.stderr, proc.stderr
+    assert "benchmarking" not in proc.stderr
+
+
+def test_reference_isa_caps_openvino_through_onednn(monkeypatch):
+    from bmlib_relax.bench import harness
+
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    monkeypatch.setattr(harness, "_scaling", lambda argv, counts, json_path=None:
+                        monkeypatch.setitem(seen, "argv", argv) or 0)
+    seen: dict = {}
+    assert harness.main(["transformer_block", "--scaling", "--reference-isa", "avx2",
+                         "--target", "llvm -mcpu=znver3"]) == 0
+    assert os.environ["ONEDNN_MAX_CPU_ISA"] == "AVX2"
+    # each thread count's process gets the same target and cap
+    assert "--reference-isa" in seen["argv"] and "llvm -mcpu=znver3" in seen["argv"]
