@@ -120,7 +120,8 @@ def conv2d(call, inputs, ctx):
             weight = pack_kernel(weight, *blocking)
         return conv2d_nchwc(data, weight, strides, padding, dilation, dtype, *blocking,
                             row_tile=pixel_tile(blocking[1], lanes, vector_registers(ctx.target),
-                                                int(call.ty.shape.values[3])))
+                                                int(call.ty.shape.values[3]),
+                                                int(call.ty.shape.values[2])))
     if groups == channels == out_channels and (blocking is not None or int(weight.shape[1]) == 1):
         if blocking is None:
             blocking = (1, depthwise_blocking(channels, lanes))
@@ -167,7 +168,7 @@ def _blocked_conv2d(call, data, weight, blocking, data_block, out_block, ctx):
         if data_block is not None and ib != data_block:
             raise ctx.error(f"kernel blocks {ib} input channels, the data layout {data_block}")
         row_tile = pixel_tile(ob, lanes, vector_registers(ctx.target),
-                              int(call.ty.shape.values[3]))
+                              int(call.ty.shape.values[3]), int(call.ty.shape.values[2]))
         return conv2d_nchwc(data, weight, strides, padding, dilation, dtype, ib, ob,
                             row_tile=row_tile, blocked=(data_block is not None, True),
                             k_blocking=k_blocking(weight, dtype, row_tile, call))

@@ -33,6 +33,13 @@ ACCUMULATORS = 12
 # limit: a larger tile (28 measured 1.0-1.1x faster still) becomes a workspace
 # allocation per tile (see docs/drafts/h-perf.md).
 ACCUMULATORS_32_REGISTERS = 14
+# The shortest flat tile on 16 registers (2 vectors x 5 pixels): per FLOP as fast as
+# 12 measured flat everywhere, and it pads fewer pixels where 6 leaves a ragged last
+# tile: a 7x7 output is 50 pixels in 5-pixel tiles, 54 in 6-pixel ones.  AVX2 code
+# on a Zen 4 host, interleaved in one process (2026-12-04), 5 against 6 on the 7x7
+# stages: ResNet-18 0.97-0.98x the time at 1 thread, 0.99x at 2; ResNet-50 0.99x and
+# 0.98x; MobileNet 0.99x.
+FLAT_MIN_ACCUMULATORS = 10
 # The depthwise conv, whatever the registers: a 9-tap reduction per tile gains
 # nothing from a longer tile (AVX-512: 14 was 1.0-1.3x slower at 28, measured).
 # Grouped and transposed convs keep it too (not re-measured).
@@ -50,8 +57,10 @@ def tile_pixels(ob: int, lanes: int, registers: int = 16, budget: Optional[int] 
     return max(1, (budget or accumulators(registers)) // max(1, ob // lanes))
 
 
-def pixel_tile(ob: int, lanes: int, registers: int, out_width: int) -> int:
-    """Pixels of the register tile of a conv whose output is ``out_width`` wide.
+def pixel_tile(ob: int, lanes: int, registers: int, out_width: int,
+               out_height: Optional[int] = None) -> int:
+    """Pixels of the register tile of a conv whose output is ``out_width`` wide (and
+    ``out_height`` high).
 
     The full tile when it divides the width (the conv runs row-tiled), else the full
     tile over flat pixels -- except on 16 registers, where the 8-accumulator tile
@@ -60,12 +69,20 @@ def pixel_tile(ob: int, lanes: int, registers: int, out_width: int) -> int:
     there (AVX2 code on Zen 4, 2026-12-03): ResNet-50 1.04x the time at 1 thread but
     0.97x at 2, ResNet-18 0.98x and 0.95x, MobileNet 1.04-1.08x and 1.03x; and the
     row-tiled schedules (K-blocking, rows outside, the fused depthwise + 1x1) apply.
+    Flat on 16 registers, the tile of at least ``FLAT_MIN_ACCUMULATORS`` that pads the
+    ``out_width x out_height`` pixels least (the longer on a tie).
     """
     full = tile_pixels(ob, lanes, registers)
     if out_width % full == 0 or registers >= 32:
         return full
     narrow = tile_pixels(ob, lanes, budget=SMALL_TILE_ACCUMULATORS)
-    return narrow if out_width % narrow == 0 else full
+    if out_width % narrow == 0:
+        return narrow
+    if out_height is None:
+        return full
+    pixels = out_width * out_height
+    shortest = tile_pixels(ob, lanes, budget=FLAT_MIN_ACCUMULATORS)
+    return min(range(full, shortest - 1, -1), key=lambda t: -(-pixels // t) * t)
 
 
 def output_block(out_channels: int, lanes: int) -> int:
