@@ -73,3 +73,11 @@ def test_render_scaling_divides_n_by_1_thread():
     bmlib = next(line for line in lines if " bmlib " in line).split()
     ort = next(line for line in lines if "onnxruntime" in line).split()
     assert bmlib[-3:] == ["8.00", "4.40", "0.55"] and ort[-3:] == ["7.00", "3.50", "0.50"]
+
+
+def test_layer_compare_refuses_a_bad_target_before_building(capsys):
+    from bmlib_relax.bench.layer_compare import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["resnet18", "--target", "llvm -mcpu=no-such-cpu"])
+    assert info.value.code == 2 and "--target" in capsys.readouterr().err

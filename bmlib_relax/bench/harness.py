@@ -503,6 +503,40 @@ def _scaling(argv: Sequence[str], counts: Sequence[int], json_path: Optional[str
 REFERENCE_ISAS = {"sse41": "SSE41", "avx2": "AVX2", "avx512": "AVX512_CORE"}
 
 
+def add_target_options(parser: argparse.ArgumentParser) -> None:
+    """``--target`` and ``--reference-isa``, shared by the benchmark tools."""
+    parser.add_argument("--target", default=None,
+                        help="TVM target of the bmlib and plain builds, tvmc's spelling "
+                             "(e.g. 'llvm -mcpu=znver3': AVX2 code on an AVX-512 host; "
+                             "default: this CPU)")
+    parser.add_argument("--reference-isa", choices=sorted(REFERENCE_ISAS), default=None,
+                        help="cap OpenVINO's instruction set (oneDNN's ONEDNN_MAX_CPU_ISA), "
+                             "e.g. avx2 beside --target 'llvm -mcpu=znver3' to compare AVX2 "
+                             "code with AVX2 code; ONNX Runtime cannot be capped and keeps "
+                             "the host's")
+
+
+def apply_target_options(parser: argparse.ArgumentParser, args: argparse.Namespace
+                         ) -> Optional[dict]:
+    """The ``--target`` given (checked; a bad one is a usage error, exit 2), else None;
+    caps OpenVINO's ISA for ``--reference-isa`` (oneDNN reads it when OpenVINO first
+    runs, so this comes before any reference is made)."""
+    target = None
+    if args.target:
+        from ..backend.target import parse_target_string, resolve_target
+        from ..errors import TargetError
+
+        try:
+            target = (json.loads(args.target) if args.target.lstrip().startswith("{")
+                      else parse_target_string(args.target))
+            resolve_target(target)
+        except (TargetError, ValueError) as exc:
+            parser.error(f"--target {args.target!r}: {exc}")
+    if args.reference_isa:
+        os.environ["ONEDNN_MAX_CPU_ISA"] = REFERENCE_ISAS[args.reference_isa]
+    return target
+
+
 def _strip_option(argv: Sequence[str], option: str, takes_value: bool) -> list[str]:
     out, skip = [], False
     for item in argv:
@@ -554,29 +588,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--scaling", action="store_true",
                         help="run at 1 thread and at every thread (one process each) and "
                              "report the speed-up")
-    parser.add_argument("--target", default=None,
-                        help="TVM target of the bmlib and plain builds, tvmc's spelling "
-                             "(e.g. 'llvm -mcpu=znver3': AVX2 code on an AVX-512 host; "
-                             "default: this CPU)")
-    parser.add_argument("--reference-isa", choices=sorted(REFERENCE_ISAS), default=None,
-                        help="cap OpenVINO's instruction set (oneDNN's ONEDNN_MAX_CPU_ISA), "
-                             "e.g. avx2 beside --target 'llvm -mcpu=znver3' to compare AVX2 "
-                             "code with AVX2 code; ONNX Runtime cannot be capped and keeps "
-                             "the host's")
+    add_target_options(parser)
     args = parser.parse_args(argv)
-    target = None  # this CPU's, found after the --scaling parent hands over (no tvm there)
-    if args.target:
-        from ..backend.target import parse_target_string, resolve_target
-        from ..errors import TargetError
-
-        try:
-            target = (json.loads(args.target) if args.target.lstrip().startswith("{")
-                      else parse_target_string(args.target))
-            resolve_target(target)
-        except (TargetError, ValueError) as exc:
-            parser.error(f"--target {args.target!r}: {exc}")
-    if args.reference_isa:  # read by oneDNN when OpenVINO first runs: set it before that
-        os.environ["ONEDNN_MAX_CPU_ISA"] = REFERENCE_ISAS[args.reference_isa]
+    # None: this CPU's, found after the --scaling parent hands over (no tvm there)
+    target = apply_target_options(parser, args)
     if args.json:  # before the benchmark, not after it (a bad path is bad input, exit 2)
         from ..errors import ParamError
         from ..preflight import writable_file

@@ -220,7 +220,7 @@ def render(model: str, rows: Sequence[dict], peak: float, runtimes: Sequence[str
 def main(argv: Optional[Sequence[str]] = None) -> int:
     import os
 
-    from .harness import host_target
+    from .harness import add_target_options, apply_target_options, host_target
     from .peak import measured_peak_gflops
     from .runtimes import available_runtimes
 
@@ -236,7 +236,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--scaling", action="store_true",
                         help="whole models at 1 and --threads threads, interleaved in one "
                              "process (default --threads: every available CPU)")
+    add_target_options(parser)
     args = parser.parse_args(argv)
+    target = apply_target_options(parser, args)
     check_model_names(parser, args.models, args.goldens,
                       Path(args.corpus) if args.corpus else None)
     if args.scaling:
@@ -250,10 +252,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               "one process")
         print(render_scaling(compare_scaling(
             args.models, args.goldens, Path(args.corpus) if args.corpus else None,
-            host_target(), threads, runtimes, args.rounds), threads))
+            target or host_target(), threads, runtimes, args.rounds), threads))
         return 0
     os.environ["TVM_NUM_THREADS"] = str(args.threads)
-    target = host_target()
+    target = target or host_target()
     if args.whole:
         runtimes = available_runtimes()
         clock = "process CPU time" if args.threads == 1 else "wall time"
