@@ -105,3 +105,22 @@ def emit_tensor_check(ctx: Any, holds: relax.Expr, message: str) -> None:
     """Emit a check that the boolean scalar tensor ``holds`` (computed from run-time
     values, not shapes) is true when the model runs; ``ctx`` names the op and place."""
     _emit_assert(ctx.bb, ctx.emit(holds), [], ctx.location, ctx.op_name, message)
+
+
+# The largest byte count a run-time shape may describe: TVM multiplies dims (and the
+# element size) in int64, so a larger count wraps to a small allocation that the op
+# then writes past.  2**62 bytes is far past any memory, and far from the wrap.
+MAX_TENSOR_BYTES = 2 ** 62
+
+
+def emit_element_count_check(ctx: Any, dims: relax.Expr, dtype: str) -> None:
+    """Emit a check that the shape ``dims`` (a 1-D int64 tensor of dims, read when the
+    model runs) describes fewer than ``MAX_TENSOR_BYTES`` of ``dtype``, counted in
+    float64 so that the count itself cannot wrap."""
+    itemsize = max(1, tvm.DataType(dtype).bits // 8)
+    count = relax.op.prod(relax.op.astype(dims, "float64"))
+    emit_tensor_check(ctx, relax.op.less(count, relax.const(MAX_TENSOR_BYTES / itemsize,
+                                                            "float64")),
+                      f"the shape describes {MAX_TENSOR_BYTES // itemsize} or more {dtype} "
+                      "elements: TVM's int64 size arithmetic would wrap (and the tensor "
+                      "could not be held anyway)")

@@ -46,3 +46,20 @@ def test_dyn_zeros_ones_full_take_their_shape_when_the_model_runs():
     assert size.dtype == np.int64 and int(size) == 20
     with pytest.raises(RunCheckError, match=r"dyn.zeros: dim 1 of the shape is -3"):
         model(np.array([2, -3, 1], "int32"), np.ones((5, 4), "float32"))
+
+
+@pytest.mark.parametrize("shape", [[(1 << 62) + 1, 4], [1 << 40, 1 << 40], [1 << 31, 1 << 31]])
+def test_a_run_time_shape_whose_size_would_wrap_is_refused(shape):
+    """TVM counts a tensor's bytes in int64: 2**62 + 1 rows of 4 float32 are 16 bytes
+    after the wrap, and the op then wrote past them (a corrupted heap, the process
+    killed); 2**80 elements wrapped to none and returned a tensor no one can read."""
+    import bmlib_relax
+    from bmlib_relax import RunCheckError, relay
+
+    s = relay.var("s", shape=(2,), dtype="int64")
+    model = bmlib_relax.compile(relay.IRModule.from_expr(relay.Function(
+        [s], relay.sum(relay.zeros(s, "float32"), axis=[1]))))
+    with pytest.raises(RunCheckError, match=r"dyn.zeros: the shape describes \d+ or more "
+                                            r"float32 elements: TVM's int64 size arithmetic"):
+        model(np.array(shape, "int64"))
+    np.testing.assert_array_equal(model(np.array([3, 2], "int64")), np.zeros(3, "float32"))

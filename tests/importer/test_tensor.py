@@ -286,3 +286,6 @@ def test_dyn_reshape_reads_its_shape_when_the_model_runs():
         model(data, np.array([5, 5, 1], "int64"))
     with pytest.raises(RunCheckError, match=r"dyn.reshape: the new shape may hold"):
         model(data, np.array([-1, -1, 2], "int64"))
+    # 24 elements modulo 2**64 (the int64 count wraps): a view past the data, refused
+    with pytest.raises(RunCheckError, match=r"dyn.reshape: the shape describes \d+ or more"):
+        model(data, np.array([(1 << 61) + 3, 8, 1], "int64"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 from tvm import relax
 
 from ..registry import register_converter
-from ..run_checks import emit_run_check
+from ..run_checks import emit_element_count_check, emit_run_check
 from ._utils import (dtype_of, folded_value, ints, ndim_of, run_time_dims, scalar_operand,
                      shape_of)
 
@@ -21,30 +21,34 @@ def _ones(inputs, attrs, ctx):
 
 @register_converter("dyn.zeros")
 def _dyn_zeros(inputs, attrs, ctx):
-    return relax.op.zeros(_run_time_shape(inputs[0], ctx), attrs.get("dtype") or "float32")
+    dtype = attrs.get("dtype") or "float32"
+    return relax.op.zeros(_run_time_shape(inputs[0], dtype, ctx), dtype)
 
 
 @register_converter("dyn.ones")
 def _dyn_ones(inputs, attrs, ctx):
-    return relax.op.ones(_run_time_shape(inputs[0], ctx), attrs.get("dtype") or "float32")
+    dtype = attrs.get("dtype") or "float32"
+    return relax.op.ones(_run_time_shape(inputs[0], dtype, ctx), dtype)
 
 
 @register_converter("dyn.full")
 def _dyn_full(inputs, attrs, ctx):
     dtype = attrs.get("dtype") or dtype_of(inputs[0])
-    return relax.op.full(_run_time_shape(inputs[1], ctx), inputs[0], dtype)
+    return relax.op.full(_run_time_shape(inputs[1], dtype, ctx), inputs[0], dtype)
 
 
-def _run_time_shape(shape: relax.Expr, ctx) -> relax.ShapeExpr:
+def _run_time_shape(shape: relax.Expr, dtype: str, ctx) -> relax.ShapeExpr:
     """The shape a 1-D integer tensor holds when the model runs (``dyn.zeros``' operand),
-    as a shape of fresh symbolic dims, each checked not to be negative."""
+    as a shape of fresh symbolic dims, each checked not to be negative, and together
+    to describe a tensor of ``dtype`` whose size TVM can count."""
     dims = shape_of(shape)
     if len(dims) != 1 or not isinstance(dims[0], int):
         raise ctx.error(f"the shape operand must be a 1-D tensor of known length, got "
                         f"shape {dims}")
     name = ctx.op_name.split(".")[-1]
-    out = run_time_dims(relax.op.astype(shape, "int64"),
-                        [f"{name}_d{i}" for i in range(dims[0])], ctx)
+    values = ctx.emit(relax.op.astype(shape, "int64"))
+    emit_element_count_check(ctx, values, dtype)
+    out = run_time_dims(values, [f"{name}_d{i}" for i in range(dims[0])], ctx)
     for i, dim in enumerate(out):
         emit_run_check(ctx.bb, dim >= 0, ctx.location, ctx.op_name,
                        f"dim {i} of the shape is {{}}", dim)

@@ -15,7 +15,8 @@ import tvm
 from tvm import relax
 
 from ..registry import register_converter
-from ..run_checks import emit_run_check, emit_tensor_check, known_dims, unify_dims
+from ..run_checks import (emit_element_count_check, emit_run_check, emit_tensor_check,
+                          known_dims, unify_dims)
 from ._utils import (
     check_index_values, check_reads_elements, dtype_of, folded_value, ints, ndim_of,
     normalize_axis, optional_ints,
@@ -108,6 +109,7 @@ def _dyn_reshape(inputs, attrs, ctx):
         relax.op.greater_equal(relax.op.min(values), _i64(-1)),
         relax.op.less_equal(relax.op.sum(relax.op.astype(inferred_at, "int64")), _i64(1))),
         "the new shape may hold dims, 0 (copy) and one -1 (infer) only")
+    emit_element_count_check(ctx, target, dtype_of(data))  # else the count below may wrap
     emit_tensor_check(ctx, relax.op.equal(relax.op.prod(target), total),
                       "the new shape does not hold the input's element count")
     fresh = run_time_dims(target, [f"reshape_d{i}" for i in range(count)], ctx)
