@@ -91,6 +91,45 @@ def test_integer_division_by_a_nonzero_constant_imports(op):
     check(relay_fn("%x: Tensor[(2, 3), int32]", f"{op}(%x, 3)"), [x], expected)
 
 
+_INTEGER_QUOTIENTS = {
+    "divide": lambda a, b: np.trunc(a / b), "trunc_divide": lambda a, b: np.trunc(a / b),
+    "floor_divide": np.floor_divide, "floor_mod": np.mod, "mod": np.fmod, "trunc_mod": np.fmod,
+}
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+@pytest.mark.parametrize("op", sorted(_INTEGER_QUOTIENTS))
+def test_integer_division_by_a_run_time_zero_is_a_run_check_error(op, dtype):
+    """x86's integer division traps on a 0 divisor and on MIN / -1: the process died of
+    SIGFPE (as with Relay).  Now the call raises RunCheckError and the model lives on."""
+    import bmlib_relax
+    from bmlib_relax import RunCheckError
+
+    model = bmlib_relax.compile(relay_fn(f"%a: Tensor[(3), {dtype}], %b: Tensor[(3), {dtype}]",
+                                         f"{op}(%a, %b)"))
+    a = np.array([7, -8, 9], dtype)
+    with pytest.raises(RunCheckError, match=f"{op}: integer division by zero: the {dtype} "
+                                            "divisor holds a 0 in this run"):
+        model(a, np.array([2, 0, 3], dtype))
+    lowest = np.iinfo(dtype).min
+    with pytest.raises(RunCheckError, match=f"{op}: integer overflow: {lowest} divided by -1"):
+        model(np.array([7, lowest, 9], dtype), np.array([2, -1, 3], dtype))
+    b = np.array([2, -3, -1], dtype)
+    np.testing.assert_array_equal(model(a, b), _INTEGER_QUOTIENTS[op](a, b).astype(dtype))
+
+
+def test_unsigned_division_by_a_run_time_zero_is_a_run_check_error():
+    import bmlib_relax
+    from bmlib_relax import RunCheckError
+
+    model = bmlib_relax.compile(relay_fn("%a: Tensor[(2), uint8], %b: Tensor[(2), uint8]",
+                                         "floor_divide(%a, %b)"))
+    np.testing.assert_array_equal(model(np.array([255, 7], "uint8"), np.array([2, 7], "uint8")),
+                                  [127, 1])
+    with pytest.raises(RunCheckError, match="integer division by zero"):
+        model(np.array([255, 7], "uint8"), np.array([0, 7], "uint8"))
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("op", ["mod", "trunc_mod"])
 def test_float_mod_is_fmod_exactly(op, dtype):

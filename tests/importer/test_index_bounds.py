@@ -155,3 +155,39 @@ def test_the_image_of_a_box_or_roi_is_checked(op, params, body, batch_index):
     for bad in (-1, 2, 1000000):
         with pytest.raises(RunCheckError, match=rf"{op}: .*must lie in \[0, 2\)"):
             model(IMAGES, *batch_index(bad))
+
+
+def test_unravel_index_into_a_shape_with_a_zero_dim_is_refused():
+    """Its strides divide: a 0 dim in the shape stopped the process with SIGFPE."""
+    model = bmlib_relax.compile(parse(relay_fn(
+        "%i: Tensor[(2), int64], %s: Tensor[(2), int64]", "unravel_index(%i, %s)"),
+        "index.relay"))
+    np.testing.assert_array_equal(model(np.array([3, 5], "int64"), np.array([2, 4], "int64")),
+                                  np.array(np.unravel_index([3, 5], (2, 4))))
+    with pytest.raises(RunCheckError, match="unravel_index: the shape has a dim that is not "
+                                            "positive"):
+        model(np.array([3, 5], "int64"), np.array([0, 4], "int64"))
+    with pytest.raises(ConversionError, match=r"the shape \[2, 0\] has a dim that is not"):
+        bmlib_relax.compile(parse(relay_fn("%i: Tensor[(2), int64], %s: Tensor[(2), int64]",
+                                           "unravel_index(%i, %s)"), "index.relay"),
+                            {"s": np.array([2, 0], "int64")})
+
+
+@pytest.mark.parametrize("new_shape, message", [
+    ([0, -1], "may hold .* one -1, inferred from the other dims, which then must not hold a 0"),
+    ([3, 0], "does not hold the dense shape's element count"),
+    ([4, 2], "does not hold the dense shape's element count"),
+    ([-1, -1], "may hold dims >= 0 and one -1"),
+    ([-2, 3], "may hold dims >= 0 and one -1"),
+])
+def test_sparse_reshape_refuses_a_shape_it_cannot_reshape_to(new_shape, message):
+    """A 0 in the new shape divided by zero (SIGFPE: where() computes both its sides) and a
+    changed element count gave indices into another tensor; TensorFlow refuses both."""
+    model = bmlib_relax.compile(parse(relay_fn(
+        "%i: Tensor[(?, 2), int64], %p: Tensor[(2), int64], %n: Tensor[(2), int64]",
+        "sparse_reshape(%i, %p, %n)"), "index.relay"))
+    indices, dense = np.array([[0, 1], [1, 2]], "int64"), np.array([2, 3], "int64")
+    new_indices, shape = model(indices, dense, np.array([3, -1], "int64"))
+    assert shape.tolist() == [3, 2] and new_indices.tolist() == [[0, 1], [2, 1]]
+    with pytest.raises(RunCheckError, match=f"sparse_reshape: the new shape {message}"):
+        model(indices, dense, np.array(new_shape, "int64"))

@@ -95,11 +95,15 @@ def folded_value(expr: relax.Expr, ctx) -> np.ndarray | None:
     return value
 
 
-def check_integer_divisor(divisor: relax.Expr, ctx) -> None:
-    """Refuse an integer division (divide, floor/trunc divide and mod) whose divisor is
-    a constant holding a 0: the compiled code would stop with SIGFPE when it runs (and
-    TVM's build refuses a literal 0 divisor).  Float divisions keep IEEE semantics:
-    Relay computed infinities and NaNs."""
+def check_integer_divisor(divisor: relax.Expr, ctx, dividend: Optional[relax.Expr] = None
+                          ) -> None:
+    """Refuse an integer division (divide, floor/trunc divide and mod) that would stop
+    the process with SIGFPE, as x86's integer division traps (Relay's did the same): a
+    divisor that is a constant holding a 0 at import (TVM's build refuses a literal 0
+    divisor too); any other divisor holding a 0, and a signed ``dividend`` holding the
+    type's minimum where the divisor holds -1 (the quotient overflows), when the model
+    runs (``RunCheckError``).  Float divisions keep IEEE semantics: Relay computed
+    infinities and NaNs."""
     dtype = dtype_of(divisor)
     if not dtype.startswith(("int", "uint")):
         return
@@ -107,6 +111,21 @@ def check_integer_divisor(divisor: relax.Expr, ctx) -> None:
     if value is not None and (value == 0).any():
         raise ctx.error(f"integer division by zero: the divisor is a constant {dtype} "
                         f"{'0' if value.size == 1 else 'holding a 0'}")
+    count = lambda holds: relax.op.equal(  # noqa: E731 - no entry of ``holds`` is true
+        relax.op.sum(relax.op.astype(holds, "int64")), relax.const(0, "int64"))
+    if value is None:
+        emit_tensor_check(ctx, count(relax.op.equal(divisor, relax.const(0, dtype))),
+                          f"integer division by zero: the {dtype} divisor holds a 0 in this "
+                          "run (the division would stop the process with SIGFPE)")
+    if dividend is None or not dtype.startswith("int") or folded_value(dividend, ctx) is not None \
+            or (value is not None and not (value == -1).any()):
+        return
+    lowest = int(np.iinfo(dtype).min)
+    emit_tensor_check(ctx, count(relax.op.logical_and(
+        relax.op.equal(dividend, relax.const(lowest, dtype)),
+        relax.op.equal(divisor, relax.const(-1, dtype)))),
+        f"integer overflow: {lowest} divided by -1 has no {dtype} quotient (the division "
+        "would stop the process with SIGFPE)")
 
 
 def check_product_operands(lhs: relax.Expr, rhs: relax.Expr, ctx) -> None:

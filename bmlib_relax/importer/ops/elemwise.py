@@ -80,7 +80,7 @@ def _binary(relax_op, name: str):
             # Relay's BroadcastRel / BroadcastCompRel (Relax would promote or pick one)
             raise ctx.error(f"data types {lhs} and {rhs} do not match")
         if name in DIVIDING_OPS:
-            check_integer_divisor(inputs[1], ctx)
+            check_integer_divisor(inputs[1], ctx, inputs[0])
         return relax_op(inputs[0], inputs[1])
 
     return convert

@@ -17,9 +17,10 @@ from tvm import relax
 
 from ..registry import register_converter
 from ._utils import (
-    check_index_values, check_integer_divisor, check_reads_elements, const_value, dtype_of, folded_value, ints,
-    ndim_of, normalize_axis, optional_ints, scalar_operand, shape_of,
+    check_index_values, check_integer_divisor, check_reads_elements, const_value, dtype_of,
+    folded_value, ints, ndim_of, normalize_axis, optional_ints, scalar_operand, shape_of,
 )
+from ..run_checks import emit_element_count_check, emit_tensor_check
 
 
 @register_converter("gather")
@@ -251,7 +252,21 @@ def _sparse_reshape(inputs, attrs, ctx):
     total = ctx.emit(relax.op.prod(prev, axis=[0]))
     is_unknown = ctx.emit(relax.op.equal(new, minus_one))
     known = ctx.emit(relax.op.prod(relax.op.where(is_unknown, one, new), axis=[0]))
-    resolved = ctx.emit(relax.op.where(is_unknown, relax.op.floor_divide(total, known), new))
+    unknowns = relax.op.sum(relax.op.astype(is_unknown, "int64"))
+    zero = relax.const(0, "int64")
+    below = relax.op.sum(relax.op.astype(relax.op.less(new, minus_one), "int64"))
+    emit_tensor_check(ctx, relax.op.logical_and(relax.op.equal(below, zero), relax.op.logical_or(
+        relax.op.equal(unknowns, zero),
+        relax.op.logical_and(relax.op.equal(unknowns, one), relax.op.greater(known, zero)))),
+        "the new shape may hold dims >= 0 and one -1, inferred from the other dims, which "
+        "then must not hold a 0")
+    emit_element_count_check(ctx, prev, "int8")
+    emit_element_count_check(ctx, new, "int8")
+    # where() computes both sides: known is 0 where no -1 asks for it (a 0 dim), so >= 1
+    resolved = ctx.emit(relax.op.where(is_unknown, relax.op.floor_divide(
+        total, relax.op.maximum(known, one)), new))
+    emit_tensor_check(ctx, relax.op.equal(relax.op.prod(resolved), total),
+                      "the new shape does not hold the dense shape's element count")
     prev_strides = strides(prev)
     columns = shape_of(indices)[1]
     if not isinstance(columns, int):  # one stride per index column, checked at run time
@@ -260,8 +275,9 @@ def _sparse_reshape(inputs, attrs, ctx):
         prev_strides, 0)), axis=[1], keepdims=True))
     # column i = (flat % (stride_i * dim_i)) // stride_i, without the modulo on column 0
     # (an index beyond the shape keeps its overflow there, as Relay's compute did)
-    new_strides = strides(resolved)
-    outer = ctx.emit(relax.op.multiply(new_strides, resolved))
+    # at least 1: an empty shape's 0 strides would stop an index's division with SIGFPE
+    new_strides = ctx.emit(relax.op.maximum(strides(resolved), one))
+    outer = ctx.emit(relax.op.maximum(relax.op.multiply(new_strides, resolved), one))
     first = ctx.emit(relax.op.equal(relax.op.arange(0, shape_of(resolved)[0], 1, "int64"),
                                     relax.const(0, "int64")))
     outer = ctx.emit(relax.op.where(first, relax.const(np.iinfo("int64").max, "int64"), outer))
@@ -285,6 +301,9 @@ def _unravel_index(inputs, attrs, ctx):
     dims = folded_value(shape, ctx)
     if dims is not None:
         values = [int(d) for d in dims.reshape(-1)]
+        if any(d <= 0 for d in values):
+            raise ctx.error(f"the shape {values} has a dim that is not positive: no index "
+                            "unravels into it (and a 0 would divide by zero)")
         dim_exprs = [relax.const(d, dtype) for d in values]
         stride_exprs = [relax.const(int(np.prod(values[i + 1:], dtype=np.int64)), dtype)
                         for i in range(len(values))]
@@ -292,7 +311,10 @@ def _unravel_index(inputs, attrs, ctx):
         rank = shape_of(shape)[0]
         if not isinstance(rank, int):
             raise ctx.error("unravel_index needs a shape operand of static length")
-        shape = relax.op.astype(shape, dtype)
+        shape = ctx.emit(relax.op.astype(shape, dtype))
+        emit_tensor_check(ctx, relax.op.greater(relax.op.min(shape), relax.const(0, dtype)),
+                          "the shape has a dim that is not positive in this run: no index "
+                          "unravels into it (and a 0 would stop the process with SIGFPE)")
         dim_exprs = [relax.op.take(shape, relax.const(i, "int64"), axis=0) for i in range(rank)]
         stride_exprs = [relax.const(1, dtype)] * rank
         for i in range(rank - 2, -1, -1):
@@ -342,7 +364,7 @@ def _fixed_point_multiply(inputs, attrs, ctx):
 def _trunc_mod(inputs, attrs, ctx):
     # Relay's mod truncates toward zero (C's %, fmod for floats).
     lhs, rhs = inputs
-    check_integer_divisor(rhs, ctx)
+    check_integer_divisor(rhs, ctx, lhs)
     if dtype_of(lhs).startswith("float"):
         # relax.mod is TVM's truncmod, as Relay's was: LLVM's frem, exact.  The formula
         # x - trunc(x / y) * y rounds x / y first (5.3 mod 0.1 gave -1e-7 for 0.09999),
@@ -360,8 +382,7 @@ def _trunc_mod(inputs, attrs, ctx):
 
 @register_converter("trunc_divide")
 def _trunc_divide(inputs, attrs, ctx):
-    lhs, rhs = inputs
-    check_integer_divisor(rhs, ctx)
+    lhs, rhs = inputs  # an integer divisor is checked by _trunc_mod, below
     if dtype_of(lhs).startswith("float"):
         return relax.op.trunc(relax.op.divide(lhs, rhs))
     # (lhs - trunc_mod) is an exact multiple of rhs: any division gives the quotient.
