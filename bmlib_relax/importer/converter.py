@@ -427,6 +427,28 @@ def _known_shape(expr: Any) -> Optional[bool]:
 _AXIS_BROADCAST = {"nn.bias_add", "nn.prelu"}
 
 
+def _check_result_dims(ty: Any, node: ast.Call) -> None:
+    """Refuse an op whose result no tensor can be, as its attributes make it (a
+    ``tile``/``nn.pad`` to a negative dim, an ``arange`` of 10**12 elements): TVM
+    would build it into a negative or wrapped allocation, or fold it into a numpy
+    array of terabytes while building.  The limits are those of a parameter type."""
+    for field in (ty.fields if isinstance(ty, relax.TupleType) else [ty]):
+        shape = getattr(field, "shape", None)
+        if not isinstance(field, relax.TensorType) or shape is None \
+                or not hasattr(shape, "values"):
+            continue
+        dims = [int(d) for d in shape.values if isinstance(d, tvm.tirx.IntImm)]
+        problem = (f"a negative dim {min(dims)}" if any(d < 0 for d in dims) else
+                   "a dim of 2**31 or more (TVM builds static dims as int32 immediates)"
+                   if any(d > _MAX_DIM for d in dims) else None)
+        if problem:
+            shown = [int(d) if isinstance(d, tvm.tirx.IntImm) else str(d)
+                     for d in shape.values]
+            raise ConversionError(f"the result would be Tensor[{tuple(shown)}, "
+                                  f"{field.dtype}]: {problem}; check the op's attributes",
+                                  op=node.op.name, location=_where(node))
+
+
 def _check_result_shape(value: Any, inputs: list, node: ast.Call) -> None:
     """Refuse an op whose result shape Relax cannot derive from known input shapes.
 
@@ -834,6 +856,7 @@ class RelayImporter:
                                       op=op.name, location=_where(node)) from exc
             value = self.emit(provenance.with_spans(result, root_span, ctx.part_span,
                                                     ctx._emit_part), node)
+            _check_result_dims(getattr(value, "ty", None), node)
             zeros = _zeros_like_empty(getattr(value, "ty", None))
             if zeros is not None:
                 # A result without elements (a static dim of 0) is zeros of its shape:

@@ -72,7 +72,8 @@ def normalize_axis(axis: int, ndim: int, ctx, name: str = "axis") -> int:
     """A Relay axis (negative counts from the end) as a non-negative int."""
     axis = int(axis)
     if not -ndim <= axis < ndim:
-        raise ctx.unsupported_attr(name, axis)
+        raise ctx.error(f"{name}={axis} is out of range for a {ndim}-d tensor ({-ndim} <= "
+                        f"{name} < {ndim})")
     return axis + ndim if axis < 0 else axis
 
 

@@ -84,7 +84,9 @@ def _adv_index(inputs, attrs, ctx):
 def _scan(relax_op):
     def convert(inputs, attrs, ctx):
         axis = attrs.get("axis")
-        return relax_op(inputs[0], None if axis is None else int(axis),
+        if axis is not None:
+            axis = normalize_axis(axis, ndim_of(inputs[0]), ctx)
+        return relax_op(inputs[0], axis,
                         attrs.get("dtype") or None, bool(attrs.get("exclusive") or False))
     return convert
 
@@ -195,6 +197,11 @@ def _topk(inputs, attrs, ctx):
     k = attrs.get("k", 1)
     if not isinstance(k, int):
         raise ctx.error("topk needs a constant k")
+    axis = normalize_axis(attrs.get("axis", -1), ndim_of(inputs[0]), ctx)
+    length = shape_of(inputs[0])[axis]
+    if isinstance(length, int) and k > length:  # k < 1 takes all, as Relay's did
+        raise ctx.error(f"k={k} is more than the {length} entries on axis {axis}: TVM "
+                        "would read past them")
     return relax.op.topk(inputs[0], int(k), int(attrs.get("axis", -1)),
                          attrs.get("ret_type", "both"),
                          largest=not bool(attrs.get("is_ascend", False)),

@@ -43,9 +43,12 @@ def _from_nchw(data, layout: str):
 @register_converter("nn.depth_to_space")
 def _depth_to_space(inputs, attrs, ctx):
     layout = attrs.get("layout", "NCHW")
-    block = int(attrs["block_size"])
+    block = _block_size(attrs, ctx)
     data = _to_nchw(inputs[0], layout, ctx)
     n, c, h, w = static_shape(data, ctx)
+    if c % (block * block):  # Relay's output has c // block**2 channels: it reads the first
+        c -= c % (block * block)
+        data = relax.op.strided_slice(data, axes=[1], begin=[0], end=[c])
     if attrs.get("mode", "DCR") == "DCR":
         x = relax.op.reshape(data, [n, block, block, c // (block * block), h, w])
         x = relax.op.permute_dims(x, [0, 3, 4, 1, 5, 2])
@@ -56,12 +59,22 @@ def _depth_to_space(inputs, attrs, ctx):
     return _from_nchw(x, layout)
 
 
+def _block_size(attrs, ctx) -> int:
+    block = int(attrs["block_size"])
+    if block < 1:
+        raise ctx.error(f"block_size={block} must be positive")
+    return block
+
+
 @register_converter("nn.space_to_depth")
 def _space_to_depth(inputs, attrs, ctx):
     layout = attrs.get("layout", "NCHW")
-    block = int(attrs["block_size"])
+    block = _block_size(attrs, ctx)
     data = _to_nchw(inputs[0], layout, ctx)
     n, c, h, w = static_shape(data, ctx)
+    if h % block or w % block:  # Relay's output is (h // block, w // block): the rest is dropped
+        h, w = h - h % block, w - w % block
+        data = relax.op.strided_slice(data, axes=[2, 3], begin=[0, 0], end=[h, w])
     x = relax.op.reshape(data, [n, c, h // block, block, w // block, block])
     x = relax.op.permute_dims(x, [0, 3, 5, 1, 2, 4])
     x = relax.op.reshape(x, [n, c * block * block, h // block, w // block])
