@@ -43,3 +43,30 @@ def recipe_from_manifest(entries: Iterable[Mapping], role: str) -> dict[str, np.
     return {e["name"]: recipe_tensor(e["name"], e["shape"], e.get("dtype", "float32"), role,
                                      int(e.get("int_high", 10)))
             for e in entries}
+
+
+def positive_variances(func, params: dict) -> dict:
+    """``params`` with every batch_norm variance of ``func`` (a Relay ``@main``) made
+    positive, as a trained model's are (``abs + 0.5``).  The recipe knows a variance by
+    its name only (``moving_var``, ``running_var``...); a TF dump calls it
+    ``..._FusedBatchNormV3_ReadVariableOp_1_0`` or ``..._moving_variance``.  Found here
+    by use: the fifth operand of ``nn.batch_norm``, and the parameter under
+    ``sqrt(add(%var, eps))`` (batch_norm's SimplifyInference form).  A negative one makes
+    its channels NaN, which a relu hides as a plausible 0: benchmarks and tests would
+    time and compare NaNs."""
+    from .relay import ast
+    from .relay.analysis import post_order_list
+
+    out = dict(params)
+    for node in post_order_list(func):
+        if not isinstance(node, ast.Call):
+            continue
+        name = getattr(node.op, "name", None)
+        var = node.args[4] if name == "nn.batch_norm" and len(node.args) > 4 else \
+            node.args[0] if name == "sqrt" and node.args else None
+        if isinstance(var, ast.Call) and getattr(var.op, "name", None) == "add" and var.args:
+            var = var.args[0]
+        if isinstance(var, ast.Var) and var.name_hint in out:
+            out[var.name_hint] = (np.abs(out[var.name_hint]) + 0.5).astype(
+                out[var.name_hint].dtype)
+    return out

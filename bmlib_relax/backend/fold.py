@@ -20,6 +20,7 @@ the next fold in a chain starts from the exact value, not the rounded one.
 """
 from __future__ import annotations
 
+import warnings
 from typing import Callable, Optional
 
 import numpy as np
@@ -28,6 +29,8 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..constants import tensor_constant
+from ..errors import SuspiciousWeightWarning
+from ..importer.provenance import origin_of
 from ..registry import Registry
 from .rewrite import const_array, rewrite_functions
 
@@ -141,6 +144,7 @@ class _ConstantFolder(PyExprMutator):
         want = tuple(int(d) for d in ty.shape.values)
         if result.shape != want:  # broadcasting differs from what Relax inferred: keep it
             return call
+        _warn_new_nans(call, values, result)
         self.folded += 1
         const = tensor_constant(result, dtype)
         keeps_exact = call.op.name not in _SHAPE_OPS or \
@@ -153,6 +157,29 @@ class _ConstantFolder(PyExprMutator):
         if isinstance(expr, relax.Var):
             expr = self.lookup_binding(expr)
         return expr is not None and expr in self.exact
+
+
+def _warn_new_nans(call: relax.Call, values: list, result: np.ndarray) -> None:
+    """A :class:`~bmlib_relax.errors.SuspiciousWeightWarning` when folding makes NaNs of
+    weights that had none: ``sqrt(var + eps)`` of a negative variance (the
+    ``SimplifyInference`` form of a batch_norm, which ``nn.batch_norm``'s own check
+    never sees), ``log`` of a negative.  Relay computed the same NaNs; a relu or clip
+    after them makes a plausible 0 or 6.  Named by the Relay call it came from."""
+    if not np.issubdtype(result.dtype, np.floating) or not np.isnan(result).any():
+        return
+    if any(np.issubdtype(v.dtype, np.floating) and np.isnan(v).any() for v in values):
+        return  # the NaNs were there before this op
+    origin = origin_of(call)
+    span = getattr(origin.relay, "span", None) if origin is not None else None
+    where = str(span) if span is not None else None
+    bad = np.isnan(result)
+    op = call.op.name.removeprefix("relax.")
+    warnings.warn(SuspiciousWeightWarning(
+        f"{where + ': ' if where else ''}{op} of constants (weights) gives NaN in "
+        f"{int(bad.sum())} of {result.size} entries (first at index "
+        f"{int(np.flatnonzero(bad.ravel())[0])}), from inputs without NaN (e.g. the square "
+        "root of a negative batch_norm variance): damaged weights, or a parameter bound to "
+        "the wrong input?", None, where), stacklevel=2)
 
 
 def fold_constants(mod: tvm.IRModule) -> tvm.IRModule:

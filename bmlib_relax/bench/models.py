@@ -22,7 +22,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from ..recipe import recipe_from_manifest, recipe_tensor
+from ..recipe import positive_variances, recipe_from_manifest, recipe_tensor
 
 
 @dataclass
@@ -129,8 +129,9 @@ def relay_file_model(name: str, path: Path) -> BenchModel:
     data = main.params[0]
     declared = list(data.type_annotation.shape)
     shape = [d if isinstance(d, int) else 1 for d in declared]
-    params = {v.name: recipe_tensor(v.name, v.type_annotation.shape, v.type_annotation.dtype)
-              for v in main.params[1:]}
+    params = positive_variances(main, {
+        v.name: recipe_tensor(v.name, v.type_annotation.shape, v.type_annotation.dtype)
+        for v in main.params[1:]})
     inputs = {data.name: recipe_tensor(data.name, shape, data.type_annotation.dtype, role="input")}
     pinned = {data.name: shape} if shape != declared else None
     return BenchModel(name, text, params, inputs, str(path), pinned)

@@ -81,3 +81,42 @@ def test_legacy_tables_see_the_unfolded_graph():
                                 patterns=[(seed.COMPOSITE_NAME, seed.pattern_constant_weights())])
     (part,) = model.report.to_dict()["partitions"]
     assert part["ops"][0] == "relax.reshape"
+
+
+def test_folding_nans_out_of_weights_is_a_suspicious_weight_warning(recwarn):
+    """The SimplifyInference form of a batch_norm whose variance has a negative entry:
+    sqrt makes its channel NaN, the relu after it a plausible 0.  ``nn.batch_norm``'s own
+    check never sees this form; the folder names the Relay call that made the NaNs."""
+    import pytest
+
+    from bmlib_relax.errors import SuspiciousWeightWarning
+    from bmlib_relax.relay import parse
+
+    params = dict(PARAMS, var=PARAMS["var"].copy())
+    params["var"][5] = -3.0
+    with pytest.warns(SuspiciousWeightWarning, match=r"^bn.relay:6:\d+: sqrt of constants "
+                                                     r"\(weights\) gives NaN in 1 of 8 "
+                                                     r"entries \(first at index 5\)") as info:
+        fold_constants(bmlib_relax.import_relay(parse(SIMPLIFIED_BN, "bn.relay"), params))
+    assert [w.message.location for w in info if
+            isinstance(w.message, SuspiciousWeightWarning)][0].startswith("bn.relay:6:")
+    recwarn.clear()
+    fold_constants(bmlib_relax.import_relay(parse(SIMPLIFIED_BN, "bn.relay"), PARAMS))
+    assert not [w for w in recwarn if isinstance(w.message, SuspiciousWeightWarning)]
+    nan = dict(params, var=np.full(8, np.nan, "float32"))  # NaNs in, NaNs out: no new news
+    fold_constants(bmlib_relax.import_relay(parse(SIMPLIFIED_BN, "bn.relay"), nan))
+    assert not [w for w in recwarn if isinstance(w.message, SuspiciousWeightWarning)]
+
+
+def test_recipe_variances_found_by_use_are_made_positive():
+    """Benchmarks and the corpus tests fill weights by recipe, which knows variances by
+    name only: the one under ``sqrt(add(%var, eps))`` is found by its use."""
+    from bmlib_relax.recipe import positive_variances
+    from bmlib_relax.relay import parse
+
+    negative = dict(PARAMS, var=-np.abs(PARAMS["var"]))
+    fixed = positive_variances(parse(SIMPLIFIED_BN)["main"], negative)
+    assert (fixed["var"] > 0).all() and fixed["var"].dtype == np.float32
+    for name in ("w", "mean", "gamma"):
+        assert fixed[name] is negative[name]
+    assert (negative["var"] < 0).all()  # the caller's dict is left as it was

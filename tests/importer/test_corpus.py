@@ -26,7 +26,7 @@ from tvm import relax
 
 import bmlib_relax
 from bmlib_relax import ConversionError, UnsupportedOpError, import_relay
-from bmlib_relax.recipe import recipe_tensor
+from bmlib_relax.recipe import positive_variances, recipe_tensor
 from bmlib_relax.relay import ast, parse
 
 from conftest import corpus_dir
@@ -116,20 +116,6 @@ def test_expected_outcomes_cover_the_whole_corpus():
     assert files == sorted(EXPECTED)
 
 
-def _positive_variances(func, params: dict) -> None:
-    """Recipe weights know a variance by its name (``moving_var``); TF's dumps call it
-    ``..._FusedBatchNormV3_ReadVariableOp_1_0``.  Each batch_norm's variance parameter
-    gets positive values, as a trained model's: a negative one makes its channels NaN
-    (a SuspiciousWeightWarning), which relu6 hides as a plausible 0 or 6."""
-    from bmlib_relax.relay.analysis import post_order_list
-
-    for node in post_order_list(func):
-        if isinstance(node, ast.Call) and getattr(node.op, "name", None) == "nn.batch_norm":
-            var = node.args[4]
-            if isinstance(var, ast.Var) and var.name_hint in params:
-                params[var.name_hint] = np.abs(params[var.name_hint]) + 0.5
-
-
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_corpus_file(name):
     outcome, input_names, detail = EXPECTED[name]
@@ -139,7 +125,7 @@ def test_corpus_file(name):
     names = [p.name for p in func.params]
     assert set(input_names) <= set(names)
     params = {p.name: _recipe(p, "param") for p in func.params if p.name not in input_names}
-    _positive_variances(func, params)
+    params = positive_variances(func, params)  # as trained: no NaN channels
     if outcome in (MISSING_CONSTANT, UNSUPPORTED, REJECTED):
         error = {MISSING_CONSTANT: ConversionError, UNSUPPORTED: UnsupportedOpError,
                  REJECTED: ConversionError}[outcome]
