@@ -191,3 +191,16 @@ def test_sparse_reshape_refuses_a_shape_it_cannot_reshape_to(new_shape, message)
     assert shape.tolist() == [3, 2] and new_indices.tolist() == [[0, 1], [2, 1]]
     with pytest.raises(RunCheckError, match=f"sparse_reshape: the new shape {message}"):
         model(indices, dense, np.array(new_shape, "int64"))
+
+
+@pytest.mark.parametrize("op", ["roi_align", "roi_pool"])
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+def test_a_roi_coordinate_that_is_not_finite_is_refused(op, value):
+    """TOPI's bounds tests compare false with NaN: a NaN box pooled plausible values from
+    the image's edge (roi_align gave 8.25 ... for a NaN corner)."""
+    extra = ", sample_ratio=2" if op == "roi_align" else ""
+    model = _compile("%x: Tensor[(2, 3, 8, 8), float32], %r: Tensor[(1, 5), float32]",
+                     f"vision.{op}(%x, %r, pooled_size=[2, 2], spatial_scale=1f{extra})")
+    with pytest.raises(RunCheckError, match=f"vision.{op}: the ROIs hold a NaN or infinite"):
+        model(IMAGES, np.array([[0, 0, 0, value, 4]], "float32"))
+    assert np.isfinite(model(IMAGES, np.array([[0, 0, 0, 2.5, 4]], "float32"))).all()

@@ -21,6 +21,7 @@ import tvm
 from tvm import relax, topi
 
 from ..registry import register_converter
+from ..run_checks import emit_tensor_check
 from ._utils import (check_index_values, dtype_of, folded_value, ints, ndim_of, run_time_dims, scalar_operand,
                      shape_of, static_shape)
 
@@ -201,6 +202,12 @@ def _check_roi_batch_indices(inputs, ctx) -> None:
     """Column 0 of each ROI is the index of its image in the batch (a float, truncated as
     TOPI casts it): out of range, TOPI pools from beside the data."""
     data, rois = inputs[0], inputs[1]
+    # a NaN coordinate passes TOPI's bounds tests (they compare false) and pools a
+    # plausible value from the image's edge; a NaN batch index casts to anything
+    finite = relax.op.sum(relax.op.astype(relax.op.logical_not(relax.op.isfinite(rois)),
+                                          "int64"))
+    emit_tensor_check(ctx, relax.op.equal(finite, relax.const(0, "int64")),
+                      "the ROIs hold a NaN or infinite value in this run")
     first = relax.op.strided_slice(rois, axes=[1], begin=[0], end=[1])
     check_index_values(ctx.emit(relax.op.astype(first, "int64")), shape_of(data)[:1], ctx,
                        "the ROIs' batch indices (column 0)")
