@@ -320,6 +320,14 @@ def symbolic_dims_of(specs: Sequence[dict], arrays: Sequence[Any]) -> dict[str, 
 
 def to_numpy(value: Any):
     if hasattr(value, "numpy"):
+        shape = tuple(int(d) for d in value.shape)
+        if any(d < 0 for d in shape):
+            # TVM computed a result shape from this run's dims and got a negative one
+            # (a conv or pool window larger than a run-time-sized input): numpy would say
+            # "negative dimensions are not allowed" without naming anything.
+            raise RunCheckError(f"a result of shape {shape}: an op's output size is "
+                                "negative for this run's input shapes (e.g. a conv or pool "
+                                "window larger than the input)")
         return value.numpy()
     return tuple(to_numpy(v) for v in value)
 

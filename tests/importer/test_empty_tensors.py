@@ -180,3 +180,20 @@ def test_any_all_over_an_axis_empty_at_run_time(op, want):
     got, _ = model(np.zeros((0, 8), "float32"), r)
     np.testing.assert_array_equal(got, np.full(8, want))
     np.testing.assert_array_equal(model(x[:, :], r)[0], first)
+
+
+@pytest.mark.parametrize("body", [
+    "nn.relu(add(nn.conv2d(%x, ones(shape=[4, 3, 5, 5], dtype=\"float32\"), kernel_size=[5, 5]), "
+    "1f))",
+    "nn.max_pool2d(%x, pool_size=[5, 5])",
+])
+def test_a_window_larger_than_a_run_time_input_is_a_run_check_error(body):
+    """TVM computes the result shape from this run's dims: (3 - 5) + 1 = -1.  numpy then
+    said "negative dimensions are not allowed" and named nothing."""
+    from bmlib_relax import RunCheckError
+
+    model = bmlib_relax.compile(relay_fn("%x: Tensor[(1, 3, ?, ?), float32]", body))
+    assert model(np.ones((1, 3, 6, 6), "float32")).shape[2:] == (2, 2)
+    with pytest.raises(RunCheckError, match=r"a result of shape \(1, \d, -1, -1\): an op's "
+                                            "output size is negative"):
+        model(np.ones((1, 3, 3, 3), "float32"))
