@@ -45,6 +45,7 @@ from typing import Any, Callable, Mapping, Optional
 import numpy as np
 import tvm
 from tvm import relax
+from tvm.sym.analyzer import Analyzer, ConstIntBound
 
 from ..constants import tensor_constant
 from ..errors import BmlibError, ConversionError, ParamError, UnsupportedOpError
@@ -57,7 +58,7 @@ from ..relay.pattern_op_attrs import BROADCAST, op_attr
 from . import provenance
 from .branches import lift_if_branches
 from .registry import get_converter
-from .run_checks import BROADCAST_REASON, known_dims, unify_dims
+from .run_checks import BROADCAST_REASON, emit_run_check, known_dims, unify_dims
 from .typecheck import BARE_SCALAR_TYPES as _BARE_SCALAR_TYPES
 from .typecheck import annotation_error, branch_error, condition_error
 
@@ -425,6 +426,32 @@ def _known_shape(expr: Any) -> Optional[bool]:
 
 # Broadcasting ops whose second operand follows an axis attribute, not broadcasting.
 _AXIS_BROADCAST = {"nn.bias_add", "nn.prelu"}
+
+
+# Ops whose output dims are ``(input + padding - window) // stride + 1``.
+_WINDOW_OPS = re.compile(r"(qnn\.)?nn\.(conv[123]d|(max|avg|l2)_pool[123]d)")
+
+
+def _check_window_fits(ty: Any, ctx) -> None:
+    """A check compiled in that each output dim of a conv or pool over a run-time-sized
+    input is not negative in the run: with a window larger than the (padded) input,
+    TVM computed a negative extent and every op after it looped over nothing -- a sum
+    after a 5x5 max pool of a 3x3 image returned zeros."""
+    if not isinstance(ty, relax.TensorType) or ty.shape is None \
+            or not hasattr(ty.shape, "values"):
+        return
+    analyzer = Analyzer()
+    for axis, dim in enumerate(ty.shape.values):
+        if isinstance(dim, (tvm.tirx.IntImm, tvm.tirx.Var)):
+            continue  # static (checked at import), or an input's own dim
+        for var in tvm.tirx.analysis.undefined_vars(dim):  # dims are never negative
+            analyzer.update(var, ConstIntBound(0, ConstIntBound.POS_INF), override=True)
+        zero = tvm.tirx.const(0, str(dim.ty))
+        if analyzer.can_prove(dim >= zero):
+            continue
+        emit_run_check(ctx.bb, dim >= zero, ctx.location, ctx.op_name,
+                       f"its output has {{}} entries on axis {axis} in this run: the window "
+                       "is larger than the (padded) input", dim)
 
 
 def _check_result_dims(ty: Any, node: ast.Call) -> None:
@@ -848,6 +875,8 @@ class RelayImporter:
             ctx.part_span = self.provenance.span(key, False, node.span)
             try:
                 result = converter(inputs, attrs, ctx)
+                if _WINDOW_OPS.fullmatch(op.name):
+                    _check_window_fits(ctx.bb.normalize(result).ty, ctx)
             except BmlibError:
                 raise
             except Exception as exc:  # noqa: BLE001 - name the op for any converter failure

@@ -194,6 +194,37 @@ def test_a_window_larger_than_a_run_time_input_is_a_run_check_error(body):
 
     model = bmlib_relax.compile(relay_fn("%x: Tensor[(1, 3, ?, ?), float32]", body))
     assert model(np.ones((1, 3, 6, 6), "float32")).shape[2:] == (2, 2)
-    with pytest.raises(RunCheckError, match=r"a result of shape \(1, \d, -1, -1\): an op's "
+    with pytest.raises(RunCheckError, match=r"(conv2d|max_pool2d): its output has -1 entries "
+                                            "on axis 2 in this run"):
+        model(np.ones((1, 3, 3, 3), "float32"))
+
+
+def test_a_returned_tensor_with_a_negative_dim_is_a_run_check_error():
+    """The runtime's last line of defence, for an op no compiled-in check covers."""
+    from bmlib_relax import RunCheckError
+    from bmlib_relax.runtime import to_numpy
+
+    class Negative:
+        shape = (1, 4, -1, -1)
+
+        def numpy(self):
+            raise AssertionError("not reached")
+
+    with pytest.raises(RunCheckError, match=r"a result of shape \(1, 4, -1, -1\): an op's "
                                             "output size is negative"):
+        to_numpy((Negative(),))
+
+
+def test_a_window_larger_than_the_input_is_caught_before_later_ops_hide_it():
+    """A 5x5 max pool of a 3x3 image: TVM computed -1 output rows, every later op looped
+    over nothing, and a sum after it returned zeros -- a plausible result."""
+    from bmlib_relax import RunCheckError
+
+    model = bmlib_relax.compile(relay_fn(
+        "%x: Tensor[(1, 3, ?, ?), float32]",
+        "%0 = nn.max_pool2d(%x, pool_size=[5, 5]);\n  sum(transpose(%0, axes=[0, 2, 3, 1]), "
+        "axis=[1, 2])"))
+    np.testing.assert_array_equal(model(np.ones((1, 3, 6, 6), "float32")), [[4, 4, 4]])
+    with pytest.raises(RunCheckError, match=r"nn.max_pool2d: its output has -1 entries on "
+                                            "axis 2 in this run: the window is larger"):
         model(np.ones((1, 3, 3, 3), "float32"))
