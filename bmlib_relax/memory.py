@@ -261,16 +261,14 @@ def _relay_place(func: Any) -> Optional[str]:
     usually), from the import's provenance."""
     from tvm import relax
 
-    from .importer.provenance import relay_call_of
+    from .importer.provenance import relay_place
 
     places = []
 
     def visit(expr):
-        if isinstance(expr, relax.Call):
-            call = relay_call_of(expr)
-            span = getattr(call, "span", None) if call is not None else None
-            if span is not None:
-                places.append(str(span))
+        place = relay_place(expr, root_only=True) if isinstance(expr, relax.Call) else None
+        if place is not None:
+            places.append(place)
 
     relax.analysis.post_order_visit(func, visit)
     return places[-1] if places else None

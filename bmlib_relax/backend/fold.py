@@ -30,7 +30,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..constants import tensor_constant
 from ..errors import SuspiciousWeightWarning
-from ..importer.provenance import origin_of
+from ..importer.provenance import relay_place
 from ..registry import Registry
 from .rewrite import const_array, rewrite_functions
 
@@ -169,9 +169,7 @@ def _warn_new_nans(call: relax.Call, values: list, result: np.ndarray) -> None:
         return
     if any(np.issubdtype(v.dtype, np.floating) and np.isnan(v).any() for v in values):
         return  # the NaNs were there before this op
-    origin = origin_of(call)
-    span = getattr(origin.relay, "span", None) if origin is not None else None
-    where = str(span) if span is not None else None
+    where = relay_place(call)
     bad = np.isnan(result)
     op = call.op.name.removeprefix("relax.")
     warnings.warn(SuspiciousWeightWarning(

@@ -432,16 +432,14 @@ _AXIS_BROADCAST = {"nn.bias_add", "nn.prelu"}
 _WINDOW_OPS = re.compile(r"(qnn\.)?nn\.(conv[123]d|(max|avg|l2)_pool[123]d)")
 
 
-def _check_window_fits(ty: Any, ctx) -> None:
-    """A check compiled in that each output dim of a conv or pool over a run-time-sized
-    input is not negative in the run: with a window larger than the (padded) input,
-    TVM computed a negative extent and every op after it looped over nothing -- a sum
-    after a 5x5 max pool of a 3x3 image returned zeros."""
-    if not isinstance(ty, relax.TensorType) or ty.shape is None \
-            or not hasattr(ty.shape, "values"):
-        return
+def _check_window_fits(dims: Optional[list], ctx) -> None:
+    """A check compiled in that each of a conv's or pool's output ``dims`` (None: not
+    known) over a run-time-sized input is not negative in the run: with a window larger
+    than the (padded) input, TVM computed a negative extent and every op after it
+    looped over nothing -- a sum after a 5x5 max pool of a 3x3 image returned zeros.
+    Checked before the op runs (its output would be allocated with that extent)."""
     analyzer = Analyzer()
-    for axis, dim in enumerate(ty.shape.values):
+    for axis, dim in enumerate(dims or ()):
         if isinstance(dim, (tvm.tirx.IntImm, tvm.tirx.Var)):
             continue  # static (checked at import), or an input's own dim
         for var in tvm.tirx.analysis.undefined_vars(dim):  # dims are never negative
@@ -876,7 +874,7 @@ class RelayImporter:
             try:
                 result = converter(inputs, attrs, ctx)
                 if _WINDOW_OPS.fullmatch(op.name):
-                    _check_window_fits(ctx.bb.normalize(result).ty, ctx)
+                    _check_window_fits(known_dims(ctx.bb.normalize(result)), ctx)
             except BmlibError:
                 raise
             except Exception as exc:  # noqa: BLE001 - name the op for any converter failure

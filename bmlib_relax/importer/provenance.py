@@ -221,6 +221,16 @@ def origin_of(expr: Any) -> Optional[Origin]:
     return Origin(view, root) if view is not None else None
 
 
+def relay_place(expr: Any, root_only: bool = False) -> Optional[str]:
+    """``file:line:column`` of the Relay call a Relax call was imported from (a part of
+    that call's lowering too, unless ``root_only``); ``None`` without provenance."""
+    origin = origin_of(expr)
+    if origin is None or (root_only and not origin.root):
+        return None
+    span = getattr(origin.relay, "span", None)
+    return str(span) if span is not None else None
+
+
 def relay_call_of(expr: Any) -> Optional[ast.Expr]:
     """The Relay view whose *root* Relax call is ``expr`` (``None`` otherwise)."""
     origin = origin_of(expr)

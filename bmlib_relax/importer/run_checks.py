@@ -101,6 +101,13 @@ def unify_dims(bb: relax.BlockBuilder, values: Sequence[relax.Expr],
     return out
 
 
+def none_hold(holds: relax.Expr) -> relax.Expr:
+    """A boolean scalar: no entry of the boolean tensor ``holds`` is true.  Counted, so
+    that a tensor without entries passes (a ``max`` over nothing has no value)."""
+    return relax.op.equal(relax.op.sum(relax.op.astype(holds, "int64")),
+                          relax.const(0, "int64"))
+
+
 def emit_tensor_check(ctx: Any, holds: relax.Expr, message: str) -> None:
     """Emit a check that the boolean scalar tensor ``holds`` (computed from run-time
     values, not shapes) is true when the model runs; ``ctx`` names the op and place."""
@@ -113,14 +120,16 @@ def emit_tensor_check(ctx: Any, holds: relax.Expr, message: str) -> None:
 MAX_TENSOR_BYTES = 2 ** 62
 
 
-def emit_element_count_check(ctx: Any, dims: relax.Expr, dtype: str) -> None:
+def emit_element_count_check(ctx: Any, dims: relax.Expr, dtype: Optional[str]) -> None:
     """Emit a check that the shape ``dims`` (a 1-D int64 tensor of dims, read when the
-    model runs) describes fewer than ``MAX_TENSOR_BYTES`` of ``dtype``, counted in
-    float64 so that the count itself cannot wrap."""
-    itemsize = max(1, tvm.DataType(dtype).bits // 8)
+    model runs) describes fewer than ``MAX_TENSOR_BYTES`` of ``dtype`` (``None``: a
+    shape only counted, never allocated, e.g. a sparse tensor's dense shape: fewer than
+    ``MAX_TENSOR_BYTES`` elements), counted in float64 so that the count itself cannot
+    wrap."""
+    itemsize = max(1, tvm.DataType(dtype).bits // 8) if dtype else 1
     count = relax.op.prod(relax.op.astype(dims, "float64"))
     emit_tensor_check(ctx, relax.op.less(count, relax.const(MAX_TENSOR_BYTES / itemsize,
                                                             "float64")),
-                      f"the shape describes {MAX_TENSOR_BYTES // itemsize} or more {dtype} "
-                      "elements: TVM's int64 size arithmetic would wrap (and the tensor "
-                      "could not be held anyway)")
+                      f"the shape describes {MAX_TENSOR_BYTES // itemsize} or more "
+                      f"{dtype + ' ' if dtype else ''}elements: TVM's int64 size arithmetic "
+                      "would wrap (and the tensor could not be held anyway)")

@@ -7,7 +7,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from ..run_checks import emit_run_check, emit_tensor_check
+from ..run_checks import emit_run_check, emit_tensor_check, none_hold
 
 
 def run_time_dims(values: relax.Expr, names: Sequence[str], ctx) -> list:
@@ -112,17 +112,16 @@ def check_integer_divisor(divisor: relax.Expr, ctx, dividend: Optional[relax.Exp
     if value is not None and (value == 0).any():
         raise ctx.error(f"integer division by zero: the divisor is a constant {dtype} "
                         f"{'0' if value.size == 1 else 'holding a 0'}")
-    count = lambda holds: relax.op.equal(  # noqa: E731 - no entry of ``holds`` is true
-        relax.op.sum(relax.op.astype(holds, "int64")), relax.const(0, "int64"))
     if value is None:
-        emit_tensor_check(ctx, count(relax.op.equal(divisor, relax.const(0, dtype))),
+        emit_tensor_check(ctx, none_hold(relax.op.equal(divisor, relax.const(0, dtype))),
                           f"integer division by zero: the {dtype} divisor holds a 0 in this "
                           "run (the division would stop the process with SIGFPE)")
-    if dividend is None or not dtype.startswith("int") or folded_value(dividend, ctx) is not None \
-            or (value is not None and not (value == -1).any()):
+    if dividend is None or not dtype.startswith("int") or \
+            folded_value(dividend, ctx) is not None or \
+            (value is not None and not (value == -1).any()):
         return
     lowest = int(np.iinfo(dtype).min)
-    emit_tensor_check(ctx, count(relax.op.logical_and(
+    emit_tensor_check(ctx, none_hold(relax.op.logical_and(
         relax.op.equal(dividend, relax.const(lowest, dtype)),
         relax.op.equal(divisor, relax.const(-1, dtype)))),
         f"integer overflow: {lowest} divided by -1 has no {dtype} quotient (the division "
@@ -239,18 +238,19 @@ def check_index_values(index: relax.Expr, bounds: Sequence[Any], ctx, what: str,
         return  # nothing indexed
     lows = ["-" + str(b) if wraps else "0" for b in bounds]
     ranges = ", ".join(f"[{low}, {bound})" for low, bound in zip(lows, bounds))
-    where = (f"must lie in {ranges}" if len(bounds) == 1 else
-             f"must lie in {ranges} at positions 0..{len(bounds) - 1} of axis {axis}")
+    rule = (f"must lie in {ranges}" if len(bounds) == 1 else
+            f"must lie in {ranges} at positions 0..{len(bounds) - 1} of axis {axis}")
+    # the bounds' shape, broadcasting against the index: along ``axis``, 1 elsewhere
+    placed = [len(bounds) if k == axis and len(bounds) > 1 else 1 for k in range(len(dims))]
     value = folded_value(index, ctx)
     if value is not None and all(isinstance(b, int) for b in bounds):
-        limit = np.asarray(bounds, dtype=np.int64).reshape(
-            [len(bounds) if k == axis and len(bounds) > 1 else 1 for k in range(value.ndim)])
+        limit = np.asarray(bounds, dtype=np.int64).reshape(placed)
         values = value.astype(np.int64)
         bad = (values < (-limit if wraps else 0)) | (values >= limit)
         if bad.any():
             at = tuple(int(i) for i in np.argwhere(bad)[0])
             raise ctx.error(f"{what}: entry {list(at)} is {values[at]}, out of range: "
-                            f"{what} {where} (the data's dims); TVM would read or write "
+                            f"{what} {rule} (the data's dims); TVM would read or write "
                             "outside the tensor")
         return
     values = index if dtype_of(index) == "int64" else ctx.emit(relax.op.astype(index, "int64"))
@@ -259,13 +259,11 @@ def check_index_values(index: relax.Expr, bounds: Sequence[Any], ctx, what: str,
     else:
         limit = ctx.emit(relax.op.shape_to_tensor(relax.ShapeExpr(
             [tvm.tirx.const(b, "int64") if isinstance(b, int) else b for b in bounds])))
-    limit = ctx.emit(relax.op.reshape(limit, [len(bounds) if k == axis and len(bounds) > 1
-                                              else 1 for k in range(len(dims))] or [1]))
+    limit = ctx.emit(relax.op.reshape(limit, placed or [1]))
     low = relax.op.negative(limit) if wraps else relax.const(0, "int64")
     bad = relax.op.logical_or(relax.op.less(values, low), relax.op.greater_equal(values, limit))
-    count = relax.op.sum(relax.op.astype(bad, "int64"))
-    emit_tensor_check(ctx, relax.op.equal(count, relax.const(0, "int64")),
-                      f"{what} {where} (the data's dims) in every run; this run's are not "
+    emit_tensor_check(ctx, none_hold(bad),
+                      f"{what} {rule} (the data's dims) in every run; this run's are not "
                       "(TVM would read or write outside the tensor)")
 
 

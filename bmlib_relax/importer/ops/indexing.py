@@ -20,7 +20,7 @@ from ._utils import (
     check_index_values, check_integer_divisor, check_reads_elements, const_value, dtype_of,
     folded_value, ints, ndim_of, normalize_axis, optional_ints, scalar_operand, shape_of,
 )
-from ..run_checks import emit_element_count_check, emit_tensor_check
+from ..run_checks import emit_element_count_check, emit_tensor_check, none_hold
 
 
 @register_converter("gather")
@@ -260,15 +260,15 @@ def _sparse_reshape(inputs, attrs, ctx):
     is_unknown = ctx.emit(relax.op.equal(new, minus_one))
     known = ctx.emit(relax.op.prod(relax.op.where(is_unknown, one, new), axis=[0]))
     unknowns = relax.op.sum(relax.op.astype(is_unknown, "int64"))
-    zero = relax.const(0, "int64")
-    below = relax.op.sum(relax.op.astype(relax.op.less(new, minus_one), "int64"))
-    emit_tensor_check(ctx, relax.op.logical_and(relax.op.equal(below, zero), relax.op.logical_or(
-        relax.op.equal(unknowns, zero),
-        relax.op.logical_and(relax.op.equal(unknowns, one), relax.op.greater(known, zero)))),
+    one_inferable = relax.op.logical_and(relax.op.equal(unknowns, one),
+                                         relax.op.greater(known, relax.const(0, "int64")))
+    emit_tensor_check(ctx, relax.op.logical_and(
+        none_hold(relax.op.less(new, minus_one)),
+        relax.op.logical_or(none_hold(is_unknown), one_inferable)),
         "the new shape may hold dims >= 0 and one -1, inferred from the other dims, which "
         "then must not hold a 0")
-    emit_element_count_check(ctx, prev, "int8")
-    emit_element_count_check(ctx, new, "int8")
+    emit_element_count_check(ctx, prev, None)  # shapes counted, never allocated
+    emit_element_count_check(ctx, new, None)
     # where() computes both sides: known is 0 where no -1 asks for it (a 0 dim), so >= 1
     resolved = ctx.emit(relax.op.where(is_unknown, relax.op.floor_divide(
         total, relax.op.maximum(known, one)), new))
@@ -319,7 +319,7 @@ def _unravel_index(inputs, attrs, ctx):
         if not isinstance(rank, int):
             raise ctx.error("unravel_index needs a shape operand of static length")
         shape = ctx.emit(relax.op.astype(shape, dtype))
-        emit_tensor_check(ctx, relax.op.greater(relax.op.min(shape), relax.const(0, dtype)),
+        emit_tensor_check(ctx, none_hold(relax.op.less_equal(shape, relax.const(0, dtype))),
                           "the shape has a dim that is not positive in this run: no index "
                           "unravels into it (and a 0 would stop the process with SIGFPE)")
         dim_exprs = [relax.op.take(shape, relax.const(i, "int64"), axis=0) for i in range(rank)]

@@ -19,8 +19,7 @@ from ..run_checks import (emit_element_count_check, emit_run_check, emit_tensor_
                           known_dims, unify_dims)
 from ._utils import (
     check_index_values, check_reads_elements, dtype_of, folded_value, ints, ndim_of,
-    normalize_axis, optional_ints,
-    run_time_dims, scalar_operand, shape_of,
+    normalize_axis, optional_ints, run_time_dims, scalar_operand, shape_of,
 )
 from ...relay import ast
 from ...relay.op import reshape_like_shape, split_problem

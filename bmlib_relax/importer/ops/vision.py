@@ -21,9 +21,9 @@ import tvm
 from tvm import relax, topi
 
 from ..registry import register_converter
-from ..run_checks import emit_tensor_check
-from ._utils import (check_index_values, dtype_of, folded_value, ints, ndim_of, run_time_dims, scalar_operand,
-                     shape_of, static_shape)
+from ..run_checks import emit_tensor_check, none_hold
+from ._utils import (check_index_values, dtype_of, folded_value, ints, ndim_of, run_time_dims,
+                     scalar_operand, shape_of, static_shape)
 
 
 def multibox_prior_anchors(height: int, width: int, sizes, ratios, steps, offsets,
@@ -204,9 +204,7 @@ def _check_roi_batch_indices(inputs, ctx) -> None:
     data, rois = inputs[0], inputs[1]
     # a NaN coordinate passes TOPI's bounds tests (they compare false) and pools a
     # plausible value from the image's edge; a NaN batch index casts to anything
-    finite = relax.op.sum(relax.op.astype(relax.op.logical_not(relax.op.isfinite(rois)),
-                                          "int64"))
-    emit_tensor_check(ctx, relax.op.equal(finite, relax.const(0, "int64")),
+    emit_tensor_check(ctx, none_hold(relax.op.logical_not(relax.op.isfinite(rois))),
                       "the ROIs hold a NaN or infinite value in this run")
     first = relax.op.strided_slice(rois, axes=[1], begin=[0], end=[1])
     check_index_values(ctx.emit(relax.op.astype(first, "int64")), shape_of(data)[:1], ctx,
