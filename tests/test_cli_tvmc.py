@@ -185,8 +185,8 @@ def test_list_ops_json():
                                                     "relax.reshape"}
     assert all(r["bmlib_template"] for r in rows["nn.conv2d"])
     assert {"op": "relax.matmul", "bmlib_template": True} in rows["nn.dense"]
-    assert rows["nn.adaptive_avg_pool1d"] == [{"op": "relax.nn.adaptive_avg_pool1d",
-                                               "bmlib_template": False}]
+    assert {"op": "relax.nn.adaptive_avg_pool1d", "bmlib_template": False} in \
+        rows["nn.adaptive_avg_pool1d"]
     assert rows["copy"] == []
     assert "relax.nn.conv2d" in table["bmlib_templates"]
     text = cli("list-ops")
