@@ -80,6 +80,14 @@ def requantize(x, in_scale, in_zp, out_scale, out_zp, out_dtype, rounding="UPWAR
     return np.clip(t, lo, hi).astype(out_dtype)
 
 
+def round_half_away(x):
+    """C's ``round`` (v0.19 lowered Relay's round to ``llvm.round``): halves away from 0,
+    computed exactly in float64 (every float32 is a float64)."""
+    x = np.asarray(x)
+    wide = x.astype(np.float64)
+    return (np.sign(wide) * np.floor(np.abs(wide) + 0.5)).astype(x.dtype)
+
+
 def quantize(x, scale, zp, out_dtype, axis=-1):
     x = np.asarray(x, np.float32)
     scale, zp = np.asarray(scale, np.float32), np.asarray(zp, np.int32)
@@ -88,7 +96,7 @@ def quantize(x, scale, zp, out_dtype, axis=-1):
         shape[axis % x.ndim] = -1
         scale, zp = scale.reshape(shape), (zp.reshape(shape) if zp.ndim else zp)
     lo, hi = QRANGE[out_dtype]
-    q = np.round(x / scale) + zp.astype(np.float32)
+    q = round_half_away(x / scale) + zp.astype(np.float32)
     return np.clip(q, lo, hi).astype(out_dtype)
 
 

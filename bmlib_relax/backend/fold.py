@@ -52,10 +52,13 @@ for _name, _fn in {
     FOLDERS.register(_name)(_elementwise(_fn))
 
 
-# QNN: a quantized weight is ``astype(clip(round(w / s) + zp))``, its zero-point term a
-# ``sum``; NumPy's round is half-to-even like TVM's (llvm nearbyint), so folding is exact.
+# QNN: a quantized weight is ``astype(clip(round(w / s) + zp))`` (Relay's round, halves
+# away from zero, imported as ``trunc(x + sign(x) * 0.49999997)``), its zero-point term a
+# ``sum``.  ``relax.round`` (ONNX's) rounds halves to even, as NumPy's round does.
 FOLDERS.register("relax.round")(_elementwise(np.round))
 FOLDERS.register("relax.floor")(_elementwise(np.floor))
+FOLDERS.register("relax.trunc")(_elementwise(np.trunc))
+FOLDERS.register("relax.sign")(_elementwise(np.sign))
 
 
 @FOLDERS.register("relax.clip")

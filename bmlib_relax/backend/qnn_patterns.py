@@ -163,7 +163,11 @@ def make_qnn_requantize_pattern() -> tuple[DFPattern, Annotations]:
 
 
 def make_qnn_quantize_pattern() -> tuple[DFPattern, Annotations]:
-    scaled = _op("round")(_op("divide")(wildcard(), wildcard()))
+    """``round(x / scale) + zp`` clipped and cast, Relay's round imported as
+    ``trunc(q + sign(q) * h)`` (halves away from zero)."""
+    quotient = _op("divide")(wildcard(), wildcard())
+    scaled = _op("trunc")(_op("add")(quotient, _op("multiply")(_op("sign")(quotient),
+                                                              wildcard())))
     out = _op("astype")(_op("clip")(_op("add")(scaled, wildcard()), wildcard(), wildcard()))
     return out, {"root": out}
 

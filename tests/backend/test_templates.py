@@ -25,6 +25,11 @@ def _case(composite, build, inputs, weights=(), dtype="float32", ops=None):
     return pytest.param(composite, build, inputs, weights, dtype, ops, id=composite)
 
 
+def _round_half_away(q):
+    """Relay's round as the importer writes it: ``trunc(q + sign(q) * 0.49999997)``."""
+    return R.trunc(R.add(q, R.multiply(R.sign(q), C(0.49999997, "float32"))))
+
+
 CASES = {
     "convolution": [
         _case("conv2d", lambda x, w: R.nn.conv2d(x, w, padding=1), [NCHW], [(16, 8, 3, 3)]),
@@ -208,7 +213,7 @@ CASES = {
         _case("qnn_requantize", lambda a: R.astype(R.clip(R.right_shift(
             R.add(a, C(2, "int32")), C(2, "int32")), -128, 127), "int8"),
               [(3, 5)], dtype="int32"),
-        _case("qnn_quantize", lambda x: R.astype(R.clip(R.add(R.round(R.divide(
+        _case("qnn_quantize", lambda x: R.astype(R.clip(R.add(_round_half_away(R.divide(
             x, C(0.01, "float32"))), C(-3.0, "float32")), -128.0, 127.0), "int8"),
               [(2, 7)]),
     ],

@@ -6,7 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from .helpers import check, import_text, ops_in, rand, relay_fn
+from qnn_reference import round_half_away
+
+from .helpers import check, import_text, ops_in, rand, relay_fn, run_relay
 
 XY = "%x: Tensor[(4, 1, 3), float32], %y: Tensor[(1, 5, 3), float32]"
 
@@ -21,7 +23,7 @@ UNARY = {
     "negative": np.negative, "abs": np.abs, "sqrt": np.sqrt, "rsqrt": lambda x: 1 / np.sqrt(x),
     "exp": np.exp, "log": np.log, "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "tanh": np.tanh,
     "erf": np.vectorize(math.erf), "floor": np.floor, "ceil": np.ceil, "tan": np.tan,
-    "sin": np.sin, "cos": np.cos, "round": np.round, "trunc": np.trunc,
+    "sin": np.sin, "cos": np.cos, "round": lambda x: round_half_away(x), "trunc": np.trunc,
 }
 
 
@@ -151,3 +153,125 @@ def test_operands_of_two_dtypes_are_refused_as_relay_did(op):
     with pytest.raises(ConversionError, match=f"{op}: data types bool and float32 do not "
                                               "match"):
         import_text(text)
+
+
+# Halves, the float just below a half, odd integers past 2**23 (where x + 0.5 itself
+# rounds), signed zeros, inf and NaN.
+ROUND_EDGES = [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49999997, -0.49999997, 1.4999999,
+               8388609.0, -8388611.0, 16777215.0, 3.4e38, 0.0, -0.0, 0.3, -0.3, np.inf,
+               -np.inf, np.nan]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
+def test_round_takes_halves_away_from_zero_as_relay(dtype):
+    # v0.19 lowered Relay's round to llvm.round (C's round); TVM 0.27's round and NumPy's
+    # round halves to even, so round(2.5) was 2 here and 3 in Relay.
+    import bmlib_relax
+    from conftest import offloaded_partitions
+
+    with np.errstate(over="ignore"):
+        x = np.array(ROUND_EDGES, dtype)
+    want = round_half_away(x)
+    assert want[2] == 3 and want[5] == -3  # the reference itself
+    text = relay_fn(f"%x: Tensor[({x.size}), {dtype}]", "round(%x)")
+    np.testing.assert_array_equal(run_relay(text, x), want)
+    model = bmlib_relax.compile(text)
+    if dtype != "float64":  # bmlib's templates take float16/32; float64 stays on the host
+        assert offloaded_partitions(model.relax_module), "nothing was offloaded"
+    got = model(x=x)
+    np.testing.assert_array_equal(got, want)
+    assert np.array_equal(np.signbit(got), np.signbit(want), equal_nan=True)
+
+
+def test_round_of_a_constant_is_folded_as_relay_rounds():
+    import bmlib_relax
+    from bmlib_relax import relay
+
+    x = relay.var("x", shape=(4,))
+    const = relay.const(np.array([2.5, -0.5, 0.5, -3.5], "float32"))
+    model = bmlib_relax.compile(relay.IRModule.from_expr(
+        relay.Function([x], relay.add(x, relay.round(const)))))
+    np.testing.assert_array_equal(model(x=np.zeros(4, "float32")), [3, -1, 1, -4])
+
+
+def test_round_of_integers_is_the_identity():
+    x = np.array([-3, 0, 7], "int32")
+    out = run_relay(relay_fn("%x: Tensor[(3), int32]", "round(%x)"), x)
+    np.testing.assert_array_equal(out, x)
+    assert out.dtype == np.int32
+
+
+def test_fast_exp_clamps_its_input_as_relay():
+    # v0.19's fast_exp_float32 clamps to +-88.376: finite for large inputs, where exp is inf
+    x = np.array([100.0, 89.0, 88.0, -100.0, 1.0, np.inf], "float32")
+    out = run_relay(relay_fn("%x: Tensor[(6), float32]", "fast_exp(%x)"), x)
+    assert np.all(np.isfinite(out))
+    clamped = np.exp(np.clip(x.astype(np.float64), -88.3762626647949, 88.3762626647950))
+    np.testing.assert_allclose(out, clamped, rtol=1e-5, atol=0)
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "uint16", "uint32", "uint64"])
+def test_unsigned_negative_and_mod_wrap_as_relay(dtype):
+    # v0.19: negative is 0 - x (wrapping), mod is truncmod; TVM 0.27 could not build either
+    # for unsigned types (a -1 constant), and simplified 0 - x of a uint32 to 0.
+    import bmlib_relax
+
+    a = np.array([1, 0, 5, 200, 7, 3], dtype)
+    b = np.array([2, 1, 4, 100, 7, 9], dtype)
+    params = f"%a: Tensor[(6), {dtype}], %b: Tensor[(6), {dtype}]"
+    model = bmlib_relax.compile(relay_fn(params, "(negative(%a), mod(%a, %b))"))
+    neg, mod = model(a=a, b=b)
+    np.testing.assert_array_equal(neg, (2 ** (8 * a.itemsize) - a.astype(object)) % 2 ** (8 * a.itemsize))
+    np.testing.assert_array_equal(mod, a % b)
+    assert neg.dtype == mod.dtype == np.dtype(dtype)
+
+
+@pytest.mark.parametrize("dtype, bounds, name", [("int8", "-200f, 6f", "a_min=-200"),
+                                                 ("uint8", "-1f, 200f", "a_min=-1"),
+                                                 ("uint8", "0f, 300f", "a_max=300")])
+def test_clip_bounds_outside_an_integer_type_are_named(dtype, bounds, name):
+    from bmlib_relax import ConversionError
+
+    low, high = bounds.split(", ")
+    text = relay_fn(f"%x: Tensor[(3), {dtype}]", f"clip(%x, a_min={low}, a_max={high})")
+    with pytest.raises(ConversionError, match=rf"snippet.relay:3:3: clip: {name} does not fit "
+                                              rf"the input's type {dtype}"):
+        import_text(text)
+
+
+def test_clip_of_integers_with_fractional_bounds_inside_the_type_runs():
+    x = np.array([-128, -3, 0, 5, 127], "int8")
+    text = relay_fn("%x: Tensor[(5), int8]", "clip(%x, a_min=-3.5f, a_max=4.5f)")
+    np.testing.assert_array_equal(run_relay(text, x), np.clip(x, -3, 4))
+
+
+def test_power_of_integers_is_refused_as_relay_did():
+    from bmlib_relax import ConversionError
+
+    text = relay_fn("%a: Tensor[(3), int32], %b: Tensor[(3), int32]", "power(%a, %b)")
+    with pytest.raises(ConversionError, match=r"power: power of int32 tensors: Relay's power "
+                                              r"takes floats only"):
+        import_text(text)
+
+
+@pytest.mark.parametrize("op", sorted(COMPARE))
+def test_comparisons_of_bool_tensors_as_relay(op):
+    # Relay's bool is uint1: its comparisons are unsigned integer ones (True > False)
+    import bmlib_relax
+
+    a = np.array([1, 0, 1, 1, 0, 0], bool)
+    b = np.array([1, 1, 0, 1, 0, 1], bool)
+    text = relay_fn("%a: Tensor[(6), bool], %b: Tensor[(6), bool]", f"{op}(%a, %b)")
+    out = bmlib_relax.compile(text)(a=a, b=b)
+    np.testing.assert_array_equal(out, COMPARE[op](a.astype(int), b.astype(int)))
+    assert out.dtype == np.bool_
+
+
+@pytest.mark.parametrize("dtype", ["int32", "float32", "uint8"])
+def test_where_takes_a_condition_of_any_dtype_as_relay(dtype):
+    # Relay's WhereRel accepted any condition dtype; topi's where selects where c != 0
+    c = np.array([0, 2, 1, 0, 3], dtype)
+    x, y = rand(5), rand(5, seed=1)
+    text = relay_fn(f"%c: Tensor[(5), {dtype}], %x: Tensor[(5), float32], "
+                    "%y: Tensor[(5), float32]", "where(%c, %x, %y)")
+    check(text, [c, x, y], np.where(c != 0, x, y), rtol=0, atol=0)

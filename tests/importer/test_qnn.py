@@ -323,7 +323,7 @@ def test_simulated_quantize_dequantize_per_channel():
                            qnn.simulated_quantize(x, c(0.1), c(0), out_dtype="disable")],
                 {"x": x})
     s, z = scales.reshape(1, 3, 1), zps.reshape(1, 3, 1).astype("float32")
-    np.testing.assert_array_equal(outs[0], np.clip(np.round(x / s) + z, -128, 127))
+    np.testing.assert_array_equal(outs[0], np.clip(ref.round_half_away(x / s) + z, -128, 127))
     np.testing.assert_array_equal(outs[1], (x - z) * s)
     np.testing.assert_array_equal(outs[2], x)
 
@@ -360,3 +360,25 @@ def test_a_requantize_multiplier_past_the_fixed_point_range_is_named():
     with pytest.raises(ConversionError, match=r"qnn.requantize: input_scale / output_scale = "
                                               r"1e\+31 is out of the fixed-point range"):
         import_relay(parse(text, "mult.relay"))
+
+
+def test_qnn_avg_pool2d_keeps_v019s_ceil_mode_windows():
+    # Relay canonicalized qnn.avg_pool2d to nn.avg_pool2d of int32 operands, whose v0.19
+    # ceil_mode kept the last window starting in the padding: 4x4 here, not TVM 0.27's 3x3
+    import bmlib_relax
+
+    x = (np.arange(25) - 12).astype("int8").reshape(1, 1, 5, 5)
+    text = ('#[version = "0.0.5"]\ndef @main(%x: Tensor[(1, 1, 5, 5), int8]) {\n'
+            "  qnn.avg_pool2d(%x, 0.5f, 0, 0.5f, 0, pool_size=[2, 2], strides=[2, 2], "
+            'padding=[1, 1, 1, 1], ceil_mode=True, count_include_pad=False, layout="NCHW")\n}\n')
+    want = np.zeros((4, 4), np.int64)
+    for i in range(4):
+        for j in range(4):
+            rows = [r for r in (2 * i - 1, 2 * i) if 0 <= r < 5]
+            cols = [c for c in (2 * j - 1, 2 * j) if 0 <= c < 5]
+            if rows and cols:
+                total = int(x[0, 0][np.ix_(rows, cols)].astype(np.int64).sum())
+                want[i, j] = int(total / (len(rows) * len(cols)))  # toward zero
+    out = bmlib_relax.compile(text)(x=x)
+    assert out.dtype == np.int8
+    np.testing.assert_array_equal(out[0, 0], want)

@@ -349,6 +349,58 @@ def size_dims(value: Any) -> list:
     return out
 
 
+def round_half_away(x: relax.Expr, ctx) -> relax.Expr:
+    """Relay's ``round``: halves away from zero.
+
+    v0.19 lowered ``tir.round`` to ``llvm.round`` (0.5 -> 1, -2.5 -> -3); TVM 0.27
+    rounds halves to even (``relax.op.round``: 0.5 -> 0), which ONNX's Round wants
+    and Relay's did not.  ``trunc(x + sign(x) * h)`` with ``h`` the float just below
+    0.5 is exact for every value of the dtype: the sum rounds once, and can reach
+    the next integer only from a fraction of at least one half.  Integers are
+    returned as they are (Relay's ``round`` of an integer is the identity)."""
+    x = ctx.emit(x)
+    dtype = dtype_of(x)
+    if not dtype.startswith(("float", "bfloat")):
+        return x
+    below_half = relax.const(float(np.nextafter(np.array(0.5, dtype), 0)), dtype) \
+        if dtype != "bfloat16" else relax.const(0.498046875, dtype)
+    return relax.op.trunc(relax.op.add(x, relax.op.multiply(relax.op.sign(x), below_half)))
+
+
+def round_half_away_np(x: np.ndarray) -> np.ndarray:
+    """:func:`round_half_away` on a NumPy array (values folded at import)."""
+    if x.dtype.kind != "f":
+        return x
+    below_half = np.nextafter(x.dtype.type(0.5), x.dtype.type(0))
+    with np.errstate(invalid="ignore"):
+        return np.trunc(x + np.sign(x) * below_half)
+
+
+def nearest_rounding(method: str, coordinate_mode: str, rounding: str) -> str:
+    """The TVM 0.27 ``rounding_method`` that picks the pixels v0.19's TOPI picked.
+
+    v0.19 resolved ``""`` to ``round`` under ``align_corners`` and ``floor`` otherwise,
+    and its ``round`` was ``llvm.round`` (halves away from zero: source 0.5 -> pixel
+    1); TVM 0.27's ``round`` takes halves to even (pixel 0).  ``round_prefer_ceil``
+    (``floor(x + 0.5)``) is the same for every coordinate >= -0.5, and a smaller one
+    is clamped to pixel 0 either way.  Other methods ignore the rounding."""
+    if method != "nearest_neighbor":
+        return rounding
+    if rounding == "":
+        rounding = "round" if coordinate_mode == "align_corners" else "floor"
+    return "round_prefer_ceil" if rounding == "round" else rounding
+
+
+def integer_upscale(in_size: Any, out_size: Any) -> bool:
+    """v0.19's ``can_convert_multiply_to_intdiv``: a static output size that is a whole
+    multiple of the input (up to the ``1e-5`` bound), which its nearest-neighbour
+    ``asymmetric`` resize indexed by integer division, whatever the rounding method."""
+    if not isinstance(in_size, int) or not isinstance(out_size, int) or in_size <= 0:
+        return False
+    factor = np.float32(out_size) / np.float32(in_size)
+    return float(factor) % 1 == 0 and factor <= 1 / (1e-5 * in_size + 1e-5)
+
+
 def resize_args(attrs, default_layout: str, default_rounding: str) -> dict:
     """Keyword arguments of ``relax.op.image.resize2d`` from Relay's resize attributes,
     with Relay's defaults spelled out (Relax's ``cubic_alpha`` default differs)."""
@@ -359,7 +411,10 @@ def resize_args(attrs, default_layout: str, default_rounding: str) -> dict:
         method=attrs.get("method", "linear"),
         coordinate_transformation_mode=attrs.get("coordinate_transformation_mode",
                                                  "half_pixel"),
-        rounding_method=attrs.get("rounding_method", default_rounding),
+        rounding_method=nearest_rounding(attrs.get("method", "linear"),
+                                         attrs.get("coordinate_transformation_mode",
+                                                   "half_pixel"),
+                                         attrs.get("rounding_method", default_rounding)),
         cubic_alpha=float(attrs.get("cubic_alpha", -0.5)),
         cubic_exclude=int(attrs.get("cubic_exclude", 0)),
         extrapolation_value=float(attrs.get("extrapolation_value", 0.0)),

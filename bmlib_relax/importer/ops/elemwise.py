@@ -1,10 +1,13 @@
 """Element-wise Relay ops: broadcasting binary arithmetic, unary math, clip, cast, where."""
 from __future__ import annotations
 
+import math
+
+import numpy as np
 from tvm import relax
 
 from ..registry import register_converter
-from ._utils import check_integer_divisor, dtype_of, known_dtype
+from ._utils import check_integer_divisor, dtype_of, known_dtype, round_half_away
 
 # Relay op name -> Relax op; Relay and Relax share numpy broadcasting semantics here.
 BINARY_OPS = {
@@ -34,7 +37,6 @@ BINARY_OPS = {
 }
 
 UNARY_OPS = {
-    "negative": relax.op.negative,
     "abs": relax.op.abs,
     "sqrt": relax.op.sqrt,
     "rsqrt": relax.op.rsqrt,
@@ -44,7 +46,6 @@ UNARY_OPS = {
     "tanh": relax.op.tanh,
     "floor": relax.op.floor,
     "ceil": relax.op.ceil,
-    "round": relax.op.round,
     "trunc": relax.op.trunc,
     "sign": relax.op.sign,
     "sin": relax.op.sin,
@@ -63,12 +64,12 @@ UNARY_OPS = {
     "isfinite": relax.op.isfinite,
     "logical_not": relax.op.logical_not,
     "bitwise_not": relax.op.bitwise_not,
-    # FastMath rewrites: the same functions with cheaper approximations in Relay.
-    "fast_exp": relax.op.exp,
+    # FastMath rewrite: the same function with a cheaper approximation in Relay.
     "fast_tanh": relax.op.tanh,
 }
 
 
+COMPARISONS = {"equal", "not_equal", "less", "less_equal", "greater", "greater_equal"}
 # Their integer forms divide by the second operand (see check_integer_divisor).
 DIVIDING_OPS = {"divide", "floor_divide", "floor_mod"}
 
@@ -79,8 +80,15 @@ def _binary(relax_op, name: str):
         if lhs != rhs and lhs is not None and rhs is not None:
             # Relay's BroadcastRel / BroadcastCompRel (Relax would promote or pick one)
             raise ctx.error(f"data types {lhs} and {rhs} do not match")
+        if name == "power" and lhs is not None and not lhs.startswith(("float", "bfloat")):
+            # v0.19's tir pow: "power only applies to float" when Relay built it
+            raise ctx.error(f"power of {lhs} tensors: Relay's power takes floats only")
         if name in DIVIDING_OPS:
             check_integer_divisor(inputs[1], ctx, inputs[0])
+        if name in COMPARISONS and lhs == "bool":
+            # Relay's bool was uint1, compared as an unsigned integer; TVM 0.27's LLVM
+            # codegen compares bools as floats (and fails), so compare them as uint8
+            return relax_op(*(relax.op.astype(x, "uint8") for x in inputs))
         return relax_op(inputs[0], inputs[1])
 
     return convert
@@ -99,9 +107,52 @@ for _name, _op in UNARY_OPS.items():
     register_converter(_name)(_unary(_op))
 
 
+@register_converter("negative")
+def _negative(inputs, attrs, ctx):
+    """``-x``; of an unsigned integer ``0 - x`` wrapping around, as v0.19's ``neg``
+    computed it.  Written ``~x + 1``: TVM 0.27's negation of an unsigned type needs a -1
+    it cannot make, and its simplifier takes ``0 - x`` of a uint32 for 0 (it bounds
+    unsigned values below by 0, so the difference must be 0)."""
+    data = inputs[0]
+    dtype = dtype_of(data)
+    if dtype.startswith("uint"):
+        return relax.op.add(relax.op.bitwise_not(data), relax.const(1, dtype))
+    return relax.op.negative(data)
+
+
+@register_converter("round")
+def _round(inputs, attrs, ctx):
+    return round_half_away(inputs[0], ctx)
+
+
+# v0.19's topi fast_exp_float32 clamps its input to these bounds first, so a large input
+# gives ~2.4e38 (not inf) and a very negative one ~1e-38-scale values (not 0).
+_FAST_EXP_BOUNDS = (-88.3762626647949, 88.3762626647950)
+
+
+@register_converter("fast_exp")
+def _fast_exp(inputs, attrs, ctx):
+    """Relay's FastMath ``exp``: exact ``exp`` of the clamped input for float32 (the
+    polynomial approximation differs from it by a few ulps), plain ``exp`` otherwise."""
+    data = inputs[0]
+    if dtype_of(data) == "float32":
+        data = relax.op.clip(data, *_FAST_EXP_BOUNDS)
+    return relax.op.exp(data)
+
+
 @register_converter("clip")
 def _clip(inputs, attrs, ctx):
-    return relax.op.clip(inputs[0], float(attrs["a_min"]), float(attrs["a_max"]))  # required
+    low, high = float(attrs["a_min"]), float(attrs["a_max"])  # required
+    dtype = known_dtype(inputs[0])
+    if dtype is not None and dtype.startswith(("int", "uint")):
+        # v0.19's topi clip casts the bounds to the data's type; one the type cannot hold
+        # was refused when Relay built it (TVM 0.27 fails the same way, with no op named)
+        info = np.iinfo(dtype)
+        for name, bound in (("a_min", low), ("a_max", high)):
+            if math.isfinite(bound) and not info.min <= math.trunc(bound) <= info.max:
+                raise ctx.error(f"{name}={bound:g} does not fit the input's type {dtype} "
+                                f"([{info.min}, {info.max}])")
+    return relax.op.clip(inputs[0], low, high)
 
 
 @register_converter("cast")
@@ -116,7 +167,13 @@ def _cast_like(inputs, attrs, ctx):
 
 @register_converter("where")
 def _where(inputs, attrs, ctx):
-    return relax.op.where(inputs[0], inputs[1], inputs[2])
+    condition = inputs[0]
+    dtype = known_dtype(condition)
+    if dtype is not None and dtype != "bool":
+        # Relay's WhereRel took a condition of any dtype and topi's where tests ``c != 0``;
+        # Relax's where takes bool only
+        condition = relax.op.not_equal(condition, relax.const(0, dtype))
+    return relax.op.where(condition, inputs[1], inputs[2])
 
 
 @register_converter("copy", "stop_gradient")

@@ -4,7 +4,9 @@ from __future__ import annotations
 from tvm import relax
 
 from ..registry import register_converter
-from ._utils import check_reads_elements, resize_args, shape_of, size_dims
+from ._utils import (
+    check_reads_elements, integer_upscale, nearest_rounding, resize_args, shape_of, size_dims,
+)
 
 
 @register_converter("image.resize2d")
@@ -16,7 +18,32 @@ def _resize2d(inputs, attrs, ctx):
         spatial = [layout.index("H"), layout.index("W")]
         result = [size[spatial.index(i)] if i in spatial else d for i, d in enumerate(dims)]
         check_reads_elements(inputs[0], spatial, result, ctx, "resizes")
-    return relax.op.image.resize2d(inputs[0], size, **args)
+    return _resize2d_as_relay(inputs[0], size, args, dims)
+
+
+def _resize2d_as_relay(data, size, args, dims):
+    """``relax.op.image.resize2d`` as v0.19's ``_resize_2d`` chose pixels: a nearest-
+    neighbour ``asymmetric`` resize indexed each axis that is a whole upscale by integer
+    division (:func:`integer_upscale`), ignoring the rounding method, where TVM 0.27 does
+    so only for ``floor``.  Both axes whole: ``floor`` is that division.  One axis: the
+    two axes are resized one after the other (nearest neighbour is separable), the whole
+    one with ``floor``."""
+    layout, rounding = args["layout"], args["rounding_method"]
+    if args["method"] != "nearest_neighbor" or \
+            args["coordinate_transformation_mode"] != "asymmetric" or \
+            rounding == "floor" or layout not in ("NCHW", "NHWC"):
+        return relax.op.image.resize2d(data, size, **args)
+    axes = [layout.index("H"), layout.index("W")]
+    whole = [integer_upscale(dims[axis], out) for axis, out in zip(axes, size)]
+    if all(whole):
+        return relax.op.image.resize2d(data, size, **{**args, "rounding_method": "floor"})
+    if not any(whole):
+        return relax.op.image.resize2d(data, size, **args)
+    first = 0 if whole[0] else 1  # the whole axis, with floor; then the other one
+    partial = list(dims[a] for a in axes)
+    partial[first] = size[first]
+    data = relax.op.image.resize2d(data, partial, **{**args, "rounding_method": "floor"})
+    return relax.op.image.resize2d(data, size, **args)
 
 
 @register_converter("nn.upsampling")
@@ -39,7 +66,9 @@ def _upsampling(inputs, attrs, ctx):
     if method not in methods:
         raise ctx.unsupported_attr("method", method)
     align = bool(attrs.get("align_corners", False))
-    return relax.op.image.resize2d(
-        inputs[0], size, layout=layout, method=methods[method],
-        coordinate_transformation_mode="align_corners" if align else "asymmetric",
-        rounding_method="", cubic_alpha=-0.5)
+    mode = "align_corners" if align else "asymmetric"
+    args = dict(roi=None, layout=layout, method=methods[method],
+                coordinate_transformation_mode=mode,
+                rounding_method=nearest_rounding(methods[method], mode, ""),
+                cubic_alpha=-0.5, cubic_exclude=0, extrapolation_value=0.0, out_dtype=None)
+    return _resize2d_as_relay(inputs[0], size, args, dims)

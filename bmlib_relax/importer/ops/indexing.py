@@ -377,6 +377,10 @@ def _trunc_mod(inputs, attrs, ctx):
         # x - trunc(x / y) * y rounds x / y first (5.3 mod 0.1 gave -1e-7 for 0.09999),
         # and TVM folds its "* 0" for a zero divisor (x mod 0 gave x for fmod's NaN).
         return relax.op.mod(lhs, rhs)
+    if dtype_of(lhs).startswith("uint"):
+        # no signs: truncation and floor agree (the signed fix-up's sign() of an unsigned
+        # type would need the constant -1, which TVM cannot make)
+        return relax.op.floor_mod(lhs, rhs)
     # floor_divide corrected toward zero where the signs differ and it is inexact.
     floor_q = relax.op.floor_divide(lhs, rhs)
     inexact = relax.op.not_equal(relax.op.multiply(floor_q, rhs), lhs)

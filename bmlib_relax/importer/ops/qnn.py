@@ -28,7 +28,8 @@ bit-exact with a Relay build:
   same integers).
 * **add / subtract / mul / concatenate**: operands requantized (or upcast)
   to int32 at the output scale, combined, clipped back, as in ``op_common.h``.
-* **quantize / dequantize**: ``round(x / scale) + zp`` clipped and cast;
+* **quantize / dequantize**: ``round(x / scale) + zp`` clipped and cast (halves away
+  from zero, v0.19's ``llvm.round``);
   ``(int32(q) - zp) * scale``; per-channel along ``axis``.
 
 Scales and zero points must be constants (as Relay's canonicalization
@@ -42,8 +43,11 @@ from typing import Optional, Sequence
 import numpy as np
 from tvm import relax
 
-from ..registry import register_converter
-from ._utils import dtype_of, folded_value, ints, ndim_of, normalize_axis, repeat_to, shape_of
+from ..registry import get_converter, register_converter
+from ._utils import (
+    dtype_of, folded_value, ints, ndim_of, normalize_axis, repeat_to, round_half_away,
+    round_half_away_np, shape_of,
+)
 
 _INT_RANGE = {d: (int(np.iinfo(d).min), int(np.iinfo(d).max))
               for d in ("int8", "uint8", "int16", "uint16", "int32")}
@@ -324,7 +328,8 @@ def _quantize(inputs, attrs, ctx):
     ndim, axis = _param_axis(attrs, data, ctx)
     scale = qparam(scale_e, ctx, "output_scale", "float32")
     zp = qparam(zp_e, ctx, "output_zero_point", "int32")
-    scaled = relax.op.round(relax.op.divide(data, _along(scale.value, ndim, axis, "float32")))
+    scaled = round_half_away(relax.op.divide(data, _along(scale.value, ndim, axis, "float32")),
+                             ctx)
     shifted = relax.op.add(scaled, _along(zp.value.astype("float32"), ndim, axis, "float32"))
     lo, hi = _INT_RANGE[out_dtype]
     return relax.op.astype(relax.op.clip(shifted, float(lo), float(hi)), out_dtype)
@@ -571,7 +576,7 @@ def _dequantize_np(q: np.ndarray, scale: float, zp: int) -> np.ndarray:
 def _quantize_np(x: np.ndarray, scale: float, zp: int, dtype: str) -> np.ndarray:
     lo, hi = _INT_RANGE[dtype]
     with np.errstate(all="ignore"):
-        q = np.round(x.astype("float32") / np.float32(scale)) + np.float32(zp)
+        q = round_half_away_np(x.astype("float32") / np.float32(scale)) + np.float32(zp)
         return np.clip(q, lo, hi).astype(dtype)
 
 
@@ -666,17 +671,24 @@ def _qnn_avg_pool2d(inputs, attrs, ctx):
     data, dtype, (scale, zp, out_scale, out_zp) = _unary_operands(
         inputs, ctx, ("int8", "uint8", "int16"))
     upcast = ctx.emit(_requantize_or_upcast(data, scale, zp, out_scale, out_zp, -1, ctx))
-    padding = ints(attrs.get("padding", 0))
-    padding = padding * 4 if len(padding) == 1 else padding + padding if len(padding) == 2 \
-        else padding
-    pooled = relax.op.nn.avg_pool2d(
-        upcast, pool_size=repeat_to(attrs.get("pool_size", 1), 2),
-        strides=repeat_to(attrs.get("strides", 1), 2), padding=padding,
-        dilation=repeat_to(attrs.get("dilation", 1), 2),
-        ceil_mode=bool(attrs.get("ceil_mode", False)),
-        count_include_pad=bool(attrs.get("count_include_pad", False)),
-        layout=attrs.get("layout") or "NCHW", out_layout=attrs.get("out_layout") or None)
+    # Relay canonicalized it to nn.avg_pool2d of the int32 operand: the same converter
+    # (v0.19's ceil_mode windows, an int32 average truncated toward zero)
+    pooled = get_converter("nn.avg_pool2d")([upcast], _PoolAttrs(attrs), ctx)
     return _clip_cast(ctx.emit(pooled), dtype)
+
+
+class _PoolAttrs:
+    """qnn.avg_pool2d's attributes as nn.avg_pool2d reads them (``pool_size`` defaults to
+    1 here, as the qnn op's did)."""
+
+    def __init__(self, attrs):
+        self._attrs = attrs
+
+    def get(self, key, default=None):
+        return self._attrs.get(key, default)
+
+    def __getitem__(self, key):
+        return self._attrs.get(key, 1) if key == "pool_size" else self._attrs[key]
 
 
 @register_converter("qnn.conv2d_transpose")
@@ -732,7 +744,7 @@ def _simulated_quantize(inputs, attrs, ctx):
         return inputs[0]
     scale, zp = _sqnn_params(inputs, attrs, ctx, ("output_scale", "output_zero_point"))
     lo, hi = _INT_RANGE[dtype]
-    rounded = relax.op.add(relax.op.round(relax.op.divide(inputs[0], scale)), zp)
+    rounded = relax.op.add(round_half_away(relax.op.divide(inputs[0], scale), ctx), zp)
     return relax.op.clip(rounded, float(lo), float(hi))
 
 
