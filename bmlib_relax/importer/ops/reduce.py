@@ -6,11 +6,14 @@ return int32 in Relay (Relax returns int64), so the result is cast back.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
+import numpy as np
+import tvm
 from tvm import relax
 
 from ..registry import register_converter
+from ..run_checks import emit_run_check, emit_tensor_check, none_hold
 from ._utils import (
     check_nonempty_average, check_reduced_axes_nonempty_at_run_time, dtype_of,
     empty_reduced_axis, ndim_of, normalize_axis, optional_ints, reduced_shape, shape_of,
@@ -79,10 +82,17 @@ def _reduce(relax_op):
                                      computed_when_empty=relax_op in _IDENTITY)
             if empty is not None:
                 return empty
+        if relax_op is relax.op.mean and _is_integer(dtype_of(data)):
+            return _integer_mean(data, axes, keepdims, ctx)
         if relax_op is relax.op.mean and dtype_of(data) == "float16":
             # A float16 running sum stalls at 2048 + 0.5: average in float32, round back.
             mean = relax_op(relax.op.astype(data, "float32"), axes, keepdims=keepdims)
             return relax.op.astype(mean, "float16")
+        if relax_op in (relax.op.max, relax.op.min) and dtype_of(data) == "bool":
+            # Relay's bool was uint1 (its reduction starts from 0 / 1); TVM 0.27 has no
+            # min/max value for bool: reduce the 0/1 values as uint8
+            extreme = relax_op(relax.op.astype(data, "uint8"), axes, keepdims=keepdims)
+            return relax.op.astype(ctx.emit(extreme), "bool")
         return relax_op(data, axes, keepdims=keepdims)
 
     return convert
@@ -92,9 +102,81 @@ for _name, _op in REDUCE_OPS.items():
     register_converter(_name)(_reduce(_op))
 
 
+def _is_integer(dtype: str) -> bool:
+    return dtype.startswith(("int", "uint"))
+
+
+def _element_count(data: relax.Expr, axes: Optional[list[int]]) -> Any:
+    """The number of elements a reduction over ``axes`` (None: every axis) reads per
+    result: an int, or an int64 TIR expression where a reduced dim is symbolic."""
+    dims = shape_of(data)
+    count: Any = 1
+    for axis in range(len(dims)) if axes is None else axes:
+        count = count * dims[axis]
+    return count
+
+
+def _integer_mean(data: relax.Expr, axes: Optional[list[int]], keepdims: bool, ctx
+                  ) -> relax.Expr:
+    """Relay's ``mean`` of an integer tensor, as v0.19's MeanCompute
+    (src/relay/op/tensor/reduce.cc): ``topi::divide(sum, cast(dtype, count))``, the sum
+    in the input dtype (wrapping) divided by the element count cast to that dtype, a
+    division that truncates toward zero; the result keeps the input dtype (MeanRel).
+    TVM 0.27's legalized ``relax.op.mean`` divides by an int64 count and writes int64,
+    whatever its type says."""
+    dtype = dtype_of(data)
+    total = ctx.emit(relax.op.sum(data, axes, keepdims=keepdims))
+    count = _element_count(data, axes)
+    if isinstance(count, int):
+        return relax.op.divide(total, _static_count(count, dtype, ctx))
+    return relax.op.divide(total, _run_time_count(count, total, dtype, ctx))
+
+
+def _static_count(count: int, dtype: str, ctx) -> relax.Expr:
+    """The constant ``cast(dtype, count)`` of v0.19's MeanCompute.  Its cast of a
+    constant made an ``IntImm`` of the dtype, which refuses a value outside the dtype's
+    range (src/ir/expr.cc): Relay's build stopped there, and so does the import."""
+    info = np.iinfo(dtype)
+    if count > info.max:
+        raise ctx.error(f"averages over {count} elements of {dtype}: Relay's mean divides "
+                        f"the {dtype} sum by the element count cast to {dtype} (v0.19 "
+                        f"MeanCompute), and {count} exceeds {dtype}'s maximum {info.max} "
+                        "(Relay's build refused the constant)")
+    return relax.const(count, dtype)
+
+
+def _run_time_count(count: Any, total: relax.Expr, dtype: str, ctx) -> relax.Expr:
+    """The run-time ``cast(dtype, count)`` of v0.19's MeanCompute: a TIR cast, which
+    wraps a count past the dtype's range as it did there.  The runs whose integer
+    division stopped Relay's process with SIGFPE are refused (``RunCheckError``): a
+    count that is 0 in the dtype, and a signed count of -1 dividing the dtype's
+    lowest value."""
+    bits = tvm.DataType(dtype).bits
+    if bits < 64:
+        wrapped = tvm.tirx.floormod(count, tvm.tirx.const(1 << bits, "int64"))
+        emit_run_check(ctx.bb, tvm.tirx.NE(wrapped, tvm.tirx.const(0, "int64")),
+                       ctx.location, ctx.op_name,
+                       f"averages over {{}} elements in this run: Relay's mean divides by "
+                       f"the element count cast to {dtype} (v0.19 MeanCompute), here 0 (the "
+                       "integer division would stop the process with SIGFPE)", count)
+    counted = ctx.emit(relax.op.shape_to_tensor(relax.ShapeExpr([count])))
+    divisor = ctx.emit(relax.op.reshape(relax.op.astype(counted, dtype), []))
+    if dtype.startswith("int"):
+        lowest = int(np.iinfo(dtype).min)
+        emit_tensor_check(ctx, none_hold(relax.op.logical_and(
+            relax.op.equal(total, relax.const(lowest, dtype)),
+            relax.op.equal(divisor, relax.const(-1, dtype)))),
+            f"integer overflow: a sum of {lowest} divided by the element count cast to "
+            f"{dtype}, -1 in this run, has no {dtype} quotient (the division would stop "
+            "the process with SIGFPE)")
+    return divisor
+
+
 def _arg_reduce(relax_op):
     """Relay's arg-reductions: several axes are reduced as one flattened axis (index into
-    it), ``select_last_index`` takes the last extremum (argmax of the flipped axis)."""
+    it, row-major as v0.19's CommReduceIdx ravels it).  Without ``select_last_index``
+    TVM 0.27's argmax/argmin run v0.19's reducer (MakeArgmaxReducer) unchanged; with it
+    see :func:`_last_arg_extremum`."""
     def convert(inputs, attrs, ctx):
         data = inputs[0]
         dims = shape_of(data)
@@ -110,21 +192,99 @@ def _arg_reduce(relax_op):
                 if kept + axes != list(range(ndim)) else data
             x = ctx.emit(relax.op.reshape(x, [dims[i] for i in kept] + [-1]))
             axis = len(kept)
-        last = bool(attrs.get("select_last_index", False))
-        if last:
-            x = ctx.emit(relax.op.flip(x, axis=axis))
-        result = relax_op(x, axis, keepdims=False)
-        if last:
-            count = 1
-            for a in axes:
-                count = count * dims[a]
-            result = relax.op.subtract(relax.const(count - 1, "int64"), ctx.emit(result))
+        if attrs.get("select_last_index", False):
+            result = _last_arg_extremum(x, axis, relax_op is relax.op.argmax, ctx)
+        elif dtype_of(x) == "bool":
+            result = _first_arg_extremum_of_bool(x, axis, relax_op is relax.op.argmax, ctx)
+        else:
+            result = relax_op(x, axis, keepdims=False)
         result = relax.op.astype(ctx.emit(result), "int32")
         if attrs.get("keepdims", False):
             result = relax.op.expand_dims(ctx.emit(result), axes)
         return result
 
     return convert
+
+
+def _first_arg_extremum_of_bool(x: relax.Expr, axis: int, is_max: bool, ctx) -> relax.Expr:
+    """Relay's argmax (``is_max``) or argmin of a bool ``x`` without
+    ``select_last_index``.  v0.19's reducer starts a bool from (-1, 0) (argmin: 1),
+    ``min_value`` of an unsigned type, and keeps its state while ``acc >= x``: a row of
+    False gives -1 (argmin: a row of True).  TVM 0.27 has no ``min_value`` of bool
+    ("Cannot decide min_value"); uint8 starts from the same 0, and an argmin of ``x``
+    is the argmax of ``not x`` (``acc <= x`` from 1 is ``1 - acc >= 1 - x`` from 0)."""
+    if not is_max:
+        x = ctx.emit(relax.op.logical_not(x))
+    return relax.op.argmax(ctx.emit(relax.op.astype(x, "uint8")), axis, keepdims=False)
+
+
+def _last_arg_extremum(x: relax.Expr, axis: int, is_max: bool, ctx) -> relax.Expr:
+    """Relay's argmax (``is_max``) or argmin of ``x`` along ``axis`` with
+    ``select_last_index``, as int64.
+
+    v0.19's reducer (include/tvm/topi/reduction.h MakeArgmaxReducer) runs in index
+    order from (-1, min_value(dtype)) and keeps its state only while ``acc > x_k``
+    (argmin: ``<``), else takes (k, x_k).  An integer is never below min_value: the
+    result is the last index of the maximum.  Floats: :func:`_last_float_arg_extremum`.
+    Flipping the axis for TVM 0.27's argmax (which keeps a tie's first index) gave N
+    for a row of min_value, and other answers with NaNs."""
+    if dtype_of(x) == "bool":  # 0 and 1, as uint1 was in v0.19
+        x = ctx.emit(relax.op.astype(x, "int8"))
+    positions = _positions(x, axis, ctx)
+    if dtype_of(x).startswith(("float", "bfloat")):
+        return _last_float_arg_extremum(x, axis, positions, is_max, ctx)
+    extreme = ctx.emit((relax.op.max if is_max else relax.op.min)(x, axis, keepdims=True))
+    return _last_position(relax.op.equal(x, extreme), positions, axis)
+
+
+def _positions(x: relax.Expr, axis: int, ctx) -> relax.Expr:
+    """0, 1, ... along ``axis`` of ``x`` (int64), shaped to broadcast against ``x``."""
+    ramp = relax.op.arange(0, shape_of(x)[axis], 1, "int64")
+    trailing = list(range(1, ndim_of(x) - axis))
+    return ctx.emit(relax.op.expand_dims(ramp, trailing) if trailing else ramp)
+
+
+def _last_position(mask: relax.Expr, positions: relax.Expr, axis: int,
+                   keepdims: bool = False) -> relax.Expr:
+    """The last position along ``axis`` where ``mask`` holds, -1 where it holds nowhere."""
+    return relax.op.max(relax.op.where(mask, positions, relax.const(-1, "int64")), axis,
+                        keepdims=keepdims)
+
+
+def _last_float_arg_extremum(x: relax.Expr, axis: int, positions: relax.Expr, is_max: bool,
+                             ctx) -> relax.Expr:
+    """:func:`_last_arg_extremum` of a float ``x`` (argmax; argmin mirrors it).
+
+    A NaN compares false, so the reducer takes it, and then the value after it: past the
+    last NaN the result is the last index of the maximum, whatever it is (-inf too).
+    With no NaN it is the last index of the maximum unless every value is below
+    min_value, the lowest *finite* float (a row of -inf: the start's -1 stays).  A NaN
+    last, or followed only by -inf, leaves the last index."""
+    dtype = dtype_of(x)
+    last_nan = ctx.emit(_last_position(relax.op.isnan(x), positions, axis, keepdims=True))
+    # the values past the last NaN; the others (beyond every value) are never the answer
+    key = ctx.emit(relax.op.where(relax.op.greater(positions, last_nan), x,
+                                  relax.const(-np.inf if is_max else np.inf, dtype)))
+    start = _reducer_start(dtype, is_max)
+    extreme = relax.op.maximum(relax.op.max(key, axis, keepdims=True), start) if is_max \
+        else relax.op.minimum(relax.op.min(key, axis, keepdims=True), start)
+    found = ctx.emit(_last_position(relax.op.equal(key, ctx.emit(extreme)), positions, axis))
+    # not found: no value past the last NaN reaches min_value (the last index is the
+    # answer), or there is no NaN and no value reaches it (-1)
+    n = shape_of(x)[axis]
+    last = relax.const(n - 1, "int64") if isinstance(n, int) \
+        else ctx.emit(relax.op.max(positions))
+    zero = relax.const(0, "int64")
+    any_nan = relax.op.greater_equal(ctx.emit(relax.op.squeeze(last_nan, [axis])), zero)
+    fallback = ctx.emit(relax.op.where(any_nan, last, relax.const(-1, "int64")))
+    return relax.op.where(relax.op.greater_equal(found, zero), found, fallback)
+
+
+def _reducer_start(dtype: str, is_max: bool) -> relax.Expr:
+    """The value v0.19's argmax (argmin) reducer starts from: ``tvm::min_value(dtype)``
+    (``max_value``), the lowest (highest) finite value of a float dtype."""
+    value = tvm.tirx.min_value(dtype) if is_max else tvm.tirx.max_value(dtype)
+    return relax.const(float(value.value), dtype)
 
 
 register_converter("argmax")(_arg_reduce(relax.op.argmax))
