@@ -8,7 +8,7 @@ import bmlib_relax
 from bmlib_relax import ConversionError, RunCheckError
 from bmlib_relax.relay import parse
 
-from .helpers import check, import_text, ops_in, rand, relay_fn
+from .helpers import check, import_text, ops_in, rand, relay_fn, run_relay
 
 
 def _t(shape, dtype="float32"):
@@ -289,3 +289,13 @@ def test_dyn_reshape_reads_its_shape_when_the_model_runs():
     # 24 elements modulo 2**64 (the int64 count wraps): a view past the data, refused
     with pytest.raises(RunCheckError, match=r"dyn.reshape: the shape describes \d+ or more"):
         model(data, np.array([(1 << 61) + 3, 8, 1], "int64"))
+
+
+@pytest.mark.parametrize("mode, want", [("edge", [[0, 0, 1, 2, 3, 3]]),
+                                        ("reflect", [[1, 0, 1, 2, 3, 2]])])
+def test_edge_and_reflect_pads_ignore_a_run_time_pad_value(mode, want):
+    # v0.19's topi pad reads the pad value in constant mode only: Relay built these
+    x = np.arange(4, dtype="float32").reshape(1, 4)
+    text = relay_fn("%x: Tensor[(1, 4), float32], %v: float32",
+                    f'nn.pad(%x, %v, pad_width=[[0, 0], [1, 1]], pad_mode="{mode}")')
+    np.testing.assert_array_equal(run_relay(text, x, np.float32(9)), want)

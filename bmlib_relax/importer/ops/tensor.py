@@ -232,26 +232,15 @@ def _split(inputs, attrs, ctx):
 def _strided_slice(inputs, attrs, ctx):
     data = inputs[0]
     dims = shape_of(data)
-    begin = ints(attrs["begin"])  # required
-    end = ints(attrs["end"])  # required
-    strides = ints(attrs.get("strides") or [1])
-    axes = optional_ints(attrs.get("axes"))
-    if axes is None:
-        axes = list(range(len(begin)))
-    axes = [normalize_axis(a, len(dims), ctx, "axes") for a in axes]
-    if len(strides) == 1:
-        strides = strides * len(axes)
-    strides += [1] * (len(axes) - len(strides))
     mode = attrs.get("slice_mode", "end")
-    if mode == "size":
-        # ``end`` holds sizes (-1: to the end of the axis) and strides are ignored.
-        end = [_INT64_MAX if s < 0 else b + s for b, s in zip(begin, end)]
-        strides = [1] * len(axes)
-    elif mode != "end":
+    if mode not in ("end", "size"):
         raise ctx.unsupported_attr("slice_mode", mode)
-    # A missing end runs to the end of the axis in the stride's direction.
-    end += [_INT64_MAX if s > 0 else -_INT64_MAX - 1 for s in strides[len(end):]]
-    begin, end = begin[:len(axes)], end[:len(axes)]
+    axes, begin, end, strides = _relay_slice_lists(
+        ints(attrs["begin"]), ints(attrs["end"]),  # required
+        optional_ints(attrs.get("strides")), optional_ints(attrs.get("axes")), len(dims), mode,
+        ctx)
+    if mode == "size":
+        end, strides = _size_mode_ends(begin, end), [1] * len(axes)
     _check_slice_ranges(dims, axes, begin, end, strides, ctx)
     first: dict[int, tuple[int, int, int]] = {}
     for i, axis in enumerate(axes):
@@ -270,7 +259,84 @@ def _strided_slice(inputs, attrs, ctx):
         cut_dims = [tvm.tirx.Var(f"{dims[a]}_cut", "int64") if a in first else d
                     for a, d in enumerate(data.ty.shape.values)]
         data = ctx.bb.match_cast(data, relax.TensorType(cut_dims, dtype_of(data)))
-    return relax.op.strided_slice(data, axes, begin, end, strides)
+    steps = _reversed_steps_to_start(dims, axes, end, strides)
+    if not steps:
+        return relax.op.strided_slice(data, axes, begin, end, strides)
+    data = ctx.emit(relax.op.strided_slice(data, axes, begin, end, strides))
+    # the reversed axes' extents as fresh run-time dims: TVM's sizing of the slice to the
+    # start is an expression over INT64_MIN that bmlib's int32 indexing would refuse
+    reversed_dims = [tvm.tirx.Var(f"{dims[a]}_reversed", "int64") if a in steps else d
+                     for a, d in enumerate(data.ty.shape.values)]
+    data = ctx.bb.match_cast(data, relax.TensorType(reversed_dims, dtype_of(data)))
+    return relax.op.strided_slice(data, list(steps), [0] * len(steps),
+                                  [_INT64_MAX] * len(steps), list(steps.values()))
+
+
+def _reversed_steps_to_start(dims, axes, end, strides) -> dict[int, int]:
+    """``{axis: step}`` for the run-time-sized axes sliced backwards to their start with a
+    stride below -1, whose stride this sets to -1: ``x[b::-s]`` is ``x[b::-1][::s]``.
+    TVM 0.27 sizes ``x[b:INT64_MIN:-s]`` of a symbolic axis as empty (its ceil-division
+    overflows int64), while a stride of -1, and a forward slice to INT64_MAX, it sizes
+    right."""
+    steps = {}
+    for i, axis in enumerate(axes):
+        if not isinstance(dims[axis], int) and strides[i] < -1 and end[i] <= -_FAR:
+            steps[axis], strides[i] = -strides[i], -1
+    return steps
+
+
+def _relay_slice_lists(begin: list[int], end: list[int], strides: list[int] | None,
+                       axes: list[int] | None, rank: int, mode: str, ctx):
+    """``(axes, begin, end, strides)``, one entry per sliced axis, as v0.19's
+    StridedSliceRel (src/relay/op/tensor/transform.cc) and topi::strided_slice filled
+    them.  With ``axes`` the four lists must be equally long.  Without, the slice
+    covers every axis and each list is filled up to the rank (none may be longer:
+    topi's StridedSliceOutputShape checked all four lengths equal): a stride with 1,
+    then a begin with 0 on a positive stride and the last index otherwise (Relay's
+    INT64_MAX; -1 here outside size mode, see below), an end with 0 on a negative
+    stride (a reversed axis stops before index 0) and INT64_MAX otherwise.  Each axis
+    reads its own stride: one stride is not repeated.
+
+    A missing ``strides`` is a stride of 1 on every axis (Relay's builder passed
+    ``strides or [1]``, the same without ``axes``).  Axes no list reaches are
+    whole-axis, unit-stride slices and are left out of the result.
+    """
+    if axes is not None:
+        if not axes:
+            raise ctx.error("axes=[] slices no axis: Relay refused the empty slice "
+                            "(topi's strided_slice read begin[0])")
+        strides = strides or [1] * len(axes)
+        if not len(axes) == len(begin) == len(end) == len(strides):
+            raise ctx.error(f"axes {axes}, begin, end and strides must be equally long "
+                            f"({len(axes)}, {len(begin)}, {len(end)}, {len(strides)}), as "
+                            "Relay's StridedSliceRel required")
+        return [normalize_axis(a, rank, ctx, "axes") for a in axes], begin, end, strides
+    strides = strides or [1]
+    if rank == 0:
+        raise ctx.error("a 0-d tensor has no axis to slice: Relay refused the slice")
+    for name, values in (("begin", begin), ("end", end), ("strides", strides)):
+        if len(values) > rank:
+            raise ctx.error(f"{name} has {len(values)} entries, more than the axes of a "
+                            f"{rank}-d tensor: Relay refused the slice (without axes=, "
+                            "begin, end and strides give at most one entry per axis)")
+    used = max(len(begin), len(end), len(strides))
+    strides = strides + [1] * (used - len(strides))
+    # Relay's INT64_MAX begin on a stride <= 0 is the last index, as -1 is on every extent
+    # (CanonicalizeIndex clamps both to extent - 1); -1 keeps run-time-sized axes and
+    # bmlib's int32 index literals in range.  Size mode adds sizes to it: keep Relay's.
+    last = _INT64_MAX if mode == "size" else -1
+    begin = begin + [0 if s > 0 else last for s in strides[len(begin):]]
+    end = end + [0 if s < 0 else _INT64_MAX for s in strides[len(end):]]
+    return list(range(used)), begin, end, strides
+
+
+def _size_mode_ends(begin: list[int], sizes: list[int]) -> list[int]:
+    """The ends of a ``slice_mode="size"`` slice, as v0.19's ConvertToVec
+    (topi/detail/strided_slice.h): ``begin + size`` in int64 arithmetic (a sum past
+    INT64_MAX wraps negative, and the slice then runs against its stride: refused as
+    Relay did), INT64_MAX (to the end) for a negative size."""
+    return [_INT64_MAX if size < 0 else (b + size + 2**63) % 2**64 - 2**63
+            for b, size in zip(begin, sizes)]
 
 
 def _check_slice_ranges(dims, axes, begin, end, strides, ctx) -> None:
@@ -314,7 +380,12 @@ def _symbolic_slice_steps(begin: int, end: int, stride: int, axis: int, extent, 
     cut in two: ``x[b:-e]`` is ``x[b:][:-e]``, ``x[-b:e:-s]`` is ``x[e+1:][-b::-s]``.
     The other mixed pair (``x[-b:e]``, ``x[b:-e:-s]``) has no such form: the model
     checks at run time that it is not empty and names the op if it is.
+
+    A reversed slice from a begin past 2**62 starts at the last index, as from -1 on
+    every extent (CanonicalizeIndex clamps both): TVM 0.27 sized the former negative.
     """
+    if stride < 0 and begin >= _FAR:
+        begin = -1
     from_end = begin < 0, end < 0
     if stride > 0:
         if from_end[0] == from_end[1]:
@@ -401,7 +472,9 @@ def _pad(inputs, attrs, ctx):
         inside = relax.op.nn.pad(relax.op.ones_like(data), width, "constant", 0.0)
         return relax.op.where(relax.op.astype(inside, "bool"), padded,
                               relax.op.astype(value, dtype_of(data)))
-    pad_value = scalar_operand(inputs[1], ctx, "the pad value") if len(inputs) > 1 else 0.0
+    # edge and reflect pads ignore the pad value (v0.19's topi pad reads it for constant only)
+    pad_value = scalar_operand(inputs[1], ctx, "the pad value") \
+        if len(inputs) > 1 and mode == "constant" else 0.0
     return relax.op.nn.pad(inputs[0], width, modes[mode], float(pad_value))
 
 
