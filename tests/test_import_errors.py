@@ -92,3 +92,28 @@ def test_a_failed_import_leaves_no_tvm_warning_on_stderr(body, capfd):
         bmlib_relax.import_relay(parse(text, "bad.relay"))
     gc.collect()
     assert "remaining blocks" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["model.relay", "  resnet18.txt\n", "EXISTING"])
+def test_a_file_name_given_as_text_is_named(name, tmp_path, monkeypatch):
+    # a str is Relay text: compile("model.relay") used to fail as an unsupported op
+    import bmlib_relax
+    from bmlib_relax import ParseError
+
+    if name == "EXISTING":
+        monkeypatch.chdir(tmp_path)
+        (tmp_path / "weights_model").write_text("fn () { 0f }")
+        name = "weights_model"
+    with pytest.raises(ParseError, match=r"is a file name, not Relay text: .*pathlib.Path"):
+        bmlib_relax.compile(name)
+
+
+def test_a_path_to_a_relay_file_compiles(tmp_path):
+    import bmlib_relax
+    from pathlib import Path
+
+    path = tmp_path / "model.relay"
+    path.write_text('#[version = "0.0.5"]\ndef @main(%x: Tensor[(2), float32]) {\n'
+                    "  nn.relu(%x)\n}\n")
+    np.testing.assert_array_equal(bmlib_relax.compile(Path(path))(x=np.array([-1, 2], "float32")),
+                                  [0, 2])

@@ -8,7 +8,7 @@ from typing import Union
 
 import tvm
 
-from ..errors import ConversionError, ParamError
+from ..errors import ConversionError, ParamError, ParseError
 from ..relay import ast
 from ..relay.params import ParamsLike, load_params
 from .converter import ConvertContext, RelayImporter
@@ -28,6 +28,7 @@ def as_relay_module(relay_mod: RelayLike) -> ast.IRModule:
     if isinstance(relay_mod, str):
         from ..relay import parse
 
+        _refuse_a_file_name(relay_mod)
         return parse(relay_mod)
     if isinstance(relay_mod, os.PathLike):
         from ..relay import parse
@@ -43,6 +44,22 @@ def as_relay_module(relay_mod: RelayLike) -> ast.IRModule:
     raise TypeError(f"expected Relay text, a path to a Relay file, a relay IRModule or a "
                     f"Function, "
                     f"got {type(relay_mod).__name__}")
+
+
+# What Relay text files are called; a str that is only such a name is no program.
+_RELAY_FILE_SUFFIXES = (".relay", ".rly", ".txt", ".ir", ".tvm")
+
+
+def _refuse_a_file_name(text: str) -> None:
+    """A ``str`` is Relay text, so ``compile("model.relay")`` parsed the name as the
+    expression ``model.relay`` (an op) and failed far from the mistake: name it."""
+    name = text.strip()
+    if not name or any(c.isspace() or c in "(){}%@=" for c in name):
+        return
+    if name.lower().endswith(_RELAY_FILE_SUFFIXES) or os.path.isfile(name):
+        raise ParseError(f"{name!r} is a file name, not Relay text: a str is always read "
+                         f"as text; pass pathlib.Path({name!r}) (or open(...).read())",
+                         1, 1, "<string>", text)
 
 
 def import_relay(relay_mod: RelayLike, params: ParamsLike = None, *,

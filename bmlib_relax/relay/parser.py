@@ -16,6 +16,10 @@ Design notes (why the code looks the way it does):
 * ``%name.1`` is ambiguous (ONNX names like ``%input.1`` vs the projection
   ``%x.1``); it is resolved against the scope: the whole name if bound, else the
   longest bound prefix followed by numeric projections.
+* Scopes follow v0.19's ScopeStack, whose ``insert`` kept the *first* binding of a
+  name in one scope: such a second binding (a repeated parameter, pattern variable
+  or ``%N``, or a body's first ``let`` reusing a parameter) is a :class:`ParseError`
+  here rather than a silently ignored binding; shadowing in a nested scope is fine.
 * Every syntax error is a :class:`ParseError` naming what was expected.
 """
 from __future__ import annotations
@@ -56,7 +60,7 @@ _BINOPS: dict[str, tuple[int, str]] = {
 }
 
 _NUMBER_RE = re.compile(
-    r"(?P<sign>-?)(?:(?P<special>inf|nan)|(?P<int>\d+)(?P<frac>\.\d+)?(?P<exp>[eE][+-]?\d+)?)"
+    r"(?P<sign>-*)(?:(?P<special>inf|nan)|(?P<int>\d+)(?P<frac>\.\d+)?(?P<exp>[eE][+-]?\d+)?)"
     r"(?P<suffix>[A-Za-z_]\w*)?\Z")
 
 #: Literal suffix -> dtype.
@@ -74,7 +78,8 @@ _VERSION_RE = re.compile(r"\s*v0\.0\.(\d+)[ \t]*(?=\n|$)")
 
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\", "0": "\0",
             "b": "\b", "f": "\f"}
-_ESCAPE_RE = re.compile(r"\\(u[0-9a-fA-F]{4}|.)", re.S)
+#: A run of ``\xHH`` escapes (group 1) or one other escape (group 2).
+_ESCAPE_RE = re.compile(r"((?:\\x[0-9a-fA-F]{2})+)|\\(u[0-9a-fA-F]{4}|.)", re.S)
 
 #: ``%a.1.2`` may name a variable ``a.1`` -- at most this many trailing numeric
 #: segments are tried as part of a variable name before they must be projections.
@@ -89,15 +94,47 @@ _MAX_INDEX_DIGITS = 18
 
 
 def _unescape_one(m: re.Match) -> str:
-    code = m.group(1)
+    hex_run = m.group(1)
+    if hex_run is not None:
+        # The printer's StrEscape wrote each byte of the UTF-8 value outside ' '..'~' as
+        # \xHH, so a run of them is the UTF-8 encoding of the original characters.
+        raw = bytes.fromhex(hex_run.replace("\\x", ""))
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError(f"the \\x escapes {hex_run!r} are not UTF-8 text") from None
+    code = m.group(2)
     if len(code) == 5:
         return chr(int(code[1:], 16))
     return _ESCAPES.get(code, code)
 
 
 def _unescape(body: str) -> str:
-    """Decode C/JSON-style escapes of a string literal (``\\n``, ``\\"``, ``\\u00e9``)."""
+    """Decode the escapes of a string literal (``\\n``, ``\\"``, ``\\xC3\\xA9``, ``\\u00e9``).
+
+    v0.19's printer writes strings with support::StrEscape: ``\\"``, ``\\\\``, ``\\t``,
+    ``\\r``, ``\\n`` and ``\\xHH`` for every other byte outside ' '..'~'; this is its
+    inverse.  (v0.19's own tokenizer kept the text between the quotes verbatim -- its
+    TODO, apache/tvm#6153 -- so "caf\\xC3\\xA9" stayed those 12 characters there; the
+    decoded value is the attribute the printer was given, which is what the text means.)
+    Raises ``ValueError`` when ``\\xHH`` bytes are not UTF-8.
+    """
     return _ESCAPE_RE.sub(_unescape_one, body) if "\\" in body else body
+
+
+def _literal_sign(m: re.Match) -> int:
+    """-1 for an odd run of '-' before a literal, as v0.19's TokenizeOnce counted it."""
+    return -1 if len(m.group("sign")) % 2 else 1
+
+
+def _float_literal_value(m: re.Match) -> float:
+    """The double a float literal denotes (v0.19 ParseNumber: stod, then the sign)."""
+    special = m.group("special")
+    if special:
+        magnitude = float(special)
+    else:
+        magnitude = float(m.group("int") + (m.group("frac") or "") + (m.group("exp") or ""))
+    return magnitude * _literal_sign(m)
 
 
 #: dtypes written without their bits, which Relay's parser read as TVM's
@@ -152,6 +189,15 @@ class _Parser:
         self.pos = 0
         self.depth = 0
         self.scopes: list[dict[str, A.Expr]] = [{}]
+        # The binding token of each name of ``scopes`` (parallel to it), for the message
+        # refusing a second binding in one scope (see :meth:`bind`).
+        self.bind_sites: list[dict[str, Token]] = [{}]
+        # ``free_var`` declarations: one table for the whole parse, searched after every
+        # scope, as v0.19's ScopeStack::free_vars.
+        self.free_vars: dict[str, A.Var] = {}
+        # The token binding each graph number of the current definition (see
+        # :meth:`bind_value`).
+        self.graph_sites: dict[str, Token] = {}
         # Every graph binding (``%3 = ...``) of the current definition, scopes closed
         # or not: TVM's printer numbers them once per module and names a node where it
         # first prints it, which may be inside an ``if`` branch the node is used after
@@ -230,17 +276,48 @@ class _Parser:
 
     # ------------------------------------------------------------------ scopes
     def lookup(self, name: str) -> Optional[A.Expr]:
+        """Innermost binding of ``name``, then a ``free_var`` (v0.19 ScopeStack::Lookup)."""
         for scope in reversed(self.scopes):
             e = scope.get(name)
             if e is not None:
                 return e
-        return None
+        return self.free_vars.get(name)
 
     def push_scope(self) -> None:
         self.scopes.append({})
+        self.bind_sites.append({})
 
     def pop_scope(self) -> None:
         self.scopes.pop()
+        self.bind_sites.pop()
+
+    def bind(self, name: str, value: A.Expr, tok: Token, what: str) -> None:
+        """Bind ``name`` in the innermost scope, refusing a second binding there.
+
+        v0.19's ScopeStack::Add is ``unordered_map::insert``, which keeps the *first*
+        binding: a repeated parameter, pattern variable, or a function's first ``let``
+        reusing a parameter's name was silently ignored, every use meaning the first
+        one.  TVM's printer never writes that, so rather than pick a meaning the text
+        does not show, it is an error.  Shadowing in a nested scope stays legal.
+        """
+        self.check_unbound(name, tok, what)
+        self.scopes[-1][name] = value
+        self.bind_sites[-1][name] = tok
+
+    def check_unbound(self, name: str, tok: Token, what: str) -> None:
+        """Raise if ``name`` is already bound in the innermost scope (see :meth:`bind`)."""
+        site = self.bind_sites[-1].get(name)
+        if site is not None:
+            raise self.rebinding_error(what, name, site, tok)
+
+    def rebinding_error(self, what: str, name: str, site: Union[A.Span, Token],
+                        tok: Token) -> ParseError:
+        if isinstance(site, Token):
+            site = self.span(site)
+        return self.error(
+            f"{what} %{name} rebinds a name already bound in the same scope at {site}; "
+            "Relay's parser kept the first binding and ignored this one, so the text "
+            "would not mean what it shows: rename one of them", tok)
 
     def lookup_type_var(self, name: str) -> Optional[A.TypeVar]:
         for scope in reversed(self.type_scopes):
@@ -406,6 +483,7 @@ class _Parser:
         name = name_tok.text[1:]
         self.global_var(name, name_tok)
         self.graph_bindings = {}
+        self.graph_sites = {}
         func = self.parse_function_rest(def_tok, f"@{name}")
         return name, func
 
@@ -423,7 +501,7 @@ class _Parser:
             if tok.kind == "LOCAL":
                 var = self.parse_var_decl()
                 params.append(var)
-                self.scopes[-1][var.name] = var
+                self.bind(var.name, var, tok, "parameter")
             elif tok.kind == "IDENT" and self.peek(1).text == "=":
                 key, value = self.parse_attr()
                 attrs[key] = value
@@ -481,9 +559,16 @@ class _Parser:
 
     # ------------------------------------------------------------------ sequences
     def parse_seq(self) -> A.Expr:
-        """``(let %x = e; | %N = e; | free_var %x: T; | e;)* e`` -- iterative."""
+        """``(let %x = e; | %N = e; | free_var %x: T; | { seq } | e;)* e`` -- iterative.
+
+        Scoping as v0.19's ParseExpr/ParseBindingExpr: only the *first* ``let`` of the
+        sequence binds in the enclosing scope (with the function's parameters or the
+        match arm's pattern variables), so only it may clash (:meth:`bind`); each
+        ``let`` then pushes a fresh scope, so later ones shadow freely.
+        """
         lets: list[tuple[A.Var, A.Expr, A.Span]] = []
         scope = self.scopes[-1]
+        first_let = True
         while True:
             tok = self.peek()
             if tok.kind == "IDENT" and tok.text == "let":
@@ -492,6 +577,9 @@ class _Parser:
                 if var_tok.kind != "LOCAL":
                     raise self.error_expected("a variable like %x after 'let'", var_tok)
                 var = self.parse_var_decl()
+                if first_let:
+                    self.bind(var.name, var, var_tok, "let")
+                    first_let = False
                 self.expect("=", f"after 'let {var_tok.text}'")
                 scope[var.name] = var  # let-bound closures may call themselves
                 value = self.parse_expr()
@@ -499,20 +587,19 @@ class _Parser:
                 lets.append((var, value, self.span(tok)))
                 continue
             if tok.kind == "LOCAL" and self.peek(1).text == "=":
-                self.pos += 2
-                value = self.parse_expr()
-                self.expect_semicolon(f"binding of {tok.text}")
-                scope[tok.text[1:]] = value
-                if tok.text[1:].isdecimal():
-                    self.graph_bindings[tok.text[1:]] = value
+                self.bind_value(tok, scope)
                 continue
             if tok.kind == "IDENT" and tok.text == "free_var":
                 self.next()
+                var_tok = self.peek()
                 var = self.parse_var_decl()
-                scope[var.name] = var
+                self.bind_free_var(var, var_tok)
                 self.accept(";")
                 continue
-            expr = self.parse_expr()
+            if tok.kind == "OP" and tok.text == "{":
+                expr = self.parse_block_expr()
+            else:
+                expr = self.parse_expr()
             if self.at(";"):
                 semi = self.next()
                 if self.peek().kind == EOF or self.at("}") or self.at(")"):
@@ -523,6 +610,52 @@ class _Parser:
         for var, value, span in reversed(lets):
             expr = A.Let(var, value, expr, span=span)
         return expr
+
+    def bind_value(self, tok: Token, scope: dict[str, A.Expr]) -> None:
+        """``%N = e;`` (a graph binding) or ``%name = e;`` (older dumps): name ``e``.
+
+        v0.19's AddGraphBinding inserted into one flat table, keeping the first ``%N``;
+        TVM's printer numbers nodes once per module, so a number bound twice in one
+        definition (in any scope of it) is refused, like a name bound twice in one
+        scope (:meth:`bind`).  Each ``def`` starts afresh: this project's printer
+        numbers per definition (v0.19 would have resolved a reused number in a later
+        ``def`` to the first definition's node, which no printer means).
+        """
+        name = tok.text[1:]
+        is_graph = name.isdecimal()
+        if is_graph:
+            site = self.graph_sites.get(name)
+            if site is not None:
+                raise self.rebinding_error("graph binding", name, site, tok)
+            self.graph_sites[name] = tok
+        else:
+            self.check_unbound(name, tok, "binding")
+        self.pos += 2
+        value = self.parse_expr()
+        self.expect_semicolon(f"binding of {tok.text}")
+        scope[name] = value
+        self.bind_sites[-1][name] = tok
+        if is_graph:
+            self.graph_bindings[name] = value
+
+    def bind_free_var(self, var: A.Var, tok: Token) -> None:
+        """``free_var %x: T``: one table per parse, looked up after every scope (v0.19
+        ScopeStack::AddFreeVar, an ``insert`` too: a repeated name is refused)."""
+        first = self.free_vars.get(var.name)
+        if first is not None:
+            raise self.rebinding_error("free_var", var.name, first.span, tok)
+        self.free_vars[var.name] = var
+
+    def parse_block_expr(self) -> A.Expr:
+        """``{ seq }`` as a statement, in a new scope (v0.19 ParseExpr, case kLCurly)."""
+        self.enter()
+        self.next()
+        self.push_scope()
+        body = self.parse_seq()
+        self.pop_scope()
+        self.expect_close("}", "block")
+        self.leave()
+        return body
 
     def expect_semicolon(self, what: str) -> None:
         tok = self.peek()
@@ -569,7 +702,7 @@ class _Parser:
         for tok in reversed(minus):
             if isinstance(expr, A.Constant) and expr.data is not None and expr.data.ndim == 0 \
                     and expr.data.dtype != np.bool_:
-                expr = A.Constant(np.negative(expr.data), span=self.span(tok))
+                expr = A.Constant(self.negate_literal(expr.data, tok), span=self.span(tok))
             else:
                 expr = A.Call(A.Op("negative", span=self.span(tok)), (expr,),
                               span=self.span(tok))
@@ -716,7 +849,16 @@ class _Parser:
                         base = A.TupleGetItem(base, self.index_value(p, tok, "tuple index"),
                                               span=span)
                     return base
-        raise self.error(f"undefined variable {tok.text}", tok)
+        raise self.error(f"undefined variable {tok.text}{self.slash_hint(name)}", tok)
+
+    def slash_hint(self, name: str) -> str:
+        """Why ``%x/...`` is one (unknown) name when ``%x`` is bound: '/' is a name
+        character in Relay (v0.19 IsIdent), so ``%x/%y`` or ``%x//c`` need a blank."""
+        head = name.split("/", 1)[0]
+        if head == name or self.lookup(head) is None:
+            return ""
+        return (f" ('/' continues a name, as in Relay: write a blank after %{head} "
+                "before a division or a comment)")
 
     def parse_paren(self) -> A.Expr:
         """``()``, ``(e)``, ``(e,)``, ``(a, b, ...)``."""
@@ -815,7 +957,7 @@ class _Parser:
             pat: A.Pattern = A.PatternWildcard(span=self.span(tok))
         elif tok.kind == "LOCAL":
             var = self.parse_var_decl()
-            self.scopes[-1][var.name] = var
+            self.bind(var.name, var, tok, "pattern variable")
             pat = A.PatternVar(var, span=self.span(tok))
         elif tok.text == "(":
             self.next()
@@ -877,8 +1019,7 @@ class _Parser:
             dtype = _SUFFIX_DTYPES.get(suffix)
             if dtype is None:
                 raise self.error(f"invalid literal suffix '{suffix}'", tok)
-        sign = -1 if m.group("sign") else 1
-        number_text = tok.text[:len(tok.text) - len(suffix)] if suffix else tok.text
+        sign = _literal_sign(m)
         if dtype is None or not dtype.startswith("float"):
             if is_float_syntax:
                 raise self.error(f"invalid integer literal {tok.text!r}", tok)
@@ -893,27 +1034,37 @@ class _Parser:
             if not info.min <= value <= info.max:
                 raise self.error(f"integer literal {tok.text} out of range for {dtype}", tok)
             return np.array(value, dtype=dtype)
-        if m.group("special"):
-            value = float(m.group("special")) * sign
-        else:
-            value = float(number_text)
+        value = _float_literal_value(m)
         if not math.isfinite(value) and not m.group("special"):
             raise self.error(f"float literal {_describe(tok)} out of range for {dtype}", tok)
         if math.isfinite(value) and abs(value) > float(np.finfo(dtype).max):
             raise self.error(f"float literal {_describe(tok)} out of range for {dtype}", tok)
+        if dtype == "float16":
+            # v0.19 FloatImmToNDArray: __gnu_f2h_ieee(static_cast<float>(value)) -- the
+            # double is rounded to float32 first, then to float16 (double rounding).
+            return np.array(np.float32(value), dtype=dtype)
         return np.array(value, dtype=dtype)
+
+    def negate_literal(self, data: np.ndarray, tok: Token) -> np.ndarray:
+        """``-c`` for a scalar literal ``c``, refusing what would wrap around.
+
+        (Relay had no unary minus: a '-' run folded into the literal, see the
+        tokenizer; ``- -2147483648`` must not silently stay -2147483648.)
+        """
+        if data.dtype.kind in "iu":
+            value = -int(data)
+            info = np.iinfo(data.dtype)
+            if not info.min <= value <= info.max:
+                raise self.error(f"negated literal {value} out of range for {data.dtype}", tok)
+            return np.array(value, dtype=data.dtype)
+        return np.negative(data)
 
     def attr_number(self, tok: Token) -> Union[int, float]:
         """Attribute numbers stay Python ``int``/``float`` (double precision)."""
         arr = self.number_array(tok)
         if arr.dtype.kind != "f":
             return int(arr)
-        m = _NUMBER_RE.match(tok.text)
-        special = m.group("special") if m else None
-        if special:
-            return float(special) * (-1 if m.group("sign") else 1)
-        suffix = m.group("suffix") if m else None
-        return float(tok.text[:len(tok.text) - len(suffix)] if suffix else tok.text)
+        return _float_literal_value(_NUMBER_RE.match(tok.text))
 
     def parse_meta_ref(self) -> tuple[str, int, Token, Token]:
         """``meta[kind][index]`` -> (kind, index, first token, last token)."""
@@ -955,8 +1106,25 @@ class _Parser:
             consts = self.metadata.get("constants", [])
             if index < len(consts):
                 data = consts[index]
+            if data is None:
+                raise self.missing_constant_error(index, start)
         ty = self.ty_comment_type(self.pos - 1)
         return A.Constant(data, index, ty, span=self.span(start))
+
+    def missing_constant_error(self, index: int, tok: Token) -> ParseError:
+        """``meta[relay.Constant][N]`` with a #[metadata] section that lacks its value.
+
+        v0.19 refused both at parse time: ParseMetaRef ("no entry in the meta table for
+        `relay.Constant`") and LoadJSON of a Constant node without ``data`` ("cannot
+        find field data").
+        """
+        ref = f"meta[relay.Constant][{index}]"
+        if "relay.Constant" not in self.metadata.get("counts", {}):
+            why = "the #[metadata] section has no relay.Constant list"
+        else:
+            why = ("its relay.Constant node in the #[metadata] section has no 'data' "
+                   "entry (no array)")
+        return self.error(f"{ref} has no value: {why}", tok)
 
     def ty_comment_type(self, tok_index: int) -> Optional[A.Type]:
         """Parse the ``/* ty=... */`` comment after token ``tok_index``, if any."""
@@ -984,19 +1152,12 @@ class _Parser:
             return self.attr_number(tok)
         if kind == "STRING":
             self.next()
-            return _unescape(tok.text[1:-1])
+            try:
+                return _unescape(tok.text[1:-1])
+            except ValueError as exc:
+                raise self.error(f"string literal {_describe(tok)}: {exc}", tok) from None
         if kind == "OP" and tok.text in ("[", "("):
-            self.next()
-            self.enter()
-            closer = _CLOSERS[tok.text]
-            items: list[Any] = []
-            while not self.at(closer):
-                items.append(self.parse_attr_value())
-                if not self.accept(","):
-                    break
-            self.expect_close(closer, "list" if closer == "]" else "tuple")
-            self.leave()
-            return tuple(items)
+            return self.parse_attr_sequence(tok)
         if kind == "IDENT":
             if tok.text == "meta":
                 kind_, index, _, _ = self.parse_meta_ref()
@@ -1016,6 +1177,26 @@ class _Parser:
         if kind == EOF:
             raise self.error("unexpected end of input while parsing an attribute value", tok)
         raise self.error(f"expected an attribute value, got {_describe(tok)}", tok)
+
+    def parse_attr_sequence(self, tok: Token) -> Any:
+        """``[v, ...]`` -> tuple; ``(v)`` -> ``v`` itself, as v0.19's ParseAttributeValue
+        (case kOpenParen: ``Bracket`` around one value).  ``()``, ``(v,)`` and
+        ``(a, b)``, which Relay refused, stay tuples as before."""
+        self.next()
+        self.enter()
+        closer = _CLOSERS[tok.text]
+        items: list[Any] = []
+        comma = False
+        while not self.at(closer):
+            items.append(self.parse_attr_value())
+            comma = self.accept(",")
+            if not comma:
+                break
+        self.expect_close(closer, "list" if closer == "]" else "tuple")
+        self.leave()
+        if closer == ")" and len(items) == 1 and not comma:
+            return items[0]
+        return tuple(items)
 
     # ------------------------------------------------------------------ types
     def parse_type(self) -> A.Type:

@@ -34,6 +34,14 @@ class Token(NamedTuple):
 
 EOF = "EOF"
 
+#: First character of a %local/@global name: v0.19's IsIdentLetter without '/', because
+#: TokenizeOnce tests for '/' (division, ``//``, ``/*``) before IsIdentLetter, so a name
+#: never starts with one.  Inside a name every IsIdent character, '/' included, extends
+#: it: ``%x//c`` is the one name ``x//c`` there too (the printer writes ``%x /* ty=``).
+_NAME_START = r"[A-Za-z_]"
+#: v0.19's IsIdent (tokenizer.h): ASCII letters, digits, '_' and '/'.
+_NAME_CHAR = r"[A-Za-z0-9_/]"
+
 # Order matters: earlier alternatives win at the same position.  Whitespace is
 # consumed as a prefix of every match so it costs no loop iteration of its own.
 _TOKEN_SPEC: tuple[tuple[str, str], ...] = (
@@ -44,13 +52,17 @@ _TOKEN_SPEC: tuple[tuple[str, str], ...] = (
     ("BLOCK_COMMENT", r"/\*"),
     ("METADATA", r"#\[metadata\]"),
     ("HASH", r"#\["),
-    # Special float literals (inff, -inff, nanf, inff16 ...) before identifiers.
-    ("NUMBER", r"-?(?:inf|nan)f(?:16|32|64)?(?![\w.])"
-               r"|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?[A-Za-z_0-9]*"),
+    # Special float literals (inff, -inff, nanf, inff16 ...) before identifiers.  A run
+    # of '-' right before the digits (or inff) belongs to the literal, as in v0.19's
+    # TokenizeOnce, which counts the run: ``--2`` is +2, not ``-(-2)``.
+    ("NUMBER", r"-*(?:inf|nan)f(?:16|32|64)?(?![\w.])"
+               r"|-*\d+(?:\.\d+)?(?:[eE][+-]?\d+)?[A-Za-z_0-9]*"),
     # %0 (graph binding), %x, %fc.weight, %input.1 -- dotted tails are resolved
     # against the scope by the parser (``%x.0`` may be a projection of ``%x``).
-    ("LOCAL", r"%(?:\d+|[A-Za-z_]\w*(?:\.\w+)*)"),
-    ("GLOBAL", r"@[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*"),
+    # Name characters are v0.19's IsIdent: ASCII letters, digits, '_' and '/'
+    # (``%gpu_0/res5_w``, TF's ``%bert/embeddings/...``); see _NAME_START.
+    ("LOCAL", rf"%(?:\d+|{_NAME_START}{_NAME_CHAR}*(?:\.{_NAME_CHAR}+)*)"),
+    ("GLOBAL", rf"@{_NAME_START}{_NAME_CHAR}*(?:\.{_NAME_START}{_NAME_CHAR}*)*"),
     ("STRING", r'"(?:[^"\\\n]|\\.)*"'),
     ("IDENT", r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*"),
     ("PROJ", r"\.\d+"),
@@ -176,11 +188,11 @@ def tokenize(text: str, source_name: str = "<string>") -> TokenStream:
             elif ch == "*" and text.startswith("*/", start):
                 msg = "unexpected '*/' outside a comment"
             elif ch in "%@" and start + 1 < len(text) and not text[start + 1].isspace():
-                # Relay's names are ASCII letters, digits and '_' (its tokenizer's isalpha)
+                # Relay's names are ASCII letters, digits, '_' and '/' (IsIdent)
                 kind_name = "variable" if ch == "%" else "global"
                 msg = (f"{kind_name} name {ch}{text[start + 1]!r}...: a name starts with an "
                        "ASCII letter or '_' (or is a number, for %), then letters, digits, "
-                       "'_' or '.'")
+                       "'_', '/' or '.'")
             else:
                 msg = f"unexpected character {ch!r}"
             raise ParseError(msg, line, col, source_name, lines[line - 1])
