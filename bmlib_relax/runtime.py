@@ -263,7 +263,8 @@ def exact_cast(array: np.ndarray, dtype: Optional[str], name: str) -> np.ndarray
     ``float16`` one); that copy is kept, but only where it cannot change a
     value: safe casts always, a float-to-float cast when no value becomes
     infinite, any other numeric cast only when every value round-trips (``2.0``
-    into ``int32``; not ``1.5``, not ``300`` into ``int8``).  Anything else stays
+    into ``int32``; not ``1.5``, not ``300`` into ``int8``, not ``255`` from ``uint8``
+    into ``int8``, whose bits would read -1).  Anything else stays
     a ``ParamError`` from the shape/dtype check.
     """
     if not dtype or array.dtype == object or array.dtype == np.dtype(dtype):
@@ -277,6 +278,11 @@ def exact_cast(array: np.ndarray, dtype: Optional[str], name: str) -> np.ndarray
         cast = array.astype(target)
         if array.dtype.kind == "f" and target.kind == "f":  # rounding, as a float literal
             kept = bool(np.all(np.isfinite(cast) | ~np.isfinite(array)))
+        elif array.dtype.kind in "iu" and target.kind in "iu":
+            # by value: uint8 255 into int8 round-trips bit for bit but becomes -1
+            info = np.iinfo(target)
+            kept = array.size == 0 or (int(array.min()) >= info.min and
+                                       int(array.max()) <= info.max)
         else:  # integers, int <-> float: every value must come back unchanged
             kept = bool(np.all(cast.astype(array.dtype) == array))
     return cast if kept else array

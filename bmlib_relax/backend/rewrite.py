@@ -43,6 +43,16 @@ PACKABLE_DTYPES = ("float32", "float16")
 QUANTIZED_DTYPES = ("int8", "uint8")
 
 
+def _conv_dtypes_packable(data: str, weight: str, out: str) -> bool:
+    """Whether a conv's dtypes are ones a bmlib template computes, so that its packed
+    weight layout will be read by a template: a conv left on the host (an ``int8``
+    result, a ``float64`` ``out_dtype``, ...) keeps OIHW, which TVM's own lowering reads
+    (it cannot lower ``OIHW{ib}i{ob}o``)."""
+    if weight in PACKABLE_DTYPES:
+        return data == weight and out in PACKABLE_DTYPES
+    return weight in QUANTIZED_DTYPES and data in QUANTIZED_DTYPES and out == "int32"
+
+
 def conv2d_blocking(in_channels: int, out_channels: int, lanes: int) -> tuple[int, int]:
     """``(ib, ob)``: input/output channel blocks for a conv on ``lanes``-wide vectors.
 
@@ -147,7 +157,8 @@ class _WeightPacker(PyExprMutator):
         if array is None and isinstance(weight, relax.Var):  # a folded weight: `lv = const`
             array = const_array(self.lookup_binding(weight))
         if array is None or array.ndim != 4 or \
-                str(array.dtype) not in PACKABLE_DTYPES + QUANTIZED_DTYPES:
+                not _conv_dtypes_packable(str(data.ty.dtype), str(array.dtype),
+                                          str(call.ty.dtype)):
             return call
         if (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout)) != \
                 ("NCHW", "OIHW", "NCHW") or not _static(data.ty, 1) or not _static(call.ty, 1) \
@@ -191,6 +202,8 @@ class _WeightPacker(PyExprMutator):
         data, weight = call.args
         array = const_array(weight)
         if array is None or array.ndim != 4 or str(array.dtype) not in PACKABLE_DTYPES or \
+                not _conv_dtypes_packable(str(data.ty.dtype), str(array.dtype),
+                                          str(call.ty.dtype)) or \
                 (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout)) != \
                 ("NCHW", "IOHW", "NCHW") or not _static(data.ty) or not _static(call.ty) or \
                 not within_template_bounds(data, call):

@@ -90,3 +90,26 @@ def test_negative_batch_norm_variance_is_a_warning_naming_the_weight():
         bmlib_relax.compile(text, {"g": ones, "b": ones, "m": ones,
                                    "running_v": np.array([1.0, -0.5, 2], "float32")})
     assert caught[0].message.param == "running_v"
+
+
+@pytest.mark.parametrize("attrs, message", [
+    ("size=4", r"size=4: the window must have an odd size"),
+    ("axis=-1", r"axis=-1: must be 1 \(NCHW\) or 3 \(NHWC\)"),
+    ("axis=2", r"axis=2: must be 1 \(NCHW\) or 3 \(NHWC\)"),
+])
+def test_lrn_forms_relay_refused_are_named(attrs, message):
+    # v0.19's topi lrn checked an odd, centred window on the channel axis of a 4-D input
+    from bmlib_relax import ConversionError
+
+    text = relay_fn("%x: Tensor[(1, 4, 3, 3), float32]", f"nn.lrn(%x, {attrs})")
+    with pytest.raises(ConversionError, match=rf"nn.lrn: {message}"):
+        import_text(text)
+
+
+def test_lrn_nhwc_runs():
+    x = rand(1, 3, 3, 5)
+    text = relay_fn("%x: Tensor[(1, 3, 3, 5), float32]",
+                    "nn.lrn(%x, size=3, axis=3, bias=1f, alpha=0.5f, beta=0.75f)")
+    sq = np.pad(x * x, [(0, 0), (0, 0), (0, 0), (1, 1)])
+    window = sq[..., :-2] + sq[..., 1:-1] + sq[..., 2:]
+    check(text, [x], x / (1 + 0.5 / 3 * window) ** 0.75, rtol=1e-5, atol=1e-6)

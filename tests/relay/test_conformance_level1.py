@@ -41,6 +41,13 @@ def test_lossy_or_cross_kind_inputs_stay_errors():
         model(np.array([1, 300, 3], "int64"))  # would wrap
     with pytest.raises(ParamError, match="dtype int8"):
         model(np.array([1.5, 2, 3], "float32"))  # float -> int truncates
+    np.testing.assert_array_equal(model(np.array([1, 127, 0], "uint8")), [1, 127, 0])
+    with pytest.raises(ParamError, match="dtype int8"):
+        model(np.array([1, 255, 3], "uint8"))  # the same bits read -1
+    u = relay.var("u", shape=(2,), dtype="uint32")
+    unsigned = _compile([u], relay.nn.relu(relay.cast(u, "float32")))
+    with pytest.raises(ParamError, match="dtype uint32"):
+        unsigned(np.array([1, -1], "int32"))  # the same bits read 4294967295
     y = relay.var("y", shape=(2,), dtype="float16")
     half = _compile([y], relay.nn.relu(relay.cast(y, "float32")))
     with pytest.raises(ParamError, match="dtype float16"):

@@ -175,8 +175,17 @@ def _lrn(inputs, attrs, ctx):
     data = inputs[0]
     dims = shape_of(data)
     size = int(attrs.get("size", 5))
-    axis = int(attrs.get("axis", 1)) % len(dims)
+    axis = int(attrs.get("axis", 1))
     dtype = dtype_of(data)
+    # v0.19's topi lrn checked these when Relay built it (the window is centred: odd)
+    if len(dims) != 4:
+        raise ctx.error(f"expects a 4-D input, got shape {tuple(dims)}")
+    if size % 2 != 1:
+        raise ctx.error(f"size={size}: the window must have an odd size")
+    if axis not in (1, 3):
+        raise ctx.error(f"axis={axis}: must be 1 (NCHW) or 3 (NHWC)")
+    if not dtype.startswith(("float", "bfloat")):
+        raise ctx.error(f"takes floats, got {dtype}")
     sq = relax.op.multiply(data, data)
     half = size // 2
     pad_width = []
