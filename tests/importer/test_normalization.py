@@ -113,3 +113,39 @@ def test_lrn_nhwc_runs():
     sq = np.pad(x * x, [(0, 0), (0, 0), (0, 0), (1, 1)])
     window = sq[..., :-2] + sq[..., 1:-1] + sq[..., 2:]
     check(text, [x], x / (1 + 0.5 / 3 * window) ** 0.75, rtol=1e-5, atol=1e-6)
+
+
+def _normalized(x, axes, eps=1e-5):
+    mean = x.mean(axis=axes, keepdims=True)
+    return (x - mean) / np.sqrt(x.var(axis=axes, keepdims=True) + eps)
+
+
+@pytest.mark.parametrize("center", [True, False])
+@pytest.mark.parametrize("scale", [True, False])
+@pytest.mark.parametrize("op", ["layer_norm", "group_norm", "instance_norm"])
+def test_norms_without_center_or_scale_drop_beta_or_gamma(op, center, scale):
+    # v0.19's SimplifyInference multiplied by gamma only with scale=True and added beta only
+    # with center=True; TVM 0.27's legalization always computed norm * gamma + beta
+    import bmlib_relax
+    from conftest import offloaded_partitions
+
+    x = rand(2, 4, 3, 5)
+    g = np.array([2, 3, 4, 5], "float32")
+    b = np.array([10, 20, 30, 40], "float32")
+    extra = {"layer_norm": "axis=1", "group_norm": "num_groups=2", "instance_norm": ""}[op]
+    attrs = ", ".join(a for a in (extra, f"center={center}", f"scale={scale}") if a)
+    text = relay_fn("%x: Tensor[(2, 4, 3, 5), float32], %g: Tensor[(4), float32], "
+                    "%b: Tensor[(4), float32]", f"nn.{op}(%x, %g, %b, {attrs})")
+    if op == "layer_norm":
+        norm = _normalized(x, (1,))
+    elif op == "group_norm":
+        norm = _normalized(x.reshape(2, 2, 2, 3, 5), (2, 3, 4)).reshape(x.shape)
+    else:
+        norm = _normalized(x, (2, 3))
+    shape = (1, 4, 1, 1)
+    want = norm * (g.reshape(shape) if scale else 1) + (b.reshape(shape) if center else 0)
+    check(text, [x, g, b], want, rtol=1e-4, atol=1e-4)
+    model = bmlib_relax.compile(text, params={"g": g, "b": b})
+    if op != "layer_norm":  # a layer norm over a non-last axis stays on the host
+        assert offloaded_partitions(model.relax_module), "nothing was offloaded"
+    np.testing.assert_allclose(model(x=x), want, rtol=1e-4, atol=1e-4)

@@ -8,13 +8,34 @@ from tvm import relax
 
 from ...errors import SuspiciousWeightWarning
 from ..registry import register_converter
-from ._utils import const_value, ndim_of, normalize_axis
+from ._utils import const_value, dtype_of, ndim_of, normalize_axis, shape_of
 
 
 def _norm_flags(attrs) -> dict:
     return dict(epsilon=float(attrs.get("epsilon", 1e-5)),
                 center=bool(attrs.get("center", True)),
                 scale=bool(attrs.get("scale", True)))
+
+
+def _affine_terms(gamma, beta, attrs) -> tuple:
+    """``(gamma, beta, flags)`` with ``scale=False`` / ``center=False`` written into the
+    operands (ones / zeros), as v0.19's SimplifyInference dropped the multiply / add.
+    TVM 0.27's layer/group/instance-norm legalization (and bmlib's templates) ignore
+    both flags and always computed ``norm * gamma + beta``."""
+    flags = _norm_flags(attrs)
+    if not flags["scale"]:
+        gamma = _filled_like(gamma, 1)
+    if not flags["center"]:
+        beta = _filled_like(beta, 0)
+    return gamma, beta, {**flags, "center": True, "scale": True}
+
+
+def _filled_like(operand, value: int) -> relax.Expr:
+    """A constant of ``operand``'s static shape and dtype filled with ``value``."""
+    dims = shape_of(operand)
+    if all(isinstance(d, int) for d in dims):
+        return relax.const(np.full(dims, value, dtype_of(operand)))
+    return relax.op.full_like(operand, relax.const(value, dtype_of(operand)))
 
 
 def _warn_invalid_variance(var, epsilon: float, ctx) -> None:
@@ -52,8 +73,9 @@ def _batch_norm(inputs, attrs, ctx):
 @register_converter("nn.layer_norm")
 def _layer_norm(inputs, attrs, ctx):
     data, gamma, beta = inputs
+    gamma, beta, flags = _affine_terms(gamma, beta, attrs)
     return relax.op.nn.layer_norm(data, gamma, beta, axes=[int(attrs.get("axis", -1))],
-                                  **_norm_flags(attrs))
+                                  **flags)
 
 
 def _spatial_axes(data, channel_axis: int) -> list[int]:
@@ -64,15 +86,16 @@ def _spatial_axes(data, channel_axis: int) -> list[int]:
 @register_converter("nn.group_norm")
 def _group_norm(inputs, attrs, ctx):
     data, gamma, beta = inputs
+    gamma, beta, flags = _affine_terms(gamma, beta, attrs)
     axis = normalize_axis(attrs.get("axis", 1), ndim_of(data), ctx)
     return relax.op.nn.group_norm(data, gamma, beta, num_groups=int(attrs["num_groups"]),
-                                  channel_axis=axis, axes=_spatial_axes(data, axis),
-                                  **_norm_flags(attrs))
+                                  channel_axis=axis, axes=_spatial_axes(data, axis), **flags)
 
 
 @register_converter("nn.instance_norm")
 def _instance_norm(inputs, attrs, ctx):
     data, gamma, beta = inputs
+    gamma, beta, flags = _affine_terms(gamma, beta, attrs)
     axis = normalize_axis(attrs.get("axis", 1), ndim_of(data), ctx)
     return relax.op.nn.instance_norm(data, gamma, beta, channel_axis=axis,
-                                     axes=_spatial_axes(data, axis), **_norm_flags(attrs))
+                                     axes=_spatial_axes(data, axis), **flags)
