@@ -162,3 +162,27 @@ def test_crop_and_resize_to_a_single_row_is_named():
                     "image.crop_and_resize(%x, %b, %i, crop_size=[1, 5])")
     with pytest.raises(ConversionError, match=r"crop_size=\[1, 5\]: .*division by zero"):
         import_text(text)
+
+
+@pytest.mark.parametrize("attrs, message", [
+    ('padding_mode="foo"', r'"padding_mode=foo" is not supported'),
+    ('method="linear"', r'"method=linear" is not supported'),
+    ('layout="NHWC"', r'"layout=NHWC" is not supported'),
+])
+def test_grid_sample_forms_topi_refused_are_named(attrs, message):
+    # v0.19's (and 0.27's) topi asserted these: a bare AssertionError when the model built
+    from bmlib_relax import ConversionError
+
+    text = relay_fn("%x: Tensor[(1, 2, 4, 4), float32], %g: Tensor[(1, 2, 3, 3), float32]",
+                    f"image.grid_sample(%x, %g, {attrs})")
+    with pytest.raises(ConversionError, match=rf"image.grid_sample: {message}"):
+        import_text(text)
+
+
+def test_affine_grid_of_one_row_is_named():
+    from bmlib_relax import ConversionError
+
+    text = relay_fn("%t: Tensor[(1, 2, 3), float32]", "image.affine_grid(%t, target_shape=[1, 4])")
+    with pytest.raises(ConversionError, match=r"target_shape=\[1, 4\]: needs a height and a "
+                                              r"width above 1"):
+        import_text(text)

@@ -82,3 +82,18 @@ def test_matmul_op_defaults_to_no_transpose():
     text = relay_fn("%a: Tensor[(3, 4), float32], %b: Tensor[(4, 2), float32]",
                     "nn.matmul(%a, %b)")
     check(text, [a, b], a @ b)
+
+
+@pytest.mark.parametrize("params, body, message", [
+    ("%a: Tensor[(3, 4), float32], %b: Tensor[(5, 4), float32]",
+     "nn.matmul(%a, %b, units=6, transpose_b=True)", r"units=6 does not match the weight's 5"),
+    ("%a: Tensor[(2, 2, 3, 4), float32], %b: Tensor[(2, 2, 4, 5), float32]",
+     "nn.batch_matmul(%a, %b, transpose_b=False)", r"takes 3-D operands .* got 4-D and 4-D"),
+    ("%a: Tensor[(3, 4), float32], %b: Tensor[(4, 5), float32]",
+     "nn.batch_matmul(%a, %b, transpose_b=False)", r"takes 3-D operands .* got 2-D and 2-D"),
+])
+def test_products_relay_refused_are_named(params, body, message):
+    from bmlib_relax import ConversionError
+
+    with pytest.raises(ConversionError, match=message):
+        import_text(relay_fn(params, body))

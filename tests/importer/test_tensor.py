@@ -299,3 +299,20 @@ def test_edge_and_reflect_pads_ignore_a_run_time_pad_value(mode, want):
     text = relay_fn("%x: Tensor[(1, 4), float32], %v: float32",
                     f'nn.pad(%x, %v, pad_width=[[0, 0], [1, 1]], pad_mode="{mode}")')
     np.testing.assert_array_equal(run_relay(text, x, np.float32(9)), want)
+
+
+@pytest.mark.parametrize("body, message", [
+    ("expand_dims(%x, axis=-4)", r"axis=-4 is out of range for a 2-d tensor \(\[-3, 2\]\)"),
+    ("expand_dims(%x, axis=0, num_newaxis=-1)", r"num_newaxis=-1 must not be negative"),
+    ("repeat(%x, repeats=0, axis=0)", r"repeats=0 must be at least 1"),
+    ("tile(%x, reps=[0, 1])", r"reps=\[0, 1\]: every repetition must be positive"),
+    ("reshape(%x, newshape=[-4, 2, 2, -1])", r"-4 splits input dim 0 \(6\) into 2 x 2"),
+    ("reshape(%x, newshape=[0, -3])", r"-3 reads input dim 2, past the input's 2 dims"),
+    ("reshape(%x, newshape=[0, 0, 0])", r"0 reads input dim 2, past the input's 2 dims"),
+    ("reshape(%x, newshape=[-4])", r"-4 needs the two dims it splits into after it"),
+])
+def test_shapes_relay_refused_are_named(body, message):
+    # v0.19's ExpandDimsRel / RepeatRel / TileRel / InferNewShape refused these; they ran
+    # here (or failed with a bare "list index out of range")
+    with pytest.raises(ConversionError, match=message):
+        import_text(relay_fn("%x: Tensor[(6, 4), float32]", body))

@@ -46,6 +46,13 @@ def _matmul(inputs, attrs, ctx):
         a = _swap_last_two(a)
     if attrs.get("transpose_b", False):
         b = _swap_last_two(b)
+    units = attrs.get("units")
+    weight = inputs[1]
+    columns = shape_of(weight)[-2 if attrs.get("transpose_b", False) else -1] \
+        if ndim_of(weight) >= 2 else None
+    if units is not None and isinstance(columns, int) and int(units) != columns:
+        # MatmulRel typed the weight from units: another width was a type conflict
+        raise ctx.error(f"units={units} does not match the weight's {columns} columns")
     return relax.op.matmul(a, b, out_dtype(attrs))
 
 
@@ -54,6 +61,9 @@ def _batch_matmul(inputs, attrs, ctx):
     # Relay's BatchMatmulAttrs C++ defaults are transpose_a=False, transpose_b=False;
     # the Python API passed transpose_b=True, which the printer then wrote out.
     a, b = inputs
+    if ndim_of(a) != 3 or ndim_of(b) != 3:  # v0.19's BatchMatmulRel
+        raise ctx.error(f"takes 3-D operands (batch, rows, columns), got {ndim_of(a)}-D "
+                        f"and {ndim_of(b)}-D")
     check_product_operands(*inputs, ctx)
     # The batch (broadcast when one is 1) and the reduction length of the two
     # operands, when only known at run time, are checked equal there (Relay did then).

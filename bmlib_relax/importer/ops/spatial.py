@@ -20,7 +20,7 @@ from tvm.topi import image as topi_image
 
 from ..registry import register_converter
 from ._utils import (
-    dtype_of, ints, optional_ints, resize_args, shape_of, size_dims, static_shape,
+    dtype_of, ints, ndim_of, optional_ints, resize_args, shape_of, size_dims, static_shape,
 )
 
 
@@ -270,12 +270,33 @@ def _upsampling3d(inputs, attrs, ctx):
 
 @register_converter("image.affine_grid")
 def _affine_grid(inputs, attrs, ctx):
-    return relax.op.image.affine_grid(inputs[0], ints(attrs["target_shape"]), align_corners=True)
+    target = ints(attrs["target_shape"])
+    # v0.19's topi affine_grid asserted these (a 1-row grid divides by 0); TVM 0.27's
+    # assert surfaced as a bare AssertionError when the model was built
+    if len(target) != 2 or min(target) <= 1:
+        raise ctx.error(f"target_shape={target}: needs a height and a width above 1")
+    return relax.op.image.affine_grid(inputs[0], target, align_corners=True)
+
+
+# What v0.19's topi grid_sample took, by the data's rank: methods and the one layout.
+_GRID_SAMPLE_FORMS = {4: (("bilinear", "nearest", "bicubic"), "NCHW"),
+                      5: (("bilinear", "nearest"), "NCDHW")}
 
 
 @register_converter("image.grid_sample")
 def _grid_sample(inputs, attrs, ctx):
+    method = attrs.get("method", "bilinear")
+    layout = attrs.get("layout", "NCHW")
+    padding_mode = attrs.get("padding_mode", "zeros")
+    methods, rank_layout = _GRID_SAMPLE_FORMS.get(ndim_of(inputs[0]), ((), None))
+    if rank_layout is None:
+        raise ctx.error(f"expects a 4-D or 5-D input, got {ndim_of(inputs[0])}-D")
+    for name, value, allowed in (("method", method, methods),
+                                 ("layout", layout, (rank_layout,)),
+                                 ("padding_mode", padding_mode,
+                                  ("zeros", "border", "reflection"))):
+        if value not in allowed:
+            raise ctx.unsupported_attr(name, value)
     return relax.op.image.grid_sample(
-        inputs[0], inputs[1], method=attrs.get("method", "bilinear"),
-        layout=attrs.get("layout", "NCHW"), padding_mode=attrs.get("padding_mode", "zeros"),
+        inputs[0], inputs[1], method=method, layout=layout, padding_mode=padding_mode,
         align_corners=bool(attrs.get("align_corners", True)))

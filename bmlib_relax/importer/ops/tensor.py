@@ -36,8 +36,17 @@ def relay_reshape_shape(in_shape: list, newshape: list[int], ctx) -> list:
     out: list = []
     src = 0
     i = 0
+
+    def source_dims(count: int, special: int) -> None:
+        # what v0.19's InferNewShape read past the input's rank (its ICHECKs)
+        if src + count > len(in_shape):
+            raise ctx.error(f"newshape={tuple(newshape)}: {special} reads input dim "
+                            f"{src + count - 1}, past the input's {len(in_shape)} dims")
+
     while i < len(newshape):
         value = newshape[i]
+        if value in (0, -3, -4):
+            source_dims(2 if value == -3 else 1, value)
         if value > 0:
             out.append(value)
             src += 1
@@ -54,12 +63,19 @@ def relay_reshape_shape(in_shape: list, newshape: list[int], ctx) -> list:
             out.append(in_shape[src] * in_shape[src + 1])
             src += 2
         elif value == -4:
+            if i + 2 >= len(newshape):
+                raise ctx.error(f"newshape={tuple(newshape)}: -4 needs the two dims it "
+                                "splits into after it")
             first, second = newshape[i + 1], newshape[i + 2]
             dim = in_shape[src]
             if first == -1:
                 first = dim // second
             if second == -1:
                 second = dim // first
+            if isinstance(dim, int) and isinstance(first, int) and isinstance(second, int) \
+                    and first * second != dim:
+                raise ctx.error(f"newshape={tuple(newshape)}: -4 splits input dim {src} "
+                                f"({dim}) into {first} x {second}")
             out.extend([first, second])
             src += 1
             i += 2
@@ -152,11 +168,18 @@ def _squeeze(inputs, attrs, ctx):
 @register_converter("expand_dims")
 def _expand_dims(inputs, attrs, ctx):
     count = int(attrs.get("num_newaxis", 1))
+    axis = int(attrs["axis"])  # required
+    ndim = ndim_of(inputs[0])
+    # v0.19's ExpandDimsRel
+    if count < 0:
+        raise ctx.error(f"num_newaxis={count} must not be negative")
+    if not -ndim - 1 <= axis <= ndim:
+        raise ctx.error(f"axis={axis} is out of range for a {ndim}-d tensor "
+                        f"([{-ndim - 1}, {ndim}])")
     if count == 0:
         return inputs[0]
-    axis = int(attrs["axis"])  # required
     if axis < 0:  # Relay counts a negative axis against the input rank + 1
-        axis += ndim_of(inputs[0]) + 1
+        axis += ndim + 1
     return relax.op.expand_dims(inputs[0], list(range(axis, axis + count)))
 
 
@@ -437,12 +460,18 @@ def _take(inputs, attrs, ctx):
 
 @register_converter("tile")
 def _tile(inputs, attrs, ctx):
-    return relax.op.tile(inputs[0], ints(attrs["reps"]))  # required
+    reps = ints(attrs["reps"])  # required
+    if any(r <= 0 for r in reps):  # v0.19's TileRel
+        raise ctx.error(f"reps={reps}: every repetition must be positive")
+    return relax.op.tile(inputs[0], reps)
 
 
 @register_converter("repeat")
 def _repeat(inputs, attrs, ctx):
-    return relax.op.repeat(inputs[0], int(attrs["repeats"]), axis=int(attrs["axis"]))
+    repeats = int(attrs["repeats"])
+    if repeats < 1:  # v0.19's RepeatRel
+        raise ctx.error(f"repeats={repeats} must be at least 1")
+    return relax.op.repeat(inputs[0], repeats, axis=int(attrs["axis"]))
 
 
 @register_converter("reverse")
