@@ -382,3 +382,30 @@ def test_qnn_avg_pool2d_keeps_v019s_ceil_mode_windows():
     out = bmlib_relax.compile(text)(x=x)
     assert out.dtype == np.int8
     np.testing.assert_array_equal(out[0, 0], want)
+
+
+def test_requantize_by_a_multiplier_below_the_fixed_point_range_is_zero():
+    # in / out scale below ~2**-33 needs a right shift past 63 bits (v0.19: undefined); the
+    # product of an int32 and it rounds to 0: per channel it gave saturated garbage, per
+    # tensor a bare "Python int too large to convert to C long"
+    x = np.array([[0, 1], [-1, 2 ** 20], [-2 ** 20, 2 ** 30], [-2 ** 30, 6]], "int32")
+    per_channel, per_tensor = _run(lambda x: [
+        qnn.requantize(x, c([1e-12, 0.5]), c(0), c(1.0), c(3), axis=-1, out_dtype="int32"),
+        qnn.requantize(x, c(1e-10), c(0), c(1.0), c(3), out_dtype="int32")], {"x": x})
+    _equal(per_channel[:, 0], np.full(4, 3, "int32"))
+    _equal(per_channel[:, 1], ref.requantize(x[:, 1], 0.5, 0, 1.0, 3, "int32"))
+    _equal(per_tensor, np.full((4, 2), 3, "int32"))
+
+
+@pytest.mark.parametrize("op", ["sqrt", "rsqrt", "log"])
+def test_lookup_table_entries_of_nan_saturate_as_relay(op):
+    # v0.19 quantized the table with qnn.quantize, whose clip (max(min(q, hi), lo), an LLVM
+    # select) took a NaN to hi: sqrt/rsqrt/log of a negative input is 127, not 0
+    x = np.array([-4, -1, 0, 1, 4], "int8")
+    out, = _run(lambda x: getattr(qnn, op)(x, c(0.5), c(0), c(0.1), c(0)), {"x": x})
+    real = x.astype(np.float64) * 0.5
+    with np.errstate(all="ignore"):
+        value = {"sqrt": np.sqrt, "rsqrt": lambda v: 1 / np.sqrt(v), "log": np.log}[op](real)
+    want = np.where(np.isnan(value), 127,
+                    np.clip(ref.round_half_away(value / 0.1), -128, 127)).astype("int8")
+    _equal(out, want)

@@ -158,6 +158,13 @@ def _shifts(shift: int) -> tuple[int, int]:
     return (shift, 0) if shift > 0 else (0, -shift)
 
 
+# A right shift past this many bits has no int64 form (v0.19 shifted by 64 or more there:
+# undefined); the product it would round is below 1/2 in magnitude (an int32 times a
+# Q31 significand is below 2**62), so it rounds to 0 in every mode: a multiplier below
+# about 2**-33 multiplies to 0.
+_MAX_TOTAL_SHIFT = 63
+
+
 def _fixed_point_per_tensor(t32: relax.Expr, multiplier: float, rounding: str) -> relax.Expr:
     """``t32 * multiplier`` rounded as Relay's FixedPointMultiply / ...ToNearest (int32 out)."""
     fixed, shift = fixed_point_multiplier_shift(multiplier)
@@ -171,11 +178,13 @@ def _fixed_point_per_tensor(t32: relax.Expr, multiplier: float, rounding: str) -
             e = -exp
             return relax.op.right_shift(relax.op.add(t32, _const(1 << (e - 1), "int32")),
                                         _const(e, "int32"))
+    total = rshift + 31
+    if total > _MAX_TOTAL_SHIFT:
+        return relax.op.zeros_like(t32)
     x = relax.op.astype(t32, "int64")
     if lshift:
         x = relax.op.left_shift(x, _const(lshift, "int64"))
     x = relax.op.multiply(x, _const(fixed, "int64"))
-    total = rshift + 31
     pos = 1 << (total - 1)
     if rounding == "UPWARD":
         x = relax.op.add(x, _const(pos, "int64"))
@@ -192,6 +201,8 @@ def _fixed_point_per_channel(t32: relax.Expr, multipliers: Sequence[float], ndim
     fixed = np.array([p[0] for p in pairs], "int64")
     lshift = np.array([_shifts(p[1])[0] for p in pairs], "int64")
     total = np.array([_shifts(p[1])[1] + 31 for p in pairs], "int64")
+    vanishing = total > _MAX_TOTAL_SHIFT  # channels whose product rounds to 0
+    fixed[vanishing], total[vanishing] = 0, 31
     pos = np.left_shift(np.int64(1), total - 1)
     x = relax.op.astype(t32, "int64")
     if lshift.any():
@@ -577,6 +588,9 @@ def _quantize_np(x: np.ndarray, scale: float, zp: int, dtype: str) -> np.ndarray
     lo, hi = _INT_RANGE[dtype]
     with np.errstate(all="ignore"):
         q = round_half_away_np(x.astype("float32") / np.float32(scale)) + np.float32(zp)
+        # Relay's quantize clipped with max(min(q, hi), lo), which LLVM selects as
+        # ``q < hi ? q : hi``: a NaN entry (sqrt / log of a negative) became hi
+        q = np.where(np.isnan(q), np.float32(hi), q)
         return np.clip(q, lo, hi).astype(dtype)
 
 
