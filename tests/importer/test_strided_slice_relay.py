@@ -156,3 +156,19 @@ def test_lists_longer_than_the_rank_are_refused(attrs, name):
                        match=rf"strided_slice: {name} has 3 entries, more than the axes "
                              "of a 2-d tensor"):
         import_text(_slice_text((4, 6), attrs))
+
+
+@pytest.mark.parametrize("attrs,ref", [
+    ("begin=[0], end=[-9223372036854775808], strides=[1], axes=[1]", lambda x: x[:, 0:0]),
+    ("begin=[-9223372036854775808], end=[3], strides=[1], axes=[1]", lambda x: x[:, 0:3]),
+    ("begin=[-9223372036854775808], end=[0], strides=[-1], axes=[1]", lambda x: x[:, 0:0]),
+    ("begin=[-1], end=[9223372036854775807], strides=[-2], axes=[1]", lambda x: x[:, 0:0]),
+])
+def test_far_bounds_against_the_stride_on_a_run_time_axis(attrs, ref):
+    # CanonicalizeIndex clamped them whatever the extent; TVM 0.27 sized them as
+    # extent - INT64_MIN: "Literal value ... exceeds range of int64"
+    text = relay_fn("%x: Tensor[(2, ?, 3), float32]", f"strided_slice(%x, {attrs})")
+    model = bmlib_relax.compile(text)
+    for cols in (1, 4):
+        x = rand(2, cols, 3)
+        np.testing.assert_array_equal(model(x), ref(x))

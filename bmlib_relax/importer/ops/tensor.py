@@ -264,6 +264,7 @@ def _strided_slice(inputs, attrs, ctx):
         ctx)
     if mode == "size":
         end, strides = _size_mode_ends(begin, end), [1] * len(axes)
+    begin, end = _clamp_far_bounds(begin, end, strides)
     _check_slice_ranges(dims, axes, begin, end, strides, ctx)
     first: dict[int, tuple[int, int, int]] = {}
     for i, axis in enumerate(axes):
@@ -293,6 +294,24 @@ def _strided_slice(inputs, attrs, ctx):
     data = ctx.bb.match_cast(data, relax.TensorType(reversed_dims, dtype_of(data)))
     return relax.op.strided_slice(data, list(steps), [0] * len(steps),
                                   [_INT64_MAX] * len(steps), list(steps.values()))
+
+
+def _clamp_far_bounds(begin: list[int], end: list[int], strides: list[int]) -> tuple:
+    """Bounds past +-2**62 against their stride's direction, as CanonicalizeIndex
+    clamped them whatever the extent: a forward slice from / to before the start runs from /
+    to 0, a reversed slice from before the start or to past the end is empty
+    (``x[0:0:-1]``).  TVM 0.27 sized
+    them over a run-time extent as ``extent - INT64_MIN``, which overflows ("Literal value
+    exceeds range of int64").  The bounds in the stride's direction (a forward end or a
+    reversed begin past the far side) are the "to the end" sentinels and stay."""
+    begin, end = list(begin), list(end)
+    for i, stride in enumerate(strides):
+        if stride > 0:
+            begin[i] = 0 if begin[i] <= -_FAR else begin[i]
+            end[i] = 0 if end[i] <= -_FAR else end[i]
+        elif begin[i] <= -_FAR or end[i] >= _FAR:  # from before the start / to past the end
+            begin[i], end[i] = 0, 0
+    return begin, end
 
 
 def _reversed_steps_to_start(dims, axes, end, strides) -> dict[int, int]:
