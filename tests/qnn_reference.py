@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 QRANGE = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767),
-          "int32": (-2**31, 2**31 - 1)}
+          "uint16": (0, 65535), "int32": (-2**31, 2**31 - 1)}
 
 
 def multiplier_shift(m: float) -> tuple[int, int]:

@@ -409,3 +409,19 @@ def test_lookup_table_entries_of_nan_saturate_as_relay(op):
     want = np.where(np.isnan(value), 127,
                     np.clip(ref.round_half_away(value / 0.1), -128, 127)).astype("int8")
     _equal(out, want)
+
+
+def test_the_dtypes_v019s_type_relations_took():
+    # QuantizeRel's uint16 output, DequantizeRel's uint16 input, RequantizeRel's int64
+    # input (cast to int32 first by its lowering)
+    x = np.array([-1.0, 0.26, 300.0, 70000.0], "float32")
+    q = np.array([0, 1, 600, 65535], "uint16")
+    wide = np.array([-5, 7, 1 << 20, -(1 << 20)], "int64")
+    quantized, dequantized, requantized = _run(lambda x, q, wide: [
+        qnn.quantize(x, c(0.5), c(3), out_dtype="uint16"),
+        qnn.dequantize(q, c(0.5), c(3)),
+        qnn.requantize(wide, c(0.5), c(0), c(1.0), c(2), out_dtype="int32")],
+        {"x": x, "q": q, "wide": wide})
+    _equal(quantized, ref.quantize(x, 0.5, 3, "uint16"))
+    _equal(dequantized, ((q.astype(np.int32) - 3) * np.float32(0.5)).astype("float32"))
+    _equal(requantized, ref.requantize(wide.astype(np.int32), 0.5, 0, 1.0, 2, "int32"))

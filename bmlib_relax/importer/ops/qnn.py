@@ -301,7 +301,8 @@ def _requantize(inputs, attrs, ctx):
     data, in_scale, in_zp, out_scale, out_zp = inputs
     out_dtype = _check_qdtype(str(attrs.get("out_dtype") or "int8"), ctx, "out_dtype",
                               ("int8", "uint8", "int16", "int32"))
-    _check_qdtype(dtype_of(data), ctx, "the input dtype", _QDTYPES)
+    # v0.19's RequantizeRel took int64 too (its lowering casts the input to int32 first)
+    _check_qdtype(dtype_of(data), ctx, "the input dtype", _QDTYPES + ("int64",))
     # "None" (the attribute's default) meant the RequantizeConfig default: UPWARD, int64.
     rounding = str(attrs.get("rounding", "None"))
     compute_dtype = str(attrs.get("compute_dtype", "None"))
@@ -333,7 +334,7 @@ def _param_axis(attrs, data, ctx) -> tuple[int, int]:
 def _quantize(inputs, attrs, ctx):
     data, scale_e, zp_e = inputs
     out_dtype = _check_qdtype(str(attrs.get("out_dtype") or "int8"), ctx, "out_dtype",
-                              ("int8", "uint8", "int16", "int32"))
+                              ("int8", "uint8", "int16", "uint16", "int32"))  # QuantizeRel's
     if dtype_of(data) != "float32":
         raise ctx.error(f"input must be float32, got {dtype_of(data)}")
     ndim, axis = _param_axis(attrs, data, ctx)
@@ -352,7 +353,7 @@ def _dequantize(inputs, attrs, ctx):
     out_dtype = str(attrs.get("out_dtype") or "float32")
     if out_dtype not in ("float32", "float16"):
         raise ctx.unsupported_attr("out_dtype", out_dtype)
-    _check_qdtype(dtype_of(data), ctx, "the input dtype", _QDTYPES)
+    _check_qdtype(dtype_of(data), ctx, "the input dtype", _QDTYPES + ("uint16",))  # DequantizeRel's
     ndim, axis = _param_axis(attrs, data, ctx)
     scale = qparam(scale_e, ctx, "input_scale", "float32")
     zp = qparam(zp_e, ctx, "input_zero_point", "int32")
