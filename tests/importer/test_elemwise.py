@@ -275,3 +275,17 @@ def test_where_takes_a_condition_of_any_dtype_as_relay(dtype):
     text = relay_fn(f"%c: Tensor[(5), {dtype}], %x: Tensor[(5), float32], "
                     "%y: Tensor[(5), float32]", "where(%c, %x, %y)")
     check(text, [c, x, y], np.where(c != 0, x, y), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("zero_shape", [(), (2, 4)])
+def test_unsigned_zero_minus_x_wraps(zero_shape):
+    # TVM 0.27's simplifier took 0 - x of a uint32 for 0: every result was 0
+    import bmlib_relax
+    from bmlib_relax import relay
+
+    x = relay.var("x", shape=(4,), dtype="uint32")
+    zero = np.zeros(zero_shape, "uint32")
+    model = bmlib_relax.compile(relay.IRModule.from_expr(
+        relay.Function([x], relay.subtract(relay.const(zero), x))))
+    a = np.array([0, 1, 5, 7], "uint32")
+    np.testing.assert_array_equal(model(x=a), zero - a)

@@ -7,7 +7,9 @@ import numpy as np
 from tvm import relax
 
 from ..registry import register_converter
-from ._utils import check_integer_divisor, dtype_of, known_dtype, round_half_away
+from ._utils import (
+    check_integer_divisor, const_value, dtype_of, known_dtype, round_half_away,
+)
 
 # Relay op name -> Relax op; Relay and Relax share numpy broadcasting semantics here.
 BINARY_OPS = {
@@ -85,6 +87,13 @@ def _binary(relax_op, name: str):
             raise ctx.error(f"power of {lhs} tensors: Relay's power takes floats only")
         if name in DIVIDING_OPS:
             check_integer_divisor(inputs[1], ctx, inputs[0])
+        if name == "subtract" and lhs is not None and lhs.startswith("uint"):
+            zero = const_value(inputs[0])
+            if zero is not None and not zero.any():
+                # TVM 0.27's simplifier takes 0 - x of an unsigned type for 0 (see
+                # _negative); adding the zeros back keeps their broadcast shape
+                negated = _unsigned_negative(inputs[1])
+                return negated if zero.ndim == 0 else relax.op.add(negated, inputs[0])
         if name in COMPARISONS and lhs == "bool":
             # Relay's bool was uint1, compared as an unsigned integer; TVM 0.27's LLVM
             # codegen compares bools as floats (and fails), so compare them as uint8
@@ -114,10 +123,13 @@ def _negative(inputs, attrs, ctx):
     it cannot make, and its simplifier takes ``0 - x`` of a uint32 for 0 (it bounds
     unsigned values below by 0, so the difference must be 0)."""
     data = inputs[0]
-    dtype = dtype_of(data)
-    if dtype.startswith("uint"):
-        return relax.op.add(relax.op.bitwise_not(data), relax.const(1, dtype))
+    if dtype_of(data).startswith("uint"):
+        return _unsigned_negative(data)
     return relax.op.negative(data)
+
+
+def _unsigned_negative(data: relax.Expr) -> relax.Expr:
+    return relax.op.add(relax.op.bitwise_not(data), relax.const(1, dtype_of(data)))
 
 
 @register_converter("round")
