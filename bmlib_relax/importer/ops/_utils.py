@@ -120,6 +120,13 @@ def check_integer_divisor(divisor: relax.Expr, ctx, dividend: Optional[relax.Exp
             folded_value(dividend, ctx) is not None or \
             (value is not None and not (value == -1).any()):
         return
+    check_quotient_fits(dividend, divisor, ctx)
+
+
+def check_quotient_fits(dividend: relax.Expr, divisor: relax.Expr, ctx) -> None:
+    """A run check that no signed ``dividend`` holding its type's minimum meets a
+    ``divisor`` of -1 (the quotient overflows and x86 stops the process with SIGFPE)."""
+    dtype = dtype_of(divisor)
     lowest = int(np.iinfo(dtype).min)
     emit_tensor_check(ctx, none_hold(relax.op.logical_and(
         relax.op.equal(dividend, relax.const(lowest, dtype)),
@@ -362,18 +369,24 @@ def round_half_away(x: relax.Expr, ctx) -> relax.Expr:
     dtype = dtype_of(x)
     if not dtype.startswith(("float", "bfloat")):
         return x
-    below_half = relax.const(float(np.nextafter(np.array(0.5, dtype), 0)), dtype) \
-        if dtype != "bfloat16" else relax.const(0.498046875, dtype)
-    return relax.op.trunc(relax.op.add(x, relax.op.multiply(relax.op.sign(x), below_half)))
+    half = relax.const(below_half(dtype), dtype)
+    return relax.op.trunc(relax.op.add(x, relax.op.multiply(relax.op.sign(x), half)))
 
 
 def round_half_away_np(x: np.ndarray) -> np.ndarray:
     """:func:`round_half_away` on a NumPy array (values folded at import)."""
     if x.dtype.kind != "f":
         return x
-    below_half = np.nextafter(x.dtype.type(0.5), x.dtype.type(0))
     with np.errstate(invalid="ignore"):
-        return np.trunc(x + np.sign(x) * below_half)
+        return np.trunc(x + np.sign(x) * x.dtype.type(below_half(str(x.dtype))))
+
+
+def below_half(dtype: str) -> float:
+    """The largest ``dtype`` float below 0.5: what :func:`round_half_away` adds (the
+    TIR form in ``te_ops`` too).  bfloat16 (8 significant bits): 0.5 - 2**-9."""
+    if dtype == "bfloat16":
+        return 0.5 - 2.0 ** -9
+    return float(np.nextafter(np.array(0.5, dtype), np.array(0, dtype)))
 
 
 def nearest_rounding(method: str, coordinate_mode: str, rounding: str) -> str:

@@ -13,10 +13,11 @@ import tvm
 from tvm import relax
 
 from ..registry import register_converter
-from ..run_checks import emit_run_check, emit_tensor_check, none_hold
+from ..run_checks import emit_run_check
 from ._utils import (
-    check_nonempty_average, check_reduced_axes_nonempty_at_run_time, dtype_of,
-    empty_reduced_axis, ndim_of, normalize_axis, optional_ints, reduced_shape, shape_of,
+    check_nonempty_average, check_quotient_fits, check_reduced_axes_nonempty_at_run_time,
+    dtype_of, empty_reduced_axis, ndim_of, normalize_axis, optional_ints, reduced_shape,
+    shape_of,
 )
 
 REDUCE_OPS = {
@@ -161,14 +162,8 @@ def _run_time_count(count: Any, total: relax.Expr, dtype: str, ctx) -> relax.Exp
                        "integer division would stop the process with SIGFPE)", count)
     counted = ctx.emit(relax.op.shape_to_tensor(relax.ShapeExpr([count])))
     divisor = ctx.emit(relax.op.reshape(relax.op.astype(counted, dtype), []))
-    if dtype.startswith("int"):
-        lowest = int(np.iinfo(dtype).min)
-        emit_tensor_check(ctx, none_hold(relax.op.logical_and(
-            relax.op.equal(total, relax.const(lowest, dtype)),
-            relax.op.equal(divisor, relax.const(-1, dtype)))),
-            f"integer overflow: a sum of {lowest} divided by the element count cast to "
-            f"{dtype}, -1 in this run, has no {dtype} quotient (the division would stop "
-            "the process with SIGFPE)")
+    if dtype.startswith("int"):  # the count cast to the dtype may be -1
+        check_quotient_fits(total, divisor, ctx)
     return divisor
 
 

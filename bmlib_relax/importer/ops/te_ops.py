@@ -10,13 +10,14 @@ OIHW, or NHWC/HWIO), ``image.dilation2d``, ``image.crop_and_resize``, ``nn.bitpa
 """
 from __future__ import annotations
 
-import numpy as np
 from tvm import te, tirx, topi
 from tvm.topi import image as topi_image
 from tvm.topi import nn as topi_nn
 
 from ..registry import register_converter
-from ._utils import check_index_values, dtype_of, expand_padding, ints, out_dtype, shape_of
+from ._utils import (
+    below_half, check_index_values, dtype_of, expand_padding, ints, out_dtype, shape_of,
+)
 
 
 @register_converter("sliding_window")
@@ -86,21 +87,19 @@ def _dilation2d(inputs, attrs, ctx):
 def _crop_and_resize(inputs, attrs, ctx):
     # box_indices pick the image of each box: out of range, TOPI reads beside the batch
     check_index_values(inputs[2], shape_of(inputs[0])[:1], ctx, "box_indices")
-    layout = attrs.get("layout", "NCHW")
-    if 1 in ints(attrs["crop_size"]):
-        raise ctx.error(f"crop_size={ints(attrs['crop_size'])}: TOPI's crop_and_resize scales "
-                        "by 1 / (crop_size - 1), a division by zero (Relay could not build it)")
-    if attrs.get("method", "bilinear") == "nearest_neighbor" and layout in ("NCHW", "NHWC"):
+    layout, method = attrs.get("layout", "NCHW"), attrs.get("method", "bilinear")
+    crop_size = ints(attrs["crop_size"])
+    if 1 in crop_size:
+        raise ctx.error(f"crop_size={crop_size}: TOPI's crop_and_resize scales by "
+                        "1 / (crop_size - 1), a division by zero (Relay could not build it)")
+    extrapolation = float(attrs.get("extrapolation_value", 0.0))
+    dtype = out_dtype(attrs) or dtype_of(inputs[0])
+    if method == "nearest_neighbor" and layout in ("NCHW", "NHWC"):
         return ctx.bb.call_te(_crop_and_resize_nearest, inputs[0], inputs[1], inputs[2],
-                              ints(attrs["crop_size"]), layout,
-                              float(attrs.get("extrapolation_value", 0.0)),
-                              out_dtype(attrs) or dtype_of(inputs[0]),
+                              crop_size, layout, extrapolation, dtype,
                               primfunc_name_hint="image_crop_and_resize_nearest")
     return ctx.bb.call_te(topi_image.crop_and_resize, inputs[0], inputs[1], inputs[2],
-                          ints(attrs["crop_size"]), attrs.get("layout", "NCHW"),
-                          attrs.get("method", "bilinear"),
-                          float(attrs.get("extrapolation_value", 0.0)),
-                          out_dtype(attrs) or dtype_of(inputs[0]))
+                          crop_size, layout, method, extrapolation, dtype)
 
 
 def _crop_and_resize_nearest(data, boxes, box_indices, crop_size, layout: str,
@@ -116,18 +115,18 @@ def _crop_and_resize_nearest(data, boxes, box_indices, crop_size, layout: str,
     shape = list(data.shape)
     shape[0], shape[h_axis], shape[w_axis] = box_indices.shape[0], target_h, target_w
 
-    def source(box, lo, hi, size, target, out):
+    def source(lo, hi, size, target, out):
         scale = ((size - 1) * (hi - lo)).astype("float") / (target - 1)
         return lo * (size - 1) + scale * out
 
     def round_half_away(value):
-        half = tirx.const(float(np.nextafter(np.float32(0.5), np.float32(0))), "float32")
+        half = tirx.const(below_half("float32"), "float32")
         return tirx.trunc(value + tirx.Select(value < 0, -half, half)).astype("int32")
 
     def compute(*index):
         n, y, x = index[0], index[h_axis], index[w_axis]
-        in_y = source(n, boxes[n, 0], boxes[n, 2], image_h, target_h, y)
-        in_x = source(n, boxes[n, 1], boxes[n, 3], image_w, target_w, x)
+        in_y = source(boxes[n, 0], boxes[n, 2], image_h, target_h, y)
+        in_x = source(boxes[n, 1], boxes[n, 3], image_w, target_w, x)
         read = list(index)
         read[0] = box_indices[n]
         read[h_axis] = te.max(te.min(round_half_away(in_y), image_h - 1), 0)

@@ -283,7 +283,7 @@ def _strided_slice(inputs, attrs, ctx):
         cut_dims = [tvm.tirx.Var(f"{dims[a]}_cut", "int64") if a in first else d
                     for a, d in enumerate(data.ty.shape.values)]
         data = ctx.bb.match_cast(data, relax.TensorType(cut_dims, dtype_of(data)))
-    steps = _reversed_steps_to_start(dims, axes, end, strides)
+    steps, strides = _reversed_steps_to_start(dims, axes, end, strides)
     if not steps:
         return relax.op.strided_slice(data, axes, begin, end, strides)
     data = ctx.emit(relax.op.strided_slice(data, axes, begin, end, strides))
@@ -298,12 +298,12 @@ def _strided_slice(inputs, attrs, ctx):
 
 def _clamp_far_bounds(begin: list[int], end: list[int], strides: list[int]) -> tuple:
     """Bounds past +-2**62 against their stride's direction, as CanonicalizeIndex
-    clamped them whatever the extent: a forward slice from / to before the start runs from /
-    to 0, a reversed slice from before the start or to past the end is empty
-    (``x[0:0:-1]``).  TVM 0.27 sized
-    them over a run-time extent as ``extent - INT64_MIN``, which overflows ("Literal value
-    exceeds range of int64").  The bounds in the stride's direction (a forward end or a
-    reversed begin past the far side) are the "to the end" sentinels and stay."""
+    clamped them whatever the extent: a forward slice from / to before the start runs
+    from / to 0, a reversed slice from before the start or to past the end is empty
+    (``x[0:0:-1]``).  TVM 0.27 sized them over a run-time extent as ``extent -
+    INT64_MIN``, which overflows ("Literal value exceeds range of int64").  The bounds
+    in the stride's direction (a forward end or a reversed begin past the far side) are
+    the "to the end" sentinels and stay."""
     begin, end = list(begin), list(end)
     for i, stride in enumerate(strides):
         if stride > 0:
@@ -314,17 +314,17 @@ def _clamp_far_bounds(begin: list[int], end: list[int], strides: list[int]) -> t
     return begin, end
 
 
-def _reversed_steps_to_start(dims, axes, end, strides) -> dict[int, int]:
-    """``{axis: step}`` for the run-time-sized axes sliced backwards to their start with a
-    stride below -1, whose stride this sets to -1: ``x[b::-s]`` is ``x[b::-1][::s]``.
-    TVM 0.27 sizes ``x[b:INT64_MIN:-s]`` of a symbolic axis as empty (its ceil-division
-    overflows int64), while a stride of -1, and a forward slice to INT64_MAX, it sizes
-    right."""
-    steps = {}
+def _reversed_steps_to_start(dims, axes, end, strides) -> tuple[dict[int, int], list[int]]:
+    """``({axis: step}, strides)`` for the run-time-sized axes sliced backwards to their
+    start with a stride below -1, whose stride becomes -1: ``x[b::-s]`` is
+    ``x[b::-1][::s]``.  TVM 0.27 sizes ``x[b:INT64_MIN:-s]`` of a symbolic axis as empty
+    (its ceil-division overflows int64), while a stride of -1, and a forward slice to
+    INT64_MAX, it sizes right."""
+    steps, strides = {}, list(strides)
     for i, axis in enumerate(axes):
         if not isinstance(dims[axis], int) and strides[i] < -1 and end[i] <= -_FAR:
             steps[axis], strides[i] = -strides[i], -1
-    return steps
+    return steps, strides
 
 
 def _relay_slice_lists(begin: list[int], end: list[int], strides: list[int] | None,
