@@ -106,6 +106,34 @@ TEXT_SIGNATURES: dict[str, tuple[str, str]] = {
     "dyn.ones": ("shape, dtype=''", "shape"),
     "dyn.full": ("fill_value, shape, dtype=''", "fill_value shape"),
     "dyn.reshape": ("data, newshape, allowzero=False", "data newshape"),
+    # the other dyn.* ops of v0.19 (operands named ``x_`` where the attrs type keeps an
+    # unset field ``x``, printed ``x=None``)
+    "dyn.broadcast_to": ("data, shape_, shape=None, dtype=''", "data shape_"),
+    "dyn.tile": ("data, reps_, reps=None", "data reps_"),
+    "dyn.squeeze": ("data, axes, axis=None", "data axes"),
+    "dyn.expand_dims": ("data, axis, num_newaxis=1", "data axis"),
+    "dyn.strided_slice": ("data, begin_, end_, strides_, begin=None, end=None, strides=None, "
+                          "axes=None, slice_mode='end'", "data begin_ end_ strides_"),
+    "dyn.topk": ("data, k_, k=None, axis=-1, ret_type='both', is_ascend=False, dtype=''",
+                 "data k_"),
+    "dyn.one_hot": ("indices, on_value, off_value, depth_, depth=1, axis=-1, dtype=''",
+                    "indices on_value off_value depth_"),
+    "dyn.sparse_to_dense": ("sparse_indices, sparse_values, default_value, output_shape_, "
+                            "output_shape=None",
+                            "sparse_indices sparse_values default_value output_shape_"),
+    "dyn.nn.pad": ("data, pad_width_, pad_value, pad_width=None, pad_mode='constant'",
+                   "data pad_width_ pad_value"),
+    "dyn.nn.upsampling": ("data, scale_h_, scale_w_, scale_h=1.0, scale_w=1.0, layout='NCHW', "
+                          "method='nearest_neighbor', align_corners=False",
+                          "data scale_h_ scale_w_"),
+    "dyn.nn.upsampling3d": ("data, scale_d_, scale_h_, scale_w_, scale_d=1.0, scale_h=1.0, "
+                            "scale_w=1.0, layout='NCDHW', method='nearest_neighbor', "
+                            "coordinate_transformation_mode='half_pixel'",
+                            "data scale_d_ scale_h_ scale_w_"),
+    "dyn.image.resize2d": ("data, size_, roi_, size=None, roi=None, layout='NCHW', "
+                           "method='linear', coordinate_transformation_mode='half_pixel', "
+                           "rounding_method='', cubic_alpha=-0.5, cubic_exclude=0, "
+                           "extrapolation_value=0.0, out_dtype=''", "data size_ roi_"),
     # ArangeAttrs keeps start/stop/step fields besides the operands.
     "arange": ("start_, stop_, step_, start=None, stop=None, step=None, dtype=''",
                "start_ stop_ step_"),

@@ -19,20 +19,20 @@ def _ones(inputs, attrs, ctx):
     return relax.op.ones(ints(attrs["shape"]), attrs.get("dtype") or "float32")
 
 
-@register_converter("dyn.zeros")
-def _dyn_zeros(inputs, attrs, ctx):
+def run_time_zeros(inputs, attrs, ctx):
+    """``dyn.zeros`` with a shape known only when the model runs (see :mod:`.dynamic`)."""
     dtype = attrs.get("dtype") or "float32"
     return relax.op.zeros(_run_time_shape(inputs[0], dtype, ctx), dtype)
 
 
-@register_converter("dyn.ones")
-def _dyn_ones(inputs, attrs, ctx):
+def run_time_ones(inputs, attrs, ctx):
+    """``dyn.ones`` with a shape known only when the model runs (see :mod:`.dynamic`)."""
     dtype = attrs.get("dtype") or "float32"
     return relax.op.ones(_run_time_shape(inputs[0], dtype, ctx), dtype)
 
 
-@register_converter("dyn.full")
-def _dyn_full(inputs, attrs, ctx):
+def run_time_full(inputs, attrs, ctx):
+    """``dyn.full`` with a shape known only when the model runs (see :mod:`.dynamic`)."""
     dtype = attrs.get("dtype") or dtype_of(inputs[0])
     return relax.op.full(_run_time_shape(inputs[1], dtype, ctx), inputs[0], dtype)
 

@@ -94,9 +94,9 @@ def _reshape(inputs, attrs, ctx):
     return relax.op.reshape(inputs[0], target)
 
 
-@register_converter("dyn.reshape")
-def _dyn_reshape(inputs, attrs, ctx):
-    """``reshape`` to a shape tensor read when the model runs (Relay's ``dyn.reshape``):
+def run_time_reshape(inputs, attrs, ctx):
+    """``reshape`` to a shape tensor read when the model runs (Relay's ``dyn.reshape``
+    whose shape is not known at import, see :mod:`.dynamic`):
     its values > 0 are dims, 0 copies the input's dim at that index, one -1 takes what
     is left.  The shape is computed from those rules on the host, checked (only those
     special values, at most one -1, the element count kept) and cast to fresh dims."""

@@ -11,8 +11,6 @@ that Relay's Python API composes from several ops (``std``, ``logsumexp``,
 from __future__ import annotations
 
 import builtins
-import functools
-import inspect
 from typing import Any, Optional
 
 from . import image, nn, vision
@@ -20,7 +18,8 @@ from .. import ast
 from ..builder import const, get
 from ..type_infer import register_type_relation
 from ._make import (
-    REGISTERED, TupleWrapper, as_expr, define_ops, make_op, registered, tuple_operand,
+    REGISTERED, TupleWrapper, as_expr, define_ops, dynamic_call, dynamic_form, is_dynamic,
+    make_op, registered, tuple_operand,
 )
 
 _UNARY = ("log log2 log10 tan cos cosh sin sinh acos acosh asin asinh atan atanh exp erf sqrt "
@@ -133,32 +132,22 @@ def _shape_list(shape: Any) -> Any:
     return shape
 
 
-def _is_dynamic(value: Any) -> bool:
-    """A builder argument Relay took as a run-time operand: an expression that is not
-    a constant (Relay's Python API then built the ``dyn.*`` form of the op)."""
-    return isinstance(value, ast.Expr) and not (isinstance(value, ast.Constant)
-                                                and value.data is not None)
-
-
 #: ``dyn.*`` op -> the builder function that makes it for a run-time shape / size.
 DYNAMIC_FORMS = {"dyn.zeros": "zeros", "dyn.ones": "ones", "dyn.full": "full",
                  "dyn.reshape": "reshape", "dyn.broadcast_to": "broadcast_to",
                  "dyn.tile": "tile", "dyn.strided_slice": "strided_slice", "dyn.topk": "topk",
-                 "dyn.one_hot": "one_hot"}
-
-
-def _dynamic_call(op: str, operands: tuple, attrs: dict) -> ast.Call:
-    """``dyn.<op>(operands...)``, as Relay's builder made it for run-time shapes / sizes
-    (the importer then names it as an op it does not support, at the call)."""
-    return ast.Call(ast.Op(f"dyn.{op}"),
-                    tuple(as_expr(v, f"dyn.{op} operand") for v in operands), ast.Attrs(attrs))
+                 "dyn.one_hot": "one_hot", "dyn.squeeze": "squeeze",
+                 "dyn.expand_dims": "expand_dims", "dyn.sparse_to_dense": "sparse_to_dense",
+                 "dyn.nn.pad": "nn.pad", "dyn.nn.upsampling": "nn.upsampling",
+                 "dyn.nn.upsampling3d": "nn.upsampling3d",
+                 "dyn.image.resize2d": "image.resize2d"}
 
 
 @registered("zeros")
 def zeros(shape, dtype):
     """Relay ``zeros``: a tensor of zeros (``shape`` int, list or constant)."""
-    if _is_dynamic(shape):
-        return _dynamic_call("zeros", (shape,), {"dtype": str(dtype)})
+    if is_dynamic(shape):
+        return dynamic_call("zeros", (shape,), {"dtype": str(dtype)})
     return ast.Call(ast.Op("zeros"), (), ast.Attrs({"shape": _shape_list(shape),
                                                      "dtype": str(dtype)}))
 
@@ -166,8 +155,8 @@ def zeros(shape, dtype):
 @registered("ones")
 def ones(shape, dtype):
     """Relay ``ones``: a tensor of ones."""
-    if _is_dynamic(shape):
-        return _dynamic_call("ones", (shape,), {"dtype": str(dtype)})
+    if is_dynamic(shape):
+        return dynamic_call("ones", (shape,), {"dtype": str(dtype)})
     return ast.Call(ast.Op("ones"), (), ast.Attrs({"shape": _shape_list(shape),
                                                     "dtype": str(dtype)}))
 
@@ -175,8 +164,8 @@ def ones(shape, dtype):
 @registered("full")
 def full(fill_value, shape=(), dtype=""):
     """Relay ``full``: ``fill_value`` (a scalar operand) broadcast to ``shape``."""
-    if _is_dynamic(shape):
-        return _dynamic_call("full", (fill_value, shape), {"dtype": str(dtype)} if dtype else {})
+    if is_dynamic(shape):
+        return dynamic_call("full", (fill_value, shape), {"dtype": str(dtype)} if dtype else {})
     attrs = {"shape": _shape_list(shape)}
     if dtype:
         attrs["dtype"] = str(dtype)
@@ -230,10 +219,10 @@ def meshgrid(data, indexing="ij"):
 def strided_slice(data, begin, end, strides=None, axes=None, slice_mode="end"):
     """Relay ``strided_slice`` (static ``begin``/``end``/``strides``; run-time ones make
     ``dyn.strided_slice``, as Relay's builder did)."""
-    if builtins.any(_is_dynamic(v) for v in (begin, end, strides)):  # `any` is Relay's op here
+    if builtins.any(is_dynamic(v) for v in (begin, end, strides)):  # `any` is Relay's op here
         bounds = [v if isinstance(v, ast.Expr) else const(list(v), dtype="int64")
                   for v in (begin, end, strides if strides is not None else [1])]
-        return _dynamic_call("strided_slice", (data, *bounds), {"slice_mode": slice_mode})
+        return dynamic_call("strided_slice", (data, *bounds), {"slice_mode": slice_mode})
     attrs = {"begin": _shape_list(begin), "end": _shape_list(end)}
     if strides is not None:
         attrs["strides"] = _shape_list(strides)
@@ -384,9 +373,9 @@ def topk(data, k=1, axis=-1, ret_type="both", is_ascend=False, dtype="int32"):
         k = int(k.data)
     attrs = {"k": k, "axis": axis, "ret_type": ret_type, "is_ascend": bool(is_ascend),
              "dtype": dtype}
-    if _is_dynamic(k):
+    if is_dynamic(k):
         del attrs["k"]
-        call = _dynamic_call("topk", (data, k), attrs)
+        call = dynamic_call("topk", (data, k), attrs)
     else:
         call = ast.Call(ast.Op("topk"), (as_expr(data, "topk data"),), ast.Attrs(attrs))
     return TupleWrapper(call, 2) if ret_type == "both" else call
@@ -508,27 +497,20 @@ __all__ += ["unique", "zeros", "ones", "full", "arange", "concatenate", "stack",
             "variance", "std", "mean_variance", "mean_std", "logsumexp", "topk", "segment_sum"]
 
 
-def _dynamic_form(name: str, operand: str, build_dynamic):
-    """Builder ``name`` whose ``operand`` argument, when an expression, makes the
-    ``dyn.*`` form (``build_dynamic(bound arguments)``), as Relay's builder did."""
-    static = globals()[name]
-    params = list(inspect.signature(static).parameters)
-
-    def builder(*args: Any, **kwargs: Any):
-        bound = dict(zip(params, args), **kwargs)
-        if _is_dynamic(bound.get(operand)):
-            return build_dynamic(bound)
-        return static(*args, **kwargs)
-
-    return functools.update_wrapper(builder, static)  # Relay's signature, for inspect
-
-
-reshape = _dynamic_form("reshape", "newshape", lambda a: _dynamic_call(
+dynamic_form(globals(), "reshape", "newshape", lambda a: dynamic_call(
     "reshape", (a["data"], a["newshape"]), {"allowzero": bool(a.get("allowzero", False))}))
-broadcast_to = _dynamic_form("broadcast_to", "shape", lambda a: _dynamic_call(
+dynamic_form(globals(), "broadcast_to", "shape", lambda a: dynamic_call(
     "broadcast_to", (a["data"], a["shape"]), {}))
-tile = _dynamic_form("tile", "reps", lambda a: _dynamic_call(
+dynamic_form(globals(), "tile", "reps", lambda a: dynamic_call(
     "tile", (a["data"], a["reps"]), {}))
-one_hot = _dynamic_form("one_hot", "depth", lambda a: _dynamic_call(
+dynamic_form(globals(), "one_hot", "depth", lambda a: dynamic_call(
     "one_hot", (a["indices"], a["on_value"], a["off_value"], a["depth"]),
     {"axis": a.get("axis", -1), "dtype": a.get("dtype", "float32")}))
+dynamic_form(globals(), "squeeze", "axis", lambda a: dynamic_call(
+    "squeeze", (a["data"], a["axis"]), {}))
+dynamic_form(globals(), "expand_dims", "axis", lambda a: dynamic_call(
+    "expand_dims", (a["data"], a["axis"]), {"num_newaxis": int(a["num_newaxis"])}))
+dynamic_form(globals(), "sparse_to_dense", "output_shape", lambda a: dynamic_call(
+    "sparse_to_dense", (a["sparse_indices"], a["sparse_values"],
+                        a["default_value"] if isinstance(a["default_value"], ast.Expr)
+                        else const(a["default_value"]), a["output_shape"]), {}))

@@ -19,6 +19,7 @@ becomes its value, as Relay's Python API did.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any, Callable, Iterable, Optional
 
@@ -191,3 +192,37 @@ def registered(path: str, op_name: Optional[str] = None):
         register(path, op_name or path)
         return fn
     return wrap
+
+
+# ----------------------------------------------------------------------- the dyn.* forms
+def is_dynamic(value: Any) -> bool:
+    """A builder argument Relay took as a run-time operand: an expression that is not
+    a constant (Relay's Python API then built the ``dyn.*`` form of the op)."""
+    return isinstance(value, ast.Expr) and not (isinstance(value, ast.Constant)
+                                                and value.data is not None)
+
+
+def dynamic_call(op: str, operands: tuple, attrs: dict) -> ast.Call:
+    """``dyn.<op>(operands...)``, as Relay's builder made it for run-time shapes / sizes
+    (the importer makes it the static op again when those operands are known then, as
+    Relay's DynamicToStatic did: :mod:`bmlib_relax.importer.ops.dynamic`)."""
+    return ast.Call(ast.Op(f"dyn.{op}"),
+                    tuple(as_expr(v, f"dyn.{op} operand") for v in operands), ast.Attrs(attrs))
+
+
+def dynamic_form(namespace: dict, name: str, operands: str, build_dynamic: Callable) -> None:
+    """Replace the builder ``namespace[name]`` by one whose arguments named in
+    ``operands`` (space-separated) make the ``dyn.*`` form when any of them is an
+    expression (``build_dynamic(bound arguments with defaults)``), as Relay's builder did."""
+    static = namespace[name]
+    signature = inspect.signature(static)
+    names = operands.split()
+
+    def builder(*args: Any, **kwargs: Any):
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        if any(is_dynamic(bound.arguments.get(arg)) for arg in names):
+            return build_dynamic(bound.arguments)
+        return static(*args, **kwargs)
+
+    namespace[name] = functools.update_wrapper(builder, static)  # Relay's signature

@@ -2,7 +2,9 @@
 (``python/tvm/relay/op/image/image.py``)."""
 from __future__ import annotations
 
-from ._make import define_ops
+from .. import ast
+from ..builder import const
+from ._make import define_ops, dynamic_call, dynamic_form
 
 
 def _resize(layout: str) -> str:
@@ -29,3 +31,21 @@ TABLE = {
 }
 
 __all__ = define_ops(globals(), "image.", TABLE)
+
+
+def _dynamic_resize2d(args: dict):
+    """``dyn.image.resize2d``: a size or roi given as an expression; the other becomes a
+    constant (int64 size, float32 roi), as Relay's builder made them."""
+    size, roi = args["size"], args["roi"]
+    size = size if isinstance(size, ast.Expr) else const(list(size), "int64")
+    roi = roi if isinstance(roi, ast.Expr) else const(list(roi or [0.0] * 4), "float32")
+    attrs = {k: args[k] for k in ("layout", "method", "coordinate_transformation_mode",
+                                  "rounding_method", "cubic_alpha", "cubic_exclude",
+                                  "extrapolation_value")}
+    if args["out_dtype"]:
+        attrs["out_dtype"] = args["out_dtype"]
+    return dynamic_call("image.resize2d", (args["data"], size, roi), attrs)
+
+
+dynamic_form(globals(), "resize2d", "size roi", _dynamic_resize2d)
+

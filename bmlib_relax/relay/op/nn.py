@@ -5,7 +5,8 @@ from __future__ import annotations
 from .. import ast
 from ..builder import const
 from ..type_infer import register_type_relation
-from ._make import as_expr, attr_value, define_ops, make_op, register, registered
+from ._make import (as_expr, attr_value, define_ops, dynamic_call, dynamic_form, make_op,
+                    register, registered)
 
 
 def _conv(ndim: int, layout: str, kernel: str, transpose: bool = False,
@@ -170,6 +171,16 @@ def dropout(data, rate=0.5):
 __all__ += ["pad", "dropout", "dropout_raw"]
 
 
+def _scale_operand(value):
+    """A scale given with a run-time one: a float64 constant, as Relay's builder made it."""
+    return value if isinstance(value, ast.Expr) else const(float(value), "float64")
+
+
+dynamic_form(globals(), "pad", "pad_width", lambda a: dynamic_call(
+    "nn.pad", (a["data"], a["pad_width"], a["pad_value"] if isinstance(a["pad_value"], ast.Expr)
+               else const(a["pad_value"])), {"pad_mode": a["pad_mode"]}))
+
+
 @register_type_relation("nn.bitserial_dense")
 def _bitserial_dense_type(arg_types, attrs, call):
     """data (..., K) -> (..., units) of ``out_dtype`` (Relay's BitserialDenseRel).
@@ -212,3 +223,13 @@ def _upsampling_relation(axes: str, default_layout: str):
 
 register_type_relation("nn.upsampling")(_upsampling_relation("HW", "NCHW"))
 register_type_relation("nn.upsampling3d")(_upsampling_relation("DHW", "NCDHW"))
+
+
+dynamic_form(globals(), "upsampling", "scale_h scale_w", lambda a: dynamic_call(
+    "nn.upsampling", (a["data"], *(_scale_operand(a[k]) for k in ("scale_h", "scale_w"))),
+    {k: a[k] for k in ("layout", "method", "align_corners")}))
+dynamic_form(globals(), "upsampling3d", "scale_d scale_h scale_w", lambda a: dynamic_call(
+    "nn.upsampling3d",
+    (a["data"], *(_scale_operand(a[k]) for k in ("scale_d", "scale_h", "scale_w"))),
+    {k: a[k] for k in ("layout", "method", "coordinate_transformation_mode")}))
+
