@@ -63,7 +63,7 @@ def test_checked_type_before_inference_is_a_clear_error():
 def test_built_module_prints_and_reparses():
     mod = relay.IRModule.from_expr(small_convnet())
     text = mod.astext()
-    assert "nn.conv2d(%data, %weight, padding=[1, 1], channels=4, kernel_size=[3, 3])" in text
+    assert "nn.conv2d(%data, %weight, padding=[1, 1, 1, 1], channels=4, kernel_size=[3, 3])" in text
     assert analysis.structural_equal(relay.parse(text), mod)
 
 

@@ -18,8 +18,8 @@ from .. import ast
 from ..builder import const, get
 from ..type_infer import register_type_relation
 from ._make import (
-    REGISTERED, TupleWrapper, as_expr, define_ops, dynamic_call, dynamic_form, is_dynamic,
-    make_op, registered, tuple_operand,
+    REGISTERED, TupleWrapper, as_expr, default_to, define_ops, dynamic_call, dynamic_form,
+    int_as_list, is_dynamic, make_op, registered, tuple_operand,
 )
 
 _UNARY = ("log log2 log10 tan cos cosh sin sinh acos acosh asin asinh atan atanh exp erf sqrt "
@@ -31,6 +31,24 @@ _BINARY = ("add subtract multiply divide floor_divide trunc_divide power mod flo
            "not_equal less less_equal greater greater_equal maximum minimum right_shift "
            "left_shift")
 _REDUCE = "data, axis=None, keepdims=False, exclude=False"
+#: v0.19 reduce.py: ``axis = [axis] if isinstance(axis, int) else axis``.
+_AXIS_LIST = {"normalise": {"axis": int_as_list}}
+#: v0.19 transform.py squeeze / reshape / reverse_reshape / broadcast_to: an int is a list.
+_INT_LIST = {name: {"normalise": {name: int_as_list}} for name in ("axis", "newshape", "shape")}
+
+
+def _stft_window(arguments) -> ast.Expr:
+    """v0.19 stft's default window: ``_make.ones([n_fft], "int32")``."""
+    return ast.Call(ast.Op("ones"), (), ast.Attrs({"shape": (int(arguments["n_fft"]),),
+                                                   "dtype": "int32"}))
+
+
+#: v0.19 stft filled ``hop_length = n_fft // 4``, ``win_length = n_fft`` and the window
+#: before ``_make.stft``; StftAttrs' defaults are -1, so the call always held them.
+_STFT = {"always": ("hop_length", "win_length"),
+         "normalise": {"hop_length": default_to(lambda a: int(a["n_fft"]) // 4),
+                       "win_length": default_to(lambda a: int(a["n_fft"])),
+                       "window": default_to(_stft_window)}}
 
 TABLE: dict = {name: ("data", "data") for name in _UNARY.split()}
 TABLE.update({name: ("lhs, rhs", "lhs rhs") for name in _BINARY.split()})
@@ -49,8 +67,8 @@ TABLE.update({
     "reinterpret": ("data, dtype", "data"),
     "expand_dims": ("data, axis, num_newaxis=1", "data"),
     "transpose": ("data, axes=None", "data", {"always": ("axes",)}),
-    "squeeze": ("data, axis=None", "data"),
-    "reshape": ("data, newshape, allowzero=False", "data"),
+    "squeeze": ("data, axis=None", "data", _INT_LIST["axis"]),
+    "reshape": ("data, newshape, allowzero=False", "data", _INT_LIST["newshape"]),
     "argwhere": ("condition", "condition"),
     "scatter_elements": ("data, indices, updates, axis=0, reduction='update'",
                          "data indices updates"),
@@ -64,7 +82,7 @@ TABLE.update({
     "reverse": ("data, axis", "data"),
     "reverse_sequence": ("data, seq_lengths, seq_axis=1, batch_axis=0", "data seq_lengths"),
     "where": ("condition, x, y", "condition x y"),
-    "broadcast_to": ("data, shape", "data"),
+    "broadcast_to": ("data, shape", "data", _INT_LIST["shape"]),
     "broadcast_to_like": ("data, broadcast_type", "data broadcast_type"),
     "collapse_sum_like": ("data, collapse_type", "data collapse_type"),
     "collapse_sum_to": ("data, shape", "data"),
@@ -74,7 +92,8 @@ TABLE.update({
                                                else len(attrs["indices_or_sections"]) + 1)}),
     "slice_like": ("data, shape_like, axes=None", "data shape_like"),
     "layout_transform": ("data, src_layout, dst_layout", "data"),
-    "reverse_reshape": ("data, newshape", "data", {"op_name": "contrib_reverse_reshape"}),
+    "reverse_reshape": ("data, newshape", "data",
+                        {"op_name": "contrib_reverse_reshape", **_INT_LIST["newshape"]}),
     "gather": ("data, axis, indices", "data indices"),
     "gather_nd": ("data, indices, batch_dims=0, index_rank=None", "data indices"),
     "sequence_mask": ("data, valid_length, mask_value=0, axis=0", "data valid_length"),
@@ -92,14 +111,16 @@ TABLE.update({
     "cumprod": ("data, axis=None, dtype=None, exclusive=None", "data"),
     "invert_permutation": ("data", "data"),
     "stft": ("data, n_fft, hop_length=None, win_length=None, window=None, normalized=False, "
-             "onesided=True", "data ?window"),
-    "dft": ("re_data, im_data, inverse=False", "re_data im_data", {"tuple_size": 2}),
+             "onesided=True", "data ?window", _STFT),
+    "dft": ("re_data, im_data, inverse=False", "re_data im_data",
+            {"tuple_size": 2, "normalise": {"inverse": default_to(lambda _: False)}}),
     # reduce.py
-    "sum": (_REDUCE, "data"), "all": (_REDUCE, "data"), "any": (_REDUCE, "data"),
-    "max": (_REDUCE, "data"), "min": (_REDUCE, "data"), "mean": (_REDUCE, "data"),
-    "prod": (_REDUCE, "data"),
-    "argmax": (_REDUCE + ", select_last_index=False", "data"),
-    "argmin": (_REDUCE + ", select_last_index=False", "data"),
+    "sum": (_REDUCE, "data", _AXIS_LIST), "all": (_REDUCE, "data", _AXIS_LIST),
+    "any": (_REDUCE, "data", _AXIS_LIST), "max": (_REDUCE, "data", _AXIS_LIST),
+    "min": (_REDUCE, "data", _AXIS_LIST), "mean": (_REDUCE, "data", _AXIS_LIST),
+    "prod": (_REDUCE, "data", _AXIS_LIST),
+    "argmax": (_REDUCE + ", select_last_index=False", "data", _AXIS_LIST),
+    "argmin": (_REDUCE + ", select_last_index=False", "data", _AXIS_LIST),
     # algorithm.py
     "sort": ("data, axis=-1, is_ascend=1", "data"),
     "argsort": ("data, axis=-1, is_ascend=1, dtype='int32'", "data"),
@@ -218,14 +239,17 @@ def meshgrid(data, indexing="ij"):
 @registered("strided_slice")
 def strided_slice(data, begin, end, strides=None, axes=None, slice_mode="end"):
     """Relay ``strided_slice`` (static ``begin``/``end``/``strides``; run-time ones make
-    ``dyn.strided_slice``, as Relay's builder did)."""
+    ``dyn.strided_slice``, as Relay's builder did).  v0.19 began with ``strides =
+    strides or [1]``, so its static calls always held ``strides`` (StridedSliceAttrs has
+    no default for it)."""
+    if strides is None or (isinstance(strides, (list, tuple)) and not strides):
+        strides = [1]
     if builtins.any(is_dynamic(v) for v in (begin, end, strides)):  # `any` is Relay's op here
         bounds = [v if isinstance(v, ast.Expr) else const(list(v), dtype="int64")
-                  for v in (begin, end, strides if strides is not None else [1])]
+                  for v in (begin, end, strides)]
         return dynamic_call("strided_slice", (data, *bounds), {"slice_mode": slice_mode})
-    attrs = {"begin": _shape_list(begin), "end": _shape_list(end)}
-    if strides is not None:
-        attrs["strides"] = _shape_list(strides)
+    attrs = {"begin": _shape_list(begin), "end": _shape_list(end),
+             "strides": _shape_list(strides)}
     if axes is not None:
         attrs["axes"] = _shape_list(axes)
     if slice_mode != "end":
@@ -266,7 +290,8 @@ def sparse_to_dense(sparse_indices, output_shape, sparse_values, default_value=0
 
 # ------------------------------------------------------------------ reductions composed in Python
 def _axis_list(axis: Any) -> Any:
-    return [axis] if isinstance(axis, int) else axis
+    """v0.19 reduce.py's ``axis = [axis] if isinstance(axis, int) else axis``."""
+    return int_as_list(axis)
 
 
 def _variance_call(data, mean_value, axis, keepdims, exclude, unbiased) -> ast.Call:

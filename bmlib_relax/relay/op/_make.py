@@ -16,12 +16,19 @@ defaults that differ from the C++ attribute default the printer and importer
 assume).  A non-expression operand (``pad_value=0``) becomes a constant with
 Relay's dtype rules; a constant given for an attribute (``newshape=const([2, 3])``)
 becomes its value, as Relay's Python API did.
+
+Relay's Python builders also rewrote some attributes before calling ``_make.*``
+(``strides=2`` became ``(2, 2)``, ``padding=1`` went through ``get_pad_tuple2d`` to
+``(1, 1, 1, 1)``, a reduction's ``axis=1`` became ``[1]``), and every reader of a call
+(pattern ``has_attr``, check functions, the printer, the importer) saw only the rewritten
+value.  A table entry states those rewrites as ``normalise``: attribute (or operand) name
+-> :data:`Normaliser`, applied to each recorded value; the helpers below restate v0.19's.
 """
 from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional
 
 import numpy as np
 
@@ -33,6 +40,14 @@ REGISTERED: dict[str, str] = {}
 #: Relay op name -> (signature, operand specs) of the first :func:`make_op` building it:
 #: what :mod:`bmlib_relax.relay.op_schema` reads each op's attribute fields and arity from.
 SIGNATURES: dict[str, tuple[inspect.Signature, tuple[str, ...]]] = {}
+
+#: ``normaliser(value, arguments)``: the value Relay's Python builder passed on to
+#: ``_make.*`` for one argument (``arguments``: every bound argument, for rewrites that
+#: read another one, such as ``stft``'s ``hop_length = n_fft // 4``).
+Normaliser = Callable[[Any, Mapping[str, Any]], Any]
+
+#: Relay op name -> {argument: normaliser} of the first :func:`make_op` building it.
+NORMALISERS: dict[str, dict[str, Normaliser]] = {}
 
 
 class TupleWrapper:
@@ -116,10 +131,76 @@ def parse_signature(text: str) -> inspect.Signature:
     return inspect.signature(namespace["_f"])
 
 
+# ----------------------------------------------------------------------- normalisers
+def per_axis(ndim: int) -> Normaliser:
+    """An int becomes ``ndim`` copies (v0.19's ``if isinstance(strides, int): strides =
+    (strides, strides)`` in nn.py's conv / pool builders); anything else passes."""
+    def normalise(value: Any, _arguments: Mapping[str, Any]) -> Any:
+        return (value,) * ndim if isinstance(value, int) and not isinstance(value, bool) \
+            else value
+    return normalise
+
+
+def pad_tuple(ndim: int) -> Normaliser:
+    """``get_pad_tuple1d/2d/3d`` (v0.19 ``python/tvm/relay/op/nn/utils.py``): an int or
+    ``ndim`` values pad both sides alike, ``2 * ndim`` values (before..., after...) pass,
+    any other length or kind is refused with v0.19's ValueError."""
+    def normalise(value: Any, _arguments: Mapping[str, Any]) -> tuple:
+        if isinstance(value, (list, tuple)):
+            if len(value) == 2 * ndim:
+                return tuple(value)
+            if len(value) != ndim:
+                sizes = "1 or 2" if ndim == 1 else f"{ndim} or {2 * ndim}"
+                raise ValueError(f"Size of padding can only be {sizes}")
+            total = [v * 2 for v in value]
+        elif isinstance(value, int) and not isinstance(value, bool):
+            total = [value * 2] * ndim
+        else:
+            raise ValueError(f"Unknown padding option {value}")
+        before = [(t + 1) // 2 for t in total]
+        return tuple(before) + tuple(t - b for t, b in zip(total, before))
+    return normalise
+
+
+def int_as_list(value: Any, _arguments: Optional[Mapping[str, Any]] = None) -> Any:
+    """An int becomes a one-element list: v0.19 reduce.py's ``axis = [axis] if
+    isinstance(axis, int) else axis`` and transform.py's squeeze / reshape / broadcast_to."""
+    return (value,) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+def default_to(make_default: Callable[[Mapping[str, Any]], Any]) -> Normaliser:
+    """``None`` becomes ``make_default(arguments)`` (v0.19's ``if roi is None: roi = ...``)."""
+    def normalise(value: Any, arguments: Mapping[str, Any]) -> Any:
+        return make_default(arguments) if value is None else value
+    return normalise
+
+
+def normalise_attrs(op_name: str, attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """``attrs`` (e.g. a builder signature's defaults) as ``op_name``'s builder records them:
+    its normalisers applied to the attributes present (``conv1d``'s default ``strides=1``
+    is ``(1,)`` in a call, as in v0.19).  A rewrite that reads an argument ``attrs`` lacks
+    (``stft``'s ``hop_length`` from ``n_fft``) leaves its value as it is."""
+    out = dict(attrs)
+    for key, normalise in NORMALISERS.get(op_name, {}).items():
+        if key in out:
+            try:
+                out[key] = normalise(out[key], out)
+            except KeyError:
+                pass
+    return out
+
+
 def make_op(name: str, signature: str, inputs: str, doc: str = "",
             always: Iterable[str] = (), tuple_size: Any = 0,
-            py_name: Optional[str] = None) -> Callable[..., Any]:
+            py_name: Optional[str] = None,
+            normalise: Optional[Mapping[str, Normaliser]] = None) -> Callable[..., Any]:
     """A Relay-API function for op ``name`` (see module docstring).
+
+    ``normalise``: argument name -> :data:`Normaliser`, the rewrites v0.19's Python
+    builder made before ``_make.*``; an attribute's runs on every value recorded (given,
+    or listed in ``always``: list there an attribute whose rewritten Python default
+    differs from the C++ default, as ``conv2d``'s ``padding`` (0, 0) -> (0, 0, 0, 0)),
+    an operand's on its value before it becomes an expression.
 
     ``tuple_size``: 0 for a tensor result, else the number of fields of the
     result tuple (the function returns a :class:`TupleWrapper`), or a callable
@@ -133,13 +214,23 @@ def make_op(name: str, signature: str, inputs: str, doc: str = "",
         raise ValueError(f"{name}: inputs {sorted(unknown)} are not parameters")
     attr_names = [p for p in sig.parameters if p not in operand_names]
     always = set(always)
+    normalise = dict(normalise or {})
+    unknown = set(normalise) - set(sig.parameters)
+    if unknown:
+        raise ValueError(f"{name}: normalised {sorted(unknown)} are not parameters")
     SIGNATURES.setdefault(name, (sig, tuple(operand_specs)))
+    NORMALISERS.setdefault(name, normalise)
 
     def op_function(*args: Any, **kwargs: Any):
         bound = sig.bind(*args, **kwargs)
         given = dict(bound.arguments)
         bound.apply_defaults()
-        values = bound.arguments
+        recorded = [a for a in attr_names if a in given or a in always]
+        values = dict(bound.arguments)
+        values.update({a: attr_value(values[a]) for a in recorded})
+        for key, rewrite in normalise.items():
+            if key in operand_names or key in recorded:
+                values[key] = rewrite(values[key], values)
         call_args = []
         for spec in operand_specs:
             key = spec.lstrip("*?")
@@ -150,7 +241,7 @@ def make_op(name: str, signature: str, inputs: str, doc: str = "",
                 call_args.append(tuple_operand(value, f"{name} {key}"))
             else:
                 call_args.append(as_expr(value, f"{name} {key}"))
-        attrs = {a: attr_value(values[a]) for a in attr_names if a in given or a in always}
+        attrs = {a: attr_value(values[a]) for a in recorded}
         call = ast.Call(ast.Op(name), tuple(call_args), ast.Attrs(attrs))
         size = tuple_size(attrs, call_args) if callable(tuple_size) else tuple_size
         return TupleWrapper(call, size) if size else call

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .. import ast
 from ..builder import const
-from ._make import define_ops, dynamic_call, dynamic_form
+from ._make import default_to, define_ops, dynamic_call, dynamic_form
 
 
 def _resize(layout: str) -> str:
@@ -13,14 +13,19 @@ def _resize(layout: str) -> str:
             "cubic_exclude=0, extrapolation_value=0.0, out_dtype=None")
 
 
-#: Relay's Python API passes rounding_method="" (TOPI's automatic choice: floor for nearest
-#: neighbour unless align_corners), where the C++ default a parsed text gets is "round".
-_RESIZE_OPTIONS = {"always": ("rounding_method",)}
+def _resize_options(ndim: int) -> dict:
+    """Relay's Python API passes rounding_method="" (TOPI's automatic choice: floor for
+    nearest neighbour unless align_corners), where the C++ default a parsed text gets is
+    "round"; and v0.19's resize{ndim}d began with ``if roi is None: roi = [0.0] * (2 *
+    ndim)`` (the C++ default is no roi), so its calls always held both."""
+    return {"always": ("rounding_method", "roi"),
+            "normalise": {"roi": default_to(lambda _: (0.0,) * (2 * ndim))}}
+
 
 TABLE = {
-    "resize1d": (_resize("NCW"), "data", _RESIZE_OPTIONS),
-    "resize2d": (_resize("NCHW"), "data", _RESIZE_OPTIONS),
-    "resize3d": (_resize("NCDHW"), "data", _RESIZE_OPTIONS),
+    "resize1d": (_resize("NCW"), "data", _resize_options(1)),
+    "resize2d": (_resize("NCHW"), "data", _resize_options(2)),
+    "resize3d": (_resize("NCDHW"), "data", _resize_options(3)),
     "crop_and_resize": ("data, boxes, box_indices, crop_size, layout, method='bilinear', "
                         "extrapolation_value=0, out_dtype=None", "data boxes box_indices"),
     "dilation2d": ("data, weight, strides=(1, 1), padding=(0, 0), dilations=(1, 1), "

@@ -5,8 +5,8 @@ from __future__ import annotations
 from .. import ast
 from ..builder import const
 from ..type_infer import register_type_relation
-from ._make import (as_expr, attr_value, define_ops, dynamic_call, dynamic_form, make_op,
-                    register, registered)
+from ._make import (as_expr, attr_value, define_ops, dynamic_call, dynamic_form, int_as_list,
+                    make_op, pad_tuple, per_axis, register, registered)
 
 
 def _conv(ndim: int, layout: str, kernel: str, transpose: bool = False,
@@ -31,26 +31,49 @@ def _pool(ndim: int, layout: str, avg: bool) -> str:
     return text + (", count_include_pad=False" if avg else "")
 
 
+def _spatial(ndim: int, per_axis_attrs: str = "", record_padding: bool = True) -> dict:
+    """Table options for v0.19's conv / pool builders (nn.py): each of ``per_axis_attrs``
+    given as an int becomes ``ndim`` values and ``padding`` goes through
+    ``get_pad_tuple{ndim}d``.  The rewritten default padding (``(0, 0)`` -> ``(0, 0, 0,
+    0)``) differs from the C++ attrs' default (ndim zeros), so v0.19's calls always held
+    (and printed) it: it is recorded unless ``record_padding`` is False (conv1d, whose
+    ``0`` -> ``[0, 0]`` is Conv1DAttrs' own default)."""
+    normalise = {name: per_axis(ndim) for name in per_axis_attrs.split()}
+    normalise["padding"] = pad_tuple(ndim)
+    return {"normalise": normalise, "always": ("padding",) if record_padding else ()}
+
+
+#: v0.19 conv1d/2d/3d, conv3d_transpose, conv2d_backward_weight: int kernel_size, strides
+#: and dilation become per-axis tuples (conv2d_transpose and the contrib convs only pad).
+_CONV_INTS = "strides dilation kernel_size"
+_POOL_INTS = "pool_size strides dilation"
+
 _NORM = "axis=1, epsilon=1e-05, center=True, scale=True"
 _NCHWC = ("data, kernel, strides=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1, "
           "channels=None, kernel_size=None, data_layout='NCHW8c', kernel_layout='OIHW', "
           "out_layout='', out_dtype=''")
 
 TABLE = {
-    "conv1d": (_conv(1, "NCW", "OIW"), "data weight"),
-    "conv2d": (_conv(2, "NCHW", "OIHW"), "data weight"),
-    "conv3d": (_conv(3, "NCDHW", "OIDHW"), "data weight"),
+    "conv1d": (_conv(1, "NCW", "OIW"), "data weight",
+               _spatial(1, _CONV_INTS, record_padding=False)),
+    "conv2d": (_conv(2, "NCHW", "OIHW"), "data weight", _spatial(2, _CONV_INTS)),
+    "conv3d": (_conv(3, "NCDHW", "OIDHW"), "data weight", _spatial(3, _CONV_INTS)),
     "conv1d_transpose": (_conv(1, "NCW", "IOW", transpose=True), "data weight"),
-    "conv2d_transpose": (_conv(2, "NCHW", "IOHW", transpose=True), "data weight"),
-    "conv3d_transpose": (_conv(3, "NCDHW", "IODHW", transpose=True), "data weight"),
+    "conv2d_transpose": (_conv(2, "NCHW", "IOHW", transpose=True), "data weight",
+                         _spatial(2)),
+    "conv3d_transpose": (_conv(3, "NCDHW", "IODHW", transpose=True), "data weight",
+                         _spatial(3, _CONV_INTS)),
     "contrib_conv2d_winograd_without_weight_transform":
-        (_conv(2, "NCHW", "OIHW", extra="tile_size, "), "data weight"),
+        (_conv(2, "NCHW", "OIHW", extra="tile_size, "), "data weight", _spatial(2)),
     "contrib_conv3d_winograd_without_weight_transform":
-        (_conv(3, "NCDHW", "OIDHW", extra="tile_size, "), "data weight"),
-    "contrib_conv2d_gemm_without_weight_transform": (_conv(2, "NCHW", "OIHW"), "data weight"),
-    "contrib_conv2d_nchwc": (_NCHWC, "data kernel", {"op_name": "nn.contrib_conv2d_NCHWc"}),
+        (_conv(3, "NCDHW", "OIDHW", extra="tile_size, "), "data weight", _spatial(3)),
+    "contrib_conv2d_gemm_without_weight_transform": (_conv(2, "NCHW", "OIHW"), "data weight",
+                                                     _spatial(2)),
+    "contrib_conv2d_nchwc": (_NCHWC, "data kernel",
+                             {"op_name": "nn.contrib_conv2d_NCHWc", **_spatial(2)}),
     "contrib_depthwise_conv2d_nchwc": (_NCHWC, "data kernel",
-                                       {"op_name": "nn.contrib_depthwise_conv2d_NCHWc"}),
+                                       {"op_name": "nn.contrib_depthwise_conv2d_NCHWc",
+                                        **_spatial(2)}),
     "contrib_conv2d_winograd_weight_transform": ("weight, tile_size", "weight"),
     "contrib_conv3d_winograd_weight_transform": ("weight, tile_size", "weight"),
     "contrib_conv2d_gemm_weight_transform": ("weights, tile_N, tile_K", "weights"),
@@ -59,20 +82,22 @@ TABLE = {
     "conv2d_backward_weight": (
         "grad, data, strides=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1, channels=None, "
         "kernel_size=None, grad_layout='NCHW', data_layout='NCHW', kernel_layout='OIHW', "
-        "out_dtype=''", "grad data"),
+        "out_dtype=''", "grad data", _spatial(2, _CONV_INTS)),
     "deformable_conv2d": (
         "data, offset, weight, strides=(1, 1), padding=(0, 0), dilation=(1, 1), "
         "deformable_groups=1, groups=1, channels=None, kernel_size=None, data_layout='NCHW', "
-        "kernel_layout='OIHW', out_layout='', out_dtype=''", "data offset weight"),
+        "kernel_layout='OIHW', out_layout='', out_dtype=''", "data offset weight",
+        _spatial(2)),
     "softmax": ("data, axis=-1", "data"),
     "fast_softmax": ("data, axis=-1", "data"),
     "log_softmax": ("data, axis=-1", "data"),
-    "max_pool1d": (_pool(1, "NCW", False), "data"),
-    "max_pool2d": (_pool(2, "NCHW", False), "data"),
-    "max_pool3d": (_pool(3, "NCDHW", False), "data"),
-    "avg_pool1d": (_pool(1, "NCW", True), "data"),
-    "avg_pool2d": (_pool(2, "NCHW", True), "data"),
-    "avg_pool3d": (_pool(3, "NCDHW", True), "data"),
+    # Pool{1,2,3}DAttrs' padding default is ndim zeros: the rewritten one always differs
+    "max_pool1d": (_pool(1, "NCW", False), "data", _spatial(1, _POOL_INTS)),
+    "max_pool2d": (_pool(2, "NCHW", False), "data", _spatial(2, _POOL_INTS)),
+    "max_pool3d": (_pool(3, "NCDHW", False), "data", _spatial(3, _POOL_INTS)),
+    "avg_pool1d": (_pool(1, "NCW", True), "data", _spatial(1, _POOL_INTS)),
+    "avg_pool2d": (_pool(2, "NCHW", True), "data", _spatial(2, _POOL_INTS)),
+    "avg_pool3d": (_pool(3, "NCDHW", True), "data", _spatial(3, _POOL_INTS)),
     "max_pool2d_grad": ("out_grad, data, pool_size=(1, 1), strides=(1, 1), padding=(0, 0), "
                         "layout='NCHW', out_layout='', ceil_mode=False", "out_grad data"),
     "avg_pool2d_grad": ("out_grad, data, pool_size=(1, 1), strides=(1, 1), padding=(0, 0), "
@@ -84,8 +109,10 @@ TABLE = {
     "global_avg_pool2d": ("data, layout='NCHW', out_layout=''", "data"),
     "global_max_pool3d": ("data, layout='NCDHW', out_layout=''", "data"),
     "global_avg_pool3d": ("data, layout='NCDHW', out_layout=''", "data"),
-    "adaptive_max_pool1d": ("data, output_size=None, layout='NCW', out_layout=''", "data"),
-    "adaptive_avg_pool1d": ("data, output_size=None, layout='NCW', out_layout=''", "data"),
+    "adaptive_max_pool1d": ("data, output_size=None, layout='NCW', out_layout=''", "data",
+                            {"normalise": {"output_size": int_as_list}}),
+    "adaptive_avg_pool1d": ("data, output_size=None, layout='NCW', out_layout=''", "data",
+                            {"normalise": {"output_size": int_as_list}}),
     "adaptive_max_pool2d": ("data, output_size=None, layout='NCHW', out_layout=''", "data"),
     "adaptive_avg_pool2d": ("data, output_size=None, layout='NCHW', out_layout=''", "data"),
     "adaptive_max_pool3d": ("data, output_size=None, layout='NCDHW', out_layout=''", "data"),
@@ -126,7 +153,7 @@ TABLE = {
     "bitserial_conv2d": (
         "data, weight, strides=(1, 1), padding=(0, 0), channels=None, kernel_size=(3, 3), "
         "activation_bits=1, weight_bits=1, data_layout='NCHW', kernel_layout='OIHW', "
-        "pack_dtype='uint32', out_dtype='int16', unipolar=True", "data weight"),
+        "pack_dtype='uint32', out_dtype='int16', unipolar=True", "data weight", _spatial(2)),
     "bitserial_dense": ("data, weight, units=None, data_bits=1, weight_bits=1, "
                         "pack_dtype='uint32', out_dtype='int16', unipolar=True", "data weight"),
     "cross_entropy": ("predictions, targets", "predictions targets"),
@@ -136,7 +163,8 @@ TABLE = {
     "depth_to_space": ("data, block_size, layout='NCHW', mode='DCR'", "data"),
     "space_to_depth": ("data, block_size, layout='NCHW'", "data"),
     "correlation": ("data1, data2, kernel_size, max_displacement, stride1, stride2, padding, "
-                    "is_multiply, layout", "data1 data2"),
+                    "is_multiply, layout", "data1 data2",
+                    {"normalise": {"padding": per_axis(2)}}),
     "space_to_batch_nd": ("data, block_shape, paddings, pad_value=0", "data"),
     "batch_to_space_nd": ("data, block_shape, crops", "data"),
 }

@@ -19,7 +19,7 @@ import sys
 from typing import Any, Sequence
 
 from .. import ast
-from ._make import as_expr, define_ops, make_op, register
+from ._make import as_expr, define_ops, make_op, pad_tuple, register
 
 _BINARY = ("lhs, rhs, lhs_scale, lhs_zero_point, rhs_scale, rhs_zero_point, output_scale, "
            "output_zero_point, lhs_axis=-1, rhs_axis=-1",
@@ -28,6 +28,10 @@ _BINARY = ("lhs, rhs, lhs_scale, lhs_zero_point, rhs_scale, rhs_zero_point, outp
 _UNARY = ("x, scale, zero_point, output_scale, output_zero_point",
           "x scale zero_point output_scale output_zero_point")
 _UNARY_OPS = ("tanh", "exp", "sqrt", "rsqrt", "erf", "abs", "sigmoid", "hardswish", "log")
+
+#: v0.19 qnn.conv2d / conv2d_transpose: ``padding = get_pad_tuple2d(padding)``; the
+#: rewritten default (0, 0, 0, 0) is not Conv2DAttrs' [0, 0], so calls always hold it.
+_PAD_2D = {"padding": pad_tuple(2)}
 
 # name: (Relay v0.19 signature, tensor operands[, options]); "always" lists the
 # attributes whose Python default differs from the text format's.
@@ -63,7 +67,8 @@ TABLE: dict = {
                          "kernel_layout='IOHW', out_layout='', output_padding=(0, 0), "
                          "out_dtype='int32'",
                          "data weight input_zero_point kernel_zero_point input_scale "
-                         "kernel_scale", {"always": ("out_dtype",)}),
+                         "kernel_scale", {"always": ("out_dtype", "padding"),
+                                          "normalise": _PAD_2D}),
     "avg_pool2d": ("data, input_scale, input_zero_point, output_scale, output_zero_point, "
                    "pool_size, strides, padding, dilation, ceil_mode=False, "
                    "count_include_pad=True, layout='NHWC', out_layout=''",
@@ -80,21 +85,7 @@ _conv2d_call = make_op(
     "kernel_size, channels, strides=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1, "
     "data_layout='NCHW', kernel_layout='OIHW', out_layout='', out_dtype='int32'",
     "data kernel input_zero_point kernel_zero_point input_scale kernel_scale",
-    always=("out_dtype",))
-
-
-def _pad_4way(padding: Any) -> Any:
-    """Relay's ``get_pad_tuple2d``: 1 or 2 values become (top, left, bottom, right)."""
-    if isinstance(padding, int):
-        return (padding,) * 4
-    pad = tuple(padding)
-    if len(pad) == 1:
-        return pad * 4
-    if len(pad) == 2:
-        return pad + pad
-    if len(pad) == 4:
-        return pad
-    raise ValueError(f"qnn.conv2d: padding {pad} must have 1, 2 or 4 values")
+    always=("out_dtype", "padding"), normalise=_PAD_2D)
 
 
 def conv2d(data, kernel, input_zero_point, kernel_zero_point, input_scale, kernel_scale,
@@ -102,7 +93,7 @@ def conv2d(data, kernel, input_zero_point, kernel_zero_point, input_scale, kerne
            data_layout="NCHW", kernel_layout="OIHW", out_layout="", out_dtype="int32"):
     """Relay ``qnn.conv2d`` (padding normalized to 4 values, as Relay's Python API did)."""
     return _conv2d_call(data, kernel, input_zero_point, kernel_zero_point, input_scale,
-                        kernel_scale, kernel_size, channels, strides, _pad_4way(padding),
+                        kernel_scale, kernel_size, channels, strides, padding,
                         dilation, groups, data_layout, kernel_layout, out_layout, out_dtype)
 
 
