@@ -18,6 +18,7 @@ from .merge import merge_composites
 from .partition_scalars import bind_scalar_arguments
 from .qnn_merge import merge_quantized_chains
 from .codegen import CODEGEN_NAME
+from .legacy_order import UserCheckGate, fuse_in_table_order, mark_legacy_entry
 from .legacy_patterns import (PatternTranslationError, expand_alternatives, is_legacy_pattern,
                               take_check_error, translate_entry)
 from .patterns import (HOST_VIEWS_SWITCH, PREFIX, STANDALONE_VIEW_ENTRIES, check_tensors,
@@ -76,8 +77,12 @@ def resolve_patterns(patterns: Optional[Sequence[Any]],
                 if len(entry) == 4:
                     raise BmlibError(f"pattern {name!r}: a legacy Relay pattern takes no "
                                      "annotations, give (name, pattern[, check])")
-                items = [translate_entry(name, variant, check, base_check=check_tensors)
+                # The user's check is gated: Relay's grouping order is worked out
+                # without it, then it is asked once per group (see legacy_order).
+                gate = UserCheckGate(check) if check is not None else None
+                items = [translate_entry(name, variant, gate, base_check=check_tensors)
                          for variant in expand_alternatives(entry[1])]
+                mark_legacy_entry(items, gate)
             else:
                 annotations = entry[2] if len(entry) == 4 else {}
                 # The backend's own predicate (dtypes, static shapes, no leaking
@@ -267,9 +272,9 @@ def partition_for_bmlib(mod: tvm.IRModule, patterns: Optional[Sequence[Any]] = N
     try:
         if built_in and not merge:  # int8 layers share one partition: see .qnn_merge
             mod, table = merge_quantized_chains(mod, table, claim_foreign_partitions)
-        fuse = relax.transform.FuseOpsByPattern(table, bind_constants=False,
-                                                annotate_codegen=not merge)
-        fused = fuse(mod)
+        # A legacy entry's groups are the ones Relay's MergeComposite formed: see
+        # legacy_order (a table without legacy entries is one FuseOpsByPattern run).
+        fused = fuse_in_table_order(mod, table, annotate_codegen=not merge)
     except Exception:
         error = take_check_error()  # a legacy check raised: report it as ours
         if error is not None:
