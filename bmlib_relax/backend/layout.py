@@ -37,9 +37,17 @@ TO_NHWC = (0, 2, 3, 1)
 UNARY = ("relax.nn.relu", "relax.sqrt", "relax.rsqrt", "relax.negative", "relax.exp",
          "relax.log", "relax.sigmoid", "relax.tanh", "relax.clip", "relax.abs", "relax.erf",
          "relax.nn.gelu", "relax.nn.silu", "relax.nn.leakyrelu", "relax.astype", "relax.square",
-         "relax.floor", "relax.ceil", "relax.round")
+         "relax.floor", "relax.ceil", "relax.round", "relax.trunc", "relax.sign",
+         "relax.zeros_like")
+# Element-wise with NumPy broadcasting, so the same on NCHW twins: the arithmetic above,
+# the integer shifts and the comparisons of a requantize epilogue (the importer's
+# qnn.requantize: ``right_shift(x * m + where(x >= 0, r, r - 1), s)``), whose NHWC chain
+# then stays in NCHW up to its clip/cast, one ``bmlib.qnn_conv2d_requantize`` as for NCHW.
 BINARY = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum",
-          "relax.minimum", "relax.power")
+          "relax.minimum", "relax.power", "relax.left_shift", "relax.right_shift",
+          "relax.greater_equal", "relax.greater", "relax.less", "relax.less_equal",
+          "relax.equal", "relax.not_equal")
+TERNARY = ("relax.where",)
 
 # op name -> fn(converter, call, new_args) -> (value, is_nchw) or None (not convertible)
 Rule = Callable[["_LayoutConverter", relax.Call], Optional[tuple[relax.Expr, bool]]]
@@ -176,10 +184,23 @@ def _binary(conv: _LayoutConverter, call: relax.Call):
     return relax.Call(call.op, [new_lhs, new_rhs], call.attrs, call.ty_args), True
 
 
+def _ternary(conv: _LayoutConverter, call: relax.Call):
+    """``where(cond, a, b)``: broadcast like a binary op, over three operands."""
+    args = list(call.args)
+    if all(conv.nchw(a) is None for a in args) or all(_rank(a) != 4 for a in args):
+        return None
+    converted = [conv.as_nchw(a) for a in args]
+    if any(a is None for a in converted):
+        return None
+    return relax.Call(call.op, converted, call.attrs, call.ty_args), True
+
+
 for _name in UNARY:
     RULES.register(_name)(_unary)
 for _name in BINARY:
     RULES.register(_name)(_binary)
+for _name in TERNARY:
+    RULES.register(_name)(_ternary)
 
 
 @RULES.register("relax.nn.pad")

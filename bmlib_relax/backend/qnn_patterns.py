@@ -66,23 +66,41 @@ def check_qnn(context: PatternCheckContext) -> bool:
         for arg in getattr(expr, "args", None) or ():
             if not _tensor_ok(getattr(arg, "ty", None)):
                 return False
-    for key in ("conv", "matmul"):
-        acc = context.annotated_expr.get(key)
-        if acc is None:
-            continue
-        if any(_dtype(a) not in QNN_OPERAND_DTYPES for a in acc.args[:2]) or \
-                _dtype(acc) not in ("int32", "int64"):
-            return False
-        if key == "conv":
-            attrs = acc.attrs
-            from .dot_product import dot_kernel_layout
-            from .patterns import is_conv2d_kernel_layout
-
-            layout = str(attrs.kernel_layout)
-            if (str(attrs.data_layout), str(attrs.out_layout)) != ("NCHW", "NCHW") or \
-                    not (is_conv2d_kernel_layout(layout) or dot_kernel_layout(layout)):
-                return False
+    conv = context.annotated_expr.get("conv")
+    if conv is not None and not accepts_qnn_conv2d(conv):
+        return False
+    matmul = context.annotated_expr.get("matmul")
+    if matmul is not None and not _integer_accumulation(matmul):
+        return False
     return not has_leaking_intermediate_variables(context)
+
+
+def _integer_accumulation(acc: relax.Call) -> bool:
+    """QNN operands (int8/uint8/int16) accumulated in int32/int64."""
+    return all(_dtype(a) in QNN_OPERAND_DTYPES for a in acc.args[:2]) and \
+        _dtype(acc) in ("int32", "int64")
+
+
+def accepts_qnn_conv2d(conv: relax.Call) -> bool:
+    """Whether ``bmlib.qnn_conv2d_requantize`` can hold this ``conv2d`` call: static
+    shapes and QNN dtypes for it and its operands, integer accumulation, NCHW data and
+    an OIHW (plain, blocked or dot-product packed) kernel.
+
+    :func:`check_qnn` decides with it, and so does the weight packing
+    (:mod:`.rewrite`) for an int8/uint8 conv: a conv this refuses stays on the host,
+    where TVM's own lowering reads OIHW only — packing it would leave a conv no one can
+    build (a free batch did: "CodeGenVM cannot emit this Relax operator")."""
+    from .dot_product import dot_kernel_layout
+    from .patterns import is_conv2d_kernel_layout
+
+    if not all(_tensor_ok(getattr(e, "ty", None)) for e in (conv, *conv.args)):
+        return False
+    if not _integer_accumulation(conv):
+        return False
+    attrs = conv.attrs
+    layout = str(attrs.kernel_layout)
+    return (str(attrs.data_layout), str(attrs.out_layout)) == ("NCHW", "NCHW") and \
+        (is_conv2d_kernel_layout(layout) or dot_kernel_layout(layout) is not None)
 
 
 def check_integer_output(context: PatternCheckContext) -> bool:

@@ -33,6 +33,7 @@ from ..constants import constant_view, tensor_constant
 from ..importer.provenance import same_origin
 from .dot_product import conv2d_dot_layout, conv2d_packs_own_weight, pack_dot_weight
 from .patterns import fits_template_indexing, has_no_elements
+from .qnn_patterns import accepts_qnn_conv2d
 from .schedule import divisor_at_most
 from .target import vector_lanes
 from .templates.linalg import packed_panel_width
@@ -160,6 +161,8 @@ class _WeightPacker(PyExprMutator):
                 not _conv_dtypes_packable(str(data.ty.dtype), str(array.dtype),
                                           str(call.ty.dtype)):
             return call
+        if str(array.dtype) in QUANTIZED_DTYPES and not accepts_qnn_conv2d(call):
+            return call  # no QNN composite will read it (a free batch): TVM's OIHW
         if (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout)) != \
                 ("NCHW", "OIHW", "NCHW") or not _static(data.ty, 1) or not _static(call.ty, 1) \
                 or not within_template_bounds(data, call):

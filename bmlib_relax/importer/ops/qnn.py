@@ -433,12 +433,17 @@ def _qnn_conv2d(inputs, attrs, ctx):
 
 def _matmul_terms(data, weight_t, weight_sum_axis, weight, in_zp: QParam, k_zp: QParam,
                   out_dtype: str, ctx, batch: bool):
-    """``data @ weight_t`` with zero points (weight_t is the transposed int weight)."""
-    if not k_zp.is_scalar_value(0) or not in_zp.is_scalar:
-        if not (in_zp.is_scalar and k_zp.is_scalar):
-            raise ctx.error("per-channel zero points are not supported here")
+    """``data @ weight_t`` with zero points (weight_t is the transposed int weight).
+
+    A scalar input zero point; the kernel's is a scalar or a vector along the units (the
+    last axis of ``weight_t``).  With a nonzero kernel zero point both operands are
+    shifted in int32: v0.19's four terms (dense.cc ``QnnDenseCanonicalize``:
+    ``term1 - term2 + (term4 - term3)``, int32 ops) are this product expanded, so the
+    int32 results are the same integers."""
+    if not k_zp.is_scalar_value(0):
         x = ctx.emit(_zp_shifted(data, in_zp, 0, 0))
-        w = ctx.emit(_zp_shifted(weight_t, k_zp, 0, 0))
+        ndim = ndim_of(weight_t)
+        w = ctx.emit(_zp_shifted(weight_t, k_zp, ndim, ndim - 1))
         return relax.op.matmul(x, w, out_dtype=out_dtype)
     term1 = relax.op.matmul(data, weight_t, out_dtype=out_dtype)
     zp_x = int(in_zp.item())
@@ -450,20 +455,44 @@ def _matmul_terms(data, weight_t, weight_sum_axis, weight, in_zp: QParam, k_zp: 
     return relax.op.subtract(term1, relax.op.multiply(_const(zp_x, out_dtype), wsum))
 
 
+def _dense_zero_points(in_zp_e, k_zp_e, units: int, out_dtype: str, ctx):
+    """The zero points as v0.19's QnnDenseRel and canonicalization took them: a scalar
+    input zero point (``IsScalarType``); a scalar kernel zero point, or a vector that
+    broadcasts over the ``units`` (``Multiply(kzp, repeat(sum(x), units))``, so
+    ``units`` or 1 entries).  An int64 ``out_dtype`` leaves no zero point: the zero-point
+    terms are int32, and v0.19's ``Subtract`` of them from the int64 ``term1`` was a type
+    error (BroadcastRel: "data types int64 and int32 do not match")."""
+    in_zp = qparam(in_zp_e, ctx, "input_zero_point", "int32")
+    k_zp = qparam(k_zp_e, ctx, "kernel_zero_point", "int32")
+    if not in_zp.is_scalar:
+        raise ctx.error("input_zero_point must be a scalar")
+    if not k_zp.is_scalar and k_zp.value.size not in (1, units):
+        raise ctx.error(f"kernel_zero_point has {k_zp.value.size} values: expected a scalar "
+                        f"or one per unit ({units})")
+    if out_dtype == "int64" and not (in_zp.is_scalar_value(0) and k_zp.is_scalar_value(0)):
+        raise ctx.error("out_dtype int64 needs both zero points to be the scalar 0 (v0.19 "
+                        "subtracted int32 zero-point terms from the int64 product: a type "
+                        "error)")
+    return in_zp, k_zp
+
+
 @register_converter("qnn.dense")
 def _qnn_dense(inputs, attrs, ctx):
+    """v0.19's QnnDenseRel: int8/uint8/int16/uint16 data, an int8/uint8 weight, an
+    int32/int64 result."""
     data, weight, in_zp_e, k_zp_e = inputs[:4]
-    for what, expr in (("data", data), ("weight", weight)):
-        _check_qdtype(dtype_of(expr), ctx, f"the {what} dtype", ("int8", "uint8", "int16"))
-    units = attrs.get("units")
-    if units is not None and isinstance(shape_of(weight)[0], int) \
-            and int(units) != shape_of(weight)[0]:
-        raise ctx.error(f"units={units} does not match the weight's {shape_of(weight)[0]} rows")
+    _check_qdtype(dtype_of(data), ctx, "the data dtype", ("int8", "uint8", "int16", "uint16"))
+    _check_qdtype(dtype_of(weight), ctx, "the weight dtype", ("int8", "uint8"))
     out_dtype = str(attrs.get("out_dtype") or "int32")
+    if out_dtype not in ("int32", "int64"):
+        raise ctx.unsupported_attr("out_dtype", out_dtype)
+    units = attrs.get("units")
+    rows = shape_of(weight)[0]
+    if units is not None and isinstance(rows, int) and int(units) != rows:
+        raise ctx.error(f"units={units} does not match the weight's {rows} rows")
+    in_zp, k_zp = _dense_zero_points(in_zp_e, k_zp_e, rows, out_dtype, ctx)
     return _matmul_terms(data, ctx.emit(relax.op.permute_dims(weight, [1, 0])), 1, weight,
-                         qparam(in_zp_e, ctx, "input_zero_point", "int32"),
-                         qparam(k_zp_e, ctx, "kernel_zero_point", "int32"), out_dtype, ctx,
-                         batch=False)
+                         in_zp, k_zp, out_dtype, ctx, batch=False)
 
 
 @register_converter("qnn.batch_matmul")
@@ -479,7 +508,10 @@ def _qnn_batch_matmul(inputs, attrs, ctx):
     y_t = ctx.emit(relax.op.permute_dims(y, [0, 2, 1]))
     in_zp = qparam(x_zp_e, ctx, "x_zero_point", "int32")
     k_zp = qparam(y_zp_e, ctx, "y_zero_point", "int32")
-    if k_zp.is_scalar_value(0) and in_zp.is_scalar and int(in_zp.item()) != 0:
+    for name, zp in (("x_zero_point", in_zp), ("y_zero_point", k_zp)):
+        if not zp.is_scalar:  # QnnBatchMatmulRel's IsScalarType
+            raise ctx.error(f"{name} must be a scalar")
+    if k_zp.is_scalar_value(0) and int(in_zp.item()) != 0:
         term1 = ctx.emit(relax.op.matmul(x, y_t, out_dtype=out_dtype))
         ysum = ctx.emit(relax.op.sum(ctx.emit(relax.op.astype(y, out_dtype)), axis=[2]))
         ysum = ctx.emit(relax.op.expand_dims(ysum, 1))
