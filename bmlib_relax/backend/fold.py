@@ -12,11 +12,22 @@ Relax's broadcasting rules.  Only the built-in pattern table uses this: a
 legacy table may match the unfolded form (``reshape(is_constant())``), exactly
 as Relay's MergeComposite saw it.
 
-Half-precision chains are folded in float64 and rounded once, at the end:
-op by op in float16, ``beta - mean * gamma / sqrt(var + eps)`` would round
-every intermediate (with a mean of 300 the shift is off by whole units).  The
-folder keeps the float64 value of every half-precision constant it made, so
-the next fold in a chain starts from the exact value, not the rounded one.
+Each fold computes what TVM computes for the same op on an input, as v0.19's
+``FoldConstant`` built and ran each op (a model gives the same whether a tensor
+is a bound weight or an input):
+
+* float ops are folded op by op, each result rounded to its dtype, as TVM
+  computes them on the CPU: float16 and bfloat16 in float32 (LLVM promotes
+  every float16 operation, TVM legalizes bfloat16 to float32) and rounded back,
+  float32 as libm does (correctly rounded ``exp``/``log``/``pow``).  NumPy
+  computes in float64, rounds to float32, then to the half type.  So
+  ``multiply(w, 3f16)`` of 1025 is 3076, and a ``cast`` after it sees 3076;
+  and a float16 ``beta - mean * gamma / sqrt(var + eps)`` rounds every
+  intermediate, as v0.19 did (with a mean of 300 the shift is off by a few
+  float16 steps from the exact one: the model's, not the folder's doing);
+* ``maximum``/``minimum``/``clip``/``sign`` are TVM's selects, which a NaN
+  does not pass (NumPy's do);
+* an integer ``divide`` is exact and truncates (NumPy's goes through float64).
 """
 from __future__ import annotations
 
@@ -29,7 +40,7 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..constants import tensor_constant
-from ..errors import SuspiciousWeightWarning
+from ..errors import ConversionError, SuspiciousWeightWarning
 from ..importer.provenance import relay_place
 from ..registry import Registry
 from .rewrite import const_array, rewrite_functions
@@ -42,28 +53,98 @@ def _elementwise(fn: Callable[..., np.ndarray]) -> Folder:
     return lambda args, call: fn(*args)
 
 
+def _select_max(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``select(a > b, a, b)``: v0.19's codegen_llvm.cc lowered MaxNode so (TVM 0.27's
+    too); a NaN ``a`` gives ``b``, a NaN ``b`` stays NaN (``np.maximum`` keeps both)."""
+    return np.where(a > b, a, b)
+
+
+def _select_min(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``select(a < b, a, b)``: v0.19's MinNode, with the same NaN behaviour."""
+    return np.where(a < b, a, b)
+
+
+def _select_sign(x: np.ndarray) -> np.ndarray:
+    """v0.19's topi ``sign``: ``Select(x < 0, -1, Select(x > 0, 1, 0))`` (NaN -> 0,
+    -0.0 -> +0.0; ``np.sign`` keeps both)."""
+    positive = (x > 0).astype(x.dtype)
+    return positive if x.dtype.kind in "ub" else np.where(x < 0, x.dtype.type(-1), positive)
+
+
+def _divide(a: np.ndarray, b: np.ndarray, call: relax.Call) -> Optional[np.ndarray]:
+    """Floats divide as IEEE does; integers as v0.19's topi ``divide`` (``truncdiv``),
+    exactly: ``np.divide`` went through float64 (2**53 + 1 became 2**53)."""
+    if a.dtype.kind not in "iu":
+        return np.divide(a, b)
+    if not b.all():
+        return None  # a 0 divisor: left to the run check (import refuses a constant 0)
+    if a.dtype.kind == "i":
+        _refuse_overflowing_quotient(a, b, call)
+    # a - fmod(a, b) (C's remainder, exact) is a multiple of b nearer 0 than a: its
+    # floor division is the truncated quotient
+    return np.floor_divide(a - np.fmod(a, b), b)
+
+
+def _refuse_overflowing_quotient(a: np.ndarray, b: np.ndarray, call: relax.Call) -> None:
+    """The type's minimum divided by -1 has no quotient (x86's division traps): with the
+    tensors as inputs the model's run check refuses it (``check_quotient_fits``); of
+    weights it is known now, as a constant 0 divisor is at import."""
+    lowest = np.iinfo(a.dtype).min
+    if not ((a == lowest) & (b == -1)).any():
+        return
+    raise ConversionError(
+        f"integer overflow: {lowest} divided by -1 has no {a.dtype} quotient (the operands "
+        "are weights; the division would stop the process with SIGFPE)",
+        call.op.name.removeprefix("relax."), relay_place(call))
+
+
+def _keeps_integers(fn: Callable[[np.ndarray], np.ndarray]
+                    ) -> Callable[[np.ndarray], np.ndarray]:
+    """A rounding op that leaves integers as they are (TVM's ``floor`` of an int is the
+    int; NumPy's may go through float64)."""
+    return lambda x: x if x.dtype.kind in "iub" else fn(x)
+
+
 for _name, _fn in {
     "relax.add": np.add, "relax.subtract": np.subtract, "relax.multiply": np.multiply,
-    "relax.divide": np.divide, "relax.power": np.power, "relax.maximum": np.maximum,
-    "relax.minimum": np.minimum, "relax.negative": np.negative, "relax.sqrt": np.sqrt,
+    "relax.power": np.power, "relax.maximum": _select_max, "relax.minimum": _select_min,
+    "relax.negative": np.negative, "relax.sqrt": np.sqrt,
     "relax.exp": np.exp, "relax.log": np.log, "relax.abs": np.abs,
-    "relax.rsqrt": lambda x: 1 / np.sqrt(x),
 }.items():
     FOLDERS.register(_name)(_elementwise(_fn))
+FOLDERS.register("relax.divide")(lambda args, call: _divide(*args, call))
 
 
 # QNN: a quantized weight is ``astype(clip(round(w / s) + zp))`` (Relay's round, halves
 # away from zero, imported as ``trunc(x + sign(x) * 0.49999997)``), its zero-point term a
 # ``sum``.  ``relax.round`` (ONNX's) rounds halves to even, as NumPy's round does.
-FOLDERS.register("relax.round")(_elementwise(np.round))
-FOLDERS.register("relax.floor")(_elementwise(np.floor))
-FOLDERS.register("relax.trunc")(_elementwise(np.trunc))
-FOLDERS.register("relax.sign")(_elementwise(np.sign))
+FOLDERS.register("relax.round")(_elementwise(_keeps_integers(np.round)))
+FOLDERS.register("relax.floor")(_elementwise(_keeps_integers(np.floor)))
+FOLDERS.register("relax.trunc")(_elementwise(_keeps_integers(np.trunc)))
+FOLDERS.register("relax.sign")(_elementwise(_select_sign))
+
+
+@FOLDERS.register("relax.rsqrt")
+def _rsqrt(args, call):
+    """v0.19's topi ``rsqrt``: ``1 / sqrt(x)`` in x's dtype.  LLVM's float16 rounds the
+    square root before dividing (and float32 does); TVM's bfloat16 legalization computes
+    the whole expression in float32 and rounds once."""
+    root = np.sqrt(args[0])
+    dtype = str(call.ty.dtype)
+    if dtype in ("float16", "float32"):
+        root = _rounded(root, dtype).astype(root.dtype)
+    return 1 / root
 
 
 @FOLDERS.register("relax.clip")
 def _clip(args, call):
-    return np.clip(args[0], float(call.args[1].value), float(call.args[2].value))
+    """v0.19's topi ``clip``: ``max(min(x, a_max), a_min)`` with the bounds cast to the
+    input's dtype (``-1.5`` is ``-1`` for an int, a float16 bound is rounded), as selects
+    (a NaN gives ``a_max``)."""
+    x = args[0]
+    dtype = str(call.ty.dtype)
+    low, high = (np.asarray(call.args[i].value).astype(dtype).astype(x.dtype) for i in (1, 2))
+    return _select_max(_select_min(x, high), low)
 
 
 @FOLDERS.register("relax.sum")
@@ -100,15 +181,28 @@ def _astype(args, call):
     return args[0].astype(str(call.attrs.dtype))
 
 
-# Results of these dtypes are folded in float64 and rounded once (see the module doc).
-HALF_DTYPES = ("float16", "bfloat16")
-# Ops that only move values: folding them exposes no rounding of their own.
+# Ops with results of these dtypes are computed in float64 and rounded (module doc).
+ROUNDED_DTYPES = ("float16", "bfloat16", "float32")
+# Ops that only move values: computed in their own dtype (no float64 copy of a weight).
 _SHAPE_OPS = {"relax.reshape", "relax.expand_dims", "relax.squeeze", "relax.permute_dims"}
 
 
 def _widened(value: np.ndarray) -> np.ndarray:
+    """A float operand in float64 (:func:`_rounded` takes results back)."""
     return value.astype(np.float64) if value.dtype.kind == "f" or \
         str(value.dtype) == "bfloat16" else value
+
+
+def _rounded(value: np.ndarray, dtype: str) -> np.ndarray:
+    """An op's float64 result as TVM computes it on the CPU: in float32 (LLVM promotes
+    each float16 op, TVM legalizes bfloat16 ops to float32), then rounded to ``dtype``.
+    Rounding float64 to float32 gives float32's correctly rounded ``exp``/``log``/``pow``,
+    as libm's (NumPy's own float32 ``exp`` is an ulp off for a third of the values); for
+    ``+ - * /`` and ``sqrt`` it is the float32 result (53 >= 2 * 24 + 2 bits: no double
+    rounding), and so is the rounding from float32 on to a half type."""
+    with np.errstate(all="ignore"):  # overflow to inf, as TVM's rounding does
+        return value.astype(np.float32).astype(dtype) if value.dtype == np.float64 \
+            else value.astype(dtype)
 
 
 @mutator
@@ -116,15 +210,13 @@ class _ConstantFolder(PyExprMutator):
     def __init__(self, mod: tvm.IRModule):
         super().__init__(mod)
         self.folded = 0
-        # float64 values of the half-precision constants folded so far (chains continue
-        # from them); only kept where rounding happened, so weights are not copied.
-        self.exact: dict = {}
+        # an error of the weights found while folding, raised once the visitor is done
+        # (raised inside it, TVM's FFI would turn it into a bare RuntimeError)
+        self.error: Optional[ConversionError] = None
 
     def _value(self, expr: relax.Expr) -> Optional[np.ndarray]:
         if isinstance(expr, relax.Var):
             expr = self.lookup_binding(expr)
-        if expr is not None and expr in self.exact:
-            return self.exact[expr]
         return const_array(expr)
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:  # noqa: D401 - visitor hook
@@ -139,27 +231,24 @@ class _ConstantFolder(PyExprMutator):
         if not values or any(v is None for v in values):
             return call
         dtype = str(ty.dtype)
-        wide = dtype in HALF_DTYPES
+        wide = dtype in ROUNDED_DTYPES and call.op.name not in _SHAPE_OPS
         if wide:
             values = [_widened(v) for v in values]
-        with np.errstate(all="ignore"):
-            result = np.asarray(folder(values, call))
+        try:
+            with np.errstate(all="ignore"):
+                result = folder(values, call)
+        except ConversionError as error:
+            self.error = self.error or error
+            return call
+        if result is None:  # the folder leaves this one to TVM (and its run checks)
+            return call
+        result = np.asarray(result)
         want = tuple(int(d) for d in ty.shape.values)
         if result.shape != want:  # broadcasting differs from what Relax inferred: keep it
             return call
         _warn_new_nans(call, values, result)
         self.folded += 1
-        const = tensor_constant(result, dtype)
-        keeps_exact = call.op.name not in _SHAPE_OPS or \
-            any(self._is_exact(a) for a in tensors)
-        if wide and keeps_exact and result.dtype == np.float64:
-            self.exact[const] = result
-        return const
-
-    def _is_exact(self, expr: relax.Expr) -> bool:
-        if isinstance(expr, relax.Var):
-            expr = self.lookup_binding(expr)
-        return expr is not None and expr in self.exact
+        return tensor_constant(_rounded(result, dtype) if wide else result, dtype)
 
 
 def _warn_new_nans(call: relax.Call, values: list, result: np.ndarray) -> None:
@@ -184,6 +273,13 @@ def _warn_new_nans(call: relax.Call, values: list, result: np.ndarray) -> None:
 
 
 def fold_constants(mod: tvm.IRModule) -> tvm.IRModule:
-    """``mod`` with element-wise/shape ops on constants replaced by their values."""
-    folded = rewrite_functions(_ConstantFolder(mod), mod)
+    """``mod`` with element-wise/shape ops on constants replaced by their values.
+
+    A :class:`~bmlib_relax.errors.ConversionError` names an op whose weights have no
+    result (an integer quotient that overflows); a division of weights by 0 is left to
+    the model's run check."""
+    folder = _ConstantFolder(mod)
+    folded = rewrite_functions(folder, mod)
+    if folder.error is not None:
+        raise folder.error
     return relax.transform.DeadCodeElimination()(folded)
