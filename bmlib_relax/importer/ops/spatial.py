@@ -20,7 +20,8 @@ from tvm.topi import image as topi_image
 
 from ..registry import register_converter
 from ._utils import (
-    dtype_of, ints, ndim_of, optional_ints, resize_args, shape_of, size_dims, static_shape,
+    dtype_of, ints, ndim_of, nearest_rounding, optional_ints, resize_args, shape_of, size_dims,
+    static_shape,
 )
 
 
@@ -148,11 +149,24 @@ def _yolo_reorg(inputs, attrs, ctx):
     data = inputs[0]
     dims = static_shape(data, ctx)
     stride = int(attrs["stride"])
+    _check_reorg(dims, stride, ctx)
     positions = reorg_positions(dims, stride).astype("int64")
     flat = relax.op.take(relax.op.reshape(data, [-1]), relax.const(positions, "int64"), axis=0)
     batch, channels, height, width = dims
     return relax.op.reshape(flat, [batch, channels * stride * stride, height // stride,
                                    width // stride])
+
+
+def _check_reorg(dims: list, stride: int, ctx) -> None:
+    """v0.19's reorg read ``channels // stride**2`` channel groups: with channels not a
+    multiple of ``stride**2`` (or fewer) it mixed the rest in (or divided by zero)."""
+    if len(dims) != 4:
+        raise ctx.error(f"expects a 4-D NCHW input, got shape {tuple(dims)}")
+    if stride < 1:
+        raise ctx.error(f"stride={stride} must be positive")
+    if dims[1] % (stride * stride):
+        raise ctx.error(f"{dims[1]} channels are not a multiple of stride**2 = "
+                        f"{stride * stride}")
 
 
 def _global_pool(reducer, spatial: int):
@@ -224,6 +238,7 @@ def _resize1d(inputs, attrs, ctx):
     data = inputs[0]
     roi = args.pop("roi")
     size = size_dims(attrs["size"])
+    check_align_corners_size(args["coordinate_transformation_mode"], size, ctx)
     if args["coordinate_transformation_mode"] == "align_corners":
         # align_corners scales by (in - 1) / (out - 1): 0 / 0 on the unit height, so
         # this mode takes TOPI's 1-D resize (on the host) instead.
@@ -243,7 +258,18 @@ def _resize1d(inputs, attrs, ctx):
 @register_converter("image.resize3d")
 def _resize3d(inputs, attrs, ctx):
     args = resize_args(attrs, "NCDHW", default_rounding="round")
-    return relax.op.image.resize3d(inputs[0], size_dims(attrs["size"]), **args)
+    size = size_dims(attrs["size"])
+    check_align_corners_size(args["coordinate_transformation_mode"], size, ctx)
+    return relax.op.image.resize3d(inputs[0], size, **args)
+
+
+def check_align_corners_size(mode: str, size: list, ctx) -> None:
+    """v0.19's TOPI resize scaled an ``align_corners`` axis by ``(in - 1) / (out - 1)``:
+    to a size of 1 that is a division by zero, which failed the build ("Divide by zero");
+    TVM 0.27's fails the same way, with no op named."""
+    if mode == "align_corners" and any(isinstance(d, int) and d == 1 for d in size):
+        raise ctx.error(f"size={list(size)}: align_corners scales by (in - 1) / (out - 1), "
+                        "a division by zero on the unit dim (Relay could not build it)")
 
 
 @register_converter("nn.upsampling3d")
@@ -261,11 +287,14 @@ def _upsampling3d(inputs, attrs, ctx):
     method = attrs.get("method", "nearest_neighbor")
     if method not in methods:
         raise ctx.unsupported_attr("method", method)
+    mode = attrs.get("coordinate_transformation_mode", "half_pixel")
+    check_align_corners_size(mode, size, ctx)
+    # v0.19's upsampling3d left the rounding to resize3d ("": round under align_corners,
+    # llvm.round's halves away from zero): nearest_rounding picks 0.27's method for it
     return relax.op.image.resize3d(
         inputs[0], size, layout=layout, method=methods[method],
-        coordinate_transformation_mode=attrs.get("coordinate_transformation_mode",
-                                                 "half_pixel"),
-        rounding_method="", cubic_alpha=-0.5)
+        coordinate_transformation_mode=mode,
+        rounding_method=nearest_rounding(methods[method], mode, ""), cubic_alpha=-0.5)
 
 
 @register_converter("image.affine_grid")
@@ -283,6 +312,23 @@ _GRID_SAMPLE_FORMS = {4: (("bilinear", "nearest", "bicubic"), "NCHW"),
                       5: (("bilinear", "nearest"), "NCDHW")}
 
 
+def _check_grid(data, grid, ctx) -> None:
+    """The grid holds one coordinate per spatial axis on axis 1 ((N, 2, H, W) for 4-D data,
+    (N, 3, D, H, W) for 5-D) and one sampling plan per image: TOPI reads those (v0.19's
+    GridSampleRel did not check them and read beside the grid)."""
+    rank = ndim_of(data)
+    if ndim_of(grid) != rank:
+        raise ctx.error(f"the grid must be {rank}-D for {rank}-D data, got "
+                        f"{ndim_of(grid)}-D")
+    grid_dims, data_dims = shape_of(grid), shape_of(data)
+    if isinstance(grid_dims[1], int) and grid_dims[1] != rank - 2:
+        raise ctx.error(f"the grid has shape {tuple(grid_dims)}: axis 1 must hold the "
+                        f"{rank - 2} coordinates of each sample")
+    if all(isinstance(d, int) for d in (grid_dims[0], data_dims[0])) and \
+            grid_dims[0] != data_dims[0]:
+        raise ctx.error(f"the grid's batch {grid_dims[0]} is not the data's {data_dims[0]}")
+
+
 @register_converter("image.grid_sample")
 def _grid_sample(inputs, attrs, ctx):
     method = attrs.get("method", "bilinear")
@@ -297,6 +343,7 @@ def _grid_sample(inputs, attrs, ctx):
                                   ("zeros", "border", "reflection"))):
         if value not in allowed:
             raise ctx.unsupported_attr(name, value)
+    _check_grid(inputs[0], inputs[1], ctx)
     return relax.op.image.grid_sample(
         inputs[0], inputs[1], method=method, layout=layout, padding_mode=padding_mode,
         align_corners=bool(attrs.get("align_corners", True)))

@@ -76,10 +76,18 @@ def _dilation2d(inputs, attrs, ctx):
     compute = {"NCHW": topi_image.dilation2d_nchw, "NHWC": topi_image.dilation2d_nhwc}.get(layout)
     if compute is None:
         raise ctx.unsupported_attr("data_layout", layout)
+    # v0.19's dilation2d_strategy: the weight is IHW for NCHW data, HWI for NHWC (TOPI reads
+    # it so whatever kernel_layout says), and the dilations are positive
+    kernel_layout = attrs.get("kernel_layout") or "IHW"
+    if kernel_layout != {"NCHW": "IHW", "NHWC": "HWI"}[layout]:
+        raise ctx.error(f"kernel_layout={kernel_layout!r} with data_layout={layout!r}: v0.19 "
+                        f"built only {'IHW' if layout == 'NCHW' else 'HWI'} for it")
     # Relay's relation reads strides[0:2] and dilations[0:2] (scripts pass 4 values).
+    dilations = ints(attrs.get("dilations", (1, 1)))[:2]
+    if min(dilations) < 1:
+        raise ctx.error(f"dilations={dilations}: dilation should be positive")
     return ctx.bb.call_te(compute, inputs[0], inputs[1], ints(attrs.get("strides", (1, 1)))[:2],
-                          expand_padding(attrs.get("padding", (0, 0)), 2),
-                          ints(attrs.get("dilations", (1, 1)))[:2],
+                          expand_padding(attrs.get("padding", (0, 0)), 2), dilations,
                           out_dtype(attrs) or dtype_of(inputs[0]))
 
 
