@@ -11,9 +11,14 @@ import is not a single Relax call get a translator function registered with
 :func:`register_pattern_translator`.
 
 ``has_attr`` constraints become DPL ``has_attr`` where the Relax op carries the
-attribute under a known name (:data:`RELAX_ATTR_NAME`); the others (``units``,
-``transpose_b``, ``newshape``, clip bounds, ...) are checked after the match
-on the Relay-style view of :mod:`.relay_view`, as are legacy check functions.
+attribute under a known name (:data:`RELAX_ATTR_NAME`) and the value has the
+attribute's own kind; every constraint is also checked after the match on the
+Relay-style view of :mod:`.relay_view` as v0.19's ``MatchRetValue`` compared it
+(an int attribute equals only an int, a float one a float exactly, a string or
+dtype one a string), as are the others (``units``, ``transpose_b``, ``newshape``,
+clip bounds, ...) and legacy check functions.  ``has_type``/``has_shape`` with a
+``?`` or a symbolic dim are checked after the match too: a ``?`` matches only a
+run-time dim, a symbolic dim only the same one (v0.19's ``StructuralEqual``).
 """
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ from ..errors import BmlibError
 from ..importer.provenance import origin_of
 from ..registry import Registry
 from ..relay import dataflow_pattern as rp
+from ..relay.pattern_matcher import attr_kind, attr_value_equal
 from .relay_view import relay_view
 
 
@@ -73,7 +79,6 @@ RELAX_ATTR_NAME: dict[tuple[str, str], tuple[str, Optional[Callable]]] = {
        for a in ("pool_size", "strides", "dilation", "layout", "ceil_mode")},
     ("nn.softmax", "axis"): ("axis", _SAME),
     ("nn.leaky_relu", "alpha"): ("alpha", _SAME),
-    ("cast", "dtype"): ("dtype", _SAME),
     ("transpose", "axes"): ("axes", _SAME),
     ("concatenate", "axis"): ("axis", _SAME),
 }
@@ -89,6 +94,21 @@ def register_pattern_translator(relay_op: str) -> Callable[[CallTranslator], Cal
 
 def relax_op_name(relay_op: str) -> str:
     return RELAX_OP_NAME.get(relay_op, "relax." + relay_op)
+
+
+def _relax_op(relay_op: str) -> str:
+    """The Relax op ``relay_op`` imports to as a single call, refused (naming the Relay op)
+    where there is none: ``nn.lrn``, ``qnn.conv2d``, ``copy`` ... import to other forms,
+    so a pattern of them cannot match the imported program (README: such entries of a
+    foreign table are left out)."""
+    name = relax_op_name(relay_op)
+    try:
+        tvm.ir.Op.get(name)
+    except (AttributeError, RuntimeError, ValueError):
+        raise PatternTranslationError(
+            f"is_op({relay_op!r}): the Relay op has no single-op Relax form ({name} is not "
+            "a Relax op), so no imported program can match it") from None
+    return name
 
 
 def _arity(args: Sequence[dpl.DFPattern], relay_op: str, count: int) -> None:
@@ -136,6 +156,8 @@ class _Translation:
         self.annotations: dict[str, dpl.DFPattern] = {}
         # annotation name -> the Relay op the matched Relax call must come from
         self.relay_ops: dict[str, str] = {}
+        # annotation name -> the dims (``None``: Relay's ``?``) the match must have
+        self.deferred_shapes: dict[str, tuple] = {}
 
     def translate(self, pattern: Any) -> dpl.DFPattern:
         if isinstance(pattern, dpl.DFPattern):
@@ -163,7 +185,7 @@ class _Translation:
         if pattern.args is None:
             # Any arguments: as many wildcards as the Relax op has inputs (FuseOpsByPattern
             # fails on variadic call patterns).
-            relax_name = relax_op_name(name)
+            relax_name = _relax_op(name)
             arity = int(tvm.ir.Op.get(relax_name).num_inputs)
             if arity < 0:
                 return self._from_relay_op(name, dpl.is_op(relax_name)(varg_default_wildcard=True))
@@ -174,7 +196,7 @@ class _Translation:
         if custom is not None:
             return self._from_relay_op(name, custom(args, pattern))
         args += [dpl.wildcard() for _ in range(EXTRA_OPERANDS.get(name, 0))]
-        return self._from_relay_op(name, dpl.is_op(relax_op_name(name))(*args))
+        return self._from_relay_op(name, dpl.is_op(_relax_op(name))(*args))
 
     def _from_relay_op(self, relay_op: str, translated: dpl.DFPattern) -> dpl.DFPattern:
         """Remember that what ``translated`` matches must be imported from ``relay_op``:
@@ -185,23 +207,35 @@ class _Translation:
         return translated
 
     def _attrs(self, p: rp.AttrPattern) -> dpl.DFPattern:
+        """DPL ``has_attr`` for what Relax stores alike (it narrows the search); all of
+        them are checked on the Relay view too, with v0.19's typed comparison."""
         inner = self.translate(p.pattern)
         op = _relay_op_of(p.pattern)
-        direct, deferred = {}, {}
+        direct = {}
         for key, value in p.attrs.items():
             mapped = RELAX_ATTR_NAME.get((op, key)) if op is not None else None
-            if mapped is None:
-                deferred[key] = value
-            else:
+            if mapped is not None and _has_kind(value, attr_kind(op, key)):
                 relax_name, convert = mapped
                 direct[relax_name] = value if convert is None else convert(value)
         result = inner.has_attr(direct) if direct else inner
-        if deferred:
-            # Checked on the Relay view of whatever this sub-pattern matched.
+        if p.attrs:
             key = f"legacy_attrs{len(self.deferred_attrs)}"
             self.annotations[key] = result
-            self.deferred_attrs[key] = (op, deferred, p.pattern)
+            self.deferred_attrs[key] = (op, dict(p.attrs), p.pattern)
         return result
+
+    def _shape(self, inner: dpl.DFPattern, dims: Sequence[Any]) -> dpl.DFPattern:
+        """A shape constraint: static dims in DPL, any ``?`` or symbolic dim (which DPL's
+        ``ShapePattern`` cannot hold) checked after the match."""
+        from ..relay import ast
+
+        dims = tuple(None if isinstance(d, ast.Any) else d for d in dims)
+        if all(isinstance(d, int) for d in dims):
+            return inner.has_shape(list(dims))
+        key = f"legacy_shape{len(self.deferred_shapes)}"
+        self.annotations[key] = inner
+        self.deferred_shapes[key] = dims
+        return inner
 
     def _node(self, p: rp.DFPattern) -> dpl.DFPattern:
         if isinstance(p, rp.WildcardPattern):
@@ -231,7 +265,7 @@ class _Translation:
         if isinstance(p, rp.DataTypePattern):
             return self.translate(p.pattern).has_dtype(p.dtype)
         if isinstance(p, rp.ShapePattern):
-            return self.translate(p.pattern).has_shape(list(p.shape))
+            return self._shape(self.translate(p.pattern), p.shape)
         if isinstance(p, rp.TypePattern):
             return self._type(p)
         if isinstance(p, rp.DominatorPattern):
@@ -258,16 +292,15 @@ class _Translation:
             "constants translate (use wildcard()/is_var() with a check function otherwise)")
 
     def _type(self, p: rp.TypePattern) -> dpl.DFPattern:
-        """``has_type(Tensor[(shape), dtype])`` as Relax shape and dtype constraints."""
+        """``has_type(Tensor[(shape), dtype])`` as Relax dtype and shape constraints."""
         from ..relay import ast
 
         ty = p.type
         inner = self.translate(p.pattern)
         if not isinstance(ty, ast.TensorType):
             raise PatternTranslationError(f"has_type({ty!r}): only tensor types can be matched")
-        if all(isinstance(d, int) for d in ty.shape):
-            inner = inner.has_shape(list(ty.shape))
-        return inner.has_dtype(ty.dtype)
+        # v0.19 compared the whole type (StructuralEqual): rank, every dim, the dtype.
+        return self._shape(inner.has_dtype(ty.dtype), tuple(ty.shape))
 
 
 def _alternative_ops(p: Any) -> list:
@@ -291,7 +324,8 @@ def translate(pattern: Any, memo: dict | None = None) -> dpl.DFPattern:
 
     Shared sub-patterns stay shared (memoised by identity), as DPL requires for
     patterns that use one wildcard twice.  Attribute constraints without a Relax
-    attribute are dropped here; :func:`translate_entry` keeps them as checks.
+    attribute, and shapes with a ``?`` or symbolic dim, are dropped here;
+    :func:`translate_entry` keeps them (and the typed attribute comparison) as checks.
     """
     translation = _Translation()
     if memo is not None:
@@ -299,13 +333,46 @@ def translate(pattern: Any, memo: dict | None = None) -> dpl.DFPattern:
     return translation.translate(pattern)
 
 
-def _attr_equal(actual: Any, expected: Any) -> bool:
-    if isinstance(expected, (list, tuple)):
-        return isinstance(actual, (list, tuple)) and len(actual) == len(expected) and \
-            all(_attr_equal(a, e) for a, e in zip(actual, expected))
-    if isinstance(expected, float) and isinstance(actual, (int, float)):
-        return abs(actual - expected) <= 1e-6 * max(1.0, abs(expected))
-    return actual == expected or str(actual) == str(expected)
+def _has_kind(value: Any, kind: Optional[str]) -> bool:
+    """Whether a pattern value is of the attribute's declared kind (ints for an int or
+    int-array field, floats for a float field, a string for a string field), so that DPL
+    compares like with like; anything else is left to the typed check."""
+    if isinstance(value, (list, tuple)):
+        return bool(value) and all(_has_kind(v, kind) for v in value)
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "float":
+        return isinstance(value, float)
+    return kind == "str" and isinstance(value, str)
+
+
+def _attr_equal(op: Optional[str], key: str, actual: Any, expected: Any) -> bool:
+    """v0.19's ``MatchRetValue`` (see :func:`~bmlib_relax.relay.pattern_matcher.
+    attr_value_equal`): typed, floats exactly."""
+    return attr_value_equal(expected, actual, attr_kind(op, key))
+
+
+def _dims_match(expr: Any, dims: tuple) -> bool:
+    """The matched Relax value has the rank and dims of a Relay shape with ``?`` or
+    symbolic dims: an int only a static dim of that size, ``?`` (None) only a run-time
+    dim, a symbolic dim only the same named dim (v0.19 compared the types with
+    ``StructuralEqual``)."""
+    ty = getattr(expr, "ty", None) or getattr(expr, "struct_info", None)
+    shape = getattr(ty, "shape", None)
+    values = getattr(shape, "values", None)
+    if values is None or len(values) != len(dims):
+        return False
+    for want, have in zip(dims, values):
+        static = isinstance(have, tvm.tirx.IntImm)
+        if isinstance(want, int):
+            if not static or int(have.value) != want:
+                return False
+        elif want is None:
+            if static:
+                return False
+        elif static or str(have) != str(want):
+            return False
+    return True
 
 
 def translate_entry(name: str, pattern: Any, check: Optional[Callable] = None,
@@ -323,12 +390,15 @@ def translate_entry(name: str, pattern: Any, check: Optional[Callable] = None,
         # (TensorRT's batch_norm entry) becomes a composite of the call, its tuple
         # projected outside; the check still receives the TupleGetItem.
         projected = pattern.index
-        dpl_pattern = translation.translate(pattern.tuple_value)
         root_hint = pattern.tuple_value
     else:
-        dpl_pattern = translation.translate(pattern)
         root_hint = pattern
+    try:
+        dpl_pattern = translation.translate(root_hint)
+    except PatternTranslationError as exc:
+        raise PatternTranslationError(f"pattern {name!r}: {exc}") from None
     deferred = dict(translation.deferred_attrs)
+    shapes = dict(translation.deferred_shapes)
     relay_ops = dict(translation.relay_ops)
 
     def root_view(context):
@@ -342,11 +412,17 @@ def translate_entry(name: str, pattern: Any, check: Optional[Callable] = None,
             return False
         if not _from_relay_ops(context, relay_ops):
             return False
+        for key, dims in shapes.items():
+            if key in context.annotated_expr and \
+                    not _dims_match(context.annotated_expr[key], dims):
+                return False
         for key, (op, attrs, sub_pattern) in deferred.items():
+            if key not in context.annotated_expr:
+                continue  # in an alternative that did not match
             expr = context.annotated_expr[key]
             attrs_view = getattr(relay_view(expr, context, sub_pattern), "attrs", None)
             if attrs_view is None or not all(
-                    key_ in attrs_view and _attr_equal(attrs_view[key_], value)
+                    key_ in attrs_view and _attr_equal(op, key_, attrs_view[key_], value)
                     for key_, value in attrs.items()):
                 return False
         if check is None:

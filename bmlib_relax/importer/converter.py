@@ -54,7 +54,6 @@ from ..relay.params import check_param
 from ..relay.analysis import free_vars, post_order_list
 from ..relay.meta_recovery import box_refs, printed_ref
 from ..relay.op_schema import check_call
-from ..relay.pattern_op_attrs import BROADCAST, op_attr
 from . import provenance
 from .branches import lift_if_branches
 from .registry import get_converter
@@ -424,8 +423,15 @@ def _known_shape(expr: Any) -> Optional[bool]:
     return None
 
 
-# Broadcasting ops whose second operand follows an axis attribute, not broadcasting.
-_AXIS_BROADCAST = {"nn.bias_add", "nn.prelu"}
+# Ops whose tensor operands broadcast against each other by NumPy's rules (Relay's
+# BroadcastRel), so run-time dims on one axis must be unified.  Listed here rather than
+# read off TOpPattern: v0.19 also marked broadcast_to(_like), expand_dims, tile, repeat
+# and the axis-following nn.bias_add / nn.prelu as kBroadcast.
+_MUTUALLY_BROADCAST = frozenset(
+    "add subtract multiply divide floor_divide floor_mod mod trunc_divide trunc_mod power "
+    "maximum minimum equal not_equal less less_equal greater greater_equal logical_and "
+    "logical_or logical_xor bitwise_and bitwise_or bitwise_xor left_shift right_shift where "
+    "qnn.add qnn.subtract qnn.mul".split())
 
 
 # Ops whose output dims are ``(input + padding - window) // stride + 1``.
@@ -865,7 +871,7 @@ class RelayImporter:
             ctx = ConvertContext(self, node)
             attrs = self._call_attrs(node)
             self._check_call(node, attrs, len(inputs))
-            if op_attr(op.name, "TOpPattern") == BROADCAST and op.name not in _AXIS_BROADCAST:
+            if op.name in _MUTUALLY_BROADCAST:
                 inputs = self._unify_run_time_dims(inputs, node)
             view = self.views.call(node, attrs, inputs, self._operands(node))
             key = self.provenance.add(view)

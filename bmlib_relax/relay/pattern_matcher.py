@@ -22,6 +22,8 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable, Optional
 
+import numpy as np
+
 from ..errors import BmlibError
 from . import ast as A
 from . import dataflow_pattern as P
@@ -62,6 +64,8 @@ def _plain(value: Any) -> Any:
     """TVM scalars/strings/arrays (e.g. from a DictAttrs) as Python values."""
     if isinstance(value, (str, bool, int, float)) or value is None:
         return value
+    if isinstance(value, np.dtype):
+        return str(value)
     if isinstance(value, (list, tuple)):
         return tuple(_plain(v) for v in value)
     if hasattr(value, "value") and not isinstance(value, A.Expr):
@@ -74,19 +78,67 @@ def _plain(value: Any) -> Any:
         return value
 
 
-def attr_value_equal(expected: Any, actual: Any) -> bool:
-    """Relay's ``MatchRetValue``/structural comparison of an attribute value."""
+# What v0.19's ``MatchRetValue`` told apart by the attribute's type code: an integer
+# (``kDLInt``; a bool field is read as an int64 by reflection's ``AttrGetter``), a
+# float (``kDLFloat``) and a string (``kTVMStr``, a ``String``, a ``DataType``).
+_INT, _FLOAT, _STR = "int", "float", "str"
+
+
+def _value_kind(value: Any) -> Optional[str]:
+    if isinstance(value, str):
+        return _STR
+    if isinstance(value, (bool, int)):
+        return _INT
+    if isinstance(value, float):
+        return _FLOAT
+    return None
+
+
+def attr_kind(op_name: Optional[str], key: str) -> Optional[str]:
+    """The declared kind of ``op_name``'s attribute ``key`` (its C++ field type, from
+    :mod:`.op_schema`): ``leaky_relu(x, alpha=0)`` stored a double 0.0, which only a
+    float pattern matched.  None where the schema does not say."""
+    if op_name is None:
+        return None
+    from . import op_schema as S
+
+    schema = S.op_schema(op_name)
+    field_kind = schema.fields.get(key) if schema is not None else None
+    if field_kind in (S.BOOL, S.INT, S.INTS):
+        return _INT
+    if field_kind in (S.FLOAT, S.FLOATS):
+        return _FLOAT
+    if field_kind is S.STR:
+        return _STR
+    return None
+
+
+def attr_value_equal(expected: Any, actual: Any, kind: Optional[str] = None) -> bool:
+    """Relay v0.19's ``MatchRetValue``: a pattern value equals an attribute of the same
+    kind only (an int attribute only an int, a float one only a float, exactly; a string
+    or dtype one only a string), arrays element-wise under the same rule.  ``kind`` is
+    the attribute's declared kind (:func:`attr_kind`), which decides for a number the
+    builder stored as given (``alpha=0`` of a double field)."""
     if isinstance(expected, A.Expr) or isinstance(actual, A.Expr):
         return isinstance(expected, A.Expr) and isinstance(actual, A.Expr) and \
             structural_equal(expected, actual, map_free_vars=False)
     if isinstance(expected, A.Type) or isinstance(actual, A.Type):
         return expected == actual
     exp, act = _plain(expected), _plain(actual)
+    if exp is None or act is None:
+        return exp is None and act is None
     if isinstance(exp, tuple) or isinstance(act, tuple):
         return isinstance(exp, tuple) and isinstance(act, tuple) and len(exp) == len(act) and \
-            all(attr_value_equal(x, y) for x, y in zip(exp, act))
-    if isinstance(exp, str) or isinstance(act, str):
-        return str(exp) == str(act) if exp is not None and act is not None else False
+            all(attr_value_equal(x, y, kind) for x, y in zip(exp, act))
+    exp_kind, act_kind = _value_kind(exp), _value_kind(act)
+    if kind in (_INT, _FLOAT) and act_kind in (_INT, _FLOAT):
+        act_kind = kind
+    if exp_kind is None or act_kind is None:
+        return exp_kind is None and act_kind is None and bool(exp == act)
+    if exp_kind != act_kind:
+        return False
+    if act_kind == _FLOAT:
+        return float(exp) == float(act)
     return exp == act
 
 
@@ -295,7 +347,9 @@ class DFPatternMatcher:
             return True
         if isinstance(e, A.Call):
             has, get = _attr_lookup(e)
-            return all(has(k) and attr_value_equal(v, get(k)) for k, v in attrs.items())
+            op = e.op.name if isinstance(e.op, A.Op) else None
+            return all(has(k) and attr_value_equal(v, get(k), attr_kind(op, k))
+                       for k, v in attrs.items())
         if isinstance(e, A.Function):
             fattrs = e.attrs
             return all(k in fattrs and attr_value_equal(v, fattrs[k]) for k, v in attrs.items())

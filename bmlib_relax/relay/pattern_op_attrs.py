@@ -5,6 +5,15 @@ pattern language's dominator examples filter on: ``wildcard().has_attr({"TOpPatt
 K_ELEMWISE})``).  Relay is gone, so the values are restated here from Relay v0.19's
 op registrations; an op or attribute missing from the table does not match, as in
 Relay when the op had no such attribute.
+
+The ``TOpPattern`` table is every op v0.19 gave one: ``set_attr<TOpPattern>`` in
+``src/relay/op/**/*.cc`` and ``src/relay/qnn/op/*.cc`` (also through the
+``RELAY_REGISTER_UNARY_OP``/``BINARY_OP``/``CMP_OP`` macros of ``op_common.h``), and
+``register_pattern`` in ``python/tvm/relay/op/_tensor.py``, ``_transform.py``,
+``_algorithm.py``, ``vision/``, ``image/``, ``random/``, ``dyn/`` and ``qnn/op/_qnn.py``.
+Ops v0.19 registered without one (``nn.layer_norm``, ``nn.instance_norm``,
+``nn.group_norm``, ``nn.l2_normalize``, ``qnn.leaky_relu``, ...) are absent, so no
+``TOpPattern`` constraint matches them, as in Relay.
 """
 from __future__ import annotations
 
@@ -15,33 +24,73 @@ ELEMWISE, BROADCAST, INJECTIVE, COMM_REDUCE, OUT_ELEMWISE_FUSABLE = 0, 1, 2, 3, 
 TUPLE, OPAQUE = 7, 8
 
 _ELEMWISE_OPS = (
-    "log log2 log10 tan cos cosh sin sinh acos acosh asin asinh atan atanh exp fast_exp erf "
-    "fast_erf sqrt rsqrt zeros_like ones_like sigmoid copy floor ceil trunc round sign abs tanh "
-    "fast_tanh negative logical_not bitwise_not isnan isfinite isinf clip cast cast_like "
-    "reinterpret nn.relu nn.leaky_relu stop_gradient full_like fixed_point_multiply "
-    "annotation.stop_fusion")
+    "abs acos acosh asin asinh atan atanh bitwise_not cast cast_like ceil clip copy cos "
+    "cosh dyn.full dyn.ones dyn.zeros erf exp fast_erf fast_exp fast_tanh "
+    "fixed_point_multiply floor full full_like isfinite isinf isnan log log10 log2 "
+    "logical_not negative nn.leaky_relu nn.relu ones ones_like qnn.dequantize "
+    "qnn.quantize qnn.requantize qnn.simulated_dequantize qnn.simulated_quantize qnn.tanh "
+    "reinterpret relay.op.annotation.simulated_quantize round rsqrt sigmoid sign sin sinh "
+    "sqrt tan tanh trilu trunc zeros zeros_like"
+)
 _BROADCAST_OPS = (
-    "add subtract multiply divide power mod floor_divide floor_mod trunc_divide trunc_mod "
-    "maximum minimum left_shift right_shift equal not_equal less less_equal greater "
-    "greater_equal logical_and logical_or logical_xor bitwise_and bitwise_or bitwise_xor "
-    "where nn.bias_add nn.prelu")
+    "add bitwise_and bitwise_or bitwise_xor broadcast_to broadcast_to_like divide "
+    "dyn.broadcast_to equal expand_dims fixed_point_multiply_per_axis floor_divide "
+    "floor_mod greater greater_equal left_shift less less_equal logical_and logical_or "
+    "logical_xor maximum minimum mod multiply nn.bias_add nn.prelu not_equal power "
+    "qnn.add qnn.mul qnn.subtract repeat right_shift subtract tile trunc_divide trunc_mod "
+    "where"
+)
 _INJECTIVE_OPS = (
-    "reshape reshape_like transpose squeeze expand_dims concatenate stack split strided_slice "
-    "slice_like take tile repeat reverse reverse_sequence broadcast_to broadcast_to_like "
-    "collapse_sum_like collapse_sum_to layout_transform full zeros ones arange gather gather_nd "
-    "nn.pad nn.batch_flatten nn.upsampling nn.upsampling3d nn.depth_to_space "
-    "nn.space_to_depth image.resize1d image.resize2d image.resize3d image.crop_and_resize "
-    "sequence_mask auto_scheduler_layout_transform meta_schedule_layout_transform")
-_COMM_REDUCE_OPS = "sum mean max min prod all any argmax argmin variance std logsumexp"
+    "adv_index auto_scheduler_layout_transform concatenate contrib_reverse_reshape "
+    "dyn.expand_dims dyn.image.resize2d dyn.nn.pad dyn.nn.upsampling dyn.nn.upsampling3d "
+    "dyn.reshape dyn.squeeze dyn.strided_slice dyn.tile einsum gather gather_nd "
+    "image.affine_grid image.crop_and_resize image.grid_sample image.resize1d "
+    "image.resize2d image.resize3d invert_permutation layout_transform matrix_set_diag "
+    "meshgrid meta_schedule_layout_transform ndarray_size nn.batch_flatten "
+    "nn.batch_to_space_nd nn.bitpack nn.depth_to_space nn.dilate nn.mirror_pad nn.pad "
+    "nn.space_to_batch_nd nn.space_to_depth nn.upsampling nn.upsampling3d qnn.concatenate "
+    "reshape reshape_like reverse reverse_sequence sequence_mask slice_like "
+    "sparse_reshape split squeeze stack strided_set strided_slice take transpose "
+    "unravel_index vision.yolo_reorg"
+)
+_COMM_REDUCE_OPS = (
+    "all any argmax argmin collapse_sum_like collapse_sum_to max mean min prod sum "
+    "variance"
+)
 _OUT_ELEMWISE_FUSABLE_OPS = (
-    "nn.conv1d nn.conv2d nn.conv3d nn.conv1d_transpose nn.conv2d_transpose nn.conv3d_transpose "
-    "nn.contrib_conv2d_NCHWc nn.dense nn.matmul nn.batch_matmul nn.max_pool1d nn.max_pool2d "
-    "nn.max_pool3d nn.avg_pool1d nn.avg_pool2d nn.avg_pool3d nn.global_avg_pool2d "
-    "nn.global_max_pool2d nn.adaptive_avg_pool1d nn.adaptive_avg_pool2d nn.adaptive_avg_pool3d "
-    "one_hot cumsum cumprod")
+    "dyn.one_hot image.dilation2d nn.adaptive_avg_pool1d nn.adaptive_avg_pool2d "
+    "nn.adaptive_avg_pool3d nn.adaptive_max_pool1d nn.adaptive_max_pool2d "
+    "nn.adaptive_max_pool3d nn.avg_pool1d nn.avg_pool2d nn.avg_pool2d_grad nn.avg_pool3d "
+    "nn.batch_matmul nn.batch_norm nn.bitserial_conv2d nn.bitserial_dense "
+    "nn.contrib_conv2d_NCHWc nn.contrib_conv2d_gemm_weight_transform "
+    "nn.contrib_conv2d_gemm_without_weight_transform "
+    "nn.contrib_conv2d_winograd_weight_transform "
+    "nn.contrib_conv2d_winograd_without_weight_transform "
+    "nn.contrib_conv3d_winograd_weight_transform "
+    "nn.contrib_conv3d_winograd_without_weight_transform nn.contrib_dense_pack "
+    "nn.contrib_depthwise_conv2d_NCHWc nn.conv1d nn.conv1d_transpose nn.conv2d "
+    "nn.conv2d_backward_weight nn.conv2d_transpose nn.conv3d nn.conv3d_transpose "
+    "nn.correlation nn.deformable_conv2d nn.dense nn.fast_softmax nn.global_avg_pool2d "
+    "nn.global_max_pool2d nn.internal.sparse_dense_padded nn.log_softmax nn.matmul "
+    "nn.max_pool1d nn.max_pool2d nn.max_pool2d_grad nn.max_pool3d nn.nll_loss nn.softmax "
+    "nn.sparse_conv2d nn.sparse_dense nn.sparse_transpose one_hot qnn.avg_pool2d "
+    "qnn.batch_matmul qnn.contrib_dense_pack qnn.conv2d qnn.dense vision.roi_align "
+    "vision.roi_pool"
+)
 _OPAQUE_OPS = (
-    "nn.softmax nn.log_softmax nn.dropout nn.batch_norm nn.layer_norm nn.instance_norm "
-    "nn.group_norm scatter_nd argsort topk on_device device_copy")
+    "annotation.bitpack_end annotation.bitpack_start annotation.cast_hint "
+    "annotation.checkpoint annotation.compiler_begin annotation.compiler_end "
+    "annotation.stop_fusion arange argsort argwhere call_lowered cumprod cumsum debug "
+    "device_copy dft dyn.sparse_to_dense dyn.topk memory.alloc_storage "
+    "memory.alloc_tensor memory.kill nn.contrib_conv2d_winograd_nnpack_weight_transform "
+    "nn.cross_entropy nn.cross_entropy_with_logits nn.dropout nn.fifo_buffer nn.lrn "
+    "nn.sparse_add on_device random.multinomial random.normal random.threefry_generate "
+    "random.threefry_split random.uniform scatter_elements scatter_nd searchsorted "
+    "shape_of sliding_window sort sparse_fill_empty_rows sparse_to_dense stft topk unique "
+    "vision.all_class_non_max_suppression vision.get_valid_counts vision.multibox_prior "
+    "vision.multibox_transform_loc vision.non_max_suppression vision.proposal "
+    "vision.regular_non_max_suppression vm.invoke_tvm_op vm.reshape_tensor vm.shape_of"
+)
 
 #: op attribute name -> {Relay op name: value}
 OP_ATTRS: dict[str, dict[str, Any]] = {"TOpPattern": {}}
@@ -59,6 +108,34 @@ def op_attr(op_name: str, attr_name: str) -> Any:
 
 
 MISSING = _MISSING
+
+#: Ops v0.19 registered that neither the builder's schemas, the importer nor the table
+#: above name (``src/relay/parser/meta_ref.cc``, ``src/relay/transforms/partial_eval.cc``).
+_OTHER_RELAY_OPS = frozenset({"parser.MetaRef", "annotation.with_funcid"})
+
+
+def is_relay_op(op_name: str) -> bool:
+    """Whether ``op_name`` is an op Relay knew: v0.19's ``Op::Get`` found every op with a
+    ``TOpPattern`` above, every op the builder API declares (:mod:`.op_schema`) and every
+    op the importer converts; anything else (``nn.conv2D``) was "not registered"."""
+    if op_name in OP_ATTRS["TOpPattern"] or op_name in _OTHER_RELAY_OPS:
+        return True
+    from .op_schema import op_schema
+
+    if op_schema(op_name) is not None:
+        return True
+    from ..importer.registry import get_converter  # the importer imports this package
+
+    return get_converter(op_name) is not None
+
+
+def relay_op_names() -> list[str]:
+    """Every op name :func:`is_relay_op` accepts (for "did you mean" hints)."""
+    from ..importer.registry import supported_ops
+    from .op_schema import _schemas
+
+    return sorted(set(OP_ATTRS["TOpPattern"]) | _OTHER_RELAY_OPS | set(_schemas()) |
+                  set(supported_ops()))
 
 
 # --------------------------------------------------------------------------- call attributes
