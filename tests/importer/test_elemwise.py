@@ -120,6 +120,23 @@ def test_integer_division_by_a_run_time_zero_is_a_run_check_error(op, dtype):
     np.testing.assert_array_equal(model(a, b), _INTEGER_QUOTIENTS[op](a, b).astype(dtype))
 
 
+@pytest.mark.parametrize("op", sorted(_INTEGER_QUOTIENTS))
+def test_a_weight_holding_the_minimum_over_a_run_time_minus_one_is_checked(op):
+    """The dividend a bound weight: its MIN over a run-time -1 still traps (the check
+    was skipped for every constant dividend, and the process died of SIGFPE)."""
+    import bmlib_relax
+    from bmlib_relax import RunCheckError
+
+    lowest = np.iinfo("int32").min
+    text = relay_fn("%w: Tensor[(3), int32], %b: Tensor[(3), int32]", f"{op}(%w, %b)")
+    model = bmlib_relax.compile(text, {"w": np.array([7, lowest, 9], "int32")})
+    with pytest.raises(RunCheckError, match=f"{op}: integer overflow: {lowest} divided by -1"):
+        model(b=np.array([2, -1, 3], "int32"))
+    b = np.array([2, 3, -1], "int32")
+    want = _INTEGER_QUOTIENTS[op](np.array([7, lowest, 9], "int64"), b.astype("int64"))
+    np.testing.assert_array_equal(model(b=b), want.astype("int32"))
+
+
 def test_unsigned_division_by_a_run_time_zero_is_a_run_check_error():
     import bmlib_relax
     from bmlib_relax import RunCheckError

@@ -316,3 +316,35 @@ def test_shapes_relay_refused_are_named(body, message):
     # here (or failed with a bare "list index out of range")
     with pytest.raises(ConversionError, match=message):
         import_text(relay_fn("%x: Tensor[(6, 4), float32]", body))
+
+
+@pytest.mark.parametrize("sig, body, target", [
+    ("%x: Tensor[(?, 8), float32]", "broadcast_to(%x, shape=[5, 8])", None),
+    ("%x: Tensor[(?, 8), float32], %y: Tensor[(?, 8), float32]", "broadcast_to_like(%x, %y)",
+     (5, 8)),
+])
+def test_broadcast_of_a_run_time_dim_is_checked_not_read_past(sig, body, target):
+    """TVM's broadcast_to decides when it builds whether a dim broadcasts: a run-time
+    dim it could not relate to the target's was indexed as if equal, so 1 (or 3) rows
+    broadcast to 5 read past the input and returned garbage.  Equal rows compute; a
+    run-time 1 Relay broadcast is refused by name, as for every broadcasting op."""
+    import bmlib_relax
+    from bmlib_relax import RunCheckError
+
+    model = bmlib_relax.compile(relay_fn(sig, body))
+    like = {} if target is None else {"y": np.zeros(target, "float32")}
+    x = rand(5, 8)
+    np.testing.assert_array_equal(model(x=x, **like), x)
+    for rows in (1, 3):
+        with pytest.raises(RunCheckError, match=rf"{body.split('(')[0]}: the input has {rows} "
+                                                r"entries on axis 0, the target 5"):
+            model(x=rand(rows, 8), **like)
+
+
+def test_broadcast_to_a_larger_rank_keeps_run_time_dims():
+    import bmlib_relax
+
+    model = bmlib_relax.compile(relay_fn("%x: Tensor[(?, 8), float32]",
+                                         "broadcast_to(%x, shape=[2, 3, 8])"))
+    x = rand(3, 8)
+    np.testing.assert_array_equal(model(x=x), np.broadcast_to(x, (2, 3, 8)))

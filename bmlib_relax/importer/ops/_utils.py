@@ -117,8 +117,10 @@ def check_integer_divisor(divisor: relax.Expr, ctx, dividend: Optional[relax.Exp
                           f"integer division by zero: the {dtype} divisor holds a 0 in this "
                           "run (the division would stop the process with SIGFPE)")
     if dividend is None or not dtype.startswith("int") or \
-            folded_value(dividend, ctx) is not None or \
             (value is not None and not (value == -1).any()):
+        return
+    known = folded_value(dividend, ctx)  # a weight holding the minimum needs the check too
+    if known is not None and not (known == np.iinfo(dtype).min).any():
         return
     check_quotient_fits(dividend, divisor, ctx)
 
