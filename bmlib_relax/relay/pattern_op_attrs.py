@@ -175,6 +175,8 @@ def op_attr_defaults(op_name: str) -> dict[str, Any]:
     if not _DEFAULTS:
         import inspect
 
+        from .op._make import normalise_attrs
+
         keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
         for module, prefix in _builder_functions():
             for short, fn in list(vars(module).items()):
@@ -182,9 +184,10 @@ def op_attr_defaults(op_name: str) -> dict[str, Any]:
                 if not callable(fn) or not isinstance(signature, inspect.Signature):
                     continue
                 name = getattr(fn, "relay_op_name", None) or prefix + short
-                _DEFAULTS.setdefault(name, {
+                # as a call records them (conv1d's default strides=1 is [1], as in v0.19)
+                _DEFAULTS.setdefault(name, normalise_attrs(name, {
                     p.name: p.default for p in signature.parameters.values()
-                    if p.kind in keyword and p.default is not inspect.Parameter.empty})
+                    if p.kind in keyword and p.default is not inspect.Parameter.empty}))
         for name, overrides in _TEXT_DEFAULTS.items():
             _DEFAULTS.setdefault(name, {}).update(overrides)
         _DEFAULTS.setdefault("", {})  # marks the table as built

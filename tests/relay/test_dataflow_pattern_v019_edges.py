@@ -322,3 +322,15 @@ def test_broadcast_to_like_is_not_unified_as_a_binary_broadcast():
                     "broadcast_to_like(%x, %y)")
     x = RNG.standard_normal((1, 8)).astype("float32")
     check(text, [x, np.zeros((5, 8), "float32")], np.broadcast_to(x, (5, 8)))
+
+
+def test_an_unrecorded_default_reads_as_v019_recorded_it():
+    # conv1d built without strides/padding: v0.19's builder stored strides=[1],
+    # padding=[0, 0]; has_attr falls back to the same normalised defaults
+    x = relay.var("x", shape=(1, 2, 8))
+    w = relay.var("w", shape=(2, 2, 3))
+    conv = relay.nn.conv1d(x, w)
+    pattern = is_op("nn.conv1d")(wildcard(), wildcard())
+    assert pattern.has_attr({"strides": [1]}).match(conv)
+    assert pattern.has_attr({"padding": [0, 0]}).match(conv)
+    assert not pattern.has_attr({"strides": 1}).match(conv)
