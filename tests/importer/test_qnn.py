@@ -425,3 +425,29 @@ def test_the_dtypes_v019s_type_relations_took():
     _equal(quantized, ref.quantize(x, 0.5, 3, "uint16"))
     _equal(dequantized, ((q.astype(np.int32) - 3) * np.float32(0.5)).astype("float32"))
     _equal(requantized, ref.requantize(wide.astype(np.int32), 0.5, 0, 1.0, 2, "int32"))
+
+
+_QNN_CONV_NHWC = '''#[version = "0.0.5"]
+def @main(%x: Tensor[(1, 4, 4, 3), int8], %w: Tensor[(1, 1, 3, 2), int8]) {
+  qnn.conv2d(%x, %w, 0, 0, 1f, 1f, padding=[0, 0, 0, 0], channels=CH, kernel_size=[1, 1],
+             data_layout="NHWC", kernel_layout="HWIO", OUTout_dtype="int32")
+}'''
+
+
+def test_qnn_conv2d_result_is_in_its_out_layout():
+    # v0.19's QnnConv2DRel ran Conv2DRel: out_layout="NCHW" on NHWC data types the
+    # result (1, 2, 4, 4); the layout was ignored (an NHWC result, silently)
+    text = _QNN_CONV_NHWC.replace("CH", "2").replace("OUT", 'out_layout="NCHW", ')
+    rng = np.random.default_rng(3)
+    x = rng.integers(-5, 5, (1, 4, 4, 3)).astype("int8")
+    w = rng.integers(-5, 5, (1, 1, 3, 2)).astype("int8")
+    nhwc = np.einsum("nhwc,co->nhwo", x.astype("int32"), w[0, 0].astype("int32"))
+    out = run_plain(import_relay(parse(text, "q.relay")), [x, w])
+    np.testing.assert_array_equal(out, nhwc.transpose(0, 3, 1, 2))
+
+
+def test_qnn_conv2d_channels_contradicting_the_weight_is_refused():
+    text = _QNN_CONV_NHWC.replace("CH", "5").replace("OUT", "")
+    with pytest.raises(ConversionError, match=r"qnn.conv2d: channels=5 and kernel_size=\[1, 1\]"
+                                              r" .* type the weight as \(5, 3, 1, 1\)"):
+        import_relay(parse(text, "q.relay"))

@@ -134,6 +134,19 @@ def _is_depthwise_multiplier(in_channels, w_oi: list, groups: int, attrs, ndim: 
         isinstance(in_channels, int) and groups == in_channels == w_oi[0] and w_oi[1] != 1
 
 
+def check_conv_weight(data, weight, data_layout: str, kernel_layout: str, groups: int,
+                      attrs, ndim: int, ctx) -> bool:
+    """v0.19's checks of ``channels``/``kernel_size`` against a conv's weight
+    (:func:`_check_weight_attrs`) for a converter with its own lowering (``qnn.conv2d``,
+    whose ``QnnConv2DRel`` ran ``Conv2DRel``); True for the depthwise-multiplier form."""
+    canonical = "OI" + "DHW"[3 - ndim:]
+    in_channels = _primal_dims(shape_of(data), data_layout, "C")[0]
+    w_oi = _primal_dims(shape_of(weight), kernel_layout, canonical)
+    multiplier = _is_depthwise_multiplier(in_channels, w_oi, groups, attrs, ndim)
+    _check_weight_attrs(in_channels, w_oi, groups, attrs, ndim, multiplier, canonical, ctx)
+    return multiplier
+
+
 def _check_weight_attrs(in_channels, w_oi: list, groups: int, attrs, ndim: int,
                         depthwise: bool, canonical: str, ctx) -> None:
     """``channels`` and ``kernel_size`` against the weight (``w_oi``: its O, I and

@@ -48,6 +48,8 @@ from ._utils import (
     dtype_of, folded_value, ints, ndim_of, normalize_axis, repeat_to, round_half_away,
     round_half_away_np, shape_of,
 )
+from .conv import check_conv_weight
+from .layout import layout_transform
 
 _INT_RANGE = {d: (int(np.iinfo(d).min), int(np.iinfo(d).max))
               for d in ("int8", "uint8", "int16", "uint16", "int32")}
@@ -381,6 +383,17 @@ def _zp_shifted(expr: relax.Expr, zp: QParam, ndim: int, axis: int) -> relax.Exp
 
 @register_converter("qnn.conv2d")
 def _qnn_conv2d(inputs, attrs, ctx):
+    """v0.19's ``QnnConv2DRel`` ran ``Conv2DRel``: the weight is checked against
+    ``channels``/``kernel_size`` and the result is in ``out_layout``."""
+    out = _qnn_conv2d_in_data_layout(inputs, attrs, ctx)
+    data_layout = attrs.get("data_layout") or "NCHW"
+    out_layout = attrs.get("out_layout") or data_layout
+    if out_layout == data_layout:
+        return out
+    return layout_transform(ctx.emit(out), data_layout, out_layout, ctx)
+
+
+def _qnn_conv2d_in_data_layout(inputs, attrs, ctx):
     data, weight, in_zp_e, k_zp_e = inputs[:4]
     in_zp = qparam(in_zp_e, ctx, "input_zero_point", "int32")
     k_zp = qparam(k_zp_e, ctx, "kernel_zero_point", "int32")
@@ -397,6 +410,8 @@ def _qnn_conv2d(inputs, attrs, ctx):
     out_dtype = str(attrs.get("out_dtype") or "int32")
     if out_dtype not in ("int32", "int64"):
         raise ctx.unsupported_attr("out_dtype", out_dtype)
+    check_conv_weight(data, weight, data_layout, kernel_layout, int(attrs.get("groups", 1)),
+                      attrs, 2, ctx)
     padding = ints(attrs.get("padding", 0))
     padding = padding * 4 if len(padding) == 1 else padding + padding if len(padding) == 2 \
         else padding
