@@ -451,3 +451,22 @@ def test_qnn_conv2d_channels_contradicting_the_weight_is_refused():
     with pytest.raises(ConversionError, match=r"qnn.conv2d: channels=5 and kernel_size=\[1, 1\]"
                                               r" .* type the weight as \(5, 3, 1, 1\)"):
         import_relay(parse(text, "q.relay"))
+
+
+def test_qnn_conv2d_transpose_takes_nn_conv2d_transposes_layouts_and_checks():
+    # Relay legalized it to nn.conv2d_transpose of the shifted operands: its out_layout
+    # (ignored before: an NCHW result) and its weight checks apply
+    rng = np.random.default_rng(13)
+    x = rng.integers(-128, 128, size=(1, 3, 5, 5)).astype("int8")
+    w = rng.integers(-128, 128, size=(3, 2, 3, 3)).astype("int8")  # IOHW
+
+    def build(**extra):
+        return lambda x, w: qnn.conv2d_transpose(
+            x, w, c(3), c(-1), c(0.1), c(0.1), strides=(2, 2), padding=(1, 1),
+            kernel_size=(3, 3), **extra)
+
+    nchw, = _run(build(channels=2), {"x": x, "w": w})
+    nhwc, = _run(build(channels=2, out_layout="NHWC"), {"x": x, "w": w})
+    _equal(nhwc, nchw.transpose(0, 2, 3, 1))
+    with pytest.raises(ConversionError, match=r"qnn.conv2d_transpose: channels=5"):
+        _run(build(channels=5), {"x": x, "w": w})

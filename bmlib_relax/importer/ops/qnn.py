@@ -43,6 +43,7 @@ from typing import Optional, Sequence
 import numpy as np
 from tvm import relax
 
+from ...relay import ast
 from ..registry import get_converter, register_converter
 from ._utils import (
     dtype_of, folded_value, ints, ndim_of, normalize_axis, repeat_to, round_half_away,
@@ -755,7 +756,9 @@ class _PoolAttrs:
 
 @register_converter("qnn.conv2d_transpose")
 def _qnn_conv2d_transpose(inputs, attrs, ctx):
-    # Relay legalized it to nn.conv2d_transpose of the zero-point-shifted operands.
+    """Relay legalized it to ``nn.conv2d_transpose`` of the zero-point-shifted int32
+    operands (same attrs type): that op's converter, with its layouts, ``out_layout``
+    and weight checks."""
     data, weight, in_zp_e, k_zp_e = inputs[:4]
     in_zp = qparam(in_zp_e, ctx, "input_zero_point", "int32")
     k_zp = qparam(k_zp_e, ctx, "kernel_zero_point", "int32")
@@ -763,16 +766,9 @@ def _qnn_conv2d_transpose(inputs, attrs, ctx):
     kernel_layout = attrs.get("kernel_layout") or "IOHW"
     x = ctx.emit(_zp_shifted(data, in_zp, 4, data_layout.index("C")))
     w = ctx.emit(_zp_shifted(weight, k_zp, 4, kernel_layout.index("O")))
-    padding = ints(attrs.get("padding", 0))
-    padding = padding * 4 if len(padding) == 1 else padding + padding if len(padding) == 2 \
-        else padding
-    return relax.op.nn.conv2d_transpose(
-        x, w, strides=repeat_to(attrs.get("strides", 1), 2), padding=padding,
-        output_padding=repeat_to(attrs.get("output_padding", 0), 2),
-        dilation=repeat_to(attrs.get("dilation", 1), 2), groups=int(attrs.get("groups", 1)),
-        data_layout=data_layout, kernel_layout=kernel_layout,
-        out_layout=attrs.get("out_layout") or None,
-        out_dtype=str(attrs.get("out_dtype") or "int32"))
+    transpose = {**attrs, "out_dtype": str(attrs.get("out_dtype") or "int32")}
+    return get_converter("nn.conv2d_transpose")(
+        [x, w], ast.Attrs(transpose).for_op("nn.conv2d_transpose"), ctx)
 
 
 _SQNN_CODES = {0: None, 1: "int8", 2: "uint8", 3: "int32"}  # topi.nn.qnn.SQNN_DTYPE_TO_CODE
