@@ -199,6 +199,18 @@ def _symbolic_dims_bound(call) -> bool:
     return True
 
 
+# Ops whose template reads the target shape from the call's type: a symbolic target
+# (``broadcast_to(x, R.shape([2, n, 8]))``) is lifted into a parameter of the composite,
+# where the template cannot read it (only reshapes are put back: backend.symbolic).
+_TARGET_SHAPE_OPS = ("relax.broadcast_to",)
+
+
+def _lifted_target_shape(call) -> bool:
+    return getattr(call.op, "name", "") in _TARGET_SHAPE_OPS and any(
+        not _is_static_dim(d) for a in call.args if isinstance(a, relax.ShapeExpr)
+        for d in a.values)
+
+
 def _dtypes_of(expr) -> tuple:
     """Dtypes a call may read and produce: masks (bool) and indices (int32/int64)
     are the nature of comparisons, ``where`` and indexing; everything else is float."""
@@ -221,6 +233,8 @@ def check_tensors(context: PatternCheckContext) -> bool:
     if symbolic and _batch_only(ops) and not only_batch_symbolic(context):
         return False
     symbolic = symbolic and all(_symbolic_dims_bound(c) for c in ops)
+    if any(_lifted_target_shape(c) for c in ops):
+        return False
     read_by_selection = {id(a) for c in calls if _dtypes_of(c) != SUPPORTED_DTYPES
                          for a in c.args}
     for expr in exprs:

@@ -348,3 +348,15 @@ def test_broadcast_to_a_larger_rank_keeps_run_time_dims():
                                          "broadcast_to(%x, shape=[2, 3, 8])"))
     x = rand(3, 8)
     np.testing.assert_array_equal(model(x=x), np.broadcast_to(x, (2, 3, 8)))
+
+
+def test_broadcast_to_a_run_time_target_runs_on_the_host():
+    # the target (n, 8) is a shape bmlib's template cannot read inside a partition
+    # (FuseOpsByPattern lifts it): the broadcast stays on the host and computes
+    import bmlib_relax
+
+    sig = "%x: Tensor[(?, 1), float32], %y: Tensor[(?, 8), float32]"
+    model = bmlib_relax.compile(relay_fn(sig, "broadcast_to_like(%x, %y)"))
+    x = rand(3, 1)
+    np.testing.assert_array_equal(model(x=x, y=np.zeros((3, 8), "float32")),
+                                  np.broadcast_to(x, (3, 8)))
