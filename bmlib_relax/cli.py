@@ -50,12 +50,33 @@ def _convert_inputs(args: argparse.Namespace) -> list:
     given = {s.name: s for s in specs}
     for text in args.input_shapes or []:
         for name, shape in parse_input_shapes(text):
+            shape = _static_or_declared(name, shape)
+            if shape is None:  # all dims dynamic: it names an input, as tvmc's did
+                if name not in given:
+                    specs.append(InputSpec(name))
+                continue
             if name in given and given[name].shape not in (None, shape):
                 raise ParamError(f"input {name!r}: --input-shapes says {list(shape)}, "
                                  f"--inputs gives {list(given[name].shape)}", name)
             if name not in given:
                 specs.append(InputSpec(name, shape))
     return specs
+
+
+def _static_or_declared(name: str, shape: tuple) -> Optional[tuple]:
+    """An ``--input-shapes`` shape to pin, or None when every dim is dynamic (``-1``/``0``,
+    tvmc's ``relay.Any()``): the input keeps the shape its declaration gives, as with
+    tvmc, whose Relay frontend took ``--input-shapes`` for the names of the inputs only.
+    Pinning some dims and leaving others dynamic is refused rather than done halfway."""
+    from .errors import ParamError
+
+    if all(d is not None for d in shape):
+        return shape
+    if shape and all(d is None for d in shape):
+        return None
+    raise ParamError(f"input {name!r}: --input-shapes gives dynamic dims (-1 or 0) beside "
+                     f"static ones {['?' if d is None else d for d in shape]}; give every "
+                     "dim, or -1 for each to keep the declared shape", name)
 
 
 def _cmd_convert(args: argparse.Namespace) -> int:
@@ -166,17 +187,29 @@ def _run_feed(args: argparse.Namespace, model) -> dict:
     from .errors import ParamError
     from .preflight import load_input_array, read_npz
 
-    feed = {}
+    feed: dict = {}
+    given_by: dict[str, str] = {}
+
+    def add(arrays: dict, source: str) -> None:
+        """An input given by two options (``-i a.npz --input x=b.npy``) is refused: one of
+        them was silently dropped."""
+        for name, array in arrays.items():
+            if name in given_by:
+                raise ParamError(f"input {name!r} is given twice: by {given_by[name]} and by "
+                                 f"{source}; give it once", name)
+            given_by[name] = source
+            feed[name] = array
+
     for path in args.inputs or []:
-        feed.update(read_npz(path))
+        add(read_npz(path), f"-i {path}")
     for spec in args.input or []:
         name, sep, path = spec.partition("=")
         if not sep and spec.endswith(".npz"):
-            feed.update(read_npz(spec))
+            add(read_npz(spec), f"--input {spec}")
             continue
         if not sep or not name or not path:
             raise ParamError(f"bad --input {spec!r}: expected name=file.npy or file.npz")
-        feed[name] = load_input_array(path, name)
+        add({name: load_input_array(path, name)}, f"--input {spec}")
     if args.fill_mode:
         if not model.input_specs:
             raise ParamError(f"--fill-mode needs the input signature ({args.artifact} has no "
@@ -270,7 +303,9 @@ def _print_time(model, feed: dict, repeat: int, number: int) -> None:
     import tvm
 
     arrays = model._arrange((), feed) if model.input_names else list(feed.values())
-    tensors = [tvm.runtime.tensor(np.ascontiguousarray(a), model.device) for a in arrays]
+    # (already C-contiguous; np.ascontiguousarray would make a 0-d input shape (1,))
+    tensors = [tvm.runtime.tensor(np.require(a, requirements="C"), model.device)
+               for a in arrays]
     model.huge_pages.wait()  # the run before placed the weights; time what later runs get
     timer = model._vm.time_evaluator("main", model.device, number=number, repeat=repeat)
     results_ms = np.array(timer(*tensors).results) * 1e3

@@ -16,32 +16,55 @@ import numpy as np
 
 from .errors import ParamError
 
-_SHAPE_ITEM = re.compile(r"(\S+?):\[([^\]]*)\]")
+# tvmc's grammar (v0.19 python/tvm/driver/tvmc/shape_parser.py): NAME, a colon, maybe
+# spaces, then [DIMS]; a name may hold colons, dots and slashes ("input:0", "a/b.c"), never a
+# space or a comma (tvmc's findall skipped both between items).
+_SHAPE_ITEM = re.compile(r"([^\s,\[\]]+?):\s*\[([^\]\[]*)\]")
+_SEPARATOR = re.compile(r"[\s,]*")
+_DIM = re.compile(r"\s*(-?\d+)\s*")
 
 
-def parse_input_shapes(text: str) -> list[tuple[str, tuple[int, ...]]]:
-    """``"data:[1,3,224,224] mask:[1,8]"`` -> ``[("data", (1, 3, 224, 224)), ...]``."""
-    items = []
+def parse_input_shapes(text: str) -> list[tuple[str, tuple[Optional[int], ...]]]:
+    """``"data:[1,3,224,224] mask:[1, 8]"`` -> ``[("data", (1, 3, 224, 224)), ...]``.
+
+    tvmc's grammar (v0.19 ``shape_parser.parse_shape_string``): items separated by spaces
+    (or commas), spaces allowed after the colon and inside the brackets, and a dim of
+    ``-1`` (any dim ``<= 0``) is dynamic, ``None`` here, as tvmc read it as ``relay.Any()``.
+    ``name:[]`` is a 0-d input (tvmc had no spelling for it).  Where tvmc's ``findall``
+    silently skipped text it could not read (``x:[5,,3]``, ``x=[1]``), the text is refused
+    naming the item; an input given twice is refused too (tvmc kept the last).
+    """
+    items: list[tuple[str, tuple[Optional[int], ...]]] = []
+    stripped = text.strip()
     pos = 0
-    text = text.strip()
-    while pos < len(text):
-        match = _SHAPE_ITEM.match(text, pos)
+    while pos < len(stripped):
+        match = _SHAPE_ITEM.match(stripped, pos)
         if match is None:
             raise ParamError(f"bad --input-shapes {text!r} at character {pos + 1}: expected "
                              "name:[d1,d2,...] items separated by spaces")
         name, dims = match.groups()
-        try:
-            shape = tuple(int(d) for d in dims.split(",") if d.strip())
-        except ValueError:
-            raise ParamError(f"bad --input-shapes {text!r}: {name!r} has non-integer dims "
-                             f"[{dims}]", name) from None
-        if any(d < 0 for d in shape):
-            raise ParamError(f"bad --input-shapes {text!r}: {name!r} has a negative dim", name)
+        shape = _parse_dims(text, name, dims)
+        if any(name == seen for seen, _ in items):
+            raise ParamError(f"bad --input-shapes {text!r}: input {name!r} is given twice", name)
         items.append((name, shape))
-        pos = match.end()
-        while pos < len(text) and text[pos].isspace():
-            pos += 1
+        pos = _SEPARATOR.match(stripped, match.end()).end()
     return items
+
+
+def _parse_dims(text: str, name: str, dims: str) -> tuple[Optional[int], ...]:
+    """The dims of one ``--input-shapes`` item: integers, ``<= 0`` dynamic (``None``)."""
+    if not dims.strip():
+        return ()
+    shape: list[Optional[int]] = []
+    for dim in dims.split(","):
+        match = _DIM.fullmatch(dim)
+        if match is None:
+            what = "an empty dim in" if not dim.strip() else "non-integer dims"
+            raise ParamError(f"bad --input-shapes {text!r}: {name!r} has {what} [{dims}] "
+                             "(dims are integers, -1 for a dynamic one)", name)
+        value = int(match.group(1))
+        shape.append(value if value > 0 else None)
+    return tuple(shape)
 
 
 def is_input_spec(text: str) -> bool:

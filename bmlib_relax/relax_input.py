@@ -17,6 +17,7 @@ import tvm
 from tvm import relax
 
 from .errors import ConversionError, ParamError
+from .runtime import input_specs
 
 
 def is_relax_module(value: object) -> bool:
@@ -42,12 +43,35 @@ def prepare_relax_module(mod: tvm.IRModule, params: Optional[Mapping[str, np.nda
                                            attached["main"])} if attached.get("main") else {}
         params = {**{k: v.numpy() for k, v in bound.items()}, **dict(params or {})}
     if params:
-        known = {p.name for p in mod["main"].params}
-        unknown = sorted(set(params) - known)
+        by_name = {p.name: p for p in mod["main"].params}
+        unknown = sorted(set(params) - set(by_name))
         if unknown:
             raise ParamError(f"params {', '.join(map(repr, unknown))} are no parameter of "
-                             f"main (it takes {', '.join(sorted(known))})", unknown[0])
+                             f"main (it takes {', '.join(sorted(by_name))})", unknown[0])
+        # np.require, not ascontiguousarray: that one makes a 0-d weight shape (1,)
+        arrays = {k: np.require(v, requirements="C") for k, v in params.items()}
+        for name, array in arrays.items():
+            check_relax_param(name, array, by_name[name])
         mod = relax.transform.BindParams(
-            "main", {k: tvm.runtime.tensor(np.ascontiguousarray(v)) for k, v in params.items()})(mod)
+            "main", {k: tvm.runtime.tensor(v) for k, v in arrays.items()})(mod)
+    input_specs(mod["main"])  # every remaining parameter is a tensor input (or an error)
     mod = relax.transform.ConvertToDataflow()(mod)
     return relax.transform.Normalize()(mod)
+
+
+def check_relax_param(name: str, value: np.ndarray, param: relax.Var) -> None:
+    """A ``ParamError`` when ``value`` does not fit ``main``'s parameter ``param``, in the
+    words the Relay path uses (``relay.params.check_param``): its shape (a symbolic dim
+    takes any size) and exactly its dtype (a big-endian ``>f4`` array is no ``float32``
+    one there either).  ``BindParams`` gave TVM's raw errors, or bound it and failed
+    later in an op's type check."""
+    spec = input_specs(relax.Function([param], param))[0]
+    want = spec["shape"]
+    shape_ok = value.ndim == len(want) and all(
+        not isinstance(w, int) or w == s for w, s in zip(want, value.shape))
+    if not (shape_ok and str(value.dtype) == spec["dtype"]):
+        dims = [str(w) for w in want]
+        want_text = "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
+        raise ParamError(f"parameter {name!r}: expected shape {want_text} dtype "
+                         f"{spec['dtype']}, got shape {tuple(value.shape)} dtype {value.dtype}",
+                         name)

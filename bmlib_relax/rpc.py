@@ -13,12 +13,15 @@ The server needs TVM's RPC extras (``pip install "bmlib-relax[rpc]"``:
 """
 from __future__ import annotations
 
+import hashlib
 import os
+import threading
+import weakref
 from typing import Any, Optional
 
 import tvm
 
-from .errors import BmlibError, ParamError
+from .errors import ArtifactError, BmlibError, ParamError
 from .runtime import ModelRunner, read_metadata, verify_library
 
 
@@ -69,8 +72,61 @@ def _last_line(exc: BaseException) -> str:
     return lines[-1] if lines else type(exc).__name__
 
 
+class _SessionState:
+    """What this process keeps per RPC session: one lock for everything sent over its
+    socket (TVM's RPC client is one connection, not safe for two threads at once), and
+    the modules already loaded there, by library SHA-256."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.modules: dict[str, Any] = {}
+
+
+_SESSIONS: "weakref.WeakKeyDictionary[Any, _SessionState]" = weakref.WeakKeyDictionary()
+_SESSIONS_LOCK = threading.Lock()
+
+
+def _session_state(session: Any) -> _SessionState:
+    with _SESSIONS_LOCK:
+        state = _SESSIONS.get(session)
+        if state is None:
+            state = _SESSIONS[session] = _SessionState()
+        return state
+
+
+def _remote_module(path: str, session: Any, state: _SessionState, sha256: str) -> Any:
+    """The artifact's module on the server, uploaded and loaded once per session.
+
+    A second upload under the same content-derived name rewrote the file the first load
+    had mapped: the server's session died of SIGSEGV.  The same bytes are loaded once and
+    shared (each model keeps a VM of its own), as a local ``load`` shares them.  The
+    bytes sent are the ones hashed here, so a library replaced after ``verify_library``
+    never travels."""
+    module = state.modules.get(sha256)
+    if module is not None:
+        return module
+    with open(path, "rb") as handle:
+        blob = bytearray(handle.read())
+    if hashlib.sha256(blob).hexdigest() != sha256:
+        raise ArtifactError(f"{path}: the library was replaced while it was being loaded; "
+                            "load it again", path)
+    # a content-addressed name: two artifacts called model.so never overwrite each other
+    remote_name = f"{os.path.splitext(os.path.basename(path))[0]}-{sha256[:16]}.so"
+    try:
+        session.upload(blob, target=remote_name)
+        module = session.load_module(remote_name)
+    except Exception as exc:  # noqa: BLE001
+        raise RemoteError(f"the RPC server could not load {path}: {_last_line(exc)}") from None
+    state.modules[sha256] = module
+    return module
+
+
 class RemoteModel(ModelRunner):
-    """An artifact loaded on an RPC server; called like a local model."""
+    """An artifact loaded on an RPC server; called like a local model.
+
+    Calls of every model of one session are serialized on the session's lock (see
+    ``ModelRunner._call_locked``); a failure of the session itself (the server gone, the
+    connection lost) is a :class:`RemoteError`."""
 
     def __init__(self, path: str, session: Any, device: Any = None):
         if not os.path.exists(path):
@@ -80,17 +136,26 @@ class RemoteModel(ModelRunner):
         # The artifact is checked here, before it travels (ArtifactError names the file).
         self.metadata = read_metadata(path)
         verify_library(path, self.metadata)
-        digest = self.metadata["sha256"][:16]
-        # a content-addressed name: two artifacts called model.so never overwrite each other
-        remote_name = f"{os.path.splitext(os.path.basename(path))[0]}-{digest}.so"
-        try:
-            session.upload(path, target=remote_name)
-            module = session.load_module(remote_name)
-        except Exception as exc:  # noqa: BLE001
-            raise RemoteError(f"the RPC server could not load {path}: {_last_line(exc)}") from None
+        state = _session_state(session)
         specs = list(self.metadata["inputs"])
-        super().__init__(module, [s["name"] for s in specs], specs,
-                         device if device is not None else session.cpu(0))
+        with state.lock:
+            module = _remote_module(path, session, state, self.metadata["sha256"])
+            try:
+                super().__init__(module, [s["name"] for s in specs], specs,
+                                 device if device is not None else session.cpu(0))
+            except Exception as exc:  # noqa: BLE001 - TVM's errors from the session
+                raise RemoteError(f"the RPC server could not start {path}: "
+                                  f"{_last_line(exc)}") from None
+        self.call_lock = state.lock
+
+    def __call__(self, *args: Any, **kwargs: Any):
+        try:
+            return super().__call__(*args, **kwargs)
+        except BmlibError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - TVM's InternalError / RPCError
+            raise RemoteError(f"the RPC call of {self.path} failed: {_last_line(exc)}") \
+                from None
 
 
 def load_remote(path: str, session: Any, device: Any = None) -> RemoteModel:

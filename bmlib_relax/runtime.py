@@ -13,11 +13,13 @@ Every file is written atomically (a temporary file in the same folder, then
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 import threading
@@ -69,6 +71,9 @@ class ModelRunner:
         self.input_specs = list(input_specs or [])
         self.device = device or tvm.cpu()
         self._vm = relax.VirtualMachine(executable, self.device)
+        #: Held by each call of the model (see :meth:`_call_locked`): one VM runs one
+        #: call at a time.
+        self.call_lock = threading.Lock()
         local_cpu = self.device.dlpack_device_type() == tvm.cpu().dlpack_device_type()  # not RPC
         self.huge_pages = HugePages(enabled=huge_pages and local_cpu)
         # @main's parameters (a tuple-typed one once, not its flattened fields) and
@@ -147,17 +152,41 @@ class ModelRunner:
     def __call__(self, *args: Any, **kwargs: Any):
         arrays = self._arrange(args, kwargs)
         memory.check_fits(self.memory_needs, self.memory_limit)  # before any allocation
-        tensors = [tvm.runtime.tensor(a, self.device) for a in arrays]
         try:
-            if self.recursive:
-                return to_numpy(_on_deep_stack(lambda: self._run(tensors)))
-            return to_numpy(self._run(tensors))
+            return self._call_locked(arrays)
         except AssertionError as exc:
             raise as_run_check_error(exc) from None
         except RuntimeError as exc:  # TVM's errors
             if memory.is_allocation_failure(exc):
                 raise memory.allocation_error(self.memory_needs, self.memory_limit) from None
+            shape_error = _vm_shape_error(exc)
+            if shape_error is not None:
+                raise shape_error from None
             raise
+
+    def _call_locked(self, arrays: list[np.ndarray]) -> Any:
+        """One run under :attr:`call_lock`, from the inputs' copy onto the device to the
+        outputs' copy back, with every device tensor of the call released inside it.
+
+        A Relax VM keeps its frames, registers and storage pools in the VM object: two
+        threads calling one VM at once read each other's registers (a thread got the
+        other's result, a raw TypeError / InternalError, a segmentation fault).  TVM's
+        Relay executors were no safer, but nothing said so; calls of one model are
+        serialized instead (each runs on every CPU anyway, on the pool of the thread
+        that calls, see :mod:`.threads`).  An RPC model's lock is its session's: the
+        session is one socket, and a remote tensor's copy or release is a message on it.
+        """
+        with self.call_lock:
+            tensors = result = None
+            try:
+                tensors = [tvm.runtime.tensor(a, self.device) for a in arrays]
+                if self.recursive:
+                    result = _on_deep_stack(lambda: self._run(tensors))
+                else:
+                    result = self._run(tensors)
+                return to_numpy(result)
+            finally:
+                tensors = result = None  # noqa: F841 - released while the lock is held
 
     def _run(self, tensors: list) -> Any:
         self.threads.apply()  # TVM's thread settings belong to the calling thread
@@ -182,6 +211,21 @@ class ModelRunner:
 # space only: pages are committed as the recursion touches them), about 100 000
 # iterations of a small loop.
 RECURSION_STACK_BYTES = 1 << 30
+
+
+_MATCH_CAST = re.compile(r"param=([^,\s]+), annotation=(.*?)\)\s*match_cast error,\s*"
+                         r"([^\n]*)")
+
+
+def _vm_shape_error(exc: RuntimeError) -> Optional[ParamError]:
+    """The VM's check of an input against ``main``'s annotation (``match_cast error``,
+    e.g. a dim written as a formula no other input fixes) as a ``ParamError`` naming the
+    input; None for any other error."""
+    match = _MATCH_CAST.search(str(exc))
+    if match is None:
+        return None
+    name, annotation, detail = match.groups()
+    return ParamError(f"input {name!r} does not match {annotation}: {detail.strip()}", name)
 
 
 def as_run_check_error(exc: AssertionError) -> BaseException:
@@ -230,6 +274,7 @@ def as_input_array(value: Any, name: str, spec: Optional[dict] = None) -> np.nda
     """
     if isinstance(value, tvm.runtime.Tensor):
         value = value.numpy()
+    value = _torch_tensor_as_numpy(value, name)
     if isinstance(value, (np.ndarray, np.generic)):
         array = exact_cast(np.asarray(value), spec.get("dtype") if spec else None, name)
     else:
@@ -253,6 +298,20 @@ def as_input_array(value: Any, name: str, spec: Optional[dict] = None) -> np.nda
         raise ParamError(f"input {name!r}: got an array of Python objects (a ragged list?); "
                          "give a numeric array", name)
     return np.require(array, requirements="C")  # unlike ascontiguousarray, keeps 0-d
+
+
+def _torch_tensor_as_numpy(value: Any, name: str) -> Any:
+    """A ``torch.Tensor`` as numpy data, detached from autograd and copied off its
+    device: inference takes a tensor that ``requires_grad`` (a model's parameters, an
+    activation of a training graph), where ``np.array(tensor)`` raised torch's bare
+    RuntimeError.  Anything else is returned as it is (torch is never imported here)."""
+    if not type(value).__module__.startswith("torch") or not hasattr(value, "detach"):
+        return value
+    try:
+        return value.detach().cpu().resolve_conj().resolve_neg().numpy()
+    except (RuntimeError, TypeError) as exc:  # e.g. bfloat16, which numpy has no dtype for
+        raise ParamError(f"input {name!r}: cannot read the torch tensor ({value.dtype}) as a "
+                         f"numpy array: {str(exc).splitlines()[0]}", name) from None
 
 
 def exact_cast(array: np.ndarray, dtype: Optional[str], name: str) -> np.ndarray:
@@ -312,6 +371,33 @@ def _check_symbolic_dims(specs: Sequence[dict], arrays: Sequence[np.ndarray]) ->
                     f"input {spec['name']!r}: dim {axis} is the symbolic dim {dim}, which is "
                     f"{size} here but {seen[dim][0]} in input {seen[dim][1]!r}", spec["name"])
             seen.setdefault(dim, (int(size), spec["name"]))
+    _check_dim_formulas(specs, arrays, seen)
+
+
+def _check_dim_formulas(specs: Sequence[dict], arrays: Sequence[np.ndarray],
+                        seen: dict[str, tuple[int, str]]) -> None:
+    """A dim written as a formula of symbolic dims (``n * 2``) must be its value for the
+    dims the other inputs fix: the VM would stop on a bare ``match_cast`` check.  A
+    formula of a dim no input fixes, or one outside that grammar, is left to the VM
+    (:func:`_vm_shape_error` still names the input)."""
+    formulas = [(spec, axis, dim, size) for spec, array in zip(specs, arrays)
+                for axis, (dim, size) in enumerate(zip(spec.get("shape") or [], array.shape))
+                if isinstance(dim, str) and not dim.isidentifier()]
+    if not formulas:
+        return
+    from .flops import evaluate_flops_text
+
+    values = {name: size for name, (size, _) in seen.items()}
+    for spec, axis, dim, size in formulas:
+        try:
+            want = evaluate_flops_text(dim, values)
+        except (KeyError, ValueError, ZeroDivisionError):
+            continue
+        if want != size:
+            bound = ", ".join(f"{n} = {seen[n][0]} from input {seen[n][1]!r}"
+                              for n in sorted(seen) if re.search(rf"\b{n}\b", dim))
+            raise ParamError(f"input {spec['name']!r}: dim {axis} is {dim} = {want} ({bound}), "
+                             f"got {size}", spec["name"])
 
 
 def symbolic_dims_of(specs: Sequence[dict], arrays: Sequence[Any]) -> dict[str, int]:
@@ -369,13 +455,50 @@ def _nested_items(value: Any, name: str) -> list[tuple[str, Any]]:
 
 
 def input_specs(func: relax.Function) -> list[dict]:
-    """``[{name, shape, dtype}]`` of a Relax function's parameters (symbolic dims as str)."""
-    specs = []
-    for param in func.params:
-        ty = param.ty
-        shape = [int(d) if hasattr(d, "value") else str(d) for d in ty.shape.values]
-        specs.append({"name": param.name, "shape": shape, "dtype": str(ty.dtype)})
-    return specs
+    """``[{name, shape, dtype}]`` of a Relax function's parameters (symbolic dims as str:
+    a name ``"n"``, or a formula of names such as ``"n * 2"``, see :func:`dim_text`).
+
+    A parameter that is no tensor of known rank and dtype is a ``ConversionError`` naming
+    it: a model's inputs are arrays (a Relay ``@main``'s tuple parameters are flattened
+    before they get here; a Relax module's ``R.Tuple`` / ``R.Shape`` / ``R.Prim`` /
+    ``R.Object`` parameter, or an ``R.Tensor`` without shape or dtype, used to end in a
+    bare AttributeError, RuntimeError or InternalError)."""
+    return [_param_spec(param) for param in func.params]
+
+
+_PARAM_KINDS = {"TupleType": "a tuple (R.Tuple)", "ShapeType": "a shape (R.Shape)",
+                "PrimType": "a scalar (R.Prim)", "ObjectType": "an object (R.Object)",
+                "AnyType": "an object (R.Object)", "FuncType": "a function (R.Callable)"}
+
+
+def _param_spec(param: Any) -> dict:
+    from .errors import ConversionError
+
+    ty, name = param.ty, param.name
+    if not isinstance(ty, relax.TensorType):
+        kind = _PARAM_KINDS.get(type(ty).__name__, f"a {type(ty).__name__}")
+        raise ConversionError(f"main parameter {name!r} is {kind}; a compiled model takes "
+                              "tensor inputs only (R.Tensor with a shape and dtype)")
+    dtype = None if ty.dtype is None else str(ty.dtype)
+    if dtype in (None, "", "None", "void"):
+        raise ConversionError(f"main parameter {name!r} is a tensor without a dtype; give it "
+                              "one (R.Tensor(shape, \"float32\"))")
+    shape = getattr(ty, "shape", None)
+    if shape is None or not hasattr(shape, "values"):
+        rank = "unknown rank" if ty.ndim < 0 else f"rank {ty.ndim} but no shape"
+        raise ConversionError(f"main parameter {name!r} is a tensor of {rank}; give it a "
+                              "shape, with names for the dims that vary (R.Tensor((\"n\", "
+                              "3), dtype))")
+    return {"name": name, "shape": [dim_text(d) for d in shape.values], "dtype": dtype}
+
+
+def dim_text(dim: Any) -> Any:
+    """A shape dim as the metadata records it: an int, a symbolic dim's name, or a
+    formula of names in the grammar :func:`~.flops.evaluate_flops_text` reads (``n * 2``,
+    not TVM's ``n * T.int64(2)``)."""
+    if hasattr(dim, "value"):
+        return int(dim.value)
+    return re.sub(r"T\.int(?:32|64)\((-?\d+)\)", r"\1", str(dim))
 
 
 # --------------------------------------------------------------------------- files
@@ -661,21 +784,75 @@ _LOADED_LIBRARIES: dict[str, Any] = {}
 _LOADED_LIBRARIES_LOCK = threading.Lock()
 
 
-def _load_library(path: str, sha256: str):
-    """``tvm.runtime.load_module(path)``, once per library content (see above)."""
+def _load_library(path: str, sha256: str, identity: tuple):
+    """``tvm.runtime.load_module(path)``, once per library content (see above), of
+    exactly the bytes ``sha256`` names.
+
+    ``dlopen`` hands back the library it already opened under a path, whatever that
+    path holds now: a model exported again to the same path and loaded again in the
+    same process ran the old code, while the hash check described the new file.  A
+    path this process already opened with other content is therefore loaded from a
+    private copy named by its content (:func:`_content_named_copy`).  ``identity``
+    (:func:`file_identity` before the hash was taken) must still hold after the load:
+    a library replaced in between is refused rather than run unverified.
+    """
     with _LOADED_LIBRARIES_LOCK:
         module = _LOADED_LIBRARIES.get(sha256)
         if module is not None:
             return module
+        load_path = os.path.abspath(path)
+        if _OPENED_PATHS.get(load_path, sha256) != sha256:
+            load_path = _content_named_copy(path, sha256)
         try:
             with _native_lines_dropped(_VM_SCOPE_NOISE):
-                module = tvm.runtime.load_module(path)
+                module = tvm.runtime.load_module(load_path)
         except Exception as exc:  # noqa: BLE001 - the hash matched, so the file is what was written
             first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()),
                          type(exc).__name__)
             raise ArtifactError(f"{path}: TVM cannot load the library: {first}", path) from None
+        _OPENED_PATHS[load_path] = sha256
+        if load_path == os.path.abspath(path) and file_identity(path) != identity:
+            raise ArtifactError(f"{path}: the library was replaced while it was being loaded; "
+                                "load it again", path)
         _LOADED_LIBRARIES[sha256] = module
         return module
+
+
+#: The library content (SHA-256) each path this process handed to ``load_module`` held
+#: then: ``dlopen`` keeps answering that path with it.
+_OPENED_PATHS: dict[str, str] = {}
+_PRIVATE_COPIES: list[str] = []  # the folder of content-named copies, once made
+
+
+def file_identity(path: str) -> tuple:
+    """What changes when a file is replaced or rewritten (device, inode, size, mtime)."""
+    info = os.stat(path)
+    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns
+
+
+def _content_named_copy(path: str, sha256: str) -> str:
+    """A private copy of the library ``path``, named by its SHA-256 (a name ``dlopen``
+    never saw with other content), checked against ``sha256`` as it is written; removed
+    when the process exits."""
+    if not _PRIVATE_COPIES:
+        folder = tempfile.mkdtemp(prefix="bmlib-relax-libraries-")
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        _PRIVATE_COPIES.append(folder)
+    copy = os.path.join(_PRIVATE_COPIES[0], sha256 + (os.path.splitext(path)[1] or ".so"))
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as source, open(copy, "wb") as target:
+            for chunk in iter(lambda: source.read(_HASH_CHUNK), b""):
+                digest.update(chunk)
+                target.write(chunk)
+    except OSError as exc:
+        raise ArtifactError(f"{path}: cannot copy the library to load it again: {exc}",
+                            path) from None
+    if digest.hexdigest() != sha256:
+        os.unlink(copy)
+        raise ArtifactError(f"{path}: the library was replaced while it was being loaded; "
+                            "load it again", path)
+    return copy
 
 
 class LoadedModel(ModelRunner):
@@ -688,9 +865,10 @@ class LoadedModel(ModelRunner):
             raise ArtifactError(f"artifact not found: {path}", path)
         self.path = path
         self.metadata = read_metadata(path)
+        identity = file_identity(path)  # the file the hash below describes
         verify_library(path, self.metadata)
         warn_damaged_side_files(path, self.metadata)
-        module = _load_library(path, self.metadata["sha256"])
+        module = _load_library(path, self.metadata["sha256"], identity)
         specs = list(self.metadata["inputs"])
         super().__init__(module, [s["name"] for s in specs], specs, device, num_threads,
                          recursive=self.metadata.get("recursive") is True)

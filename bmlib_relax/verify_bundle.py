@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -141,7 +142,10 @@ def read_bundle(path: os.PathLike | str) -> GoldenBundle:
     if not isinstance(manifest, dict) or manifest.get("format") != BUNDLE_FORMAT:
         raise BundleError(f"{manifest_path}: not a golden bundle manifest (expected "
                           f"\"format\": \"{BUNDLE_FORMAT}\")", str(manifest_path))
-    if int(manifest.get("format_version", 0)) > BUNDLE_VERSION:
+    problem = _manifest_problem(manifest)
+    if problem:
+        raise BundleError(f"{manifest_path}: {problem}", str(manifest_path))
+    if manifest.get("format_version", 0) > BUNDLE_VERSION:
         raise BundleError(f"{manifest_path}: bundle format version "
                           f"{manifest.get('format_version')} is newer than this bmlib-relax "
                           f"reads ({BUNDLE_VERSION})", str(manifest_path))
@@ -161,6 +165,30 @@ def read_bundle(path: os.PathLike | str) -> GoldenBundle:
                               f"manifest's {str(want)[:16]}... (changed after recording?)",
                               str(file))
     return GoldenBundle(folder, manifest)
+
+
+def _manifest_problem(manifest: dict[str, Any]) -> Optional[str]:
+    """What is wrong with the fields of a manifest that are read as values (a hand-edited
+    ``"format_version": "1.0"``, ``"tolerance": {"rtol": "tight"}``, a negative atol),
+    naming the field; None when they are as ``write_bundle`` writes them.  They used to
+    end ``verify`` in an internal error."""
+    version = manifest.get("format_version", 0)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        return (f"\"format_version\" is {version!r}; expected a whole number such as "
+                f"{BUNDLE_VERSION}")
+    tol = manifest.get("tolerance")
+    if tol is None:
+        return None
+    if not isinstance(tol, dict):
+        return (f"\"tolerance\" is {tol!r}; expected an object such as "
+                "{\"rtol\": 1e-4, \"atol\": 1e-4}")
+    for key in ("rtol", "atol"):
+        value = tol.get(key, 0.0)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or \
+                not math.isfinite(value) or value < 0:
+            return (f"\"tolerance\".\"{key}\" is {value!r}; expected a number that is "
+                    "zero or more")
+    return None
 
 
 # --------------------------------------------------------------------------- writing
@@ -285,8 +313,7 @@ def verify_bundle(bundle: GoldenBundle | os.PathLike | str, *, rtol: Optional[fl
         return result
     inputs = bundle.inputs()
     want = bundle.outputs()
-    got = model(**inputs)
-    got_list = list(got) if isinstance(got, tuple) else [got]
+    got_list = _flat_outputs(model(**inputs))
     if len(got_list) != len(want):
         result.problem = (f"the model returns {len(got_list)} output(s), outputs.npz holds "
                           f"{len(want)}")
@@ -311,7 +338,17 @@ def verify_bundle(bundle: GoldenBundle | os.PathLike | str, *, rtol: Optional[fl
     if result.first_divergence is None:
         plain = ModelRunner(compile_plain(plain_version(model.relax_module), target),
                             model.input_names, huge_pages=False)  # one call
-        plain_out = plain(**inputs)
+        plain_out = tuple(_flat_outputs(plain(**inputs)))
         result.plain_outputs = [d.to_dict() for d in compare(plain_out, tuple(want), rtol,
                                                              atol)]
     return result
+
+
+def _flat_outputs(outputs: Any) -> list[np.ndarray]:
+    """A model's outputs as the list ``outputs.npz`` holds: the leaves of nested tuples in
+    order, as v0.19's graph executor numbered them (``get_output(i)`` for ``i <
+    get_num_outputs()`` in ``record_relay_golden.py``; ``(a, (b, c))`` is ``out0, out1,
+    out2``) and as ``run`` / ``convert`` flatten them (:func:`~.runtime.named_outputs`)."""
+    from .runtime import named_outputs
+
+    return [array for _, array in named_outputs(outputs)]

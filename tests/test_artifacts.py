@@ -137,7 +137,8 @@ def test_run_refuses_a_damaged_library_with_exit_2(fresh_copy):
     (b'{"format": "something-else"}', "'format'"),
     (b'{"format": "bmlib-relax-artifact", "size": 1, "inputs": []}', "'sha256'"),
     (b"[" * 100000 + b"]" * 100000, "nested too deeply|not valid JSON"),
-])
+], ids=["missing", "not-json", "not-utf8", "not-object", "other-format", "no-sha",
+        "deep-nesting"])  # short ids: pytest exports the id (PYTEST_CURRENT_TEST) to g++
 def test_bad_metadata_is_an_artifact_error_naming_the_file(fresh_copy, content, problem):
     meta = fresh_copy.with_suffix(".json")
     if content is None:
