@@ -401,3 +401,15 @@ def test_run_refuses_an_input_given_twice(tmp_path, capsys):
     assert main(["run", str(tmp_path / "relu.so"), "-i", str(tmp_path / "in.npz"),
                  "-o", str(tmp_path / "o.npz")]) == 0
     np.testing.assert_array_equal(np.load(tmp_path / "o.npz")["out0"], np.maximum(x, 0))
+
+
+def test_torch_weights_that_require_grad_are_params():
+    # a torch module's parameters require grad: params took them through numpy(), which
+    # raised torch's bare RuntimeError
+    torch = pytest.importorskip("torch")
+    text = ('#[version = "0.0.5"]\n'
+            "def @main(%x: Tensor[(2, 3), float32], %w: Tensor[(2, 3), float32]) {\n"
+            "  add(%x, %w)\n}")
+    w = torch.full((2, 3), 1.5, requires_grad=True)
+    model = bmlib_relax.compile(text, {"w": w})
+    np.testing.assert_array_equal(model(x=np.ones((2, 3), "float32")), np.full((2, 3), 2.5))

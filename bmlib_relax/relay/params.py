@@ -42,9 +42,12 @@ def to_numpy(value: Any, name: str = "?") -> np.ndarray:
     """Convert a numpy array, TVM tensor or array-like to a numpy array."""
     if isinstance(value, np.ndarray):
         return value
-    if hasattr(value, "numpy"):
-        return value.numpy()
     try:
+        if type(value).__module__.startswith("torch") and hasattr(value, "detach"):
+            # a model's weights require grad: numpy() of them raised torch's RuntimeError
+            return value.detach().cpu().resolve_conj().resolve_neg().numpy()
+        if hasattr(value, "numpy"):
+            return value.numpy()
         return np.asarray(value)
     except Exception as exc:  # noqa: BLE001 - report any conversion failure by name
         raise ParamError(f"parameter {name!r}: cannot convert {type(value).__name__} to an array",
