@@ -470,3 +470,15 @@ def test_qnn_conv2d_transpose_takes_nn_conv2d_transposes_layouts_and_checks():
     _equal(nhwc, nchw.transpose(0, 2, 3, 1))
     with pytest.raises(ConversionError, match=r"qnn.conv2d_transpose: channels=5"):
         _run(build(channels=5), {"x": x, "w": w})
+
+
+@pytest.mark.parametrize("dtype, out_dtype, problem", [
+    ("int16", "int32", r"the x dtype"), ("int8", "int64", r"out_dtype"),
+])
+def test_qnn_batch_matmul_takes_what_its_relation_took(dtype, out_dtype, problem):
+    # QnnBatchMatmulRel: int8/uint8 operands, an int32 result (int16 ran before)
+    x = relay.var("x", shape=(1, 2, 4), dtype=dtype)
+    y = relay.var("y", shape=(1, 3, 4), dtype=dtype)
+    call = qnn.batch_matmul(x, y, c(0), c(0), c(1.0), c(1.0), out_dtype=out_dtype)
+    with pytest.raises(ConversionError, match=problem):
+        import_relay(ast.IRModule({"main": relay.Function([x, y], call)}))

@@ -514,12 +514,14 @@ def _qnn_dense(inputs, attrs, ctx):
 @register_converter("qnn.batch_matmul")
 def _qnn_batch_matmul(inputs, attrs, ctx):
     x, y, x_zp_e, y_zp_e = inputs[:4]
-    for what, expr in (("x", x), ("y", y)):
-        _check_qdtype(dtype_of(expr), ctx, f"the {what} dtype", ("int8", "uint8", "int16"))
+    for what, expr in (("x", x), ("y", y)):  # QnnBatchMatmulRel: int8/uint8, int32 out
+        _check_qdtype(dtype_of(expr), ctx, f"the {what} dtype", ("int8", "uint8"))
     if attrs.get("transpose_a", False) or not attrs.get("transpose_b", True):
         raise ctx.error("qnn.batch_matmul supports only transpose_a=False, transpose_b=True "
                         "(as Relay did)")
     out_dtype = str(attrs.get("out_dtype") or "int32")
+    if out_dtype != "int32":
+        raise ctx.unsupported_attr("out_dtype", out_dtype)
     # y is (B, N, K): sum over K, keep (B, 1, N) to broadcast over the rows of x.
     y_t = ctx.emit(relax.op.permute_dims(y, [0, 2, 1]))
     in_zp = qparam(x_zp_e, ctx, "x_zero_point", "int32")
