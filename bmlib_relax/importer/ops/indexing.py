@@ -20,7 +20,9 @@ from ._utils import (
     check_index_values, check_integer_divisor, check_reads_elements, const_value, dtype_of,
     folded_value, ints, ndim_of, normalize_axis, optional_ints, scalar_operand, shape_of,
 )
-from ..run_checks import emit_element_count_check, emit_tensor_check, none_hold
+from ..run_checks import (
+    emit_element_count_check, emit_run_check, emit_tensor_check, none_hold,
+)
 
 
 @register_converter("gather")
@@ -28,21 +30,40 @@ def _gather(inputs, attrs, ctx):
     data, indices = inputs
     axis = normalize_axis(attrs["axis"], ndim_of(data), ctx)
     check_reads_elements(data, [axis], shape_of(indices), ctx, "gathers")
-    _check_other_dims_within(data, indices, axis, ctx)
+    _check_other_dims_within(data, indices, axis, ctx, equal=True)
     check_index_values(indices, [shape_of(data)[axis]], ctx, "indices")
     return relax.op.gather_elements(data, indices, axis)
 
 
-def _check_other_dims_within(data, indices, axis, ctx):
+def _check_other_dims_within(data, indices, axis, ctx, equal=False):
     """gather/scatter_elements read (write) ``data`` at the positions of ``indices`` on
-    every axis but ``axis``: an index tensor longer there than the data (Relay's type
-    relation did not check) would reach outside it."""
+    every axis but ``axis``: an index tensor longer there than the data would reach
+    outside it (scatter_elements: heap corruption).  Static dims are decided here; a
+    run-time-sized (``?``) one is checked when the model runs (``RunCheckError``).
+    With ``equal`` (gather: v0.19's GatherRel asserted ``AssertEQ`` off the axis,
+    which refused two different static dims and let a ``?`` through) a static pair
+    must be equal; at run time shorter indices compute what v0.19 computed."""
+    rule = (f"the indices may be at most as long as the data on every axis but "
+            f"axis={axis}")
     for k, (index_dim, data_dim) in enumerate(zip(shape_of(indices), shape_of(data))):
-        if k != axis and isinstance(index_dim, int) and isinstance(data_dim, int) \
-                and index_dim > data_dim:
-            raise ctx.error(f"indices have {index_dim} entries on axis {k}, the data "
-                            f"{data_dim}: the indices may be at most as long as the data on "
-                            f"every axis but axis={axis}")
+        if k == axis or (not isinstance(index_dim, int) and index_dim.same_as(data_dim)):
+            continue
+        if isinstance(index_dim, int) and isinstance(data_dim, int):
+            if index_dim > data_dim or (equal and index_dim != data_dim):
+                raise ctx.error(
+                    f"indices have {index_dim} entries on axis {k}, the data {data_dim}: "
+                    + (f"the indices must be as long as the data on every axis but "
+                       f"axis={axis} (v0.19's GatherRel)" if equal else rule))
+            continue
+        emit_run_check(ctx.bb, _dim(index_dim) <= _dim(data_dim), ctx.location, ctx.op_name,
+                       f"indices have {{}} entries on axis {k}, the data {{}}: {rule} "
+                       "(TVM would read or write outside the tensor)",
+                       _dim(index_dim), _dim(data_dim))
+
+
+def _dim(dim):
+    """A shape dim as an int64 TIR expression (a static one as a constant)."""
+    return tvm.tirx.const(dim, "int64") if isinstance(dim, int) else dim
 
 
 @register_converter("gather_nd")
@@ -52,6 +73,7 @@ def _gather_nd(inputs, attrs, ctx):
         raise ctx.unsupported_attr("index_rank", attrs["index_rank"])
     ndim = ndim_of(indices)
     index_dims, batch = shape_of(indices), int(attrs.get("batch_dims", 0))
+    _check_gather_nd(data, indices, batch, ctx)
     if isinstance(index_dims[0], int):  # indices index the data's first index_dims[0] axes
         indexed = list(range(batch, min(batch + index_dims[0], ndim_of(data))))
         check_reads_elements(data, indexed, index_dims[1:] + shape_of(data)[indexed[-1] + 1:]
@@ -65,12 +87,41 @@ def _gather_nd(inputs, attrs, ctx):
     return relax.op.gather_nd(data, last, int(attrs.get("batch_dims", 0)))
 
 
+def _check_gather_nd(data, indices, batch: int, ctx) -> None:
+    """v0.19's GatherNDRel: a static index-tuple length ``M`` (the first dim of
+    ``indices``), at most the data's rank, and ``batch_dims`` leading dims equal in the
+    data and the indices (after the tuple axis).  Past those, topi indexed outside the
+    shapes (``M + batch_dims`` data axes), an error in v0.19."""
+    data_dims, index_dims = shape_of(data), shape_of(indices)
+    count = index_dims[0] if index_dims else None
+    if not isinstance(count, int):
+        raise ctx.error("GatherND needs a static shape for the first axis of indices, got "
+                        f"{index_dims}")
+    if count > len(data_dims):
+        raise ctx.error(f"GatherND: indices shape does satisfy: the index tuples have {count} "
+                        f"entries (the first dim of indices), the data only {len(data_dims)} "
+                        "axes")
+    if batch < 0 or batch + count > len(data_dims) or batch > len(index_dims) - 1:
+        raise ctx.error(f"batch_dims={batch} does not fit: {count}-entry index tuples after "
+                        f"{batch} batch axes need 0 <= batch_dims <= "
+                        f"{min(len(data_dims) - count, len(index_dims) - 1)} for "
+                        f"{len(data_dims)}-d data and {len(index_dims)}-d indices")
+    for i in range(batch):
+        a, b = data_dims[i], index_dims[i + 1]
+        if isinstance(a, int) and isinstance(b, int) and a != b:
+            raise ctx.error(f"batch_dims={batch}: the data has {a} entries on axis {i}, the "
+                            f"indices {b} on axis {i + 1}; the batch axes must be equal")
+
+
 @register_converter("adv_index")
 def _adv_index(inputs, attrs, ctx):
     fields = list(inputs[0].fields) if isinstance(inputs[0], relax.Tuple) else None
     if not fields:
         raise ctx.error("adv_index needs a literal tuple (data, index, ...)")
     data, indexes = fields[0], fields[1:]
+    if len(indexes) > ndim_of(data):  # v0.19's AdvIndexRel: ICHECK_LE
+        raise ctx.error(f"too many indices for data: {len(indexes)} index tensors, "
+                        f"{ndim_of(data)}-d data")
     if all(isinstance(d, int) for i in indexes for d in shape_of(i)):
         # the indexes broadcast against each other; the result takes the other axes too
         count = max([int(np.prod(shape_of(i), dtype=np.int64)) for i in indexes], default=1)
@@ -81,18 +132,35 @@ def _adv_index(inputs, attrs, ctx):
     return relax.op.index_tensor(data, relax.Tuple(indexes))
 
 
-def _scan(relax_op):
+def _scan(relax_op, one_bit):
     def convert(inputs, attrs, ctx):
         axis = attrs.get("axis")
         if axis is not None:
             axis = normalize_axis(axis, ndim_of(inputs[0]), ctx)
-        return relax_op(inputs[0], axis,
-                        attrs.get("dtype") or None, bool(attrs.get("exclusive") or False))
+        exclusive = bool(attrs.get("exclusive") or False)
+        dtype = attrs.get("dtype") or None
+        if (dtype or dtype_of(inputs[0])) == "bool":
+            return _bool_scan(relax_op, one_bit, inputs[0], axis, exclusive, ctx)
+        return relax_op(inputs[0], axis, dtype, exclusive)
     return convert
 
 
-register_converter("cumsum")(_scan(relax.op.cumsum))
-register_converter("cumprod")(_scan(relax.op.cumprod))
+def _bool_scan(relax_op, one_bit, data, axis, exclusive, ctx):
+    """A scan whose result (and accumulator) is bool.  v0.19's topi scan IR added
+    (multiplied) in the output dtype, and its bool was the 1-bit uint: ``+`` wrapped (a
+    running parity), ``*`` was ``and``.  TVM 0.27 has no bool arithmetic (its build
+    fails), so the scan runs on 0/1 in int64 and ``one_bit`` folds it back (x & 1 for
+    the sum; a product of 0/1 is already 0/1)."""
+    if dtype_of(data) != "bool":  # v0.19 cast the data to the output dtype first
+        data = ctx.emit(relax.op.astype(data, "bool"))
+    ints = ctx.emit(relax.op.astype(data, "int64"))
+    scanned = ctx.emit(relax_op(ints, axis, "int64", exclusive))
+    return relax.op.astype(one_bit(scanned), "bool")
+
+
+register_converter("cumsum")(_scan(
+    relax.op.cumsum, lambda x: relax.op.bitwise_and(x, relax.const(1, "int64"))))
+register_converter("cumprod")(_scan(relax.op.cumprod, lambda x: x))
 
 
 @register_converter("scatter_elements")
@@ -179,17 +247,42 @@ def _meshgrid(inputs, attrs, ctx):
     return relax.op.meshgrid(grids, attrs.get("indexing", "ij"))
 
 
+# The dtypes of TVM's contrib sort kernels (src/runtime/contrib/sort/sort.cc, the same
+# tables in v0.19, whose Relay strategies called them on the CPU): any other dtype failed
+# when the model ran ("Unsupported input dtype"), so it is refused at import.
+_SORT_DATA = ("float16", "float32", "float64", "int32", "int64")
+_INDEX_DTYPES = ("int32", "int64", "float32", "float64")
+_TOPK_DATA = ("float16", "float32", "float64", "int8", "uint8", "int32", "int64")
+
+
+def _check_kernel_dtypes(ctx, kernel, data_dtype, data_dtypes, index_dtype=None,
+                         index_dtypes=()):
+    """Refuse a data (index) dtype the contrib ``kernel`` has no instance for."""
+    if data_dtype not in data_dtypes:
+        raise ctx.error(f"TVM's {kernel} kernel (as v0.19's) takes no {data_dtype} data, only "
+                        f"{'/'.join(data_dtypes)}: the run would fail (cast the input first)")
+    if index_dtype is not None and index_dtype not in index_dtypes:
+        raise ctx.error(f"TVM's {kernel} kernel (as v0.19's) gives no {index_dtype} indices "
+                        f"for {data_dtype} data, only {'/'.join(index_dtypes)}: the run "
+                        "would fail")
+
+
 @register_converter("sort")
 def _sort(inputs, attrs, ctx):
-    return relax.op.sort(inputs[0], int(attrs.get("axis", -1)),
-                         descending=not bool(attrs.get("is_ascend", 1)))
+    # the axis normalised as SortRel's kernel did, refused out of range (an axis below
+    # -ndim read outside the shape array, garbage; one past it failed in the kernel)
+    axis = normalize_axis(attrs.get("axis", -1), ndim_of(inputs[0]), ctx)
+    _check_kernel_dtypes(ctx, "sort", dtype_of(inputs[0]), _SORT_DATA)
+    return relax.op.sort(inputs[0], axis, descending=not bool(attrs.get("is_ascend", 1)))
 
 
 @register_converter("argsort")
 def _argsort(inputs, attrs, ctx):
-    return relax.op.argsort(inputs[0], int(attrs.get("axis", -1)),
-                            descending=not bool(attrs.get("is_ascend", 1)),
-                            dtype=attrs.get("dtype") or "int32")
+    axis = normalize_axis(attrs.get("axis", -1), ndim_of(inputs[0]), ctx)
+    dtype = attrs.get("dtype") or "int32"
+    _check_kernel_dtypes(ctx, "argsort", dtype_of(inputs[0]), _SORT_DATA, dtype, _INDEX_DTYPES)
+    return relax.op.argsort(inputs[0], axis, descending=not bool(attrs.get("is_ascend", 1)),
+                            dtype=dtype)
 
 
 @register_converter("topk")
@@ -197,15 +290,25 @@ def _topk(inputs, attrs, ctx):
     k = attrs.get("k", 1)
     if not isinstance(k, int):
         raise ctx.error("topk needs a constant k")
+    if k < -1:
+        # TopKRel took k < 1 as "all", but v0.19's kernel reserved k + 1 heap entries
+        # before reading k: the run died in vector::reserve
+        raise ctx.error(f"k={k}: TVM's topk kernel (as v0.19's) fails for k < -1 (k < 1 "
+                        "takes every entry: use k=0 or k=-1)")
     axis = normalize_axis(attrs.get("axis", -1), ndim_of(inputs[0]), ctx)
     length = shape_of(inputs[0])[axis]
     if isinstance(length, int) and k > length:  # k < 1 takes all, as Relay's did
         raise ctx.error(f"k={k} is more than the {length} entries on axis {axis}: TVM "
                         "would read past them")
-    return relax.op.topk(inputs[0], int(k), int(attrs.get("axis", -1)),
-                         attrs.get("ret_type", "both"),
-                         largest=not bool(attrs.get("is_ascend", False)),
-                         dtype=attrs.get("dtype") or "int32")
+    data_dtype, dtype = dtype_of(inputs[0]), attrs.get("dtype") or "int32"
+    ret_type = attrs.get("ret_type", "both")
+    # the kernel reads the index dtype only when it writes indices; int8/uint8 data also
+    # take indices of their own dtype
+    index_dtypes = _INDEX_DTYPES + ((data_dtype,) if data_dtype in ("int8", "uint8") else ())
+    _check_kernel_dtypes(ctx, "topk", data_dtype, _TOPK_DATA,
+                         dtype if ret_type != "values" else None, index_dtypes)
+    return relax.op.topk(inputs[0], int(k), axis, ret_type,
+                         largest=not bool(attrs.get("is_ascend", False)), dtype=dtype)
 
 
 @register_converter("one_hot")
@@ -214,9 +317,23 @@ def _one_hot(inputs, attrs, ctx):
     on = scalar_operand(on_value, ctx, "on_value")
     off = scalar_operand(off_value, ctx, "off_value")
     dtype = attrs.get("dtype") or dtype_of(on_value)
+    depth, axis = int(attrs["depth"]), int(attrs.get("axis", -1))
+    _check_one_hot(depth, axis, ndim_of(indices), ctx)
     result = relax.op.one_hot(indices, relax.prim_value(on), relax.prim_value(off),
-                              int(attrs["depth"]), int(attrs.get("axis", -1)))
+                              depth, axis)
     return relax.op.astype(result, dtype)
+
+
+def _check_one_hot(depth: int, axis: int, ndim: int, ctx) -> None:
+    """v0.19's OneHotRel: ``depth > 0`` (ICHECK_GT) and the new axis at ``axis`` of the
+    ``ndim + 1``-d result, ``-1`` meaning last; any other negative axis (or one past
+    ``ndim``) made it read past the indices' shape, an error."""
+    if depth <= 0:
+        raise ctx.error(f"depth={depth}: one_hot needs a depth > 0")
+    if not -1 <= axis <= ndim:
+        raise ctx.error(f"axis={axis} is out of range for one_hot of {ndim}-d indices "
+                        f"(-1 <= axis <= {ndim}; -1 is the last axis, no other negative "
+                        "axis counts from the end)")
 
 
 @register_converter("trilu")
@@ -335,20 +452,44 @@ def _unravel_index(inputs, attrs, ctx):
 
 @register_converter("sparse_to_dense")
 def _sparse_to_dense(inputs, attrs, ctx):
+    """v0.19's topi::sparse_to_dense compares every output position with each index row:
+    a row sets the positions whose first ``M`` coordinates (its length; a 0-d or 1-d
+    ``sparse_indices`` has rows of 1) equal it, the later row winning, and a row equal
+    to no position (an index outside ``output_shape``, a negative one) sets nothing.
+
+    The same as a ``scatter_nd`` of the rows (slices of the output past ``M`` axes) into
+    the output grown by one entry on each of the first ``M`` axes, every row outside
+    the output sent to that extra corner, which is then sliced off."""
     indices, values, default = inputs
     out_shape = ints(attrs["output_shape"])
     dtype = dtype_of(values)
-    base = relax.op.full(out_shape, relax.op.astype(default, dtype), dtype)
     idx_dims = shape_of(indices)
-    if len(idx_dims) == 0:
-        indices = relax.op.reshape(indices, [1, 1])
-    elif len(idx_dims) == 1:
-        indices = relax.op.reshape(indices, [idx_dims[0], 1])
-    count = idx_dims[0] if idx_dims else 1  # indices may be an unnormalized reshape here
-    check_index_values(inputs[0], out_shape[:1] if len(idx_dims) < 2 else out_shape, ctx,
-                       "sparse_indices", axis=1)
-    values = relax.op.broadcast_to(values, [count])
-    return relax.op.scatter_nd(base, relax.op.astype(indices, "int64"), values, "update")
+    if len(idx_dims) > 2:
+        raise ctx.error(f"sparse_indices is {len(idx_dims)}-d: v0.19's sparse_to_dense "
+                        "compares 0-d, 1-d or 2-d indices only")
+    count = idx_dims[0] if idx_dims else 1
+    width = idx_dims[1] if len(idx_dims) == 2 else 1
+    if not isinstance(width, int) or not 1 <= width <= len(out_shape):
+        raise ctx.error(f"sparse_indices rows have {width} columns for a {len(out_shape)}-d "
+                        f"output: each row gives the first 1 to {len(out_shape)} "
+                        "coordinates of the positions it sets")
+    rows = ctx.emit(relax.op.astype(relax.op.reshape(indices, [count, width]), "int64"))
+    limits = relax.const(np.array(out_shape[:width], "int64").reshape(1, width), "int64")
+    outside = ctx.emit(relax.op.logical_or(relax.op.less(rows, relax.const(0, "int64")),
+                                           relax.op.greater_equal(rows, limits)))
+    stray = relax.op.greater(relax.op.sum(relax.op.astype(outside, "int64"), axis=[1],
+                                          keepdims=True), relax.const(0, "int64"))
+    rows = ctx.emit(relax.op.where(stray, limits, rows))  # the extra corner
+    grown = [d + 1 if k < width else d for k, d in enumerate(out_shape)]
+    base = relax.op.full(grown, relax.op.astype(default, dtype), dtype)
+    updates = relax.op.broadcast_to(values, [count])
+    if width < len(out_shape):  # each row's value fills its slice
+        updates = relax.op.broadcast_to(
+            relax.op.reshape(updates, [count] + [1] * (len(out_shape) - width)),
+            [count] + out_shape[width:])
+    scattered = ctx.emit(relax.op.scatter_nd(base, rows, ctx.emit(updates), "update"))
+    return relax.op.strided_slice(scattered, list(range(width)), [0] * width,
+                                  out_shape[:width])
 
 
 @register_converter("fixed_point_multiply")
@@ -436,9 +577,36 @@ def _slice_like(inputs, attrs, ctx):
     data, like = inputs
     dims, target = shape_of(data), shape_of(like)
     axes = optional_ints(attrs.get("axes"))
+    if axes is not None and not axes:
+        raise ctx.error("Axes cannot be empty.")
     axes = list(range(min(len(dims), len(target)))) if axes is None else \
         [normalize_axis(a, len(dims), ctx, "axes") for a in axes]
-    return relax.op.strided_slice(data, axes, [0] * len(axes), [target[a] for a in axes])
+    checked = [_check_slice_like_axis(dims, target, axis, ctx) for axis in axes]
+    # a run-time extent checked not to exceed the data: the slice is shape_like's extent,
+    # not the min() Relax would infer (which keeps the result from templates; a
+    # match_cast of that min() crashed TVM's build)
+    return relax.op.strided_slice(data, axes, [0] * len(axes), [target[a] for a in axes],
+                                  assume_inbound=any(checked))
+
+
+def _check_slice_like_axis(dims, target, axis, ctx) -> bool:
+    """v0.19's SliceLikeRel: the axis exists in ``shape_like`` and its extent there is at
+    most the data's (``Assert(oshape <= dshape)``, its messages).  A run-time-sized
+    (``?``) extent is checked when the model runs (the slice would have clamped to a
+    smaller result than the shape Relay gave it): True when such a check was emitted."""
+    if axis >= len(target):
+        raise ctx.error(f"Axis {axis} exceeds dimension {len(target)} of target_shape.")
+    want, have = target[axis], dims[axis]
+    if isinstance(want, int) and isinstance(have, int):
+        if want > have:
+            raise ctx.error(f"End index of axis {axis} exceeds input shape: {want} vs {have}")
+        return False
+    if not isinstance(want, int) and want.same_as(have):
+        return False
+    emit_run_check(ctx.bb, _dim(want) <= _dim(have), ctx.location, ctx.op_name,
+                   f"shape_like has {{}} entries on axis {axis}, the data {{}}: End index of "
+                   f"axis {axis} exceeds input shape", _dim(want), _dim(have))
+    return True
 
 
 @register_converter("sequence_mask")
@@ -461,6 +629,10 @@ def _sequence_mask(inputs, attrs, ctx):
 
 @register_converter("strided_set")
 def _strided_set(inputs, attrs, ctx):
+    """v0.19's topi.strided_set: the result is ``data`` where ``within_index`` selects a
+    position on every axis, and there ``value`` at ``make_idx``'s position.  The
+    selection is a product of per-axis lists (constant here), so it is a ``take`` of
+    ``value`` along each axis scattered into ``data`` with ``scatter_nd``."""
     data, value, begin, end, strides = inputs
     consts = [const_value(x) for x in (begin, end, strides)]
     if any(c is None for c in consts):
@@ -469,16 +641,60 @@ def _strided_set(inputs, attrs, ctx):
     dims = shape_of(data)
     if not all(isinstance(d, int) for d in dims):
         raise ctx.error("strided_set needs a static shape")
-    # The positions written, as a constant index list for scatter_nd.
-    ranges = []
+    if ndim_of(value) != len(dims):
+        raise ctx.error(f"the value is {ndim_of(value)}-d, the data {len(dims)}-d: v0.19's "
+                        "strided_set read the value at one index per data axis")
+    selected, sources = [], []
     for axis, dim in enumerate(dims):
-        b = begin_v[axis] if axis < len(begin_v) else 0
-        e = end_v[axis] if axis < len(end_v) else dim
-        s = strides_v[axis] if axis < len(strides_v) else (strides_v[0] if len(strides_v) == 1
-                                                           else 1)
-        ranges.append(list(range(dim))[slice(b, e, s)])
-    grid = np.stack(np.meshgrid(*ranges, indexing="ij"), axis=-1).astype("int64")
+        cells, source = _strided_set_axis(begin_v, end_v, strides_v, axis, dim, ctx)
+        extent = shape_of(value)[axis]
+        if source and isinstance(extent, int) and max(source) >= extent:
+            raise ctx.error(f"strided_set reads v outside it: axis {axis} selects "
+                            f"{len(source)} positions reading v up to index {max(source)}, "
+                            f"v has {extent}")
+        if source and not isinstance(extent, int):
+            emit_run_check(ctx.bb, tvm.tirx.const(max(source), "int64") < extent,
+                           ctx.location, ctx.op_name,
+                           f"strided_set reads v up to index {max(source)} on axis {axis}, "
+                           "v has {} entries there in this run", extent)
+        selected.append(cells)
+        sources.append(source)
+    if any(not cells for cells in selected):
+        return data  # nothing selected: the data unchanged
+    for axis, source in enumerate(sources):
+        extent = shape_of(value)[axis]
+        if not (isinstance(extent, int) and source == list(range(extent))):
+            value = ctx.emit(relax.op.take(value, relax.const(np.array(source, "int64"), "int64"),
+                                           axis=axis))
+    grid = np.stack(np.meshgrid(*selected, indexing="ij"), axis=-1).astype("int64")
     return relax.op.scatter_nd(data, relax.const(grid, "int64"), value, "update")
+
+
+def _strided_set_axis(begin, end, strides, axis, dim, ctx):
+    """The positions of axis ``axis`` (extent ``dim``) that v0.19's strided_set set, and
+    the value's index each reads: topi.strided_set's defaults (stride 1 past the strides
+    given; begin 0 or ``dim``, end ``dim + 1`` or ``-(dim + 1)`` past theirs; a negative
+    begin/end counted from the end once), then topi/utils.py's ``within_index`` and
+    ``make_idx`` (floor ``%`` and ``//``, begin clamped to ``dim - 1`` for the index)."""
+    s = strides[axis] if axis < len(strides) else 1
+    if s == 0:
+        raise ctx.error(f"strided_set with stride 0 on axis {axis}: v0.19's position test "
+                        "divided by it")
+    b = begin[axis] if axis < len(begin) else (0 if s > 0 else dim)
+    e = end[axis] if axis < len(end) else (dim + 1 if s > 0 else -(dim + 1))
+    b, e = (b + dim if b < 0 else b), (e + dim if e < 0 else e)
+    step = abs(s)
+    clamped = dim - 1 if dim < b else b
+    cells, source = [], []
+    for i in range(dim):
+        if s < 0:
+            inside = e < i <= b and ((i - e) + e % step + 1) % step == 0
+        else:
+            inside = b <= i < e and (i - b) % s == 0
+        if inside:
+            cells.append(i)
+            source.append((clamped - i) // step if s < 0 else (i - clamped) // s)
+    return cells, source
 
 
 @register_converter("unique")
@@ -512,14 +728,17 @@ def _unique(inputs, attrs, ctx):
         field = ctx.bb.match_cast(field, relax.TensorType([length], source))
         return field if source == dtype else ctx.emit(relax.op.astype(field, dtype))
 
-    def padded(index, dtype):
+    def padded(index, dtype, fill_value=0):
         field = exact(index, size, dtype)
-        fill = relax.op.zeros([n], dtype)
+        fill = relax.op.full([n], relax.const(fill_value, dtype), dtype)
         joined = ctx.emit(relax.op.concat([field, fill], axis=0))
         head = ctx.emit(relax.op.strided_slice(joined, [0], [0], [n]))
         return ctx.bb.match_cast(head, relax.TensorType([n], dtype))
 
-    outputs = [padded(0, dtype_of(data)), padded(1, "int32"),
+    # v0.19's _calc_first_occurence padded the first indices with n (its docstring: "The
+    # end of the tensor is padded with the length of the input data"); the values' and
+    # counts' tails were undefined there
+    outputs = [padded(0, dtype_of(data)), padded(1, "int32", n),
                exact(2, n, "int32"),
                ctx.emit(relax.op.astype(relax.op.shape_to_tensor(relax.ShapeExpr([size])),
                                         "int32"))]
