@@ -20,12 +20,14 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional
 
+import numpy as np
 import tvm
 from tvm import relax, te, topi
 from tvm.error import register_error as register_ffi_error
+from tvm.sym.analyzer import Analyzer
 
-from ..errors import BmlibError, CodegenError
-from ..legacy.lowerings import get_legacy_lowering
+from ..errors import ArityMismatchError, BmlibError, CodegenError
+from ..legacy.lowerings import get_legacy_lowering, legacy_pattern_of
 from .prefetch import insert_prefetches
 from .schedule import (ScheduleContext, UnscheduledBlock, UnscheduledBlockWarning,
                        apply_schedules, decompose_symbolic_reductions)
@@ -133,6 +135,9 @@ class PartitionLowerer:
         check_shape_vars(self.func, self.symbol)
         params = self.signature()
         placeholders = [self.placeholder(v) for v in params]
+        self._placeholders = placeholders
+        ret = self.func.body.ty
+        self._num_outputs = len(ret.fields) if isinstance(ret, relax.TupleType) else 1
         env: dict[Any, Any] = dict(zip(params, placeholders))
         result = self._eval_body(self.lowered_function().body, env)
         outputs = list(result) if isinstance(result, (tuple, list)) else [result]
@@ -199,13 +204,13 @@ class PartitionLowerer:
         return self._eval_body(callee.body, inner)
 
     def _lower_legacy(self, composite: str, lowering, callee: relax.Function,
-                      inner: dict) -> te.Tensor:
+                      inner: dict) -> Any:
         """Lower a composite with a Relay-era ``_LOWER_MAP`` function.
 
         It receives a Relay-style view of the composite's root call and TE
-        tensors in the composite's parameter order — bound to what the
-        partition actually passes, so its placeholders can no longer disagree
-        with the call.
+        tensors as Relay's composite had its parameters (:meth:`_legacy_inputs`)
+        — bound to what the partition actually passes, so its placeholders can no
+        longer disagree with the call.
         """
         from .relay_view import relay_view  # local: relay_view imports legacy_patterns
 
@@ -215,20 +220,113 @@ class PartitionLowerer:
             if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
                 self.ops.append(value.op.name)
         self.ctx.op = f"legacy lowering of {composite}"
-        inputs = [inner[p] for p in callee.params]
+        inputs = self._legacy_inputs(composite, callee, inner, bindings)
         try:
             result = lowering(relay_view(body.body, bindings=bindings), inputs)
         except Exception as exc:  # noqa: BLE001 - user code: name the composite
             raise self.ctx.error(f"{type(exc).__name__}: {exc}") from exc
-        want_shape = [int(d) for d in body.body.ty.shape.values]
+        result = self._legacy_result(result, body.body.ty)
+        self._check_own_placeholders(composite, result, inputs)
+        return result
+
+    def _legacy_inputs(self, composite: str, callee: relax.Function, inner: dict,
+                       bindings: dict) -> list[te.Tensor]:
+        """The composite's parameters as v0.19's ``PatternGrouper::CreateGroup`` made
+        them: the leaves of the Relay call in the pattern's post-DFS order, an input
+        used twice once, each as Relay typed it.  The Relax composite's own parameter
+        order is its bindings' (``permute_dims`` of a dense weight first), and helper
+        calls the importer ran on the host (a bias reshaped to ``(C, 1, 1)``, a
+        ``transpose_a`` operand) are undone here, so the lowering sees Relay's tensors.
+        A composite with no Relay origin (a Relax input model) keeps its own order."""
+        from .relay_view import UnfollowableComposite, composite_params
+
+        try:
+            params = composite_params(callee.body.body, bindings, list(callee.params),
+                                      legacy_pattern_of(composite))
+        except UnfollowableComposite:
+            return [inner[p] for p in callee.params]
+        return [self._as_relay_typed(composite, inner[p.expr], p) for p in params]
+
+    def _as_relay_typed(self, composite: str, tensor: te.Tensor, param: Any) -> te.Tensor:
+        """``tensor`` with the importer's host-side helper undone, checked against the
+        Relay argument's type (static dims; a ``?`` takes any)."""
+        relay_type = getattr(param.relay, "checked_type", None)
+        want = getattr(relay_type, "shape", None)
+        want = tuple(want) if want is not None else None
+        if param.undo is not None and param.undo[0] == "transpose":
+            tensor = topi.transpose(tensor, list(param.undo[1]))
+        got = [int(d) if isinstance(d, tvm.tirx.IntImm) else None for d in tensor.shape]
+        if want is None or len(want) == len(got) and all(
+                w is None or g is None or int(w) == g for w, g in zip(want, got)):
+            return tensor
+        static = all(isinstance(w, int) for w in want) and all(g is not None for g in got)
+        if static and int(np.prod(want, dtype=np.int64)) == int(np.prod(got, dtype=np.int64)):
+            return topi.reshape(tensor, list(want))  # a host reshape (bias_add's (C, 1, 1))
+        raise self.ctx.error(
+            f"input {tensor.op.name} has shape {got}, but the Relay argument of composite "
+            f"{composite} is {list(want)}; it cannot be handed over as Relay typed it")
+
+    def _legacy_result(self, result: Any, ty: Any) -> Any:
+        """The lowering's result checked against what the composite produces: one tensor,
+        or for a tuple-typed composite (``split``) a tuple/list of them, each of the
+        composite's shape (symbolic dims compared as expressions) and dtype."""
+        if isinstance(ty, relax.TupleType):
+            if not isinstance(result, (tuple, list)) or \
+                    not all(isinstance(r, te.Tensor) for r in result):
+                raise self.ctx.error(f"returned {type(result).__name__}, but the composite "
+                                     f"produces a tuple of {len(ty.fields)} tensors")
+            if len(result) != len(ty.fields):
+                raise self.ctx.error(f"returned a tuple of {len(result)} tensors, but the "
+                                     f"composite produces a tuple of {len(ty.fields)}")
+            for index, (tensor, field_ty) in enumerate(zip(result, ty.fields)):
+                self._check_tensor(tensor, field_ty, f" (tuple field {index})")
+            return tuple(result)
+        if isinstance(result, (tuple, list)):
+            raise self.ctx.error(f"returned a {type(result).__name__} of {len(result)}, but "
+                                 "the composite produces one tensor, expected a te.Tensor")
         if not isinstance(result, te.Tensor):
             raise self.ctx.error(f"returned {type(result).__name__}, expected a te.Tensor")
-        got_shape = [int(d) for d in result.shape]
-        if got_shape != want_shape or str(result.dtype) != str(body.body.ty.dtype):
-            raise self.ctx.error(
-                f"returned a tensor of shape {got_shape} {result.dtype}, but the composite "
-                f"produces {want_shape} {body.body.ty.dtype}")
+        self._check_tensor(result, ty, "")
         return result
+
+    def _check_tensor(self, tensor: te.Tensor, ty: Any, where: str) -> None:
+        want = list(ty.shape.values) if hasattr(getattr(ty, "shape", None), "values") else None
+        got = list(tensor.shape)
+        analyzer = Analyzer()
+        same = want is not None and len(want) == len(got) and all(
+            analyzer.can_prove_equal(g, w) for g, w in zip(got, want))
+        if not same or str(tensor.dtype) != str(ty.dtype):
+            raise self.ctx.error(
+                f"returned a tensor of shape {_dims(got)} {tensor.dtype}{where}, but the "
+                f"composite produces {_dims(want or [])} {ty.dtype}")
+
+    def _check_own_placeholders(self, composite: str, result: Any, inputs: list) -> None:
+        """A v0.19-era lowering that built its own ``te.placeholder`` s (the code behind
+        Relay's ``num_args should be N``) would leave them unbound in the PrimFunc: name
+        the composite instead of TVM's InternalError."""
+        given = [t.op for t in self._placeholders] + [t.op for t in inputs]
+        stack = list(result) if isinstance(result, tuple) else [result]
+        seen: list = []
+        foreign: list = []
+        while stack:
+            op = stack.pop().op
+            if any(op.same_as(s) for s in seen):
+                continue
+            seen.append(op)
+            if isinstance(op, te.PlaceholderOp):
+                if not any(op.same_as(g) for g in given):
+                    foreign.append(op.name)
+                continue
+            stack.extend(op.input_tensors)
+        if foreign:
+            expected = len(self._placeholders) + self._num_outputs
+            raise ArityMismatchError(
+                self.symbol, expected, expected + len(foreign),
+                f"legacy lowering of {composite} computes from te.placeholder(s) of its "
+                f"own ({', '.join(map(repr, sorted(foreign)))}): a lowering must compute "
+                "from the tensors it is given in `inputs` (placeholders bound to the "
+                "partition's arguments); its own would be extra PrimFunc arguments, "
+                "Relay's 'num_args should be N'")
 
     def _lower_op(self, op_name: str, call: relax.Call, env: dict) -> Any:
         template = get_template(op_name)
@@ -263,6 +361,11 @@ class PartitionLowerer:
             num_outputs=len(prim.params) - len(self.signature()),
             num_args=len(prim.params), composites=self.composites, ops=self.ops,
             unscheduled=list(self.unscheduled))
+
+
+def _dims(dims: list) -> list:
+    """Dims for a message: ints where static, the expression otherwise."""
+    return [int(d) if isinstance(d, (int, tvm.tirx.IntImm)) else str(d) for d in dims]
 
 
 def _in_caller_dims(callee: relax.Function, args: list) -> relax.Function:

@@ -10,7 +10,7 @@ from tvm.relax import dpl
 
 from ..errors import BmlibError, CodegenError, UserCodeError
 from ..importer.branches import lift_if_branches
-from ..legacy.lowerings import get_legacy_lowering
+from ..legacy.lowerings import get_legacy_lowering, remember_legacy_pattern
 from ..switches import switched_on
 from . import blocked_layout, conv_fold, fold, layout, rewrite
 from .const_args import bind_constant_arguments
@@ -83,6 +83,8 @@ def resolve_patterns(patterns: Optional[Sequence[Any]],
                 items = [translate_entry(name, variant, gate, base_check=check_tensors)
                          for variant in expand_alternatives(entry[1])]
                 mark_legacy_entry(items, gate)
+                # its lowering takes the composite's inputs in this pattern's order
+                remember_legacy_pattern(name, entry[1])
             else:
                 annotations = entry[2] if len(entry) == 4 else {}
                 # The backend's own predicate (dtypes, static shapes, no leaking

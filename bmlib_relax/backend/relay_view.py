@@ -15,13 +15,14 @@ pattern that matched names the op.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, Optional
 
 import tvm
 from tvm import relax
 
-from ..importer.provenance import relay_call_of
+from ..importer.provenance import origin_of, relay_call_of
 from ..relay import dataflow_pattern as rp
 
 
@@ -451,3 +452,185 @@ def relay_view(expr, context: Any = None, hint: Any = None,
     ``hint`` the legacy Relay pattern that matched, naming ambiguous ops.
     """
     return view(expr, _Resolver(context, bindings), hint)
+
+
+# --------------------------------------------------------------------------- composite params
+class UnfollowableComposite(Exception):
+    """The composite's Relax body cannot be walked back to Relay calls (no provenance, or
+    an import form whose operands do not line up with the Relay arguments)."""
+
+
+@dataclass(frozen=True)
+class RelayParam:
+    """One parameter of the composite Relay's ``CreateGroup`` would have made.
+
+    ``expr`` is the Relax value carrying it into the composite (a parameter of the
+    composite function); ``undo`` the importer's helper call applied to it *outside*
+    the composite that the lowering must not see — ``("transpose", axes)`` or
+    ``("reshape", shape)`` — or ``None``; ``relay`` the Relay argument (its
+    ``checked_type`` is what the lowering is promised).
+    """
+
+    expr: Any
+    undo: Optional[tuple]
+    relay: Any
+
+
+def _swap_last_two(rank: int) -> tuple:
+    return tuple(range(rank - 2)) + (rank - 1, rank - 2)
+
+
+def _relax_rank(expr) -> int:
+    shape = getattr(getattr(expr, "ty", None), "shape", None)
+    return len(shape.values) if shape is not None and hasattr(shape, "values") else -1
+
+
+def _relay_attr(call, name: str, default: Any = None) -> Any:
+    attrs = getattr(call, "attrs", None)
+    try:
+        value = attrs[name] if attrs is not None and name in attrs else default
+    except (KeyError, TypeError, AttributeError):
+        value = getattr(attrs, name, default)
+    return default if value is None else value
+
+
+def _host_undo(relay_call, index: int, operand) -> Optional[tuple]:
+    """How to undo the importer's helper call on operand ``index`` of the Relax root call
+    of ``relay_call`` when that helper ran outside the composite (on the host): the
+    import forms of bmlib_relax/importer/ops/linear.py."""
+    name = getattr(relay_call.op, "name", "")
+    rank = _relax_rank(operand)
+    if name == "nn.dense" and index == 1:  # matmul(x, permute_dims(w, [1, 0]))
+        return ("transpose", (1, 0))
+    if name in ("nn.batch_matmul", "nn.matmul") and rank >= 2:
+        flag = "transpose_a" if index == 0 else "transpose_b" if index == 1 else None
+        if flag is not None and bool(_relay_attr(relay_call, flag, False)):
+            return ("transpose", _swap_last_two(rank))
+    if name == "nn.bias_add" and index == 1 and rank > 1:  # add(x, reshape(b, [C, 1..]))
+        return ("reshape", None)
+    return None
+
+
+def _is_data_operand(expr) -> bool:
+    """A tensor (or tuple of tensors) operand: a Relay argument, not an attribute the
+    importer turned into an operand (shapes, ``PrimValue`` bounds, dtypes)."""
+    return isinstance(getattr(expr, "ty", None), (relax.TensorType, relax.TupleType))
+
+
+class _ParamWalk:
+    """Walks a composite body from its root the way v0.19's ``CreateGroup`` visited the
+    pattern (post-DFS: arguments left to right, ``add``/``multiply`` in the pattern's
+    order), collecting the leaves once each."""
+
+    def __init__(self, bindings: Mapping, params: list):
+        self.resolver = _Resolver(bindings=bindings)
+        self.params = list(params)
+        self.found: list[RelayParam] = []
+
+    def leaf(self, expr, undo: Optional[tuple], relay_arg: Any) -> None:
+        value = self.resolver(expr)
+        if not any(value.same_as(p) for p in self.params):
+            if isinstance(value, relax.Constant):
+                return  # a scalar kept inside the composite: not a parameter on Relax
+            raise UnfollowableComposite(f"leaf {type(value).__name__} is no parameter")
+        if any(p.expr.same_as(value) and p.undo == undo for p in self.found):
+            return  # CreateGroup: "multiple operators in the partition may use the same input"
+        self.found.append(RelayParam(value, undo, relay_arg))
+
+    def walk(self, expr, relay_arg: Any, hint: Any) -> None:
+        value = self.resolver(expr)
+        hint = _unwrap_hint(hint)
+        while isinstance(hint, rp.AltPattern):
+            hint = _unwrap_hint(hint.left if _matches(hint.left, expr, self.resolver)
+                                else hint.right)
+        if isinstance(value, relax.Tuple):
+            fields = getattr(relay_arg, "fields", None)
+            hints = list(hint.fields or ()) if isinstance(hint, rp.TuplePattern) and \
+                hint.fields is not None else []
+            for i, field_expr in enumerate(value.fields):
+                self.walk(field_expr, fields[i] if fields is not None and i < len(fields)
+                          else None, hints[i] if i < len(hints) else None)
+        elif isinstance(value, relax.TupleGetItem):
+            inner = hint.tuple_value if isinstance(hint, rp.TupleGetItemPattern) else None
+            self.walk(value.tuple_value, getattr(relay_arg, "tuple_value", None), inner)
+        elif isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
+            self.call(value, hint)
+        else:
+            self.leaf(expr, None, relay_arg)
+
+    def call(self, value: relax.Call, hint: Any) -> None:
+        relay_call = relay_call_of(value)
+        if relay_call is None:
+            raise UnfollowableComposite(f"{value.op.name} has no Relay origin")
+        if isinstance(hint, rp.TupleGetItemPattern):
+            hint = _unwrap_hint(hint.tuple_value)  # a root projected outside the composite
+        sources = self.sources(value, relay_call)
+        relay_args = list(relay_call.args)
+        if len(sources) != len(relay_args):
+            raise UnfollowableComposite(f"{relay_call.op.name}: {len(sources)} operands for "
+                                        f"{len(relay_args)} Relay arguments")
+        hints = list(hint.args or ()) if isinstance(hint, rp.CallPattern) and \
+            hint.args is not None else []
+        order = list(range(len(sources)))
+        if len(order) == 2 and len(hints) == 2 and \
+                getattr(relay_call.op, "name", "") in _CREATE_GROUP_COMMUTATIVE:
+            exprs = [sources[0][0], sources[1][0]]
+            if _order_like(exprs, hints, self.resolver) != exprs:
+                order = [1, 0]
+        for position, index in enumerate(order):
+            expr, undo = sources[index]
+            sub_hint = hints[position] if position < len(hints) else None
+            if undo is None:
+                self.walk(expr, relay_args[index], sub_hint)
+            else:
+                self.leaf(expr, undo, relay_args[index])
+
+    def sources(self, root: relax.Call, relay_call) -> list[tuple]:
+        """Per Relay argument of ``relay_call``: the Relax value it was before the
+        importer's helper calls (followed inside the composite), with the undo of a
+        helper that ran outside."""
+        out = []
+        for index, operand in enumerate(a for a in root.args if _is_data_operand(a)):
+            inner = self._through_parts(operand, relay_call)
+            if inner is None:
+                out.append((operand, _host_undo(relay_call, index, operand)))
+            else:
+                out.extend((e, None) for e in inner)
+        return out
+
+    def _through_parts(self, operand, relay_call) -> Optional[list]:
+        value = self.resolver(operand)
+        origin = origin_of(value) if isinstance(value, relax.Call) else None
+        if origin is None or origin.root or origin.relay is not relay_call:
+            return None
+        found = []
+        for arg in value.args:
+            if _is_data_operand(arg):
+                found.extend(self._through_parts(arg, relay_call) or [arg])
+        return found
+
+
+# v0.19's matcher tries swapped arguments for these (dataflow_matcher.cc, "Commutative").
+_CREATE_GROUP_COMMUTATIVE = {"add", "multiply"}
+
+
+def _unwrap_hint(hint: Any) -> Any:
+    while isinstance(hint, (rp.AttrPattern, rp.DataTypePattern, rp.ShapePattern,
+                            rp.TypePattern)):
+        hint = hint.pattern
+    return hint
+
+
+def composite_params(root, bindings: Mapping, params: list,
+                     pattern: Any = None) -> list[RelayParam]:
+    """The parameters of the composite Relay would have made for ``root`` (a composite
+    function's result, ``bindings`` its body's): its leaves in the pattern's post-DFS
+    order, an input used twice once (v0.19 ``PatternGrouper::CreateGroup``).
+
+    ``pattern`` (the legacy Relay pattern, when known) orders ``add``/``multiply``
+    arguments matched swapped.  Raises :class:`UnfollowableComposite` where the body
+    has no Relay origin to follow.
+    """
+    walk = _ParamWalk(bindings, params)
+    walk.walk(root, None, pattern)
+    return walk.found

@@ -411,7 +411,10 @@ def apply_schedules(prim: tvm.tirx.PrimFunc, target: Any = None,
     attrs = prim.attrs
     sch = new_schedule(prim.without_attr("global_symbol") if attrs is not None and
                        "global_symbol" in attrs else prim)
-    names = [block_name(sch, b) for b in sch.get_child_blocks(sch.get_sblock("root"))]
+    root = _root_block(sch)
+    if root is None:
+        return prim  # no block to schedule (a legacy ``te.extern`` lowering): built as is
+    names = [block_name(sch, b) for b in sch.get_child_blocks(root)]
     inline_scalar_constants(sch, names)
     token = _SCHEDULED.set(ctx.done)
     try:
@@ -433,6 +436,17 @@ def apply_schedules(prim: tvm.tirx.PrimFunc, target: Any = None,
     if attrs is not None and "global_symbol" in attrs:
         func = func.with_attr("global_symbol", attrs["global_symbol"])
     return func
+
+
+def _root_block(sch: Any) -> Any:
+    """The ``root`` block of ``sch``'s function, or ``None`` for a PrimFunc without one
+    (``te.create_prim_func`` of a ``te.extern`` that calls a packed function — what a
+    v0.19 ``_LOWER_MAP`` lowering calling a vendor library builds; plain TVM builds it
+    unscheduled)."""
+    try:
+        return sch.get_sblock("root")
+    except Exception:  # noqa: BLE001 - ScheduleError: no such block
+        return None
 
 
 # --------------------------------------------------------------------------- empty runs

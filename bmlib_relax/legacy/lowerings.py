@@ -73,9 +73,11 @@ def lowering_scope(lowerings: Optional[Mapping[str, LegacyLowering]] = None
     scope = dict(_SCOPE.get() or {})
     scope.update(_checked(lowerings or {}))
     token = _SCOPE.set(scope)
+    patterns = _PATTERNS.set(dict(_PATTERNS.get() or {}))
     try:
         yield scope
     finally:
+        _PATTERNS.reset(patterns)
         _SCOPE.reset(token)
 
 
@@ -101,3 +103,27 @@ def get_legacy_lowering(name: str) -> Optional[LegacyLowering]:
     if scope is not None and name in scope:
         return scope[name]
     return LOWERINGS.get(name)
+
+
+# The legacy Relay pattern each composite was matched with, for the codegen: a
+# lowering's inputs follow the pattern's order (v0.19 ``CreateGroup`` visited the
+# pattern post-DFS, so ``add(abs(_), exp(_))`` matched on ``add(exp(b), abs(a))``
+# gave ``(a, b)``).  Scoped like the lowerings; the last pattern given a name wins.
+_PATTERNS: contextvars.ContextVar[Optional[dict[str, Any]]] = contextvars.ContextVar(
+    "bmlib_legacy_patterns", default=None)
+_GLOBAL_PATTERNS: dict[str, Any] = {}
+
+
+def remember_legacy_pattern(name: str, pattern: Any) -> None:
+    """Record the legacy Relay pattern of composite ``name`` (called where a legacy
+    table is resolved); kept in the active :func:`lowering_scope`, else process-wide."""
+    scope = _PATTERNS.get()
+    (scope if scope is not None else _GLOBAL_PATTERNS)[str(name)] = pattern
+
+
+def legacy_pattern_of(name: str) -> Any:
+    """The legacy Relay pattern composite ``name`` was matched with (``None``: unknown)."""
+    scope = _PATTERNS.get()
+    if scope is not None and name in scope:
+        return scope[name]
+    return _GLOBAL_PATTERNS.get(name)
