@@ -42,6 +42,7 @@ _EXPORTS = {
     "RunMemoryError": ("errors", "RunMemoryError"),
     "ArityMismatchError": ("errors", "ArityMismatchError"),
     "RecoveredMetadataWarning": ("errors", "RecoveredMetadataWarning"),
+    "UnusedLoweringWarning": ("errors", "UnusedLoweringWarning"),
 }
 
 __all__ = sorted(_EXPORTS)

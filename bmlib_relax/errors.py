@@ -241,6 +241,16 @@ class DamagedSideFileWarning(UserWarning):
         super().__init__(message)
 
 
+class UnusedLoweringWarning(UserWarning):
+    """A legacy lowering (``lowerings=``, ``--lowerings``' ``_LOWER_MAP``) names no
+    composite of the pattern table: a typo leaves the composite it meant to the
+    templates (Relay-era codegens failed on the missing key).  ``name`` is the key."""
+
+    def __init__(self, message: str, name: Optional[str] = None):
+        self.name = name
+        super().__init__(message)
+
+
 class RecoveredMetadataWarning(UserWarning):
     """Attribute values that Relay text printed as ``meta[runtime.BoxInt][N]`` (the
     ``#[metadata]`` section omitted) were recovered from the printed ``/* ty=... */``

@@ -1,6 +1,8 @@
 """``partition_for_bmlib``: carve bmlib partitions out of a Relax module."""
 from __future__ import annotations
 
+import difflib
+import warnings
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 import tvm
@@ -8,9 +10,10 @@ import tvm_ffi
 from tvm import relax
 from tvm.relax import dpl
 
-from ..errors import BmlibError, CodegenError, UserCodeError
+from ..errors import BmlibError, CodegenError, UnusedLoweringWarning, UserCodeError
 from ..importer.branches import lift_if_branches
-from ..legacy.lowerings import get_legacy_lowering, remember_legacy_pattern
+from ..legacy.lowerings import (get_legacy_lowering, remember_legacy_pattern,
+                               scoped_lowering_names)
 from ..switches import switched_on
 from . import blocked_layout, conv_fold, fold, layout, rewrite
 from .const_args import bind_constant_arguments
@@ -233,6 +236,21 @@ def _blocked_layout_default() -> bool:
     return _blocked.enabled_by_default()
 
 
+def _warn_unused_lowerings(table: Sequence[Any]) -> None:
+    """Warn about each lowering given to this call that names no composite of the
+    table (with the nearest name): the composite it meant runs on the templates."""
+    names = sorted({str(entry.name if hasattr(entry, "name") else entry[0])
+                    for entry in table})
+    for key in scoped_lowering_names():
+        if key in names:
+            continue
+        close = difflib.get_close_matches(key, names, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        warnings.warn(UnusedLoweringWarning(
+            f"legacy lowering {key!r} names no composite of the pattern table{hint}; "
+            "it is not used", key), stacklevel=3)
+
+
 def partition_for_bmlib(mod: tvm.IRModule, patterns: Optional[Sequence[Any]] = None,
                         merge: bool = False, target: Any = None,
                         pack_weights: Optional[bool] = None,
@@ -268,6 +286,7 @@ def partition_for_bmlib(mod: tvm.IRModule, patterns: Optional[Sequence[Any]] = N
             mod = _blocked.convert_to_blocked(mod, target)
         mod = rewrite.pack_weights(mod, target)
     table = resolve_patterns(patterns)
+    _warn_unused_lowerings(table)
     if built_in and not merge and switched_on(HOST_VIEWS_SWITCH):
         table = without_standalone_views(table)
     take_check_error()

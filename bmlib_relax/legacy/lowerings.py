@@ -97,6 +97,11 @@ def unregister_legacy_lowering(name: str) -> None:
     LOWERINGS.unregister(name)
 
 
+def scoped_lowering_names() -> list[str]:
+    """Names of the lowerings given to this call (the active scope's), sorted."""
+    return sorted(_SCOPE.get() or {})
+
+
 def get_legacy_lowering(name: str) -> Optional[LegacyLowering]:
     """The lowering of composite ``name``: the active scope's, else the global one."""
     scope = _SCOPE.get()

@@ -308,3 +308,14 @@ def @main(%x: Tensor[(2, 3), float32], %s1: Tensor[(1), float32], %s2: Tensor[(1
     assert sorted(seen) == [2.0, 10.0]
     x = np.array([[1, -1, 2], [3, 4, -5]], "float32")
     np.testing.assert_allclose(model(x), np.maximum(np.maximum(x * 2, 0) * 10, 0))
+
+
+def test_a_lowering_naming_no_composite_is_reported():
+    # a typo in a _LOWER_MAP key left the composite to the templates without a word
+    from bmlib_relax import UnusedLoweringWarning
+
+    pattern = is_op("nn.dense")(wildcard(), wildcard())
+    with pytest.warns(UnusedLoweringWarning, match=r"legacy lowering 'bmlib.dens' names no "
+                                                   r"composite .*did you mean 'bmlib.dense'"):
+        bmlib_relax.compile(DENSE, patterns=[("bmlib.dense", pattern)],
+                            lowerings={"bmlib.dens": lambda call, inputs: inputs[0]})
