@@ -264,7 +264,7 @@ def check_index_values(index: relax.Expr, bounds: Sequence[Any], ctx, what: str,
         return
     values = index if dtype_of(index) == "int64" else ctx.emit(relax.op.astype(index, "int64"))
     if all(isinstance(b, int) for b in bounds):
-        limit: relax.Expr = relax.const(np.asarray(bounds, dtype=np.int64))
+        limit: relax.Expr = relax.const(np.asarray(bounds, dtype=np.int64), "int64")
     else:
         limit = ctx.emit(relax.op.shape_to_tensor(relax.ShapeExpr(
             [tvm.tirx.const(b, "int64") if isinstance(b, int) else b for b in bounds])))

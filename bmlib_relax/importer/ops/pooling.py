@@ -188,7 +188,7 @@ def _divide_by_nonpositive_counts(out: relax.Expr, counts: np.ndarray) -> relax.
     dtype = dtype_of(out)
     with np.errstate(invalid="ignore", divide="ignore"):
         values = np.zeros(counts.shape, dtype) / counts.astype(dtype)
-    return relax.op.where(relax.const(counts <= 0), relax.const(values), out)
+    return relax.op.where(relax.const(counts <= 0), relax.const(values, dtype), out)
 
 
 _TOPI_POOLS = {1: topi.nn.pool1d, 2: topi.nn.pool2d, 3: topi.nn.pool3d}
