@@ -96,6 +96,22 @@ def folded_value(expr: relax.Expr, ctx) -> np.ndarray | None:
     return value
 
 
+def index_tuple_length(data: relax.Expr, indices: relax.Expr, op: str, rule: str, ctx) -> int:
+    """The length ``M`` of a gather_nd / scatter_nd's index tuples (the first dim of
+    ``indices``): static and at most the data's rank, as v0.19's GatherNDRel and
+    ScatterNDRel required (``op`` and ``rule`` are their names and messages); past it,
+    topi indexed outside the data's shape."""
+    index_dims = shape_of(indices)
+    count = index_dims[0] if index_dims else None
+    if not isinstance(count, int):
+        raise ctx.error(f"{op} needs a static shape for the first axis of indices, got "
+                        f"{index_dims}")
+    if count > ndim_of(data):
+        raise ctx.error(f"{op}: {rule}: the index tuples have {count} entries (the first "
+                        f"dim of indices), the data {ndim_of(data)} axes")
+    return count
+
+
 def check_integer_divisor(divisor: relax.Expr, ctx, dividend: Optional[relax.Expr] = None
                           ) -> None:
     """Refuse an integer division (divide, floor/trunc divide and mod) that would stop

@@ -18,7 +18,8 @@ from tvm import relax
 from ..registry import register_converter
 from ._utils import (
     check_index_values, check_integer_divisor, check_reads_elements, const_value, dtype_of,
-    folded_value, ints, ndim_of, normalize_axis, optional_ints, scalar_operand, shape_of,
+    folded_value, index_tuple_length, ints, ndim_of, normalize_axis, optional_ints,
+    scalar_operand, shape_of,
 )
 from ..run_checks import (
     emit_element_count_check, emit_run_check, emit_tensor_check, none_hold,
@@ -93,14 +94,7 @@ def _check_gather_nd(data, indices, batch: int, ctx) -> None:
     data and the indices (after the tuple axis).  Past those, topi indexed outside the
     shapes (``M + batch_dims`` data axes), an error in v0.19."""
     data_dims, index_dims = shape_of(data), shape_of(indices)
-    count = index_dims[0] if index_dims else None
-    if not isinstance(count, int):
-        raise ctx.error("GatherND needs a static shape for the first axis of indices, got "
-                        f"{index_dims}")
-    if count > len(data_dims):
-        raise ctx.error(f"GatherND: indices shape does satisfy: the index tuples have {count} "
-                        f"entries (the first dim of indices), the data only {len(data_dims)} "
-                        "axes")
+    count = index_tuple_length(data, indices, "GatherND", "indices shape does satisfy", ctx)
     if batch < 0 or batch + count > len(data_dims) or batch > len(index_dims) - 1:
         raise ctx.error(f"batch_dims={batch} does not fit: {count}-entry index tuples after "
                         f"{batch} batch axes need 0 <= batch_dims <= "

@@ -19,8 +19,8 @@ from ..registry import register_converter
 from ..run_checks import (BROADCAST_REASON, cast_dims, emit_element_count_check,
                           emit_run_check, emit_tensor_check, equal, known_dims, unify_dims)
 from ._utils import (
-    check_index_values, check_reads_elements, dtype_of, folded_value, ints, ndim_of,
-    normalize_axis, optional_ints, run_time_dims, scalar_operand, shape_of,
+    check_index_values, check_reads_elements, dtype_of, folded_value, index_tuple_length, ints,
+    ndim_of, normalize_axis, optional_ints, run_time_dims, scalar_operand, shape_of,
 )
 from ...relay import ast
 from ...relay.op import reshape_like_shape, split_problem
@@ -591,7 +591,7 @@ def _scatter_nd(inputs, attrs, ctx):
     reductions = {"update": "update", "add": "add", "mul": "mul", "min": "min", "max": "max"}
     if mode not in reductions:
         raise ctx.unsupported_attr("mode", mode)
-    _check_scatter_nd_tuples(data, indices, ctx)
+    index_tuple_length(data, indices, "ScatterND", "M must be less than or equal to N", ctx)
     if any(isinstance(d, int) and d == 0 for d in shape_of(indices)[1:]):
         return data  # no update: TVM's lowering divided by the empty extent
     ndim = ndim_of(indices)
@@ -599,19 +599,6 @@ def _scatter_nd(inputs, attrs, ctx):
         check_index_values(indices, shape_of(data)[:shape_of(indices)[0]], ctx, "indices")
     indices = relax.op.permute_dims(indices, list(range(1, ndim)) + [0])
     return relax.op.scatter_nd(data, indices, updates, reductions[mode])
-
-
-def _check_scatter_nd_tuples(data, indices, ctx) -> None:
-    """v0.19's ScatterNDRel: the index-tuple length ``M`` (the first dim of ``indices``)
-    static and at most the data's rank (its messages)."""
-    count = shape_of(indices)[0] if ndim_of(indices) else None
-    if not isinstance(count, int):
-        raise ctx.error("ScatterND needs a static shape for the first axis of indices, got "
-                        f"{shape_of(indices)}")
-    if count > ndim_of(data):
-        raise ctx.error(f"ScatterND: M must be less than or equal to N: the index tuples have "
-                        f"{count} entries (the first dim of indices), the data {ndim_of(data)} "
-                        "axes")
 
 
 @register_converter("on_device", "device_copy")
