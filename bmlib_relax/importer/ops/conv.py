@@ -67,11 +67,8 @@ def _conv(relax_op, ndim: int, data_layout: str, kernel_layout: str):
                                             kernel_layout)
         data = _to_layout(inputs[0], src_data, data_l, ctx)  # validates the layouts too
         weight = _to_layout(inputs[1], src_kernel, kernel_l, ctx)
-        in_channels = _primal_dims(shape_of(inputs[0]), src_data, "C")[0]
-        w_oi = _primal_dims(shape_of(inputs[1]), src_kernel, kernel_layout)
-        multiplier = _is_depthwise_multiplier(in_channels, w_oi, conv["groups"], attrs, ndim)
-        _check_weight_attrs(in_channels, w_oi, conv["groups"], attrs, ndim, multiplier,
-                            kernel_layout, ctx)
+        multiplier = check_conv_weight(inputs[0], inputs[1], src_data, src_kernel,
+                                       conv["groups"], attrs, ndim, ctx)
         if multiplier:
             weight = _depthwise_multiplier_weight(weight, kernel_l, kernel_layout,
                                                   int(attrs["channels"]), ctx)
@@ -137,8 +134,8 @@ def _is_depthwise_multiplier(in_channels, w_oi: list, groups: int, attrs, ndim: 
 def check_conv_weight(data, weight, data_layout: str, kernel_layout: str, groups: int,
                       attrs, ndim: int, ctx) -> bool:
     """v0.19's checks of ``channels``/``kernel_size`` against a conv's weight
-    (:func:`_check_weight_attrs`) for a converter with its own lowering (``qnn.conv2d``,
-    whose ``QnnConv2DRel`` ran ``Conv2DRel``); True for the depthwise-multiplier form."""
+    (:func:`_check_weight_attrs`), for ``nn.conv*`` and for ``qnn.conv2d`` (whose
+    ``QnnConv2DRel`` ran ``Conv2DRel``); True for the depthwise-multiplier form."""
     canonical = "OI" + "DHW"[3 - ndim:]
     in_channels = _primal_dims(shape_of(data), data_layout, "C")[0]
     w_oi = _primal_dims(shape_of(weight), kernel_layout, canonical)
