@@ -13,6 +13,7 @@ import numpy as np
 from ..errors import ConversionError
 from . import ast
 from .metadata import shorten
+from .pattern_op_attrs import check_relay_op
 
 # Relay's default dtypes for Python scalars in relay.const.
 _PY_DTYPES = {bool: "bool", int: "int32", float: "float32"}
@@ -75,6 +76,10 @@ def scalar_type(dtype: str) -> ast.TensorType:
     return ast.TensorType((), dtype)
 
 
-def get(op_name: str) -> ast.Op:
-    """``relay.op.get(name)``: the op node to pass to ``Call``."""
+def get(op_name: str, caller: Optional[str] = None) -> ast.Op:
+    """``relay.op.get(name)``: the op node to pass to ``Call``.
+
+    A name Relay v0.19 never registered is an :class:`UnknownOpError`, as ``Op::Get``
+    raised: ``relay.op.get("nn.conv2D")`` must not build a call nothing can run."""
+    check_relay_op(op_name, caller or f"relay.op.get({op_name!r})")
     return ast.Op(op_name)

@@ -22,9 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from ..errors import BmlibError
 from . import ast
 from .op.op import get  # also makes ``relay.op.op.get`` available, as in Relay
+from .pattern_op_attrs import UnknownOpError  # noqa: F401 - raised by get(); importable here
 
 __all__ = [
     "DFPattern", "WildcardPattern", "ExprPattern", "VarPattern", "ConstantPattern",
@@ -135,35 +135,15 @@ class ExprPattern(DFPattern):
     expr: Any
 
 
-class UnknownOpError(BmlibError, ValueError):
-    """``is_op(name)`` of an op Relay never registered (v0.19's ``Op::Get`` failed)."""
-
-
 class OpPattern(ExprPattern):
     """``is_op(name)``: the :class:`ExprPattern` of Relay's op ``name``.
 
     As in v0.19 (``is_op`` called ``relay.op.get``, i.e. ``Op::Get``), a name that is
-    not a Relay op is refused here, not silently never matched."""
+    not a Relay op is refused here (:class:`UnknownOpError`), not silently never matched."""
 
     def __init__(self, name: str):
-        _check_relay_op(name)
-        super().__init__(get(name))
+        super().__init__(get(name, caller=f"is_op({name!r})"))
         self.name = name
-
-
-def _check_relay_op(name: str) -> None:
-    from .pattern_op_attrs import is_relay_op, relay_op_names
-
-    if is_relay_op(name):
-        return
-    import difflib
-
-    names = relay_op_names()
-    by_case = [n for n in names if n.lower() == name.lower()]
-    close = by_case or difflib.get_close_matches(name, names, n=1, cutoff=0.8)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    raise UnknownOpError(f"is_op({name!r}): Operator {name} is not registered: not an op of "
-                         f"Relay v0.19{hint}")
 
 
 @dataclass(eq=False)

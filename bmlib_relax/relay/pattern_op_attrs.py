@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import BmlibError
+
 # Relay's OpPatternKind values.
 ELEMWISE, BROADCAST, INJECTIVE, COMM_REDUCE, OUT_ELEMWISE_FUSABLE = 0, 1, 2, 3, 4
 TUPLE, OPAQUE = 7, 8
@@ -136,6 +138,28 @@ def relay_op_names() -> list[str]:
 
     return sorted(set(OP_ATTRS["TOpPattern"]) | _OTHER_RELAY_OPS | set(_schemas()) |
                   set(supported_ops()))
+
+
+class UnknownOpError(BmlibError, ValueError):
+    """An op name Relay never registered (v0.19's ``Op::Get`` failed): from
+    ``relay.op.get(name)`` or ``is_op(name)``."""
+
+
+def check_relay_op(name: str, caller: str) -> None:
+    """Refuse ``name`` unless Relay v0.19 registered it, as ``Op::Get`` did for both
+    ``relay.op.get`` and ``is_op``: a misspelled ``nn.conv2D`` would otherwise build a
+    call no converter knows, or a pattern that never matches.  ``caller`` is the call
+    the user wrote (``is_op('nn.conv2D')``), for the message."""
+    if is_relay_op(name):
+        return
+    import difflib
+
+    names = relay_op_names()
+    by_case = [n for n in names if n.lower() == name.lower()]
+    close = by_case or difflib.get_close_matches(name, names, n=1, cutoff=0.8)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise UnknownOpError(f"{caller}: Operator {name} is not registered: not an op of "
+                         f"Relay v0.19{hint}")
 
 
 # --------------------------------------------------------------------------- call attributes

@@ -239,6 +239,14 @@ def test_is_op_accepts_relay_ops(name):
     assert is_op(name).expr.name == name
 
 
+@pytest.mark.parametrize("name", ["nn.conv2D", "nn.Relu", "relax.nn.relu", ""])
+def test_relay_op_get_refuses_an_op_relay_did_not_register(name):
+    # v0.19's relay.op.get was Op::Get itself: a Call built on a misspelled op never ran.
+    with pytest.raises(BmlibError, match=r"relay\.op\.get\(.*is not registered"):
+        relay.op.get(name)
+    assert relay.op.get("nn.conv2d").name == "nn.conv2d"
+
+
 def test_unknown_op_in_a_table_entry():
     with pytest.raises(BmlibError, match="nn.conv2D"):
         is_op("nn.relu")(is_op("nn.conv2D")(wildcard(), wildcard()))

@@ -3,7 +3,8 @@
 Relay's pool attribute defaults (layout ``NC[D]HW``, ``ceil_mode=False``,
 ``count_include_pad=False``, padding ``0``) are spelled out so a Relax default
 change can never alter an import.  ``nn.global_avg_pool2d`` imports as
-``adaptive_avg_pool2d(x, (1, 1))`` in the same layout.
+``adaptive_avg_pool2d(x, (1, 1))`` in the same layout.  ``nn.adaptive_max_pool*`` (which
+v0.19's ``global_max_pool{1,3}d`` builders made) lowers through topi's ``adaptive_pool``.
 
 Two changes of TVM's topi since v0.19 are undone here: with ``ceil_mode`` v0.19
 kept a last window that starts in the after-padding (0.27 drops it: a smaller
@@ -239,19 +240,51 @@ def _adaptive_avg(data: relax.Expr, ndim: int, size, layout: str, out_layout, ct
     return layout_transform(ctx.emit(out), layout, out_layout or layout, ctx)
 
 
+def _adaptive_output_size(data: relax.Expr, attrs, ndim: int, layout: str):
+    """``output_size`` as Relay's AdaptivePool{1,2,3}DRel read it: one value for every
+    spatial dim, a None entry keeping that dim of the input, no value keeping them all
+    (returned as None)."""
+    size = attrs.get("output_size")
+    if size is None:
+        return None
+    size = list(size) if isinstance(size, (list, tuple)) else [size]
+    size = size * ndim if len(size) == 1 else size
+    spatial = [shape_of(data)[layout.index(c)] for c in _LAYOUTS[ndim][2:]]
+    return [spatial[i] if s is None else int(s) for i, s in enumerate(size)]
+
+
 def _adaptive_avg_pool(ndim: int):
     def convert(inputs, attrs, ctx):
         layout = attrs.get("layout") or _LAYOUTS[ndim]
         _check_spatial_nonempty(inputs[0], layout, ctx)
-        size = attrs.get("output_size")
-        if size is not None:
-            size = list(size) if isinstance(size, (list, tuple)) else [size]
-            size = size * ndim if len(size) == 1 else size
-            # A None entry keeps that spatial dim of the input.
-            spatial = [shape_of(inputs[0])[layout.index(c)] for c in _LAYOUTS[ndim][2:]]
-            size = [spatial[i] if s is None else int(s) for i, s in enumerate(size)]
+        size = _adaptive_output_size(inputs[0], attrs, ndim, layout)
         return _adaptive_avg(inputs[0], ndim, size, layout, attrs.get("out_layout") or None,
                              ctx)
+
+    return convert
+
+
+def _adaptive_max_pool(ndim: int):
+    """``nn.adaptive_max_pool{1,2,3}d`` (also what v0.19's ``global_max_pool{1,3}d``
+    builders made): topi's ``adaptive_pool`` with ``"max"``, the compute v0.19 lowered
+    it to (Relax has no adaptive max pool).  Window ``o`` of ``m`` over ``n`` input
+    elements spans ``[floor(o*n/m), ceil((o+1)*n/m))``, never empty for ``n >= 1``; an
+    empty input dim has nothing to take the maximum of and is refused."""
+    def convert(inputs, attrs, ctx):
+        data = inputs[0]
+        layout = attrs.get("layout") or _LAYOUTS[ndim]
+        size = _adaptive_output_size(data, attrs, ndim, layout)
+        dims = shape_of(data)
+        axes = spatial_axes(layout)
+        out_dims = list(dims)
+        for axis, extent in zip(axes, size if size is not None else [dims[a] for a in axes]):
+            out_dims[axis] = extent
+        check_reads_elements(data, axes, out_dims, ctx, "takes the maximum")
+        if size is None:  # keeps the spatial size
+            size = spatial_extents(dims, layout)
+        out = ctx.emit(ctx.bb.call_te(_TOPI_ADAPTIVE_POOLS[ndim], data, list(size), "max",
+                                      layout))
+        return layout_transform(out, layout, attrs.get("out_layout") or layout, ctx)
 
     return convert
 
@@ -260,6 +293,7 @@ for _ndim in (1, 2, 3):
     register_converter(f"nn.max_pool{_ndim}d")(_pool(_MAX_POOLS[_ndim], _ndim, False))
     register_converter(f"nn.avg_pool{_ndim}d")(_pool(_AVG_POOLS[_ndim], _ndim, True))
     register_converter(f"nn.adaptive_avg_pool{_ndim}d")(_adaptive_avg_pool(_ndim))
+    register_converter(f"nn.adaptive_max_pool{_ndim}d")(_adaptive_max_pool(_ndim))
 
 
 def _check_spatial_nonempty(data, layout: str, ctx) -> None:

@@ -169,20 +169,6 @@ def _check_reorg(dims: list, stride: int, ctx) -> None:
                         f"{stride * stride}")
 
 
-def _global_pool(reducer, spatial: int):
-    def convert(inputs, attrs, ctx):
-        layout = attrs.get("layout") or {1: "NCW", 3: "NCDHW"}[spatial]
-        axes = [i for i, c in enumerate(layout) if c in "DHW"]
-        return reducer(inputs[0], axes, keepdims=True)
-    return convert
-
-
-register_converter("nn.global_avg_pool1d")(_global_pool(relax.op.mean, 1))
-register_converter("nn.global_max_pool1d")(_global_pool(relax.op.max, 1))
-register_converter("nn.global_avg_pool3d")(_global_pool(relax.op.mean, 3))
-register_converter("nn.global_max_pool3d")(_global_pool(relax.op.max, 3))
-
-
 @register_converter("nn.lrn")
 def _lrn(inputs, attrs, ctx):
     # out = x / (bias + alpha / size * window_sum(x^2))^beta, window centred on ``axis``.

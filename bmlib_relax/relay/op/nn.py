@@ -103,12 +103,8 @@ TABLE = {
     "avg_pool2d_grad": ("out_grad, data, pool_size=(1, 1), strides=(1, 1), padding=(0, 0), "
                         "layout='NCHW', out_layout='', ceil_mode=False, "
                         "count_include_pad=False", "out_grad data"),
-    "global_max_pool1d": ("data, layout='NCW', out_layout=''", "data"),
-    "global_avg_pool1d": ("data, layout='NCW', out_layout=''", "data"),
     "global_max_pool2d": ("data, layout='NCHW', out_layout=''", "data"),
     "global_avg_pool2d": ("data, layout='NCHW', out_layout=''", "data"),
-    "global_max_pool3d": ("data, layout='NCDHW', out_layout=''", "data"),
-    "global_avg_pool3d": ("data, layout='NCDHW', out_layout=''", "data"),
     "adaptive_max_pool1d": ("data, output_size=None, layout='NCW', out_layout=''", "data",
                             {"normalise": {"output_size": int_as_list}}),
     "adaptive_avg_pool1d": ("data, output_size=None, layout='NCW', out_layout=''", "data",
@@ -195,6 +191,29 @@ def dropout(data, rate=0.5):
     """Relay ``nn.dropout``: the output (field 0 of the dropout tuple)."""
     return dropout_raw(data, rate)[0]
 
+
+def _global_pool_as_adaptive(kind: str, ndim: int, layout: str):
+    """``nn.global_<kind>_pool{1,3}d``: v0.19 registered no such op; its Python builder
+    made ``nn.adaptive_<kind>_pool{1,3}d`` with ``output_size=[1]*ndim`` (``nn/nn.py``),
+    so a pattern, check function or printer sees the adaptive call, as with Relay."""
+    adaptive = globals()[f"adaptive_{kind}_pool{ndim}d"]
+
+    def builder(data, layout=layout, out_layout=""):
+        return adaptive(data, [1] * ndim, layout, out_layout)
+
+    name = f"global_{kind}_pool{ndim}d"
+    builder.__name__ = builder.__qualname__ = name
+    builder.__doc__ = (f"Relay ``nn.{name}``: the ``nn.adaptive_{kind}_pool{ndim}d`` call with "
+                       f"output size {[1] * ndim} that v0.19's builder made.")
+    register(f"nn.{name}", f"nn.adaptive_{kind}_pool{ndim}d")
+    return name, builder
+
+
+for _kind, _ndim, _layout in (("max", 1, "NCW"), ("avg", 1, "NCW"),
+                              ("max", 3, "NCDHW"), ("avg", 3, "NCDHW")):
+    _name, _builder = _global_pool_as_adaptive(_kind, _ndim, _layout)
+    globals()[_name] = _builder
+    __all__.append(_name)
 
 __all__ += ["pad", "dropout", "dropout_raw"]
 
