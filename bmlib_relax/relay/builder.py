@@ -39,7 +39,7 @@ def const(value: Any, dtype: Optional[str] = None) -> ast.Constant:
     if hasattr(value, "numpy") and not isinstance(value, np.ndarray):
         value = value.numpy()
     given = dtype
-    if isinstance(value, (bool, int, float)) and dtype is None:
+    if type(value) in _PY_DTYPES and dtype is None:  # numpy scalars: narrowed below
         dtype = _PY_DTYPES[type(value)]
         if dtype == "int32" and not -2**31 <= value < 2**31:
             raise _past_int32(value)

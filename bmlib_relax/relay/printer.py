@@ -31,9 +31,11 @@ from .parser import _parsing
 __all__ = ["astext", "print_type", "print_attr_value"]
 
 _INDENT = "  "
-_NAME_RE = re.compile(r"(?:\d+|[A-Za-z_]\w*(?:\.\w+)*)\Z")
-_GLOBAL_RE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\Z")
-_BAD_NAME_CHARS = re.compile(r"[^\w.]")
+# ASCII only, as the tokenizer (v0.19's ``IsIdent``): Python's Unicode ``\w`` kept ``%xé``,
+# a name the parser refuses.
+_NAME_RE = re.compile(r"(?:\d+|[A-Za-z_]\w*(?:\.\w+)*)\Z", re.ASCII)
+_GLOBAL_RE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\Z", re.ASCII)
+_BAD_NAME_CHARS = re.compile(r"[^\w.]", re.ASCII)
 
 #: dtype -> literal suffix for scalar constants.
 _LITERAL_SUFFIX = {

@@ -67,6 +67,15 @@ def test_built_module_prints_and_reparses():
     assert analysis.structural_equal(relay.parse(text), mod)
 
 
+@pytest.mark.parametrize("name", ["xé", "é", "输入", "x\u00b2"])
+def test_non_ascii_names_print_as_names_the_parser_reads(name):
+    """Relay identifiers are ASCII (v0.19's tokenizer ``IsIdent``): the printer renames
+    the rest instead of printing text its own parser refuses."""
+    x = relay.var(name, shape=(2,))
+    mod = relay.IRModule.from_expr(relay.Function([x], relay.negative(x)))
+    assert analysis.structural_equal(relay.parse(mod.astext()), mod)
+
+
 def test_tuple_results_and_positional_attributes():
     x = relay.var("x", shape=(2, 6))
     parts = relay.split(x, 3, axis=1)
@@ -136,7 +145,11 @@ def test_inferred_types_print_like_relay():
     (np.arange(3), None, "int32"),            # numpy int64 too
     (np.array([1, 2], "int8"), None, "int8"),
     (np.array([1.0]), "float64", "float64"), (np.arange(3), "int64", "int64"),
-    ([1, 2], None, "int32")])
+    ([1, 2], None, "int32"),
+    # numpy scalars (np.float64 subclasses float): np.array() of them, then narrowed
+    (np.float64(0.1), None, "float32"), (np.int64(5), None, "int32"),
+    (np.float32(0.5), None, "float32"), (np.float16(1.5), None, "float16"),
+    (np.bool_(True), None, "bool"), (np.float64(0.1), "float64", "float64")])
 def test_const_dtype_follows_relay(value, dtype, expected):
     """relay.const without a dtype narrows float64 -> float32 and int64 -> int32, for
     Python numbers and numpy arrays alike (TVM v0.19's python/tvm/relay/expr.py)."""
