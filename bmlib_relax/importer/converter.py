@@ -367,9 +367,27 @@ def _check_tensor_type(ty: ast.TensorType, where: Optional[str]) -> None:
     if dtype.lanes != 1:
         raise ConversionError(f"vector dtype {str(ty.dtype)!r} is not supported (use a "
                               "tensor with one more dim)", location=where)
+    _check_computable_dtype(str(ty.dtype), where)
 
 
 _HANDLE_TYPE_CODE = 3  # DLDataTypeCode kDLOpaqueHandle: "handle" and "void"
+
+#: Element dtypes TVM 0.27's LLVM code generator and runtime compute with: whole bytes.
+#: TVM parses more (``int7``, ``float33``, ``int128``, ``float4_e2m1fn``) and fails on them
+#: deep in the build or only at run time ("dtype.bits % 8 == 0"); v0.19 failed in codegen.
+_COMPUTABLE_DTYPES = frozenset(
+    [f"{kind}{bits}" for kind in ("int", "uint") for bits in (8, 16, 32, 64)]
+    + ["float16", "float32", "float64", "bfloat16", "float8_e4m3fn", "float8_e5m2", "bool"])
+
+
+def _check_computable_dtype(dtype: str, where: Optional[str], op: Optional[str] = None) -> None:
+    """Refuse a tensor of a dtype TVM names but cannot compute with, naming the place."""
+    if dtype in _COMPUTABLE_DTYPES:
+        return
+    hint = " (Relay's bool was uint1: write bool)" if dtype == "uint1" else ""
+    raise ConversionError(f"dtype {dtype!r}: TVM cannot compute with tensors of it{hint}; "
+                          f"the element dtypes it computes: {', '.join(sorted(_COMPUTABLE_DTYPES))}",
+                          op=op, location=where)
 
 
 def tensor_type(ty: ast.Type, where: Optional[str] = None,
@@ -460,10 +478,13 @@ def _check_window_fits(dims: Optional[list], ctx) -> None:
 
 def _check_result_dims(ty: Any, node: ast.Call) -> None:
     """Refuse an op whose result no tensor can be, as its attributes make it (a
-    ``tile``/``nn.pad`` to a negative dim, an ``arange`` of 10**12 elements): TVM
+    ``tile``/``nn.pad`` to a negative dim, an ``arange`` of 10**12 elements, a ``cast``
+    to ``int7``): TVM
     would build it into a negative or wrapped allocation, or fold it into a numpy
     array of terabytes while building.  The limits are those of a parameter type."""
     for field in (ty.fields if isinstance(ty, relax.TupleType) else [ty]):
+        if isinstance(field, relax.TensorType):
+            _check_result_dtype(str(field.dtype), node)
         shape = getattr(field, "shape", None)
         if not isinstance(field, relax.TensorType) or shape is None \
                 or not hasattr(shape, "values"):
@@ -478,6 +499,19 @@ def _check_result_dims(ty: Any, node: ast.Call) -> None:
             raise ConversionError(f"the result would be Tensor[{tuple(shown)}, "
                                   f"{field.dtype}]: {problem}; check the op's attributes",
                                   op=node.op.name, location=_where(node))
+
+
+def _check_result_dtype(dtype: str, node: ast.Call) -> None:
+    """A result dtype TVM cannot compute with (``cast`` to ``int7``) is refused; so is an
+    unknown one ("") that an op's own ``dtype="void"`` / ``""`` made (TVM failed later,
+    in its build, with "PrimType cannot represent an opaque pointer")."""
+    if dtype:
+        _check_computable_dtype(dtype, _where(node), node.op.name)
+        return
+    given = node.attrs.get("dtype") if node.attrs is not None else None
+    if isinstance(given, str) and given in ("", "void", "handle"):
+        raise ConversionError(f"dtype={given!r} is not a tensor element type",
+                              op=node.op.name, location=_where(node))
 
 
 def _check_result_shape(value: Any, inputs: list, node: ast.Call) -> None:

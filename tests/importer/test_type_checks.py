@@ -152,3 +152,35 @@ def test_an_op_relax_refuses_is_named_by_its_name_not_its_node():
                                               r"float dtype") as info:
         import_text(relay_fn("%x: Tensor[(2), int32]", "log(%x)"))
     assert "ir.Op(" not in str(info.value)
+
+
+@pytest.mark.parametrize("params, body, message", [
+    # TVM parses these dtypes but computes only with whole bytes: it failed deep in the
+    # build ("do not support T.float33") or at run time ("dtype.bits % 8 == 0")
+    ("%x: Tensor[(2), float32]", 'cast(%x, dtype="int7")', r"cast: dtype 'int7': TVM cannot"),
+    ("%x: Tensor[(2), float32]", 'cast(%x, dtype="float33")', r"cast: dtype 'float33'"),
+    ("%x: Tensor[(2), float32]", 'cast(%x, dtype="int128")', r"cast: dtype 'int128'"),
+    ("%x: Tensor[(2), float32]", 'zeros(shape=[2], dtype="float8")', r"zeros: dtype 'float8'"),
+    ("%x: Tensor[(2), float32]", 'full(1, shape=[2], dtype="int4")', r"full: dtype 'int4'"),
+    ("%x: Tensor[(2), float32]", 'cast(%x, dtype="void")', r"cast: dtype='void' is not a "
+                                                            r"tensor element type"),
+    ("%x: Tensor[(2), float32]", 'cast(%x, dtype="")', r"cast: dtype='' is not a tensor"),
+    ("%x: Tensor[(2), int7]", "%x", r"2:\d+: expected a dtype like float32, got 'int7'"),
+    ("%x: Tensor[(2), uint1]", "%x", r"dtype 'uint1'.*Relay's bool was uint1: write bool"),
+])
+def test_a_dtype_tvm_cannot_compute_is_named(params, body, message):
+    from bmlib_relax.errors import BmlibError
+
+    with pytest.raises(BmlibError, match=message):
+        bmlib_relax.compile(relay_fn(params, body), params={})
+
+
+@pytest.mark.parametrize("dtype", ["float8_e4m3fn", "float8_e5m2", "bfloat16", "uint16"])
+def test_the_byte_sized_dtypes_still_compute(dtype):
+    import ml_dtypes
+
+    np_dtype = getattr(ml_dtypes, dtype) if dtype[0] in "bf" else dtype
+    x = np.array([0.5, -3.0], "float32") if dtype != "uint16" else np.array([1, 7], "float32")
+    text = relay_fn("%x: Tensor[(2), float32]",
+                    f'cast(cast(%x, dtype="{dtype}"), dtype="float32")')
+    check(text, [x], x.astype(np_dtype).astype("float32"))
