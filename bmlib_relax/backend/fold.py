@@ -149,9 +149,23 @@ def _clip(args, call):
 
 @FOLDERS.register("relax.sum")
 def _sum(args, call):
-    axis = call.attrs.axis
-    return np.sum(args[0], axis=None if axis is None else tuple(int(a) for a in axis),
-                  keepdims=bool(call.attrs.keepdims), dtype=str(call.ty.dtype))
+    """``sum`` as TVM's reduction loop computes it: a float sum adds one element at a
+    time in order, each partial sum rounded to the dtype (v0.19's FoldConstant ran that
+    loop: 4096 float16 ones sum to 2048, bfloat16 ones to 256: the partial sum is the
+    result buffer, of the dtype).  NumPy's ``np.sum`` adds pairwise (4096)."""
+    data, dtype = args[0], str(call.ty.dtype)
+    axes = range(data.ndim) if call.attrs.axis is None else \
+        sorted(int(a) % max(data.ndim, 1) for a in call.attrs.axis)
+    keepdims = bool(call.attrs.keepdims)
+    if not (np.dtype(data.dtype).kind == "f" or dtype == "bfloat16") or data.size == 0:
+        return np.sum(data, axis=tuple(axes), keepdims=keepdims, dtype=dtype)
+    kept = [a for a in range(data.ndim) if a not in axes]
+    rows = np.transpose(data, kept + list(axes)).astype(dtype)
+    rows = rows.reshape([data.shape[a] for a in kept] + [-1])
+    out = np.add.accumulate(rows, axis=-1, dtype=dtype)[..., -1]
+    if keepdims:
+        out = out.reshape([1 if a in axes else n for a, n in enumerate(data.shape)])
+    return np.asarray(out, dtype)
 
 
 @FOLDERS.register("relax.reshape")

@@ -276,3 +276,38 @@ def test_half_precision_unary_ops_fold_to_what_tvm_computes(name, dtype):
         got = run_plain(folded, [])
     want = run_plain(_unary_module(HALF_OPS[name], w, as_input=True), [w])
     np.testing.assert_array_equal(got.astype("float32"), want.astype("float32"))
+
+
+# --------------------------------------------------------------------------- sum
+@pytest.mark.parametrize("dtype, axis, keepdims", [
+    ("float16", "[1]", True), ("float16", "[0, 1]", False), ("float32", "[1]", False),
+    ("bfloat16", "[1]", True)])
+def test_float_sum_of_weights_adds_in_order_in_its_dtype(dtype, axis, keepdims):
+    """topi's ``sum`` loop (v0.19's FoldConstant ran it) adds one element at a time, each
+    partial sum a ``dtype`` value: 4096 float16 ones sum to 2048 (2048 + 1 rounds back
+    to 2048), not NumPy's pairwise 4096; bfloat16 ones to 256 (the partial sum is the
+    result buffer, bfloat16)."""
+    import ml_dtypes
+
+    np_dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
+    rng = np.random.default_rng(11)
+    w = np.concatenate([np.ones((2, 4096)), rng.uniform(0, 2, (2, 4096))]).astype(np_dtype)
+    axes = [int(a) for a in axis.strip("[]").split(",")]
+    rows = np.moveaxis(w, axes, list(range(-len(axes), 0))).reshape(
+        [n for i, n in enumerate(w.shape) if i not in axes] + [-1])
+    want = np.zeros(rows.shape[:-1], np_dtype)
+    for k in range(rows.shape[-1]):  # one add at a time, rounded to the dtype
+        want = (want.astype("float32") + rows[..., k].astype("float32")).astype(np_dtype)
+    if keepdims:
+        want = want.reshape([1 if i in axes else n for i, n in enumerate(w.shape)])
+    if dtype == "float16" and axes == [1]:
+        assert float(want.ravel()[0]) == 2048.0
+    out_shape = tuple(want.shape)
+    text = (f"{HEADER}def @main(%y: Tensor[(1, 16), float32], %x: Tensor[{out_shape}, {dtype}], "
+            f"%w: Tensor[(4, 4096), {dtype}]) {{\n"
+            f"  %0 = sum(%w, axis={axis}, keepdims={keepdims});\n"
+            f"  (nn.relu(%y), add(%x, %0))\n}}\n")
+    x = np.zeros(out_shape, np_dtype)
+    assert "relax.sum" not in _folded_ops(text, {"w": w})
+    np.testing.assert_array_equal(_bound(text, {"w": w}, x), want)
+    np.testing.assert_array_equal(_as_inputs(text, {"w": w}, x), want)
