@@ -192,7 +192,12 @@ def _permute_dims(args, call):
 
 @FOLDERS.register("relax.astype")
 def _astype(args, call):
-    return args[0].astype(str(call.attrs.dtype))
+    """A float to ``bool`` is the ordered ``x != 0`` (v0.19's codegen: NaN is False,
+    where NumPy's ``astype(bool)`` gives True); any other cast is NumPy's."""
+    value, dtype = args[0], str(call.attrs.dtype)
+    if dtype == "bool" and value.dtype.kind == "f":
+        return (value != 0) & ~np.isnan(value)
+    return value.astype(dtype)
 
 
 # Ops with results of these dtypes are computed in float64 and rounded (module doc).

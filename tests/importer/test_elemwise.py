@@ -306,3 +306,42 @@ def test_unsigned_zero_minus_x_wraps(zero_shape):
         relay.Function([x], relay.subtract(relay.const(zero), x))))
     a = np.array([0, 1, 5, 7], "uint32")
     np.testing.assert_array_equal(model(x=a), zero - a)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+@pytest.mark.parametrize("on_bmlib", [True, False])
+def test_cast_of_nan_to_bool_is_false_as_v019(dtype, on_bmlib):
+    """v0.19's LLVM codegen cast a float to bool with the ordered ``x != 0``
+    (``CreateFCmpONE``): NaN is False.  TVM 0.27's cast gives True."""
+    import bmlib_relax
+    from conftest import offloaded_partitions
+
+    text = relay_fn(f"%w: Tensor[(5), {dtype}]", 'cast(%w, dtype="bool")')
+    w = np.array([np.nan, 0.0, -0.0, 2.0, -np.inf], dtype)
+    model = bmlib_relax.compile(text, **({} if on_bmlib else {"patterns": []}))
+    # bmlib's comparisons take float32 and float16: float64 stays on the host either way
+    assert bool(offloaded_partitions(model.relax_module)) == (on_bmlib and dtype != "float64")
+    np.testing.assert_array_equal(model(w=w), [False, False, False, True, True])
+
+
+def test_folded_cast_of_a_nan_weight_to_bool_is_false():
+    """The weight folder's ``astype`` (a cast another converter emitted over a weight)
+    computes the same as the run-time cast."""
+    import tvm
+    from tvm.script import relax as R
+
+    from bmlib_relax.backend.fold import fold_constants
+    from bmlib_relax.backend.rewrite import const_array
+
+    @tvm.script.ir_module
+    class Mod:
+        @R.function
+        def main(x: R.Tensor((3,), "bool")) -> R.Tensor((3,), "bool"):
+            w = R.const(np.array([np.nan, 0.0, 3.0], "float32"))
+            return R.logical_or(x, R.astype(w, "bool"))
+
+    folded = fold_constants(Mod)["main"]
+    consts = []
+    tvm.relax.analysis.post_order_visit(
+        folded, lambda e: consts.append(const_array(e)) if const_array(e) is not None else None)
+    assert [c.tolist() for c in consts] == [[False, False, True]]

@@ -167,14 +167,24 @@ def _clip(inputs, attrs, ctx):
     return relax.op.clip(inputs[0], low, high)
 
 
+def _astype(data: relax.Expr, dtype: str) -> relax.Expr:
+    """``data`` cast to ``dtype`` as v0.19's LLVM codegen cast: a float to ``bool`` was
+    the ordered ``x != 0`` (``CreateFCmpONE``), so NaN is False; TVM 0.27 emits the
+    unordered compare (NaN is True), while its ``not_equal`` is still the ordered one."""
+    source = known_dtype(data)
+    if str(dtype) == "bool" and source is not None and source.startswith(("float", "bfloat")):
+        return relax.op.not_equal(data, relax.const(0, source))
+    return relax.op.astype(data, dtype)
+
+
 @register_converter("cast")
 def _cast(inputs, attrs, ctx):
-    return relax.op.astype(inputs[0], attrs["dtype"])  # required
+    return _astype(inputs[0], attrs["dtype"])  # required
 
 
 @register_converter("cast_like")
 def _cast_like(inputs, attrs, ctx):
-    return relax.op.astype(inputs[0], dtype_of(inputs[1]))
+    return _astype(inputs[0], dtype_of(inputs[1]))
 
 
 @register_converter("where")
