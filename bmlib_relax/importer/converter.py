@@ -1288,7 +1288,10 @@ class RelayImporter:
         """Add an empty private function with the signature, so that calls (also the
         recursive ones inside its own body) can be emitted before its body exists."""
         ret = self._return_type(name, params, func)
-        empty = relax.Function.create_empty(params, ret)
+        # The name attribute keeps two placeholders of one signature apart: add_func reuses
+        # a structurally equal function, so mutually recursive @even/@odd (or two nested
+        # loops) got one GlobalVar, and one body overwrote the other.
+        empty = relax.Function.create_empty(params, ret).with_attr("bmlib.declared", name)
         own = name in self._reserved_names and self.module.functions.get(name) is func
         return self.bb.add_func(empty, self._function_name(name, own=own))
 

@@ -608,3 +608,56 @@ def @main(%x: Tensor[(2, 3), float32], %y: Tensor[(2, 3), float32]) {
     first, second = model(x, y)
     np.testing.assert_allclose(first, x + y, rtol=1e-6)
     np.testing.assert_allclose(second, 2 * y, rtol=1e-6)
+
+
+MUTUAL = HEADER + """def @even(%n: int32, %x: Tensor[(1, 3), float32]) -> Tensor[(1, 3), float32] {
+  if (equal(%n, 0)) { %x } else { @odd(subtract(%n, 1), nn.relu(%x)) }
+}
+def @odd(%n: int32, %x: Tensor[(1, 3), float32]) -> Tensor[(1, 3), float32] {
+  if (equal(%n, 0)) { negative(%x) } else { @even(subtract(%n, 1), add(%x, 1f)) }
+}
+def @main(%x: Tensor[(1, 3), float32], %n: int32) { @even(%n, %x) }
+"""
+
+
+def test_mutually_recursive_globals_of_one_signature_stay_two_functions():
+    """@even and @odd have one signature: their placeholders (declared before either body
+    exists) were structurally equal, TVM's add_func returned one GlobalVar for both, and
+    @even called itself where it called @odd (a wrong answer for every n >= 1)."""
+    def even(n, x):
+        return x if n == 0 else odd(n - 1, _relu(x))
+
+    def odd(n, x):
+        return -x if n == 0 else even(n - 1, x + 1)
+
+    model = bmlib_relax.compile(MUTUAL, {})
+    assert offloaded_partitions(model.relax_module)
+    assert {"even", "odd"} <= {gv.name_hint for gv in model.relax_module.get_global_vars()}
+    x = np.array([[1.0, -2.0, 3.0]], "float32")
+    for n in range(5):
+        np.testing.assert_array_equal(model(x=x, n=np.array(n, "int32")), even(n, x))
+
+
+def test_nested_loops_of_one_signature_stay_two_loops():
+    """Two let-bound loops over ``(int32, Tensor[(2, 3)])``, one inside the other and
+    capturing nothing: the inner loop's calls went to the outer loop (endless recursion,
+    a segfault)."""
+    text = HEADER + """def @main(%x: Tensor[(2, 3), float32]) {
+  let %outer = fn (%i: int32, %acc: Tensor[(2, 3), float32]) -> Tensor[(2, 3), float32] {
+    if (less(%i, 3)) {
+      let %inner = fn (%j: int32, %a: Tensor[(2, 3), float32]) -> Tensor[(2, 3), float32] {
+        if (less(%j, 2)) { %inner(add(%j, 1), add(%a, 1f)) } else { %a }
+      };
+      %outer(add(%i, 1), multiply(nn.relu(%inner(0, %acc)), 2f))
+    } else { %acc }
+  };
+  %outer(0, %x)
+}
+"""
+    x = _rand(2, 3)
+    want = x.copy()
+    for _ in range(3):
+        want = _relu(want + 2) * 2
+    model = bmlib_relax.compile(text, {})
+    assert offloaded_partitions(model.relax_module)
+    np.testing.assert_allclose(model(x=x), want, rtol=1e-5)
