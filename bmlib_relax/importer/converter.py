@@ -39,7 +39,7 @@ module documents its own):
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
@@ -54,12 +54,13 @@ from ..relay.params import check_param
 from ..relay.analysis import free_vars, post_order_list
 from ..relay.meta_recovery import box_refs, printed_ref
 from ..relay.op_schema import check_call
+from ..relay.printer import print_type
 from . import provenance
 from .branches import lift_if_branches
 from .registry import get_converter
 from .run_checks import BROADCAST_REASON, emit_run_check, known_dims, unify_dims
 from .typecheck import BARE_SCALAR_TYPES as _BARE_SCALAR_TYPES
-from .typecheck import annotation_error, branch_error, condition_error
+from .typecheck import annotation_error, branch_error, condition_error, type_text, value_type
 
 # Constructs that parse but have no Relax dataflow equivalent.
 _UNSUPPORTED_CONSTRUCTS = {
@@ -77,19 +78,24 @@ class _Closure:
 
     ``self_var`` is the ``let`` variable a recursive local function calls itself
     through (Relay's loops); such a function is lifted to a private Relax global
-    function whose extra parameters are its free variables.
+    function whose extra parameters are its free variables.  ``declared`` is the
+    function type of the ``let`` variable it is bound to (``let %f: fn (A) -> R =
+    fn ...``): its calls' arguments and results are checked against it.
     """
 
     func: ast.Function
     env: Mapping[ast.Var, Any]
     self_var: Optional[ast.Var] = None
+    declared: Optional[ast.FuncType] = None
 
 
 @dataclass(frozen=True)
 class _GlobalRef:
-    """A global function used as a value (``@f`` not in call position, eta-expanded)."""
+    """A global function used as a value (``@f`` not in call position, eta-expanded);
+    ``declared`` as :class:`_Closure`'s."""
 
     gvar: ast.GlobalVar
+    declared: Optional[ast.FuncType] = None
 
 
 @dataclass(frozen=True)
@@ -675,6 +681,56 @@ class RelayImporter:
         checker did (see :mod:`.typecheck`)."""
         self._check(annotation_error(value, declared, what), where)
 
+    def _let_value(self, value: Any, var: ast.Var) -> Any:
+        """``value`` bound to ``let`` variable ``var``, checked against its annotation as
+        v0.19's ``VisitExpr_(LetNode)`` unified them (type_infer.cc): a tensor or tuple by
+        its Relax type; a function value against a function type by the annotations of
+        its parameters and return type now, and at each call by its arguments and result
+        (the value then carries the declared type)."""
+        declared = var.type_annotation
+        what = f"let %{var.name}"
+        if not isinstance(declared, ast.FuncType):
+            if isinstance(value, _FUNCTION_VALUES) and isinstance(
+                    declared, (ast.TensorType, ast.TupleType)):
+                raise ConversionError(f"{what} is declared {print_type(declared)} but is a "
+                                      "function", location=_where(var))
+            self._check_annotation(value, declared, what, var)
+            return value
+        if not isinstance(value, _FUNCTION_VALUES):
+            if value_type(value) is not None:
+                raise ConversionError(f"{what} is declared {print_type(declared)} but is "
+                                      f"{type_text(value_type(value))}", location=_where(var))
+            return value
+        func = self._function_of(value)
+        if func is None:
+            return value  # an if choosing between functions, a tuple of them: not checked
+        self._check_function_type(func, declared, what, var)
+        return replace(value, declared=declared)
+
+    def _function_of(self, value: Any) -> Optional[ast.Function]:
+        """The Relay function a closure or global reference stands for."""
+        if isinstance(value, _Closure):
+            return value.func
+        if isinstance(value, _GlobalRef):
+            return self.module.functions.get(value.gvar.name)
+        return None
+
+    @staticmethod
+    def _check_function_type(func: ast.Function, declared: ast.FuncType, what: str,
+                             where: ast.Expr) -> None:
+        """Refuse a function whose annotated signature does not unify with ``declared``
+        (v0.19's unifier, :func:`~bmlib_relax.relay.type_infer.unify`)."""
+        from ..relay.type_infer import TypeMismatch, unify
+
+        own = ast.FuncType(tuple(p.type_annotation or ast.IncompleteType()
+                                 for p in func.params),
+                           func.ret_type or ast.IncompleteType())
+        try:
+            unify(declared, own)
+        except TypeMismatch as exc:
+            raise ConversionError(f"{what} is declared {print_type(declared)} but is "
+                                  f"{print_type(own)}: {exc}", location=_where(where)) from None
+
     def _check_arguments(self, func: ast.Function, args: list) -> None:
         """Refuse arguments that do not have the types of ``func``'s annotated parameters."""
         for var, arg in zip(func.params, args):
@@ -809,12 +865,10 @@ class RelayImporter:
                 if stage == 0:
                     stack += [(node, 1), (node.value, 0)]
                 elif stage == 1:
-                    value = memo[id(node.value)]
-                    self._check_annotation(value, node.var.type_annotation,
-                                           f"let %{node.var.name}", node.var)
+                    value = self._let_value(memo[id(node.value)], node.var)
                     if isinstance(value, _Closure) and value.func is node.value and \
                             any(v is node.var for v in free_vars(node.value)):
-                        value = _Closure(value.func, value.env, node.var)
+                        value = replace(value, self_var=node.var)
                     env[node.var] = value
                     stack += [(node, 2), (node.body, 0)]
                 else:
@@ -1003,13 +1057,18 @@ class RelayImporter:
             values[key] = resolved
         return ast.Attrs(values)
 
-    def _inline(self, func: ast.Function, args: list, env: dict, node: ast.Call) -> Any:
+    def _inline(self, func: ast.Function, args: list, env: dict, node: ast.Call,
+                name: str = "the function") -> Any:
+        """``func``'s body on ``args``; its result checked against the declared return
+        type, as v0.19's ``VisitExpr_(FunctionNode)`` unified the two (type_infer.cc)."""
         if len(args) != len(func.params):
             raise ConversionError(f"function expects {len(func.params)} arguments, "
                                   f"got {len(args)}", location=_where(node))
         self._check_arguments(func, args)
         env.update(zip(func.params, args))
-        return self._convert(func.body, env)
+        result = self._convert(func.body, env)
+        self._check_annotation(result, func.ret_type, f"the result of {name}", func)
+        return result
 
     # ------------------------------------------------------------------ functions
     def _function_value(self, fn: Any, where: ast.Expr) -> relax.Expr:
@@ -1063,6 +1122,8 @@ class RelayImporter:
     def _apply(self, fn: Any, args: list, node: ast.Call) -> Any:
         """Call a function value: inline it, or call its lifted Relax function."""
         if isinstance(fn, _GlobalRef):
+            if fn.declared is not None:
+                return self._call_declared(fn, args, node)
             return self._call_global(fn.gvar, args, node)
         if isinstance(fn, _CondClosure):
             then_seq, _ = self._scoped(lambda: self._apply(fn.then_fn, args, node))
@@ -1071,9 +1132,32 @@ class RelayImporter:
         if not isinstance(fn, _Closure):
             raise ConversionError("call of a value that is not a function",
                                   location=_where(node))
+        if fn.declared is not None:
+            return self._call_declared(fn, args, node)
         if fn.self_var is not None:
             return self._call_lifted(fn, args, node)
         return self._inline(fn.func, args, dict(fn.env), node)
+
+    def _call_declared(self, fn: Any, args: list, node: ast.Call) -> Any:
+        """Call a function value bound to a ``let`` variable of a function type: its
+        arguments and result must have the declared types (v0.19 unified the variable's
+        type with the function's, so an un-annotated parameter or return type took the
+        declared one)."""
+        declared = fn.declared
+        name = f"%{node.op.name}" if isinstance(node.op, ast.Var) else "the function"
+        if len(args) != len(declared.params):
+            raise ConversionError(f"{name} expects {len(declared.params)} arguments, got "
+                                  f"{len(args)}", location=_where(node))
+        for i, (arg, ty) in enumerate(zip(args, declared.params)):
+            self._check_annotation(arg, ty, f"argument {i} of {name}", node)
+        if isinstance(fn, _GlobalRef):
+            result = self._call_global(fn.gvar, args, node)
+        elif fn.self_var is not None:
+            result = self._call_lifted(fn, args, node)
+        else:
+            result = self._inline(fn.func, args, dict(fn.env), node)
+        self._check_annotation(result, declared.ret, f"the result of {name}", node)
+        return result
 
     def _call_global(self, gvar: ast.GlobalVar, args: list, node: ast.Call) -> Any:
         """A call of a global function: a call of its Relax global function (of the same
@@ -1235,12 +1319,14 @@ class RelayImporter:
             params += [relax.Var(v.name, _fresh_dims(self._type_of(value, v), fresh))
                        for v, value in zip(free, free_values)]
             name = closure.self_var.name if closure.self_var is not None else "lifted"
-            gv = self._declare(name, params, func, node)
+            # a return type the function lacks, its let variable's annotation may give
+            declared_ret = closure.declared.ret if closure.declared is not None else None
+            gv = self._declare(name, params, func, node, declared_ret)
             self._lifted[key] = (gv, free)
             env = dict(closure.env)
             env.update(zip(list(func.params) + free, params))
             env[closure.self_var] = _Closure(func, env, closure.self_var)
-            self._define(gv, params, lambda: self._convert(func.body, env), func)
+            self._define(gv, params, lambda: self._convert(func.body, env), func, declared_ret)
         gv, free = self._lifted[key]
         return self._emit_call(gv, list(args) + [self._lookup(v, closure.env) for v in free],
                                node)
@@ -1284,10 +1370,10 @@ class RelayImporter:
         return value.ty
 
     def _declare(self, name: str, params: list, func: ast.Function,
-                 node: ast.Expr) -> relax.GlobalVar:
+                 node: ast.Expr, declared_ret: Optional[ast.Type] = None) -> relax.GlobalVar:
         """Add an empty private function with the signature, so that calls (also the
         recursive ones inside its own body) can be emitted before its body exists."""
-        ret = self._return_type(name, params, func)
+        ret = self._return_type(name, params, func, declared_ret)
         # The name attribute keeps two placeholders of one signature apart: add_func reuses
         # a structurally equal function, so mutually recursive @even/@odd (or two nested
         # loops) got one GlobalVar, and one body overwrote the other.
@@ -1296,12 +1382,17 @@ class RelayImporter:
         return self.bb.add_func(empty, self._function_name(name, own=own))
 
     @staticmethod
-    def _return_type(name: str, params: list, func: ast.Function) -> relax.Type:
-        """The Relax return type of a recursive function: its annotation; without one,
-        a loop's as ``relay.loops.while_loop`` builds it (``if (c) { %loop(...) } else {
-        (its parameters) }``, never annotated): the tuple of its parameters' types."""
+    def _return_type(name: str, params: list, func: ast.Function,
+                     declared_ret: Optional[ast.Type] = None) -> relax.Type:
+        """The Relax return type of a recursive function: its annotation, else the one its
+        ``let`` variable's function type declares (``declared_ret``; v0.19 unified the
+        two); without either, a loop's as ``relay.loops.while_loop`` builds it (``if (c)
+        { %loop(...) } else { (its parameters) }``, never annotated): the tuple of its
+        parameters' types."""
         if func.ret_type is not None:
             return signature_type(func.ret_type, _where(func))
+        if declared_ret is not None and not isinstance(declared_ret, ast.IncompleteType):
+            return signature_type(declared_ret, _where(func))
         body = func.body
         while isinstance(body, ast.Let):
             body = body.body
@@ -1317,12 +1408,12 @@ class RelayImporter:
             "(fn (...) -> T { ... })", location=_where(func))
 
     def _define(self, gv: relax.GlobalVar, params: list, build: Callable[[], Any],
-                func: ast.Function) -> None:
+                func: ast.Function, declared_ret: Optional[ast.Type] = None) -> None:
         seq, result = self._scoped(build, params)
         if isinstance(result, _FUNCTION_VALUES):
             raise ConversionError("a recursive function returning a function value is not "
                                   "supported", location=_where(func))
-        ret = self._return_type(gv.name_hint, params, func)
+        ret = self._return_type(gv.name_hint, params, func, declared_ret)
         self.bb.update_func(gv, relax.Function(params, seq, ret, is_pure=True))
 
     def _emit_call(self, gv: relax.GlobalVar, args: list, node: ast.Call) -> Any:
@@ -1391,6 +1482,6 @@ class RelayImporter:
                                      what="construct")
         self._active_globals.append(gvar.name)
         try:
-            return self._inline(self.module[gvar.name], args, {}, node)
+            return self._inline(self.module[gvar.name], args, {}, node, f"@{gvar.name}")
         finally:
             self._active_globals.pop()

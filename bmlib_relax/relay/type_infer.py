@@ -15,6 +15,10 @@ What Relay did beyond forward inference, and this pass does too:
   relations determine it (the weight of ``nn.conv2d`` from ``channels`` and
   ``kernel_size``, ``nn.bias_add``'s bias, ``nn.dense``'s weight from
   ``units``...): :data:`ARG_TYPE_RULES`.
+* **Annotations are unified** with the inferred types (:func:`unify`, v0.19's
+  ``TypeSolver::Unifier``): a ``let`` variable's with its value's, a function's
+  return type with its body's, an ``if``'s branches with each other and its
+  condition with ``Tensor[(), bool]``, a callee's parameters with the arguments.
 * **Type errors** are :class:`~bmlib_relax.errors.RelayTypeError` naming the
   call (op and source location) — never a raw TVM error.
 """
@@ -75,6 +79,118 @@ def type_error(call: A.Expr, message: str) -> RelayTypeError:
     return RelayTypeError(message, op=op, location=_where(call))
 
 
+# ---------------------------------------------------------------------- unification
+class TypeMismatch(ValueError):
+    """Two types that do not unify; the message says where they differ."""
+
+
+#: Relay's bare scalar type names (``fn (%n: int) -> int``), read as 32-bit dtypes.
+_BARE_SCALARS = {"int": "int32", "uint": "uint32", "float": "float32"}
+
+
+def unify(lhs: Optional[A.Type], rhs: Optional[A.Type]) -> A.Type:
+    """The type both ``lhs`` and ``rhs`` are, as v0.19's ``TypeSolver::Unifier``
+    (src/relay/analysis/type_solver.cc) computed it, else :class:`TypeMismatch`.
+
+    ``_`` (or no type) takes the other side; tensors need the same dtype and rank and
+    dims that unify (:func:`unify_dim`); tuples the same arity, function types the same
+    number of parameters, field by field.  A type variable matches anything: this
+    inference does not instantiate type parameters (v0.19 did, then unified)."""
+    lhs, rhs = _bare_scalar(lhs), _bare_scalar(rhs)
+    if lhs is None or isinstance(lhs, A.IncompleteType):
+        return rhs if rhs is not None else A.IncompleteType()
+    if rhs is None or isinstance(rhs, A.IncompleteType) or isinstance(lhs, A.TypeVar):
+        return lhs
+    if isinstance(rhs, A.TypeVar):
+        return rhs
+    if isinstance(lhs, A.TensorType) and isinstance(rhs, A.TensorType):
+        return _unify_tensors(lhs, rhs)
+    if isinstance(lhs, A.TupleType) and isinstance(rhs, A.TupleType):
+        if len(lhs.fields) != len(rhs.fields):
+            raise TypeMismatch(f"a tuple of {len(lhs.fields)} field(s) does not match one "
+                               f"of {len(rhs.fields)}")
+        return A.TupleType(tuple(_unify_part(a, b, f"field {i}")
+                                 for i, (a, b) in enumerate(zip(lhs.fields, rhs.fields))))
+    if isinstance(lhs, A.FuncType) and isinstance(rhs, A.FuncType):
+        return _unify_functions(lhs, rhs)
+    if type(lhs) is type(rhs) and lhs == rhs:
+        return lhs
+    raise TypeMismatch(f"{lhs} does not match {rhs}")
+
+
+def _bare_scalar(ty: Optional[A.Type]) -> Optional[A.Type]:
+    if isinstance(ty, A.TypeCall) and not ty.args and ty.name in _BARE_SCALARS:
+        return A.TensorType((), _BARE_SCALARS[ty.name])
+    return ty
+
+
+def _unify_part(lhs: A.Type, rhs: A.Type, what: str) -> A.Type:
+    """:func:`unify` of a component, its mismatch prefixed with which component."""
+    try:
+        return unify(lhs, rhs)
+    except TypeMismatch as exc:
+        raise TypeMismatch(f"{what}: {exc}") from None
+
+
+def _unify_tensors(lhs: A.TensorType, rhs: A.TensorType) -> A.TensorType:
+    """As the Unifier's ``VisitType_(TensorTypeNode)``: dtype, rank, then each dim."""
+    if lhs.dtype != rhs.dtype:
+        raise TypeMismatch(f"dtype {lhs.dtype} does not match {rhs.dtype}")
+    if len(lhs.shape) != len(rhs.shape):
+        raise TypeMismatch(f"tensor type `{lhs}` has {len(lhs.shape)} dimensions, while "
+                           f"`{rhs}` has {len(rhs.shape)} dimensions")
+    dims, conflicts = [], []
+    for i, (a, b) in enumerate(zip(lhs.shape, rhs.shape)):
+        try:
+            dims.append(unify_dim(a, b))
+        except TypeMismatch:
+            conflicts.append(f"dimension {i} conflicts: {_dim_text(a)} does not match "
+                             f"{_dim_text(b)}")
+    if conflicts:
+        raise TypeMismatch("; ".join(conflicts))
+    return A.TensorType(tuple(dims), lhs.dtype)
+
+
+def unify_dim(lhs: Any, rhs: Any) -> Any:
+    """As v0.19's ``Unifier::UnifyDim``: equal dims are that dim; ``?`` with anything is
+    ``?``; a shape variable (a name or a TIR var) with a static dim is the static dim;
+    anything else (two static dims, two different variables, an expression) conflicts.
+    (v0.19 also substituted the bound variable elsewhere; that is not modelled here.)"""
+    if A._dims_equal((lhs,), (rhs,)):
+        return lhs
+    if lhs is None or rhs is None:
+        return None
+    if _is_static(rhs) and _is_shape_var(lhs):
+        return rhs
+    if _is_static(lhs) and _is_shape_var(rhs):
+        return lhs
+    raise TypeMismatch(f"{_dim_text(lhs)} does not match {_dim_text(rhs)}")
+
+
+def _is_static(dim: Any) -> bool:
+    return isinstance(dim, int) and not isinstance(dim, bool)
+
+
+def _is_shape_var(dim: Any) -> bool:
+    return isinstance(dim, str) or type(dim).__name__ in ("Var", "SizeVar")
+
+
+def _dim_text(dim: Any) -> str:
+    return "?" if dim is None else str(dim)
+
+
+def _unify_functions(lhs: A.FuncType, rhs: A.FuncType) -> A.FuncType:
+    """As the Unifier's ``VisitType_(FuncTypeNode)``: the same number of parameters,
+    each unified, and the return types."""
+    if len(lhs.params) != len(rhs.params):
+        raise TypeMismatch(f"a function of {len(lhs.params)} parameter(s) does not match "
+                           f"one of {len(rhs.params)}")
+    params = tuple(_unify_part(a, b, f"parameter {i}")
+                   for i, (a, b) in enumerate(zip(lhs.params, rhs.params)))
+    ret = _unify_part(lhs.ret, rhs.ret, "return type")
+    return A.FuncType(params, ret, lhs.type_params or rhs.type_params)
+
+
 class TypeInferencer:
     """Infers and records ``checked_type`` for every node of a module's functions."""
 
@@ -84,6 +200,7 @@ class TypeInferencer:
         self.types: dict[int, A.Type] = {}
         self._globals_done: dict[str, A.FuncType] = {}
         self._globals_active: set[str] = set()
+        self._function_names: dict[int, str] = {}  # id(global function) -> "@name"
 
     # ------------------------------------------------------------------ entry points
     def run(self) -> None:
@@ -99,6 +216,7 @@ class TypeInferencer:
                 raise RelayTypeError(f"recursive function @{name} needs annotated types")
             return A.FuncType(tuple(p.type_annotation for p in func.params), func.ret_type)
         self._globals_active.add(name)
+        self._function_names[id(self.module[name])] = f"@{name}"
         try:
             ty = self.infer(self.module[name])
         finally:
@@ -110,13 +228,13 @@ class TypeInferencer:
         """Infer the types of every node of ``root`` (recorded on the nodes)."""
         self._resolve_untyped_vars(root)
         nodes = post_order_list(root)
-        # ``let %x = value; body`` with %x un-annotated: %x has value's type.  The walk
-        # meets %x before value (Relay's visiting order), so %x is typed the moment
-        # value is, before any use of it in body.
-        bound_by_value: dict[int, list[A.Var]] = {}
+        # ``let %x = value; body``: %x has value's type (unified with its annotation).
+        # The walk meets %x before value (Relay's visiting order), so %x is typed the
+        # moment value is, before any use of it in body.
+        bound_by_value: dict[int, list[A.Let]] = {}
         for node in nodes:
-            if isinstance(node, A.Let) and _annotation(node.var) is None:
-                bound_by_value.setdefault(id(node.value), []).append(node.var)
+            if isinstance(node, A.Let):
+                bound_by_value.setdefault(id(node.value), []).append(node)
         for node in nodes:
             known = self.types.get(id(node))
             if known is None or isinstance(known, A.IncompleteType):
@@ -124,12 +242,40 @@ class TypeInferencer:
                 if known is not None:
                     self.types[id(node)] = known
                     node._set_checked_type(known)
-            for var in bound_by_value.get(id(node), ()):
-                if known is not None and not isinstance(known, A.IncompleteType) and \
-                        isinstance(self.types.get(id(var), A.IncompleteType()), A.IncompleteType):
-                    self.types[id(var)] = known
-                    var._set_checked_type(known)
+            if known is not None and not isinstance(known, A.IncompleteType):
+                for let in bound_by_value.get(id(node), ()):
+                    self._bind_let_var(let, known)
         return self.types[id(root)]
+
+    def _bind_let_var(self, let: A.Let, value_ty: A.Type) -> None:
+        """Type ``let``'s variable from its value: the value's type, unified with the
+        annotation if it has one, as v0.19's ``VisitExpr_(LetNode)`` (type_infer.cc)
+        did — a value of another type is a type error at the ``let``."""
+        var = let.var
+        annotation = _annotation(var)
+        if annotation is None:
+            if not isinstance(self.types.get(id(var), A.IncompleteType()), A.IncompleteType):
+                return
+            ty = value_ty
+        else:
+            ty = self._unify_at(let, annotation, value_ty,
+                                f"let %{var.name} is declared {annotation} but its value is "
+                                f"{value_ty}")
+        self.types[id(var)] = ty
+        var._set_checked_type(ty)
+
+    @staticmethod
+    def _unify_at(node: A.Expr, lhs: A.Type, rhs: A.Type, message: str,
+                  location: Optional[A.Expr] = None) -> A.Type:
+        """:func:`unify`, a mismatch raised as a type error at ``node`` (``message``,
+        then where the types differ)."""
+        try:
+            return unify(lhs, rhs)
+        except TypeMismatch as exc:
+            where = _where(location) if location is not None else None
+            op = _op_name(node) if isinstance(node, A.Call) else type(node).__name__
+            raise RelayTypeError(f"{message}: {exc}", op=op,
+                                 location=where or _where(node)) from None
 
     # ------------------------------------------------------------------ un-annotated vars
     def _resolve_untyped_vars(self, root: A.Expr) -> None:
@@ -229,10 +375,9 @@ class TypeInferencer:
                 node.var._set_checked_type(value_ty)
             return self._known(node.body, node)
         if isinstance(node, A.Function):
-            params = tuple(self._known(p, node) for p in node.params)
-            return A.FuncType(params, self._known(node.body, node))
+            return self._function_type(node)
         if isinstance(node, A.If):
-            return self._known(node.true_branch, node)
+            return self._if_type(node)
         if isinstance(node, A.GlobalVar):
             if node.name in self.module.functions:
                 return self.infer_global(node.name)
@@ -242,6 +387,33 @@ class TypeInferencer:
         if isinstance(node, (A.Op, A.MetaRef, A.Constructor)):
             return None
         return None
+
+    def _function_type(self, func: A.Function) -> A.FuncType:
+        """The parameters' types and the body's, unified with the declared return type
+        (v0.19's ``VisitExpr_(FunctionNode)``: ``Unify(f->ret_type, body type)``)."""
+        params = tuple(self._known(p, func) for p in func.params)
+        ret = self._known(func.body, func)
+        if func.ret_type is not None:
+            name = self._function_names.get(id(func), "the function")
+            ret = self._unify_at(func, func.ret_type, ret,
+                                 f"{name} is declared to return {func.ret_type} but its "
+                                 f"body is {ret}")
+        return A.FuncType(params, ret, func.type_params)
+
+    def _if_type(self, node: A.If) -> A.Type:
+        """As v0.19's ``VisitExpr_(IfNode)``: the condition unifies with a rank-0 bool
+        tensor, the result is the two branches' types unified."""
+        cond = self._known(node.cond, node)
+        self._unify_at(node, A.TensorType((), "bool"), cond,
+                       f"the condition must be Tensor[(), bool], got {cond}",
+                       location=node.cond)
+        then_ty = self.types.get(id(node.true_branch)) or A.IncompleteType()
+        else_ty = self.types.get(id(node.false_branch)) or A.IncompleteType()
+        ty = self._unify_at(node, then_ty, else_ty, f"the branches have different "
+                                                    f"types: {then_ty} and {else_ty}")
+        if isinstance(ty, A.IncompleteType):
+            return self._known(node.true_branch, node)  # neither branch typed: the error
+        return ty
 
     def _known(self, expr: A.Expr, user: A.Expr) -> A.Type:
         ty = self.types.get(id(expr))
@@ -277,9 +449,8 @@ class TypeInferencer:
             raise type_error(call, f"function expects {len(callee.params)} arguments, "
                                    f"got {len(call.args)}")
         for i, (want, arg) in enumerate(zip(callee.params, call.args)):
-            got = self._known(arg, call)
-            if isinstance(want, A.TensorType) and isinstance(got, A.TensorType) and want != got:
-                raise type_error(call, f"argument {i} has type {got}, expected {want}")
+            got = self._known(arg, call)  # unified as v0.19's GeneralCall: `?` takes 2
+            self._unify_at(call, want, got, f"argument {i} has type {got}, expected {want}")
         return callee.ret
 
     # ------------------------------------------------------------------ Relax-backed relations
