@@ -224,11 +224,13 @@ def _is_batch_norm(expr) -> bool:
 
 def _batch_norm_params(bn: relax.Call) -> Optional[tuple[np.ndarray, np.ndarray]]:
     """(scale, shift) per channel of an inference batch_norm over axis 1 with constant
-    parameters."""
+    parameters, computed in float64: float32 only.  In any other dtype v0.19 rounded every
+    op of its SimplifyInference form to that dtype (the importer writes those ops out,
+    importer/ops/normalization.py), which a float64 fold would not reproduce."""
     attrs = bn.attrs
     shape = _static_shape(bn.args[0])
     if shape is None or len(shape) != 4 or bool(attrs.training) or \
-            int(attrs.axis) % 4 != 1:
+            int(attrs.axis) % 4 != 1 or str(bn.args[0].ty.dtype) != "float32":
         return None
     arrays = [const_array(a) for a in bn.args[1:]]
     if any(a is None for a in arrays):
