@@ -12,7 +12,7 @@ import bmlib_relax
 from bmlib_relax import ConversionError, RunCheckError
 from conftest import offloaded_partitions
 
-from .helpers import import_text, relay_fn, run_relay
+from .helpers import check, import_text, relay_fn, run_relay
 
 RELU_IN = np.array([-1, 0, 2], "float32")
 
@@ -316,3 +316,20 @@ def test_max_and_min_of_bool(op):
     out = run_relay(text, x)
     np.testing.assert_array_equal(out, x.max(1) if op == "max" else x.min(1))
     assert out.dtype == np.bool_
+
+
+@pytest.mark.parametrize("shape", [(2, 300), ("?", 300)])
+def test_float16_variance_rounds_the_difference_and_square_as_v019(shape):
+    """v0.19's VarianceCompute: ``(x - mean)`` and its square are float16 ops (each
+    rounded; 300^2 overflows to inf), the sum of squares is float32, rounded back."""
+    rng = np.random.default_rng(5)
+    x = rng.uniform(-3, 3, (2, 300)).astype("float16")
+    x[1, 0] = 400  # its square, 1.6e5, is past float16's 65504: inf
+    mean = (x.astype("float32").sum(axis=1, keepdims=True) / 300).astype("float16")
+    square = ((x - mean) * (x - mean)).astype("float16")  # numpy float16 ops round each
+    want = (square.astype("float32").sum(axis=1) / np.float32(300)).astype("float16")
+    assert np.isinf(want[1]) and np.isfinite(want[0])
+    dims = ", ".join(str(d) for d in shape)
+    text = relay_fn(f"%x: Tensor[({dims}), float16]",
+                    "variance(%x, mean(%x, axis=[1], keepdims=True), axis=[1])")
+    check(text, [x], want, rtol=0, atol=0)

@@ -330,15 +330,19 @@ def _variance(inputs, attrs, ctx):
     keepdims = bool(attrs.get("keepdims", False))
     dtype = dtype_of(data)
     acc = "float32" if dtype == "float16" else dtype
-    if dtype == "float16":  # a long float16 sum of squares overflows: accumulate in float32
-        data, mean = relax.op.astype(data, "float32"), relax.op.astype(mean, "float32")
     diff = ctx.emit(relax.op.subtract(data, mean))
-    total = relax.op.sum(relax.op.multiply(diff, diff), axes, keepdims=keepdims)
+    square = relax.op.multiply(diff, diff)
+    if dtype == "float16":
+        # v0.19's VarianceCompute: the difference and its square in float16 (each rounded,
+        # a square past 65504 is inf), summed in float32 (a float16 sum stalls at 2048)
+        square = relax.op.astype(ctx.emit(square), "float32")
+    total = relax.op.sum(square, axes, keepdims=keepdims)
     if isinstance(count, int):
         divisor = relax.const(float(count - unbiased), acc)
     else:
         # Symbolic dims: the element count is itself a reduction (of ones) over the axes.
-        divisor = ctx.emit(relax.op.sum(relax.op.ones_like(diff), axes, keepdims=keepdims))
+        divisor = ctx.emit(relax.op.sum(relax.op.ones_like(diff, acc), axes,
+                                        keepdims=keepdims))
         if unbiased:
             divisor = relax.op.subtract(divisor, relax.const(1.0, acc))
     result = relax.op.divide(ctx.emit(total), divisor)
