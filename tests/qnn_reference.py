@@ -82,10 +82,10 @@ def requantize(x, in_scale, in_zp, out_scale, out_zp, out_dtype, rounding="UPWAR
 
 def round_half_away(x):
     """C's ``round`` (v0.19 lowered Relay's round to ``llvm.round``): halves away from 0,
-    computed exactly in float64 (every float32 is a float64)."""
+    computed exactly in float64 (every float32 is a float64); -0.0 stays -0.0."""
     x = np.asarray(x)
     wide = x.astype(np.float64)
-    return (np.sign(wide) * np.floor(np.abs(wide) + 0.5)).astype(x.dtype)
+    return np.copysign(np.floor(np.abs(wide) + 0.5), wide).astype(x.dtype)
 
 
 def quantize(x, scale, zp, out_dtype, axis=-1):

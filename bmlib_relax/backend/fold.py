@@ -193,10 +193,15 @@ def _permute_dims(args, call):
 @FOLDERS.register("relax.astype")
 def _astype(args, call):
     """A float to ``bool`` is the ordered ``x != 0`` (v0.19's codegen: NaN is False,
-    where NumPy's ``astype(bool)`` gives True); any other cast is NumPy's."""
+    where NumPy's ``astype(bool)`` gives True); a cast to ``bfloat16`` goes through
+    float32, as TVM's BF16 legalization casts (v0.19's too): two roundings, so float64
+    ``1 + 2**-8 + 2**-30`` is 1.0 (NumPy's direct rounding gave 1.0078125), and an
+    int32 ``2**24 + 2**16 + 1`` is ``2**24``; any other cast is NumPy's."""
     value, dtype = args[0], str(call.attrs.dtype)
     if dtype == "bool" and value.dtype.kind == "f":
         return (value != 0) & ~np.isnan(value)
+    if dtype == "bfloat16" and str(value.dtype) != "bfloat16":
+        return value.astype(np.float32).astype(dtype)
     return value.astype(dtype)
 
 

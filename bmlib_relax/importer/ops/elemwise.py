@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import numpy as np
-from tvm import relax
+from tvm import relax, topi
 
 from ..registry import register_converter
 from ._utils import (
-    check_integer_divisor, const_value, dtype_of, known_dtype, round_half_away,
+    below_half, check_integer_divisor, const_value, dtype_of, known_dtype,
 )
 
 # Relay op name -> Relax op; Relay and Relax share numpy broadcasting semantics here.
@@ -76,12 +77,40 @@ COMPARISONS = {"equal", "not_equal", "less", "less_equal", "greater", "greater_e
 DIVIDING_OPS = {"divide", "floor_divide", "floor_mod"}
 
 
+# Relay ops whose TIR operator v0.19 type-checked when Relay built them (and its
+# FoldConstant did): src/tir/op/op.cc type_check_integer_args (``&``, ``|``, ``^``,
+# ``<<``, ``>>``, ``~``; topi's logical_xor is ``a ^ b``) takes int and uint types, bool
+# among them (Relay's bool was uint1); type_check_boolean_args (``&&``, ``||``, ``!``)
+# takes bool only.  TVM 0.27 fails the same way, deep in the build with no op named.
+INTEGER_OPERAND_OPS = {"bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",
+                       "left_shift", "right_shift", "logical_xor"}
+BOOL_OPERAND_OPS = {"logical_and", "logical_or", "logical_not"}
+
+
+def _check_operand_dtype(name: str, dtype: Optional[str], ctx) -> None:
+    """Refuse an operand type v0.19 could not build ``name`` for: floats for the bitwise
+    ops (above), other than bool for the logical ones, and unsigned or bool types for
+    ``sign``, whose topi compute makes ``-1`` of the input's type (elemwise.h ``sign``:
+    ``make_const(x->dtype, -1)``, which v0.19 refused for uint types, bool among them)."""
+    if dtype is None:
+        return
+    if name in INTEGER_OPERAND_OPS and not dtype.startswith(("int", "uint", "bool")):
+        raise ctx.error(f"{name} of {dtype} tensors: Relay's {name} takes integer or bool "
+                        "tensors only")
+    if name in BOOL_OPERAND_OPS and dtype != "bool":
+        raise ctx.error(f"{name} of {dtype} tensors: Relay's {name} takes bool tensors only")
+    if name == "sign" and dtype.startswith(("uint", "bool")):
+        raise ctx.error(f"sign of {dtype} tensors: Relay's sign makes a -1 of the input's "
+                        "type, which it cannot hold")
+
+
 def _binary(relax_op, name: str):
     def convert(inputs, attrs, ctx):
         lhs, rhs = (known_dtype(x) for x in inputs)
         if lhs != rhs and lhs is not None and rhs is not None:
             # Relay's BroadcastRel / BroadcastCompRel (Relax would promote or pick one)
             raise ctx.error(f"data types {lhs} and {rhs} do not match")
+        _check_operand_dtype(name, lhs or rhs, ctx)
         if name == "power" and lhs is not None and not lhs.startswith(("float", "bfloat")):
             # v0.19's tir pow: "power only applies to float" when Relay built it
             raise ctx.error(f"power of {lhs} tensors: Relay's power takes floats only")
@@ -103,8 +132,9 @@ def _binary(relax_op, name: str):
     return convert
 
 
-def _unary(relax_op):
+def _unary(relax_op, name: str):
     def convert(inputs, attrs, ctx):
+        _check_operand_dtype(name, known_dtype(inputs[0]), ctx)
         return relax_op(inputs[0])
 
     return convert
@@ -113,7 +143,7 @@ def _unary(relax_op):
 for _name, _op in BINARY_OPS.items():
     register_converter(_name)(_binary(_op, _name))
 for _name, _op in UNARY_OPS.items():
-    register_converter(_name)(_unary(_op))
+    register_converter(_name)(_unary(_op, _name))
 
 
 @register_converter("negative")
@@ -134,21 +164,39 @@ def _unsigned_negative(data: relax.Expr) -> relax.Expr:
 
 @register_converter("round")
 def _round(inputs, attrs, ctx):
-    return round_half_away(inputs[0], ctx)
+    """Relay's ``round``: v0.19's ``llvm.round`` (C's ``round``), halves away from zero
+    and the sign of a zero kept (``1 / round(-0.0)`` is -inf).
 
-
-# v0.19's topi fast_exp_float32 clamps its input to these bounds first, so a large input
-# gives ~2.4e38 (not inf) and a very negative one ~1e-38-scale values (not 0).
-_FAST_EXP_BOUNDS = (-88.3762626647949, 88.3762626647950)
+    ``trunc(x - sign(-x) * h)``, ``h`` the float below 0.5: for x != 0 it is
+    ``round_half_away``'s ``trunc(x + sign(x) * h)`` (exact for every value of the
+    dtype), and a zero minus ``+0.0`` keeps its sign, where ``-0.0 + sign(-0.0) * h``
+    is ``-0.0 + 0.0``, +0.0.  Integers are returned as they are."""
+    x = ctx.emit(inputs[0])
+    dtype = dtype_of(x)
+    if not dtype.startswith(("float", "bfloat")):
+        return x
+    half = relax.const(below_half(dtype), dtype)
+    offset = relax.op.multiply(relax.op.sign(relax.op.negative(x)), half)
+    return relax.op.trunc(relax.op.subtract(x, offset))
 
 
 @register_converter("fast_exp")
 def _fast_exp(inputs, attrs, ctx):
-    """Relay's FastMath ``exp``: exact ``exp`` of the clamped input for float32 (the
-    polynomial approximation differs from it by a few ulps), plain ``exp`` otherwise."""
+    """Relay's FastMath ``exp``: for float32 v0.19's ``topi::fast_exp_float32``
+    (include/tvm/topi/elemwise.h), plain ``exp`` for other dtypes (as v0.19's
+    ``topi::fast_exp``).
+
+    Its polynomial is not ``exp`` at the ends: the input is clamped to +-88.376, the
+    power of two is built from exponent bits (``n`` = 128 at the upper clamp makes inf,
+    ``n`` = -127 below x ~ -87.68 makes 0) and the result is ``max(2^n * P, x)``, so it
+    is inf from x ~ 88.3763 on, 0 below -87.68, and NaN for NaN (the last select keeps
+    x).  TVM 0.27's ``topi.fast_exp`` is the same TE (unchanged but for its types), so
+    it is called (``call_te``), built as v0.19 built it (LLVM may fuse its multiply-adds):
+    it runs on the host, and of a weight it is computed by that same function, not
+    restated with NumPy by the weight folder."""
     data = inputs[0]
-    if dtype_of(data) == "float32":
-        data = relax.op.clip(data, *_FAST_EXP_BOUNDS)
+    if known_dtype(data) == "float32":
+        return ctx.bb.call_te(topi.fast_exp, data, primfunc_name_hint="fast_exp")
     return relax.op.exp(data)
 
 
@@ -161,7 +209,13 @@ def _clip(inputs, attrs, ctx):
         # was refused when Relay built it (TVM 0.27 fails the same way, with no op named)
         info = np.iinfo(dtype)
         for name, bound in (("a_min", low), ("a_max", high)):
-            if math.isfinite(bound) and not info.min <= math.trunc(bound) <= info.max:
+            if not math.isfinite(bound):
+                # v0.19's make_const of inf / NaN in an integer type: IntImm of the
+                # int64 conversion, out of every narrower type's range (int64 took
+                # INT64_MIN, the C++ conversion being undefined): refused here for all
+                raise ctx.error(f"{name}={bound:g} is not a value of the input's type "
+                                f"{dtype}: an integer clip takes finite bounds")
+            if not info.min <= math.trunc(bound) <= info.max:
                 raise ctx.error(f"{name}={bound:g} does not fit the input's type {dtype} "
                                 f"([{info.min}, {info.max}])")
     return relax.op.clip(inputs[0], low, high)
@@ -204,7 +258,27 @@ def _identity(inputs, attrs, ctx):
     return inputs[0]
 
 
-@register_converter("erf", "fast_erf")
+@register_converter("fast_erf")
+def _fast_erf(inputs, attrs, ctx):
+    """Relay's FastMath ``erf``: v0.19's ``fast_erf_float_expr`` (src/tir/op/op.cc) for
+    float32 and float16, a rational function after a clamp ``max(min(x, 4), -4)``,
+    selects a NaN does not pass: erf(NaN) was erf(4).
+
+    float32: ``erf`` of that clamp (``clip``: topi's selects, the weight folder's too),
+    1.0 for NaN; the rational function is erf within 2e-6 (bmlib's erf template is that
+    function).  float16: the function computed in float16, each op rounded, is no erf
+    (its smallest coefficients are 0 in float16; 1.041 at 4, and for NaN), so TVM
+    0.27's ``topi.fast_erf``, the same TE, is called (``call_te``, on the host)."""
+    data = inputs[0]
+    dtype = known_dtype(data)
+    if dtype == "float16":
+        return ctx.bb.call_te(topi.fast_erf, data, primfunc_name_hint="fast_erf")
+    if dtype == "float32":
+        data = ctx.emit(relax.op.clip(data, -4.0, 4.0))
+    return _erf([data], attrs, ctx)
+
+
+@register_converter("erf")
 def _erf(inputs, attrs, ctx):
     # LLVM has no half-precision erf: a float16 erf is computed in float32 (as Relay's
     # fp16 erf was accurate to float16) and rounded back.
