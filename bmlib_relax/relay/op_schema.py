@@ -148,6 +148,9 @@ TEXT_SIGNATURES: dict[str, tuple[str, str]] = {
                         "sparse_indices sparse_values default_value"),
     "variance": ("data, mean, axis=None, keepdims=False, exclude=False, unbiased=False",
                  "data mean"),
+    # MatrixSetDiagAttrs: the builder's k/align become these fields (v0.19's Python)
+    "matrix_set_diag": ("data, diagonal, k1=0, k2=0, super_diag_right_align=True, "
+                        "sub_diag_right_align=False", "data diagonal"),
     "topk": ("data, k=None, axis=-1, ret_type='both', is_ascend=False, dtype=''", "data"),
     "nn.pad": ("data, pad_value, pad_width=None, pad_mode='constant'", "data pad_value"),
     "vision.get_valid_counts": ("data, threshold, score_threshold=None, id_index=0, "

@@ -107,20 +107,21 @@ def @main(%a: Tensor[(2, 3, 4), float32], %b: Tensor[(2, 5, 4), float32]) {
 def test_two_unsupported_ops_in_one_error_with_locations():
     text = HEADER + """\
 def @main(%x: Tensor[(1, 4, 8, 8), float32]) {
-  %0 = nn.dilate(%x, strides=[1, 1, 2, 2]);
+  %0 = nn.fifo_buffer(%x, %x, axis=2);
   %1 = nn.relu(%0);
-  %2 = nn.mirror_pad(%1, pad_width=[[0, 0], [0, 0], [1, 1], [1, 1]]);
-  nn.dilate(%2, strides=[1, 1, 1, 1])
+  %2 = dft(%1, %1, inverse=False);
+  %3 = %2.0;
+  nn.fifo_buffer(%3, %3, axis=2)
 }
 """
     with pytest.raises(UnsupportedOpError) as info:
         import_relay_text(text)
     message = str(info.value)
-    assert message.startswith("2 unsupported Relay op(s): nn.dilate, nn.mirror_pad")
-    assert "model.relay:3:8: nn.dilate" in message
-    assert "model.relay:5:8: nn.mirror_pad" in message
-    assert "model.relay:6:3: nn.dilate" in message
-    assert [name for name, _ in info.value.ops] == ["nn.dilate", "nn.mirror_pad", "nn.dilate"]
+    assert message.startswith("2 unsupported Relay op(s): dft, nn.fifo_buffer")
+    assert "model.relay:3:8: nn.fifo_buffer" in message
+    assert "model.relay:5:8: dft" in message
+    assert "model.relay:7:3: nn.fifo_buffer" in message
+    assert [name for name, _ in info.value.ops] == ["nn.fifo_buffer", "dft", "nn.fifo_buffer"]
 
 
 def import_relay_text(text):

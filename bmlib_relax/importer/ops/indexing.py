@@ -7,13 +7,14 @@ Forms: ``gather(data, axis, indices)`` -> ``gather_elements``; ``gather_nd``
 /``topk``, ``one_hot`` -> the Relax op of the same meaning; ``trilu`` ->
 ``tril``/``triu``; ``unravel_index`` and ``sparse_to_dense`` are composed from
 integer arithmetic and ``scatter_nd``; ``fixed_point_multiply`` is the int64
-multiply-round-shift Relay lowers it to.
+multiply-round-shift Relay lowers it to; ``searchsorted`` -> TOPI's binary search
+(``call_te``); ``argwhere`` -> ``nonzero`` transposed to Relay's ``(?, rank)`` int32.
 """
 from __future__ import annotations
 
 import numpy as np
 import tvm
-from tvm import relax
+from tvm import relax, topi
 
 from ..registry import register_converter
 from ._utils import (
@@ -22,7 +23,7 @@ from ._utils import (
     scalar_operand, shape_of,
 )
 from ..run_checks import (
-    emit_element_count_check, emit_run_check, emit_tensor_check, none_hold,
+    emit_element_count_check, emit_run_check, emit_tensor_check, none_hold, unify_dims,
 )
 
 
@@ -739,3 +740,73 @@ def _unique(inputs, attrs, ctx):
     if counts:
         outputs.append(padded(3, "int32"))
     return relax.Tuple(outputs)
+
+
+# -------------------------------------------------------------------------- searchsorted
+def _check_searchsorted(seq, values, dtype: str, ctx) -> list:
+    """v0.19's SearchSortedRel (values of rank 1 or more; an N-d sequence of the values'
+    rank and outer dims), what its ``topi.searchsorted`` needed (an integer ``dtype``:
+    its binary search shifts indices of that type, and must hold the sequence's length),
+    and a run check for outer dims known only at run time (v0.19 read past the
+    sequence).  Returns the operands with those dims made one."""
+    seq_dims, value_dims = shape_of(seq), shape_of(values)
+    if not value_dims:
+        raise ctx.error("the values must have rank 1 or more (v0.19's SearchSortedRel)")
+    if not seq_dims:
+        raise ctx.error("the sorted sequence must have rank 1 or more")
+    if not dtype.startswith(("int", "uint")):
+        raise ctx.error(f"dtype={dtype}: the indices come from an integer binary search "
+                        "(v0.19's topi shifts them), the dtype must be an integer type")
+    length, largest = seq_dims[-1], int(np.iinfo(dtype).max)
+    if isinstance(length, int) and length > largest:
+        raise ctx.error(f"dtype={dtype} holds indices up to {largest}, the sequence has "
+                        f"{length} entries (v0.19's search would wrap)")
+    if not isinstance(length, int) and largest < 2**63 - 1:
+        emit_run_check(ctx.bb, tvm.tirx.LE(length, tvm.tirx.const(largest, "int64")),
+                       ctx.location, ctx.op_name, f"the sequence has {{}} entries in this "
+                       f"run, dtype={dtype} holds indices up to {largest}", length)
+    if len(seq_dims) == 1:
+        return [seq, values]
+    if len(seq_dims) != len(value_dims):
+        raise ctx.error(f"ranks of sorted_sequence ({len(seq_dims)}) and values "
+                        f"({len(value_dims)}) must be the same when sorted_sequence is "
+                        "multi-dimensional")
+    for axis, (a, b) in enumerate(zip(seq_dims[:-1], value_dims[:-1])):
+        if isinstance(a, int) and isinstance(b, int) and a != b:
+            raise ctx.error(f"sorted_sequence {tuple(seq_dims)} and values "
+                            f"{tuple(value_dims)} do not have the same shape along outer "
+                            f"axes (axis {axis})")
+    return unify_dims(ctx.bb, [seq, values], [[(0, a), (1, a)] for a in
+                                              range(len(seq_dims) - 1)],
+                      ctx.location, ctx.op_name, "each row of values is searched in the "
+                      "sequence's row of the same index")
+
+
+@register_converter("searchsorted")
+def _searchsorted(inputs, attrs, ctx):
+    """TOPI's ``searchsorted`` (``call_te``): TVM 0.27's binary search is v0.19's, so an
+    unsorted row gives the same index v0.19 gave."""
+    dtype = str(attrs.get("dtype") or "int32")
+    seq, values = _check_searchsorted(inputs[0], inputs[1], dtype, ctx)
+    return ctx.bb.call_te(topi.searchsorted, seq, values, bool(attrs.get("right", False)),
+                          dtype)
+
+
+# ------------------------------------------------------------------------------ argwhere
+@register_converter("argwhere")
+def _argwhere(inputs, attrs, ctx):
+    """v0.19's ``argwhere``: the indices of the entries ``!= 0`` in row-major order, an
+    ``(?, rank)`` int32 tensor, for ranks 1 to 5 (its shape functions); Relax's
+    ``nonzero`` gives them transposed, ``(rank, ?)`` int64, in the same order."""
+    data = inputs[0]
+    rank = ndim_of(data)
+    if not 1 <= rank <= 5:
+        raise ctx.error(f"takes a tensor of rank 1 to 5 (v0.19's shape functions), got "
+                        f"rank {rank}")
+    if dtype_of(data) != "bool":
+        data = ctx.emit(relax.op.not_equal(data, relax.const(0, dtype_of(data))))
+    # nonzero's count is known only when it runs: a fresh dim, as Relay's ``?``
+    count = tvm.tirx.Var("argwhere_count", "int64")
+    indices = ctx.bb.match_cast(ctx.emit(relax.op.nonzero(data)),
+                                relax.TensorType([rank, count], "int64"))
+    return relax.op.astype(relax.op.permute_dims(indices, [1, 0]), "int32")

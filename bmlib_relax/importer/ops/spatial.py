@@ -7,7 +7,8 @@ input at the constant positions Relay's reorg reads; ``nn.global_*_pool1d/3d``
 -> ``mean``/``max`` over the spatial axes (kept); ``nn.lrn`` and
 ``nn.l2_normalize`` -> their element-wise formulas; ``image.resize1d`` ->
 ``resize2d`` on a unit height; ``image.resize3d``/``nn.upsampling3d`` ->
-``resize3d``; ``image.affine_grid``/``image.grid_sample`` -> the Relax ops.
+``resize3d``; ``image.affine_grid``/``image.grid_sample`` -> the Relax ops;
+``nn.mirror_pad``/``nn.dilate`` -> TOPI's computes (``call_te``).
 """
 from __future__ import annotations
 
@@ -15,10 +16,13 @@ from functools import reduce
 from operator import mul
 
 import numpy as np
+import tvm
 from tvm import relax
 from tvm.topi import image as topi_image
+from tvm.topi import nn as topi_nn
 
 from ..registry import register_converter
+from ..run_checks import emit_run_check
 from ._utils import (
     dtype_of, ints, ndim_of, nearest_rounding, optional_ints, resize_args, shape_of, size_dims,
     static_shape,
@@ -333,3 +337,90 @@ def _grid_sample(inputs, attrs, ctx):
     return relax.op.image.grid_sample(
         inputs[0], inputs[1], method=method, layout=layout, padding_mode=padding_mode,
         align_corners=bool(attrs.get("align_corners", True)))
+
+
+# ---------------------------------------------------------------------------- mirror_pad
+def _mirror_pad_widths(value, ndim: int, ctx) -> list[tuple[int, int]]:
+    """``pad_width`` as (before, after) per axis, as v0.19's MirrorPadRel required: one
+    pair per dim, non-negative."""
+    pairs = list(value) if isinstance(value, (list, tuple)) else [value]
+    if len(pairs) != ndim:
+        raise ctx.error(f"the input has {ndim} dims and {len(pairs)} pad width "
+                        f"pair{'s' if len(pairs) != 1 else ''}: there must be one per dim")
+    out = []
+    for axis, pair in enumerate(pairs):
+        widths = ints(pair)
+        if len(widths) != 2:
+            raise ctx.error(f"the pad width of axis {axis} has {len(widths)} values, not a "
+                            "pair (before, after)")
+        if min(widths) < 0:
+            raise ctx.error(f"the pad widths of axis {axis} are {tuple(widths)}: they must "
+                            "not be negative")
+        out.append((widths[0], widths[1]))
+    return out
+
+
+def _check_mirror_range(data, pairs: list[tuple[int, int]], mode: str, ctx) -> None:
+    """A mirror reaches at most the whole axis (SYMMETRIC, the edge repeated) or all but
+    the edge (REFLECT).  v0.19's MirrorPadRel did not limit the widths, and its compute
+    (``topi.nn.mirror_pad``: ``-i - m`` below, ``2 * (n - 1) - i + m`` above) then read
+    outside the data; such widths are refused (a run-time dim when the model runs)."""
+    spare = 0 if mode == "SYMMETRIC" else 1
+    for axis, (dim, pair) in enumerate(zip(shape_of(data), pairs)):
+        widest = max(pair)
+        if widest == 0:
+            continue
+        if isinstance(dim, int):
+            if widest > dim - spare:
+                raise ctx.error(f"axis {axis} pads {widest} entries beside a dim of {dim}: "
+                                f"a {mode} mirror pad takes at most {max(dim - spare, 0)} "
+                                "(v0.19 read outside the data)")
+            continue
+        emit_run_check(ctx.bb, tvm.tirx.GE(dim, tvm.tirx.const(widest + spare, str(dim.ty))),
+                       ctx.location, ctx.op_name,
+                       f"axis {axis} has {{}} entries in this run: a {mode} mirror pad of "
+                       f"{widest} needs at least {widest + spare} (v0.19 read outside the "
+                       "data)", dim)
+
+
+@register_converter("nn.mirror_pad")
+def _mirror_pad(inputs, attrs, ctx):
+    """TOPI's ``mirror_pad`` (``call_te``): TVM 0.27's compute is v0.19's."""
+    data = inputs[0]
+    mode = str(attrs.get("mode", "SYMMETRIC"))
+    if mode not in ("SYMMETRIC", "REFLECT"):
+        raise ctx.error(f'mode="{mode}": a mirror pad is SYMMETRIC or REFLECT')
+    pairs = _mirror_pad_widths(attrs["pad_width"], ndim_of(data), ctx)
+    _check_mirror_range(data, pairs, mode, ctx)
+    return ctx.bb.call_te(topi_nn.mirror_pad, data, [b for b, _ in pairs],
+                          [a for _, a in pairs], mode)
+
+
+# -------------------------------------------------------------------------------- dilate
+@register_converter("nn.dilate")
+def _dilate(inputs, attrs, ctx):
+    """TOPI's ``dilate`` (``call_te``): TVM 0.27's compute is v0.19's, ``(n - 1) * s + 1``
+    entries per axis.  v0.19's DilateRel wanted one stride per dim; its compute divided
+    the index by each stride, so they must be positive; an empty axis dilated would have
+    a negative extent."""
+    data = inputs[0]
+    strides = ints(attrs["strides"])
+    dims = shape_of(data)
+    if len(strides) != len(dims):
+        raise ctx.error(f"the input has {len(dims)} dims and {len(strides)} "
+                        f"stride{'s' if len(strides) != 1 else ''}: there must be one per dim")
+    if min(strides, default=1) < 1:
+        raise ctx.error(f"strides={strides} must be positive")
+    for axis, (dim, stride) in enumerate(zip(dims, strides)):
+        if stride == 1:
+            continue
+        if isinstance(dim, int) and dim == 0:
+            raise ctx.error(f"axis {axis} is empty: dilated by {stride} it would have a "
+                            f"negative extent {1 - stride}")
+        if not isinstance(dim, int):
+            emit_run_check(ctx.bb, tvm.tirx.GE(dim, tvm.tirx.const(1, str(dim.ty))),
+                           ctx.location, ctx.op_name,
+                           f"axis {axis} has {{}} entries in this run: dilated by {stride} "
+                           "an empty axis would have a negative extent", dim)
+    value = float(attrs.get("dilation_value", 0.0))
+    return ctx.bb.call_te(topi_nn.dilate, data, strides, value)

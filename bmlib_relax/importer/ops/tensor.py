@@ -3,7 +3,9 @@
 Forms: ``transpose`` -> ``permute_dims``; ``nn.batch_flatten`` ->
 ``reshape(x, [N, prod(rest)])``; ``concatenate`` -> ``concat``; ``split`` ->
 ``split`` (a tuple, projected with ``TupleGetItem``); Relay's ``reshape``
-special values are resolved to an explicit shape at import.
+special values are resolved to an explicit shape at import (``contrib_reverse_reshape``'s
+read right to left); ``einsum`` -> ``einsum``; ``invert_permutation`` -> ``argsort``;
+``matrix_set_diag`` -> TOPI's compute (``call_te``).
 """
 from __future__ import annotations
 
@@ -12,15 +14,17 @@ from operator import mul
 
 import numpy as np
 import tvm
-from tvm import relax
+from tvm import relax, topi
 from tvm.sym.analyzer import Analyzer
 
 from ..registry import register_converter
 from ..run_checks import (BROADCAST_REASON, cast_dims, emit_element_count_check,
-                          emit_run_check, emit_tensor_check, equal, known_dims, unify_dims)
+                          emit_run_check, emit_tensor_check, equal, known_dims, none_hold,
+                          unify_dims)
 from ._utils import (
     check_index_values, check_reads_elements, dtype_of, folded_value, index_tuple_length, ints,
     ndim_of, normalize_axis, optional_ints, run_time_dims, scalar_operand, shape_of,
+    static_shape,
 )
 from ...relay import ast
 from ...relay.op import reshape_like_shape, split_problem
@@ -618,3 +622,369 @@ def _shape_of(inputs, attrs, ctx):
     shape = ctx.emit(relax.op.shape_of(inputs[0]))
     tensor = ctx.emit(relax.op.shape_to_tensor(shape))
     return tensor if dtype == "int64" else relax.op.astype(tensor, dtype)
+
+
+# ------------------------------------------------------------------------------- einsum
+#: The ellipsis in a parsed subscript (v0.19's ``EinsumEquation::kEllipsis``, ``'\0'``:
+#: below every letter, so it sorts first).
+_ELLIPSIS = "\0"
+
+
+def parse_einsum(equation: str, ctx) -> tuple[list[list[str]], list[str]]:
+    """(input subscripts, output subscript) of an einsum equation, as v0.19's
+    ``topi::EinsumEquation::FromString`` read it: spaces ignored, at most one ``->``
+    (a ``,`` after it still starts an input), one ``...`` per subscript, ASCII letters
+    as labels; without an arrow the output is every label used once, in character
+    order, after the ellipsis if any input has one."""
+    inputs: list[list[str]] = []
+    current: list[str] = []
+    arrow = ellipsis = False
+    i = 0
+    while i < len(equation):
+        char = equation[i]
+        if char == "-":
+            if arrow:
+                raise ctx.error(f"equation {equation!r}: it can only have one arrow")
+            if equation[i + 1:i + 2] != ">":
+                raise ctx.error(f"equation {equation!r}: invalid arrow (a '-' without '>')")
+            arrow = True
+            i += 1
+        if char in "-,":
+            inputs.append(current)
+            current, ellipsis = [], False
+        elif char == ".":
+            if ellipsis:
+                raise ctx.error(f"equation {equation!r}: an ellipsis can only appear once in "
+                                "each subscript")
+            if equation[i:i + 3] != "...":
+                raise ctx.error(f"equation {equation!r}: invalid ellipsis (not '...')")
+            current.append(_ELLIPSIS)
+            ellipsis = True
+            i += 2
+        elif char != " ":
+            if not (char.isascii() and char.isalpha()):
+                raise ctx.error(f"equation {equation!r}: invalid character {char!r} (labels "
+                                "are letters)")
+            current.append(char)
+        i += 1
+    if arrow:
+        return inputs, current
+    inputs.append(current)
+    counts: dict[str, int] = {}
+    for subscript in inputs:
+        for label in subscript:
+            counts[label] = counts.get(label, 0) + 1
+    return inputs, [label for label in sorted(counts)
+                    if label == _ELLIPSIS or counts[label] == 1]
+
+
+def _einsum_operands(data: relax.Expr, ctx) -> list[relax.Expr]:
+    """The tensors of einsum's tuple operand (a tuple expression or a tuple value)."""
+    if isinstance(data, relax.Tuple):
+        return list(data.fields)
+    if not isinstance(data.ty, relax.TupleType):
+        raise ctx.error(f"einsum takes a tuple of tensors, got {data.ty}")
+    return [ctx.emit(relax.TupleGetItem(data, i)) for i in range(len(data.ty.fields))]
+
+
+def _einsum_groups(inputs: list[list[str]], operands: list[relax.Expr], ctx) -> list:
+    """The (operand, axis) groups einsum broadcasts together, as v0.19's
+    ``EinsumBuilder::InferShape``: every use of a label, and the ellipsis' dims
+    right-aligned.  A subscript that does not cover its operand's dims, and two static
+    extents that are neither equal nor 1 (its ``Cannot broadcast extents``), are
+    refused."""
+    labels: dict[str, list] = {}
+    ellipsis: dict[int, list] = {}  # position from the right -> uses
+    for k, (subscript, operand) in enumerate(zip(inputs, operands)):
+        rank, count = ndim_of(operand), sum(label != _ELLIPSIS for label in subscript)
+        if count > rank or (count < rank and _ELLIPSIS not in subscript):
+            shown = "".join(subscript).replace(_ELLIPSIS, "...")
+            raise ctx.error(f"the subscript {shown!r} of operand {k} has {count} "
+                            f"label{'s' if count != 1 else ''} for its {rank} dims")
+        axis = 0
+        for label in subscript:
+            if label == _ELLIPSIS:
+                covered = rank - count
+                for j in range(covered):
+                    ellipsis.setdefault(covered - j, []).append((k, axis + j))
+                axis += covered
+            else:
+                labels.setdefault(label, []).append((k, axis))
+                axis += 1
+    groups = list(labels.items()) + [(f"... dim -{r}", uses) for r, uses in ellipsis.items()]
+    for name, uses in groups:
+        static = {shape_of(operands[k])[a] for k, a in uses}
+        static = {d for d in static if isinstance(d, int) and d != 1}
+        if len(static) > 1:
+            raise ctx.error(f"label {name!r} has the extents {sorted(static)}: they cannot "
+                            "be broadcast (each must equal the others or be 1)")
+    return [uses for _, uses in groups]
+
+
+@register_converter("einsum")
+def _einsum(inputs, attrs, ctx):
+    """``relax.einsum``: TVM 0.27 lowers it with the same ``topi::einsum`` as v0.19
+    (ellipses, repeated and broadcast labels, implicit output).  What v0.19's EinsumRel
+    and ``InferShape`` refused is refused here by name; a run-time dim is checked to
+    equal the other uses of its label when the model runs (a run-time 1 is not
+    broadcast, as for every broadcasting op)."""
+    equation = str(attrs["equation"])
+    operands = _einsum_operands(inputs[0], ctx)
+    if not operands:
+        raise ctx.error("einsum needs at least one operand (the tuple is empty)")
+    subscripts, output = parse_einsum(equation, ctx)
+    if len(subscripts) != len(operands):
+        raise ctx.error(f"the equation {equation!r} has subscripts for {len(subscripts)} "
+                        f"operand{'s' if len(subscripts) != 1 else ''}, got "
+                        f"{len(operands)} operands")
+    dtypes = [dtype_of(x) for x in operands]
+    if len(set(dtypes)) > 1:
+        raise ctx.error(f"operand dtypes {', '.join(dtypes)}: einsum requires all tensors "
+                        "to have the same dtype")
+    used = {label for subscript in subscripts for label in subscript}
+    for label in output:
+        if label != _ELLIPSIS and label not in used:
+            raise ctx.error(f"the output label {label!r} is in no input subscript of "
+                            f"{equation!r}")
+    groups = _einsum_groups(subscripts, operands, ctx)
+    operands = unify_dims(ctx.bb, operands, groups, ctx.location, ctx.op_name,
+                          BROADCAST_REASON, broadcast=True)
+    return relax.op.einsum(operands, explicit_einsum(subscripts, output, operands))
+
+
+def explicit_einsum(inputs: list[list[str]], output: list[str],
+                    operands: list[relax.Expr]) -> str:
+    """The parsed equation in explicit form, for ``relax.einsum``.  An ellipsis summed
+    over (absent from the output) is spelt as letters no subscript uses, one per dim
+    counted from the right (broadcast as v0.19 broadcast the ellipsis): TVM 0.27's
+    ``topi::einsum`` builds that reduction with an int32 index over the int64 extents of
+    Relax shapes, which its ``IterVar`` check refuses (v0.19's shapes were int32)."""
+    spell = {_ELLIPSIS: "..."}
+    if _ELLIPSIS not in output and any(_ELLIPSIS in sub for sub in inputs):
+        free = [c for c in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                if all(c not in sub for sub in inputs) and c not in output]
+        covered = [ndim_of(x) - (len(sub) - 1) for sub, x in zip(inputs, operands)
+                   if _ELLIPSIS in sub]
+        letters = free[:max(covered)][::-1]  # letters[-r]: the r-th dim from the right
+        texts = []
+        for sub, x in zip(inputs, operands):
+            count = ndim_of(x) - (len(sub) - 1)
+            dims = "".join(letters[len(letters) - count:]) if count else ""
+            texts.append("".join(dims if label == _ELLIPSIS else label for label in sub))
+        return ",".join(texts) + "->" + "".join(output)
+    return ",".join("".join(spell.get(c, c) for c in sub) for sub in inputs) + "->" + \
+        "".join(spell.get(c, c) for c in output)
+
+
+# -------------------------------------------------------------------- invert_permutation
+@register_converter("invert_permutation")
+def _invert_permutation(inputs, attrs, ctx):
+    """v0.19's ``topi.invert_permutation`` wrote ``result[data[i]] = i`` (a 1-D integer
+    tensor, result of its dtype): for a permutation that is ``argsort(data)``.  A value
+    out of range wrote outside the result and a repeated one left entries unwritten, so
+    anything but a permutation of ``0..n-1`` is refused (at import for a constant, else
+    when the model runs)."""
+    data = inputs[0]
+    dtype = dtype_of(data)
+    if ndim_of(data) != 1:
+        raise ctx.error(f"takes a 1-D tensor (v0.19's compute indexes its result by the "
+                        f"values), got shape {tuple(shape_of(data))}")
+    if not dtype.startswith(("int", "uint")):
+        raise ctx.error(f"takes integer values (v0.19's compute indexes its result by "
+                        f"them), got {dtype}")
+    count = shape_of(data)[0]
+    value = folded_value(data, ctx)
+    if value is not None:
+        if not np.array_equal(np.sort(value.astype(np.int64)), np.arange(count)):
+            raise ctx.error(f"the constant {value.tolist()} is not a permutation of "
+                            f"0..{count - 1}")
+    else:
+        expected = relax.op.arange(relax.prim_value(count) if not isinstance(count, int)
+                                   else count, dtype="int64")
+        sorted_values = relax.op.sort(relax.op.astype(data, "int64"))
+        emit_tensor_check(ctx, none_hold(relax.op.not_equal(sorted_values, expected)),
+                          "the data must be a permutation of 0..n-1 (each value once) in "
+                          "every run; this run's is not (v0.19 wrote outside its result or "
+                          "left entries unset)")
+    # TVM's sort kernels take and give 32- and 64-bit integers only
+    wide = data if dtype == "int64" else ctx.emit(relax.op.astype(data, "int64"))
+    if dtype in ("int32", "int64"):
+        return relax.op.argsort(wide, dtype=dtype)
+    return relax.op.astype(ctx.emit(relax.op.argsort(wide, dtype="int64")), dtype)
+
+
+# ----------------------------------------------------------------------- matrix_set_diag
+def matrix_set_diag_attrs(attrs) -> tuple[int, int, bool, bool]:
+    """(k1, k2, super_diag_right_align, sub_diag_right_align): v0.19's
+    ``MatrixSetDiagAttrs`` (the builder resolves ``k``/``align`` into them, as v0.19's
+    Python ``matrix_set_diag`` did)."""
+    return (int(attrs.get("k1", 0)), int(attrs.get("k2", 0)),
+            bool(attrs.get("super_diag_right_align", True)),
+            bool(attrs.get("sub_diag_right_align", False)))
+
+
+def _longest_set_diagonal(rows: int, cols: int, k1: int, k2: int) -> tuple[int, int]:
+    """(diagonals, entries) v0.19's compute reads of the diagonal tensor: the diagonals
+    ``k1..k2`` that meet a ``rows x cols`` matrix reach index ``k2 - k`` of the band
+    axis, and the longest (the one nearest the main diagonal) is as long as the last
+    axis must be.  (0, 0) when none meets it."""
+    low, high = max(k1, 1 - rows), min(k2, cols - 1)
+    if rows == 0 or cols == 0 or low > high:
+        return 0, 0
+    if low > 0:
+        longest = min(rows, cols - low)
+    elif high < 0:
+        longest = min(cols, rows + high)
+    else:
+        longest = min(rows, cols)
+    return k2 - low + 1, longest
+
+
+def _check_matrix_set_diag(data_dims, diag_dims, k1, k2, ctx) -> None:
+    """What v0.19 refused, and what made it read outside the diagonal tensor.  Its
+    MatrixSetDiagRel stated the shapes with ``reporter->Assert``/``AssertEQ``, whose
+    results its TypeReporter ignored: only ``k1 <= k2`` (an ICHECK) and the ranks its
+    compute indexes by held; a short diagonal was read past its end."""
+    if k2 < k1:
+        raise ctx.error(f"k1={k1} must not exceed k2={k2}")
+    if len(data_dims) < 2:
+        raise ctx.error(f"takes a matrix or a batch of them, got shape {tuple(data_dims)}")
+    band = k1 != k2
+    rank = len(data_dims) - (0 if band else 1)
+    if len(diag_dims) != rank:
+        what = f"a band k1={k1}..k2={k2}" if band else "a single diagonal"
+        raise ctx.error(f"{what} of a {len(data_dims)}-d input takes a {rank}-d diagonal "
+                        f"tensor, got shape {tuple(diag_dims)}")
+    rows, cols = data_dims[-2:]
+    diagonals, longest = _longest_set_diagonal(rows, cols, k1, k2)
+    if longest == 0 or any(d == 0 for d in data_dims[:-2]):
+        return  # no entry is set: nothing is read
+    for axis, (have, want) in enumerate(zip(diag_dims, data_dims[:-2])):
+        if have < want:
+            raise ctx.error(f"the diagonal has {have} entries on batch axis {axis}, the "
+                            f"input {want}: v0.19 read past the diagonal")
+    if band and diag_dims[-2] < diagonals:
+        raise ctx.error(f"k1={k1}, k2={k2} set {diagonals} diagonals of a {rows}x{cols} "
+                        f"matrix, the diagonal tensor holds {diag_dims[-2]}: v0.19 read "
+                        "past it")
+    if diag_dims[-1] < longest:
+        raise ctx.error(f"the longest diagonal set has {longest} entries, the diagonal "
+                        f"tensor {diag_dims[-1]}: v0.19 read past it")
+
+
+@register_converter("matrix_set_diag")
+def _matrix_set_diag(inputs, attrs, ctx):
+    """TOPI's ``matrix_set_diag`` (``call_te``): TVM 0.27's compute is v0.19's."""
+    data, diagonal = inputs
+    k1, k2, super_right, sub_right = matrix_set_diag_attrs(attrs)
+    data_dims = static_shape(data, ctx)
+    diag_dims = static_shape(diagonal, ctx, "the diagonal")
+    _check_matrix_set_diag(data_dims, diag_dims, k1, k2, ctx)
+    if dtype_of(diagonal) != dtype_of(data):
+        raise ctx.error(f"the diagonal is {dtype_of(diagonal)}, the input {dtype_of(data)}: "
+                        "they must have one dtype")
+    align = f"{'RIGHT' if super_right else 'LEFT'}_{'RIGHT' if sub_right else 'LEFT'}"
+    return ctx.bb.call_te(topi.matrix_set_diag, data, diagonal, (k1, k2), align)
+
+
+# ---------------------------------------------------------------- contrib_reverse_reshape
+def reverse_reshape_shape(in_shape: list, newshape: list[int], allowzero: bool, ctx) -> list:
+    """v0.19's ``InferNewShape(..., reverse=true)`` and ReverseReshapeRel: Relay's
+    ``reshape`` special values read right to left (both shapes reversed, the result
+    reversed back).  Its quirks are kept: ``-1`` is inferred from the input dims no
+    0/-2/-3/-4 consumed, divided by the other output dims (floor division), and placed
+    at its index in ``newshape``; a static result must keep the element count."""
+    ishape, new = in_shape[::-1], newshape[::-1]
+    shown = f"newshape={tuple(newshape)}"
+    out: list = []
+    used_in: set[int] = set()
+    used_out: set[int] = set()
+    src, infer, i = 0, -1, 0
+
+    def copy(count: int, special: int) -> None:
+        if src + count > len(ishape):
+            raise ctx.error(f"{shown}: {special} reads input dim {src + count - 1} from the "
+                            f"right, past the input's {len(ishape)} dims")
+
+    while i < len(new):
+        value = new[i]
+        if value > 0 or (value == 0 and allowzero):
+            out.append(value)
+            src += 1
+        elif value == 0:
+            copy(1, 0)
+            used_in.add(src)
+            used_out.add(len(out))
+            out.append(ishape[src])
+            src += 1
+        elif value == -1:
+            if infer >= 0:
+                raise ctx.error(f"{shown}: only one dim can be inferred (-1)")
+            infer = i
+            out.append(1)
+            src += 1
+        elif value == -2:
+            while src < len(ishape):
+                used_in.add(src)
+                used_out.add(len(out))
+                out.append(ishape[src])
+                src += 1
+        elif value == -3:
+            copy(2, -3)
+            used_in.update((src, src + 1))
+            used_out.add(len(out))
+            out.append(ishape[src] * ishape[src + 1])
+            src += 2
+        elif value == -4:
+            if i + 2 >= len(new):
+                raise ctx.error(f"{shown}: -4 needs the two dims it splits into before it "
+                                "(read right to left)")
+            copy(1, -4)
+            used_in.add(src)
+            dim, first, second = ishape[src], new[i + 1], new[i + 2]
+            src, i = src + 1, i + 2
+            if first == -1 and second == -1:
+                raise ctx.error(f"{shown}: the two dims -4 splits into cannot both be -1")
+            used_out.update((len(out), len(out) + 1))
+            if first == -1:
+                out += [dim // second, second]
+            else:
+                out += [first, dim // first if second == -1 else second]
+        else:
+            raise ctx.error(f"{shown}: unsupported special value {value}")
+        i += 1
+    if infer >= 0:
+        out = _reverse_reshape_infer(ishape, out, used_in, used_out, infer, shown, ctx)
+    static = [d for d in out + ishape if isinstance(d, int)]
+    if len(static) == len(out) + len(ishape) and \
+            reduce(mul, out, 1) != reduce(mul, ishape, 1):
+        raise ctx.error(f"{shown}: the input shape {tuple(in_shape)} and the reshaped shape "
+                        f"{tuple(out[::-1])} are not compatible (element counts differ)")
+    return out[::-1]
+
+
+def _reverse_reshape_infer(ishape, out, used_in, used_out, infer, shown, ctx) -> list:
+    """``out`` with v0.19's inferred dim set at ``infer`` (-1 for Relax to infer when a
+    dim it divides is known only at run time)."""
+    if infer >= len(out):
+        raise ctx.error(f"{shown}: the -1 lands past the result's {len(out)} dims")
+    dim = 1
+    for j, d in enumerate(ishape):
+        if j not in used_in:
+            dim = dim * d
+    for j, d in enumerate(out):
+        if j not in used_out:
+            if isinstance(d, int) and d == 0:
+                raise ctx.error(f"{shown}: the -1 is inferred by dividing by a 0 dim")
+            dim = dim // d
+    out = list(out)
+    out[infer] = dim if isinstance(dim, int) else -1
+    return out
+
+
+@register_converter("contrib_reverse_reshape")
+def _reverse_reshape(inputs, attrs, ctx):
+    newshape = ints(attrs.get("newshape", attrs.get("shape")))
+    target = reverse_reshape_shape(shape_of(inputs[0]), newshape,
+                                   bool(attrs.get("allowzero", 0)), ctx)
+    return relax.op.reshape(inputs[0], target)

@@ -100,7 +100,6 @@ TABLE.update({
     "one_hot": ("indices, on_value, off_value, depth, axis, dtype",
                 "indices on_value off_value"),
     "unravel_index": ("indices, shape", "indices shape"),
-    "matrix_set_diag": ("data, diagonal, k=0, align='RIGHT_LEFT'", "data diagonal"),
     "adv_index": ("inputs", "*inputs"),
     "sparse_fill_empty_rows": ("sparse_indices, sparse_values, dense_shape, default_value",
                                "sparse_indices sparse_values dense_shape default_value",
@@ -133,6 +132,19 @@ TABLE.update({
 
 __all__ = ["nn", "image", "vision", "TupleWrapper", "get", "registered_ops"] + \
     define_ops(globals(), "", TABLE)
+
+@registered("matrix_set_diag")
+def matrix_set_diag(data, diagonal, k=0, align="RIGHT_LEFT"):
+    """Relay ``matrix_set_diag``: v0.19's builder turned the band ``k`` and ``align`` into
+    the call's fields ``k1``, ``k2``, ``super_diag_right_align``, ``sub_diag_right_align``
+    (what its printer, patterns and the importer read)."""
+    k1, k2 = (k[0], k[1] if len(k) >= 2 else k[0]) if isinstance(k, (tuple, list)) else (k, k)
+    attrs = {"k1": int(k1), "k2": int(k2), "super_diag_right_align": align[:5] == "RIGHT",
+             "sub_diag_right_align": align[-5:] == "RIGHT"}
+    return ast.Call(ast.Op("matrix_set_diag"), (as_expr(data, "matrix_set_diag data"),
+                                                 as_expr(diagonal, "matrix_set_diag diagonal")),
+                    ast.Attrs(attrs))
+
 
 @registered("unique")
 def unique(data, is_sorted=True, return_counts=False):
@@ -519,7 +531,8 @@ def registered_ops() -> dict[str, str]:
 
 __all__ += ["unique", "zeros", "ones", "full", "arange", "concatenate", "stack", "meshgrid",
             "strided_slice", "strided_set", "trilu", "sparse_to_dense",
-            "variance", "std", "mean_variance", "mean_std", "logsumexp", "topk", "segment_sum"]
+            "variance", "std", "mean_variance", "mean_std", "logsumexp", "topk", "segment_sum",
+            "matrix_set_diag"]
 
 
 dynamic_form(globals(), "reshape", "newshape", lambda a: dynamic_call(
