@@ -297,9 +297,6 @@ def test_float32_keeps_the_fused_norm_ops():
 
 # ----------------------------------------------------------------------------- l2_normalize
 @pytest.mark.parametrize("dtype", sorted(DTYPES))
-@pytest.mark.xfail(reason="nn.l2_normalize is converted in spatial.py (not this fix's file): "
-                          "v0.19 refused these builds and the import does not yet",
-                   strict=True)
 def test_l2_normalize_outside_float32_is_refused_as_relay_did(dtype):
     # v0.19 L2NormToInferUnpack: maximum(sum(x * x), <float32 eps>): for any other dtype
     # the maximum fails BroadcastRel ("data types float16 and float32 do not match")

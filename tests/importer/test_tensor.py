@@ -33,6 +33,28 @@ def test_reshape_special_values(newshape, expected):
     check(text, [x], x.reshape(expected))
 
 
+@pytest.mark.parametrize("shape, newshape, expected", [
+    ((0, 3), "[0, 3]", (0, 3)), ((2, 0, 3), "[2, 0]", (2, 0)), ((0, 3), "[3, 0]", (3, 0)),
+    ((2, 3), "[3, 2]", (3, 2))])
+def test_reshape_allowzero_keeps_a_literal_zero_dim(shape, newshape, expected):
+    """v0.19's InferNewShape with allowzero (ONNX's Reshape): a 0 is a dim of 0, not a
+    copy of the input's dim (``(0, 3)`` to ``[3, 0]`` is ``(3, 0)``; it was refused)."""
+    x = np.zeros(shape, "float32")
+    text = relay_fn(f"%x: Tensor[{shape}, float32]",
+                    f"reshape(%x, newshape={newshape}, allowzero=1)")
+    check(text, [x], np.zeros(expected, "float32"))
+
+
+@pytest.mark.parametrize("shape, newshape, message", [
+    ((2, 3), "[0, 3]", r"has no elements, the input \(2, 3\) has 6"),
+    ((0, 3), "[0, -1]", r"-1 cannot be inferred beside a dim of 0")])
+def test_reshape_allowzero_of_a_non_empty_input_is_refused(shape, newshape, message):
+    text = relay_fn(f"%x: Tensor[{shape}, float32]",
+                    f"reshape(%x, newshape={newshape}, allowzero=1)")
+    with pytest.raises(ConversionError, match=message):
+        import_text(text)
+
+
 def test_reshape_dynamic_dim_stays_symbolic():
     text = relay_fn("%x: Tensor[(?, 3, 4), float32]", "reshape(%x, newshape=[0, -1])")
     mod = import_text(text)

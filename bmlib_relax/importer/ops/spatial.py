@@ -212,6 +212,11 @@ def _lrn(inputs, attrs, ctx):
 def _l2_normalize(inputs, attrs, ctx):
     data = inputs[0]
     dtype = dtype_of(data)
+    if dtype != "float32":
+        # v0.19's L2NormToInferUnpack compared the sum with a float32 eps: any other dtype
+        # failed BroadcastRel in relay.build
+        raise ctx.error(f"{dtype} data: v0.19's relay.build refused it (its SimplifyInference "
+                        f"took maximum({dtype} sum, float32 eps))")
     axes = optional_ints(attrs.get("axis"))
     total = relax.op.sum(relax.op.multiply(data, data), axes, keepdims=True)
     eps = relax.const(float(attrs["eps"]), dtype)

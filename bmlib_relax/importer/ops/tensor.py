@@ -32,10 +32,12 @@ from ...relay.op import reshape_like_shape, split_problem
 _INT64_MAX = 2**63 - 1
 
 
-def relay_reshape_shape(in_shape: list, newshape: list[int], ctx) -> list:
+def relay_reshape_shape(in_shape: list, newshape: list[int], ctx,
+                        allowzero: bool = False) -> list:
     """Resolve Relay's special ``newshape`` values against ``in_shape``.
 
-    0 copies a dim, -1 infers one, -2 copies all remaining dims, -3 merges two
+    0 copies a dim (with ``allowzero``, ONNX's, it is a dim of 0, as v0.19's
+    InferNewShape took it), -1 infers one, -2 copies all remaining dims, -3 merges two
     consecutive dims, -4 splits one dim into the next two values (one may be -1).
     """
     out: list = []
@@ -50,9 +52,9 @@ def relay_reshape_shape(in_shape: list, newshape: list[int], ctx) -> list:
 
     while i < len(newshape):
         value = newshape[i]
-        if value in (0, -3, -4):
+        if value in (0, -3, -4) and not (value == 0 and allowzero):
             source_dims(2 if value == -3 else 1, value)
-        if value > 0:
+        if value > 0 or (value == 0 and allowzero):
             out.append(value)
             src += 1
         elif value == 0:
@@ -93,10 +95,34 @@ def relay_reshape_shape(in_shape: list, newshape: list[int], ctx) -> list:
 @register_converter("reshape")
 def _reshape(inputs, attrs, ctx):
     newshape = ints(attrs.get("newshape", attrs.get("shape")))
-    if attrs.get("allowzero", 0) and 0 in newshape:
-        raise ctx.unsupported_attr("allowzero", attrs["allowzero"])
-    target = relay_reshape_shape(shape_of(inputs[0]), newshape, ctx)
+    allowzero = bool(attrs.get("allowzero", 0))
+    target = relay_reshape_shape(shape_of(inputs[0]), newshape, ctx, allowzero)
+    if allowzero and 0 in newshape:
+        return _reshape_to_empty(inputs[0], newshape, target, ctx)
     return relax.op.reshape(inputs[0], target)
+
+
+def _reshape_to_empty(data, newshape: list[int], target: list, ctx) -> relax.Expr:
+    """``reshape(allowzero=1)`` to a shape with a literal 0 dim (ONNX's ``Reshape``): an
+    empty result, so the input must have no elements either (v0.19's ReshapeRel compared
+    the counts).  Relax's reshape always copies a dim for a 0, so the empty result is made
+    as zeros of the shape."""
+    if -1 in target:  # v0.19's InferNewShape divided the rest by the 0 dim
+        raise ctx.error(f"newshape={tuple(newshape)} with allowzero: -1 cannot be inferred "
+                        "beside a dim of 0")
+    dims = shape_of(data)
+    count = 1
+    for d in dims:
+        count = count * d if isinstance(d, int) and isinstance(count, int) else None
+        if count is None:
+            break
+    if count is None and not any(isinstance(d, int) and d == 0 for d in dims):
+        raise ctx.error(f"newshape={tuple(newshape)} with allowzero needs an input known to "
+                        f"be empty, got shape {tuple(dims)}")
+    if count:
+        raise ctx.error(f"newshape={tuple(newshape)} with allowzero has no elements, the "
+                        f"input {tuple(dims)} has {count}")
+    return relax.op.zeros(relax.ShapeExpr([int(d) for d in target]), dtype_of(data))
 
 
 def run_time_reshape(inputs, attrs, ctx):
