@@ -409,6 +409,11 @@ def _target_arg(text: str):
             return json.loads(text)
         except json.JSONDecodeError as exc:
             raise argparse.ArgumentTypeError(f"--target is not valid JSON: {exc}") from None
+        except (ValueError, RecursionError) as exc:  # too deep, a number too long for int()
+            from .preflight import json_problem
+
+            raise argparse.ArgumentTypeError(f"--target is not valid JSON: "
+                                             f"{json_problem(exc)}") from None
     return text
 
 

@@ -7,9 +7,12 @@ nothing has been compiled.  ``convert`` runs them again for library callers.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
+import sys
 import tempfile
+import zipfile
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -81,8 +84,56 @@ def input_file(path: Any, what: str) -> str:
     if os.path.isdir(path):
         raise ParamError(f"{what} {path} is a directory, expected a file")
     if not os.path.exists(path):
-        raise ParamError(f"{what} not found: {path}")
+        raise ParamError(missing_file_message(path, what))
     return path
+
+
+def unresolvable_link(path: Any) -> Optional[str]:
+    """What ``path`` is when it is a symbolic link that cannot be followed -- a loop
+    (``ELOOP``, also through a looping folder on the way) or a link to nothing -- else
+    None.  ``os.path.exists`` is False for both, which used to be reported as "not
+    found" although something *is* there."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a symbolic link loop (it cannot be resolved)"
+        if os.path.islink(path):
+            return f"a dangling symbolic link to {os.readlink(path)}"
+    return None
+
+
+def missing_file_message(path: Any, what: str) -> str:
+    """The message for a ``what`` file ``path`` that does not exist: "not found", or the
+    symbolic link loop it is (a dangling link stays "not found", saying it is one)."""
+    link = unresolvable_link(path)
+    if link is not None and "loop" in link:
+        return f"{what} {path} is {link}"
+    return f"{what} not found: {path}" + (f" ({link})" if link else "")
+
+
+# The most digits ``int()`` reads from text (CPython's default guard against
+# quadratic-time conversions); json.loads raises a bare ValueError beyond it.
+_INT_DIGITS = getattr(sys, "get_int_max_str_digits", lambda: 4300)() or 4300
+
+
+def json_problem(exc: BaseException) -> Optional[str]:
+    """What is wrong with a JSON file whose ``json.loads`` raised ``exc``, in words for
+    the user, or None when ``exc`` is no JSON damage: a syntax error at its line and
+    column, bytes that are not UTF-8, nesting deeper than Python recurses
+    (RecursionError) or a number of more digits than ``int()`` reads (a bare
+    ValueError naming ``sys.set_int_max_str_digits``, which a user cannot act on)."""
+    if isinstance(exc, json.JSONDecodeError):
+        return f"line {exc.lineno} column {exc.colno}: {exc.msg}"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"byte {exc.start}: not UTF-8 text"
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    if isinstance(exc, ValueError) and "digits" in str(exc):
+        return f"it holds a number with more than {_INT_DIGITS} digits"
+    if isinstance(exc, ValueError):
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return None
 
 
 def writable_file(path: Any, what: str) -> str:
@@ -217,29 +268,80 @@ def _json_field(path: str, key: str) -> Any:
     return data.get(key) if isinstance(data, dict) else None
 
 
+_NPY_MAGIC = b"\x93NUMPY"
+_ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")  # a member first; an empty archive
+
+
 def read_npz(path: str) -> dict[str, np.ndarray]:
     """Every array of an ``.npz`` input file, by name; a file that is no archive (a
     ``.npy``), unreadable, or holds a non-numeric member is a ``ParamError``."""
     if os.path.isdir(path):
         raise ParamError(f"inputs file {path} is a directory, expected a .npz file")
     if not os.path.exists(path):
-        raise ParamError(f"inputs file not found: {path}")
+        raise ParamError(missing_file_message(path, "inputs file"))
+    return guarded_npz(path)
+
+
+def guarded_npz(path: str) -> dict[str, np.ndarray]:
+    """The arrays of the ``.npz`` file ``path`` (an input file, a bundle's inputs or
+    outputs), read by the weights reader (:func:`~bmlib_relax.relay.params.load_params`)
+    rather than ``np.load``: it checks every member's declared size against its
+    compressed size and every ``.npy`` header against the member's bytes *before*
+    allocating (``np.load`` allocated a 10**12-element shape declared by a 144-byte
+    member: MemoryError), and never unpickles.  Damage is a ``ParamError`` naming the
+    file, and the member when one is to blame."""
+    from .relay.params import load_params
+
+    if not os.path.isfile(path):  # a FIFO or a device could be read forever
+        raise ParamError(f"{path} is not a regular file, expected a .npz archive")
     try:
-        loaded = np.load(path, allow_pickle=False)
-        if not isinstance(loaded, np.lib.npyio.NpzFile):
-            raise ParamError(f"{path}: a single array (.npy), expected a .npz archive of "
-                             f"named arrays; give it as NAME={path}")
-        with loaded as npz:
-            arrays = {k: npz[k] for k in npz.files}
-    except ParamError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - zipfile/numpy raise many types
-        raise ParamError(f"{path}: not a readable .npz ({type(exc).__name__}: {exc})") from None
-    for name, array in arrays.items():
-        if array.dtype.kind not in "biuf":
-            raise ParamError(f"{path}: member {name!r} holds {array.dtype} values, expected "
-                             "a numeric array", name)
-    return arrays
+        with open(path, "rb") as handle:
+            magic = handle.read(len(_NPY_MAGIC))
+    except OSError as exc:
+        raise ParamError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if magic.startswith(_NPY_MAGIC):
+        raise ParamError(f"{path}: a single array (.npy), expected a .npz archive of "
+                         f"named arrays; give it as NAME={path}")
+    if not magic.startswith(_ZIP_MAGICS):  # load_params would take .params bytes too
+        raise ParamError(f"{path}: not a readable .npz (not a zip archive: it starts with "
+                         f"{magic.hex(' ') or 'nothing (empty file)'})")
+    try:
+        return load_params(path)
+    except ParamError as exc:
+        raise ParamError(_npz_problem(path, exc), _member_name(exc.name)) from None
+
+
+def _member_name(member: Optional[str]) -> Optional[str]:
+    """The array name of an archive member (``x.npy`` holds ``x``)."""
+    return member[:-4] if member and member.endswith(".npy") else member
+
+
+def _npz_problem(path: str, exc: ParamError) -> str:
+    """The message for the archive ``path`` the weights reader refused with ``exc``: a
+    member holding strings, dates or records says which dtype, as before the reader
+    was used (``member 'x' holds <U1 values``); other damage keeps the reader's words."""
+    name = _member_name(exc.name)
+    dtype = _member_dtype(path, exc.name) if exc.name else None
+    if dtype is not None and dtype.kind not in "biuf":
+        return (f"{path}: member {name!r} holds {dtype} values, expected a numeric array")
+    detail = str(exc)
+    source = getattr(exc, "source", None)
+    if source and detail.startswith(f"{source}: "):
+        detail = detail[len(source) + 2:]
+    return f"{path}: not a readable .npz ({detail})"
+
+
+def _member_dtype(path: str, member: str) -> Optional[np.dtype]:
+    """The dtype an archive member's ``.npy`` header declares (None when it cannot be
+    read): only its header is read, so a member of any declared size costs nothing."""
+    try:
+        with zipfile.ZipFile(path) as archive, archive.open(member) as stream:
+            version = np.lib.format.read_magic(stream)
+            header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                      else np.lib.format.read_array_header_2_0)(stream)
+        return header[2]
+    except Exception:  # noqa: BLE001 - best effort: the reader's own message stands
+        return None
 
 
 def npz_member(path: str, name: str) -> np.ndarray:
@@ -258,21 +360,28 @@ def load_input_array(path: str, name: str) -> np.ndarray:
     """Input ``name`` from a ``.npy`` file, or from a ``.npz`` archive (its member
     ``name``, or its only member: :func:`npz_member`); a missing, unreadable or
     non-numeric file (pickled objects included) is a ``ParamError`` naming the input
-    and the file."""
+    and the file.  The ``.npy`` is read by the weights reader's
+    :func:`~bmlib_relax.relay.params.load_npy`: its header's shape is checked against
+    the file's size before anything is allocated (``np.load`` allocated the 3.6 TiB a
+    144-byte file declared, a MemoryError)."""
+    from .relay.params import load_npy
+
     if path.endswith(".npz"):
         return npz_member(path, name)
     if os.path.isdir(path):
         raise ParamError(f"input {name!r}: {path} is a directory, expected a .npy file", name)
     if not os.path.exists(path):
-        raise ParamError(f"input {name!r}: file not found: {path}", name)
+        raise ParamError(f"input {name!r}: {missing_file_message(path, 'file')}", name)
+    if not os.path.isfile(path):  # a FIFO or a device could be read forever
+        raise ParamError(f"input {name!r}: {path} is not a regular file", name)
     try:
-        array = np.load(path, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
-        raise ParamError(f"input {name!r}: {path} is not a readable .npy file: {exc}",
+        return load_npy(path)
+    except ParamError as exc:
+        detail = str(exc)
+        if detail.startswith(f"{path}: "):
+            detail = detail[len(path) + 2:]
+        raise ParamError(f"input {name!r}: {path} is not a readable .npy file: {detail}",
                          name) from None
-    if not isinstance(array, np.ndarray) or array.dtype.kind not in "biuf":
-        raise ParamError(f"input {name!r}: {path} does not hold a numeric array", name)
-    return array
 
 
 def require_main(module: Any) -> Any:

@@ -648,7 +648,7 @@ def check_export_path(path: str) -> None:
     try:
         with open(meta, encoding="utf-8") as handle:
             existing = json.load(handle)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         existing = None
     if not isinstance(existing, dict) or existing.get("format") != ARTIFACT_FORMAT:
         raise ArtifactError(f"{path}: its metadata would replace {meta}, which is not a "
@@ -671,9 +671,7 @@ def metadata_digest(data: dict) -> str:
 def read_metadata(library_path: str) -> dict:
     """The validated metadata of a library (``ArtifactError`` naming the file otherwise)."""
     meta_path = metadata_path(library_path)
-    if not os.path.isfile(meta_path):
-        raise ArtifactError(f"{library_path}: not a bmlib-relax artifact: its metadata file "
-                            f"{meta_path} is missing", meta_path)
+    _check_metadata_file(library_path, meta_path)
     size = os.path.getsize(meta_path)
     if size > MAX_METADATA_BYTES:
         raise ArtifactError(f"{meta_path}: metadata is {size:,} bytes, more than an artifact's "
@@ -683,8 +681,12 @@ def read_metadata(library_path: str) -> dict:
             data = json.loads(handle.read().decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ArtifactError(f"{meta_path}: metadata is not valid JSON: {exc}", meta_path) from None
-    except RecursionError:
-        raise ArtifactError(f"{meta_path}: metadata is not valid JSON: nested too deeply",
+    except (ValueError, RecursionError) as exc:
+        from .preflight import json_problem  # only here: load() imports no more modules
+
+        # Python's decoder cannot hold it: nested deeper than it recurses, or a number of
+        # more digits than int() reads (a bare ValueError, once an internal error)
+        raise ArtifactError(f"{meta_path}: metadata is not valid JSON: {json_problem(exc)}",
                             meta_path) from None
     except OSError as exc:
         raise ArtifactError(f"{meta_path}: cannot read metadata: {exc}", meta_path) from None
@@ -696,6 +698,28 @@ def read_metadata(library_path: str) -> dict:
                             "written (its SHA-256 does not match); export the model again",
                             meta_path)
     return data
+
+
+def _check_metadata_file(library_path: str, meta_path: str) -> None:
+    """An ``ArtifactError`` unless the metadata beside ``library_path`` is a regular
+    file: a folder, a symbolic link loop or a FIFO is said to be one (they used to be
+    reported as missing), an absent file makes the library no artifact of ours."""
+    if os.path.isfile(meta_path):
+        return
+    from .preflight import unresolvable_link  # only here: load() imports no more modules
+
+    if os.path.isdir(meta_path):
+        raise ArtifactError(f"{library_path}: its metadata file {meta_path} is a directory, "
+                            "expected the JSON file export_library writes", meta_path)
+    link = unresolvable_link(meta_path)
+    if link is not None:
+        raise ArtifactError(f"{library_path}: its metadata file {meta_path} is {link}",
+                            meta_path)
+    if os.path.exists(meta_path):
+        raise ArtifactError(f"{library_path}: its metadata file {meta_path} is not a regular "
+                            "file", meta_path)
+    raise ArtifactError(f"{library_path}: not a bmlib-relax artifact: its metadata file "
+                        f"{meta_path} is missing", meta_path)
 
 
 def _metadata_problems(data: Any) -> str:
@@ -862,7 +886,9 @@ class LoadedModel(ModelRunner):
         if os.path.isdir(path):
             raise ArtifactError(f"{path}: is a directory, not an artifact library", path)
         if not os.path.exists(path):
-            raise ArtifactError(f"artifact not found: {path}", path)
+            from .preflight import missing_file_message
+
+            raise ArtifactError(missing_file_message(path, "artifact"), path)
         self.path = path
         self.metadata = read_metadata(path)
         identity = file_identity(path)  # the file the hash below describes

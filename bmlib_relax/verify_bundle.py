@@ -67,7 +67,12 @@ class GoldenBundle:
         return self.path / name
 
     def relay_text(self) -> str:
-        return self.file("model.relay").read_text(encoding="utf-8")
+        """The Relay text; bytes that are not UTF-8 (a Latin-1 comment in a re-recorded
+        bundle) are a ``ParseError`` at their line, column and byte offset, as for
+        ``convert``'s model file, not a bare UnicodeDecodeError."""
+        from .preflight import read_model_text
+
+        return read_model_text(self.file("model.relay"))
 
     def params(self) -> dict[str, np.ndarray]:
         from .relay.params import load_params
@@ -88,12 +93,20 @@ class GoldenBundle:
 
 
 def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    """The arrays of a bundle's ``.npz``, read with the checks of an input file
+    (:func:`~bmlib_relax.preflight.guarded_npz`: no declared size beyond the bytes
+    there are is allocated, no pickle loaded); damage is a ``BundleError`` naming it."""
+    from .errors import ParamError
+    from .preflight import guarded_npz
+
     try:
-        with np.load(path, allow_pickle=False) as npz:
-            return {k: npz[k] for k in npz.files}
-    except Exception as exc:  # noqa: BLE001 - numpy/zipfile raise many types
-        raise BundleError(f"{path}: not a readable .npz ({type(exc).__name__}: {exc})",
-                          str(path)) from None
+        return guarded_npz(str(path))
+    except ParamError as exc:
+        detail = str(exc)
+        prefix = f"{path}: "
+        message = detail if detail.startswith(prefix) else f"{path}: not a readable .npz " \
+            f"({detail})"
+        raise BundleError(message, str(path)) from None
 
 
 def is_bundle(folder: Path) -> bool:
@@ -104,8 +117,8 @@ def is_bundle(folder: Path) -> bool:
         return False
     try:
         return json.loads(manifest.read_text()).get("format") == BUNDLE_FORMAT
-    except (ValueError, AttributeError, UnicodeDecodeError):
-        return True
+    except (ValueError, AttributeError, RecursionError, OSError):  # ValueError: also
+        return True  # UnicodeDecodeError, and a number too long for int()
 
 
 def find_bundles(roots: Iterable[os.PathLike | str]) -> list[Path]:
@@ -115,7 +128,7 @@ def find_bundles(roots: Iterable[os.PathLike | str]) -> list[Path]:
     for root in map(Path, roots):
         if not root.exists():
             raise BundleError(f"bundle folder not found: {root}", str(root))
-        if (root / MANIFEST).is_file():
+        if os.path.lexists(root / MANIFEST):  # read_bundle says what is wrong with it
             found.append(root)
             continue
         for folder, dirs, _ in os.walk(root):
@@ -129,16 +142,7 @@ def read_bundle(path: os.PathLike | str) -> GoldenBundle:
     """Read a bundle's manifest and check every file against its SHA-256."""
     folder = Path(path)
     manifest_path = folder / MANIFEST
-    if not manifest_path.is_file():
-        raise BundleError(f"{folder}: no {MANIFEST} (not a golden bundle)", str(manifest_path))
-    try:
-        manifest = json.loads(manifest_path.read_text())
-    except json.JSONDecodeError as exc:
-        raise BundleError(f"{manifest_path}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}",
-                          str(manifest_path)) from None
-    except UnicodeDecodeError as exc:
-        raise BundleError(f"{manifest_path}: byte {exc.start}: not UTF-8 text",
-                          str(manifest_path)) from None
+    manifest = _read_manifest(manifest_path)
     if not isinstance(manifest, dict) or manifest.get("format") != BUNDLE_FORMAT:
         raise BundleError(f"{manifest_path}: not a golden bundle manifest (expected "
                           f"\"format\": \"{BUNDLE_FORMAT}\")", str(manifest_path))
@@ -157,14 +161,58 @@ def read_bundle(path: os.PathLike | str) -> GoldenBundle:
         want = digests.get(name)
         if want is None:
             raise BundleError(f"{manifest_path}: no SHA-256 for {name}", str(manifest_path))
-        if not file.is_file():
-            raise BundleError(f"{file}: missing from the bundle", str(file))
-        got = sha256_of(file)
+        got = _file_sha256(file)
         if got != want:
             raise BundleError(f"{file}: damaged: SHA-256 {got[:16]}... differs from the "
                               f"manifest's {str(want)[:16]}... (changed after recording?)",
                               str(file))
     return GoldenBundle(folder, manifest)
+
+
+def _file_sha256(file: Path) -> str:
+    """The SHA-256 of a bundle file; one that is missing, a folder, a link that cannot
+    be followed or unreadable is a ``BundleError`` naming it."""
+    from .preflight import unresolvable_link
+
+    if not file.is_file():
+        link = unresolvable_link(file)
+        what = f"is {link}" if link else "is a directory" if file.is_dir() else \
+            "missing from the bundle"
+        raise BundleError(f"{file}: {what}", str(file))
+    try:
+        return sha256_of(file)
+    except OSError as exc:
+        raise BundleError(f"{file}: cannot read: {exc.strerror or exc}", str(file)) from None
+
+
+def _read_manifest(manifest_path: Path) -> Any:
+    """The JSON value of a bundle's manifest; a missing, unreadable or damaged one is a
+    ``BundleError`` naming it -- also JSON that Python's decoder cannot hold (nested
+    deeper than it recurses, a number of more digits than ``int()`` reads), which used
+    to end ``verify`` in an internal error."""
+    from .preflight import json_problem, unresolvable_link
+
+    where = str(manifest_path)
+    if manifest_path.is_dir():
+        raise BundleError(f"{manifest_path} is a directory, expected the bundle's manifest "
+                          "file", where)
+    if not manifest_path.is_file():
+        link = unresolvable_link(manifest_path)
+        raise BundleError(f"{manifest_path} is {link}" if link else
+                          f"{manifest_path.parent}: no {MANIFEST} (not a golden bundle)", where)
+    try:
+        return json.loads(manifest_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise BundleError(f"{manifest_path}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}",
+                          where) from None
+    except UnicodeDecodeError as exc:
+        raise BundleError(f"{manifest_path}: byte {exc.start}: not UTF-8 text", where) from None
+    except OSError as exc:
+        raise BundleError(f"{manifest_path}: cannot read: {exc.strerror or exc}", where) \
+            from None
+    except (ValueError, RecursionError) as exc:
+        raise BundleError(f"{manifest_path}: invalid JSON: {json_problem(exc)}", where) \
+            from None
 
 
 def _manifest_problem(manifest: dict[str, Any]) -> Optional[str]:
