@@ -55,6 +55,14 @@ def test_reshape_allowzero_of_a_non_empty_input_is_refused(shape, newshape, mess
         import_text(text)
 
 
+def test_reshape_with_two_inferred_dims_is_named():
+    # v0.19's InferNewShape: ICHECK "One and only one dim can be inferred" (TVM's own
+    # "dim_to_infer == -1 (0 vs. -1)" before)
+    text = relay_fn("%x: Tensor[(2, 3), float32]", "reshape(%x, newshape=[-1, -1])")
+    with pytest.raises(ConversionError, match=r"reshape: newshape=\(-1, -1\): only one dim"):
+        import_text(text)
+
+
 def test_reshape_dynamic_dim_stays_symbolic():
     text = relay_fn("%x: Tensor[(?, 3, 4), float32]", "reshape(%x, newshape=[0, -1])")
     mod = import_text(text)

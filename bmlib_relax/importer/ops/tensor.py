@@ -61,6 +61,9 @@ def relay_reshape_shape(in_shape: list, newshape: list[int], ctx,
             out.append(in_shape[src])
             src += 1
         elif value == -1:
+            if -1 in out:  # v0.19's ICHECK "One and only one dim can be inferred"
+                raise ctx.error(f"newshape={tuple(newshape)}: only one dim can be inferred "
+                                "(-1)")
             out.append(-1)
             src += 1
         elif value == -2:
