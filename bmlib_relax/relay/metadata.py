@@ -25,8 +25,9 @@ import numpy as np
 
 from ..errors import ParamFormatError
 
-__all__ = ["NDARRAY_MAGIC", "TensorRecord", "scan_ndarray", "decode_ndarray", "materialize",
-           "encode_ndarray", "parse_metadata", "dtype_from_dl", "dl_from_dtype"]
+__all__ = ["NDARRAY_MAGIC", "RECORD_HEADER_MAX", "TensorRecord", "scan_ndarray",
+           "decode_ndarray", "materialize", "adopt_data", "encode_ndarray", "parse_metadata",
+           "dtype_from_dl", "dl_from_dtype", "canonical_dtype_name", "uses_v019_codes"]
 
 #: First 8 bytes (little-endian uint64) of every serialised TVM NDArray.
 NDARRAY_MAGIC = 0xDD5E40F096B4A13F
@@ -43,10 +44,10 @@ _KDL_CPU = 1
 #: read (8 bytes per dim) from being a large allocation.
 MAX_NDIM = 32
 
-#: DLDataType ``(code, bits)`` -> numpy dtype, for every dtype TVM writes that numpy
-#: (with ml_dtypes, a core dependency) can hold.  Codes are DLPack's: 0 int, 1 uint,
-#: 2 float, 4 bfloat, 6 bool, 10 float8_e4m3fn, 12 float8_e5m2.  ``uint1`` is how
-#: TVM up to 0.19 saved bool (one byte per element).
+#: DLDataType ``(code, bits)`` -> numpy dtype, for every dtype TVM 0.21+ writes that
+#: numpy (with ml_dtypes, a core dependency) can hold.  Codes are DLPack 1.1's: 0 int,
+#: 1 uint, 2 float, 4 bfloat, 6 bool, 10 float8_e4m3fn, 12 float8_e5m2.  ``uint1`` is
+#: how TVM up to 0.22 saved bool (one byte per element); 0.23 moved it to code 6.
 _DL_TO_NUMPY: dict[tuple[int, int], np.dtype] = {
     (0, 8): np.dtype(np.int8), (0, 16): np.dtype(np.int16),
     (0, 32): np.dtype(np.int32), (0, 64): np.dtype(np.int64),
@@ -58,25 +59,76 @@ _DL_TO_NUMPY: dict[tuple[int, int], np.dtype] = {
     (1, 1): np.dtype(np.bool_), (6, 8): np.dtype(np.bool_),
     (10, 8): np.dtype(ml_dtypes.float8_e4m3fn), (12, 8): np.dtype(ml_dtypes.float8_e5m2),
 }
-#: numpy dtype -> DLDataType code/bits written by :func:`encode_ndarray`.  bool is
-#: written as ``uint1`` so that TVM 0.19 (Relay) reads our ``#[metadata]`` too.
+#: The codes of TVM v0.19 (and v0.13..v0.20): include/tvm/runtime/data_type.h there has
+#: ``kE4M3Float = 6U, kE5M2Float = 7U`` and ``is_bool()`` is ``UInt(1)``, so code 6 is
+#: float8 e4m3, never bool.  Codes 10/12 stay readable: TVM 0.19 never wrote them, and
+#: earlier versions of our printer did.
+_DL_TO_NUMPY_V019: dict[tuple[int, int], np.dtype] = {
+    **_DL_TO_NUMPY,
+    (6, 8): np.dtype(ml_dtypes.float8_e4m3fn), (7, 8): np.dtype(ml_dtypes.float8_e5m2),
+}
+#: numpy dtype -> DLDataType code/bits written by :func:`encode_ndarray`: TVM v0.19's
+#: codes (bool as ``uint1``, float8 as 6/7), since our ``#[metadata]`` claims
+#: ``tvm_version`` 0.19.0 and TVM 0.19 (Relay) must read it too.
 _NUMPY_TO_DL: dict[np.dtype, tuple[int, int]] = {
-    dtype: key for key, dtype in _DL_TO_NUMPY.items() if key not in ((6, 8),)}
+    dtype: key for key, dtype in _DL_TO_NUMPY_V019.items() if key not in ((10, 8), (12, 8))}
+
+#: The TVM release that first wrote DLPack 1.1's float8 codes (apache/tvm#17831, "Bump
+#: DLPack to v1.1", merged for v0.21.0; v0.20.0 still had ``kFloat8_e4m3fn = 6U``).
+_FIRST_DLPACK_11_RELEASE = (0, 21)
+_VERSION_RE = re.compile(r"\s*(\d{1,6})\.(\d{1,6})(?:\.(\S*))?")
+#: Relay spellings of dtypes that TVM 0.20 renamed (apache/tvm#17712): v0.19 printed
+#: ``e4m3_float8``; numpy (ml_dtypes) and TVM 0.27 say ``float8_e4m3fn``.
+_V019_DTYPE_NAMES = {"e4m3_float8": "float8_e4m3fn", "e5m2_float8": "float8_e5m2"}
 
 
-def dtype_from_dl(code: int, bits: int, lanes: int) -> np.dtype:
-    """Map a DLDataType to a numpy dtype; :class:`ValueError` for any other."""
+def canonical_dtype_name(name: str) -> str:
+    """``name`` as numpy/ml_dtypes spell it (``e4m3_float8`` -> ``float8_e4m3fn``)."""
+    return _V019_DTYPE_NAMES.get(name, name)
+
+
+def uses_v019_codes(tvm_version: str) -> bool:
+    """True if TVM ``tvm_version`` wrote float8 with v0.19's codes (6 e4m3, 7 e5m2).
+
+    Everything before v0.21.0 did; a ``0.21.dev`` build may predate #17831 and reads as
+    the old codes (its code 6 cannot be bool: that came in v0.23).  Raises
+    :class:`ValueError` for a string that is no TVM version.
+    """
+    m = _VERSION_RE.match(tvm_version)
+    if m is None:
+        raise ValueError(f"tvm_version {shorten(tvm_version)!r} is not a TVM version "
+                         "such as '0.19.0'")
+    release = (int(m.group(1)), int(m.group(2)))
+    if release == _FIRST_DLPACK_11_RELEASE:
+        return "dev" in (m.group(3) or "")
+    return release < _FIRST_DLPACK_11_RELEASE
+
+
+def dtype_from_dl(code: int, bits: int, lanes: int,
+                  tvm_version: Optional[str] = None) -> np.dtype:
+    """Map a DLDataType written by TVM ``tvm_version`` to a numpy dtype.
+
+    ``None`` (the writer is unknown, as for a ``.params`` file) reads the codes as
+    TVM 0.27 writes them.  :class:`ValueError` for a dtype numpy cannot hold.
+    """
     if lanes != 1:
         raise ValueError(f"vector dtype (code={code}, bits={bits}, lanes={lanes}) is not "
                          "supported: weights must have lanes == 1")
-    dtype = _DL_TO_NUMPY.get((code, bits))
+    old = tvm_version is not None and uses_v019_codes(tvm_version)
+    dtype = (_DL_TO_NUMPY_V019 if old else _DL_TO_NUMPY).get((code, bits))
     if dtype is None:
-        raise ValueError(f"unsupported DLDataType(code={code}, bits={bits}, lanes={lanes})")
+        hint = ""
+        legacy = _DL_TO_NUMPY_V019.get((code, bits))
+        if tvm_version is None and legacy is not None:
+            hint = (f"; TVM 0.20 and earlier wrote {legacy.name} with this code: for a file "
+                    "they wrote, give tvm_version (load_params(..., tvm_version='0.19.0'))")
+        raise ValueError(f"unsupported DLDataType(code={code}, bits={bits}, lanes={lanes})"
+                         + hint)
     return dtype
 
 
 def dl_from_dtype(dtype: np.dtype) -> tuple[int, int, int]:
-    """Inverse of :func:`dtype_from_dl`."""
+    """The DLDataType TVM v0.19 wrote for ``dtype`` (see :data:`_NUMPY_TO_DL`)."""
     key = _NUMPY_TO_DL.get(np.dtype(dtype))
     if key is None:
         raise ValueError(f"unsupported dtype {dtype}")
@@ -107,28 +159,40 @@ class TensorRecord(NamedTuple):
     end: int
 
 
-def scan_ndarray(buf: Any, offset: int = 0, *, name: Optional[str] = None,
-                 source: Optional[str] = None, kind: str = "parameter") -> TensorRecord:
-    """Validate the NDArray record at ``buf[offset:]`` without allocating its data.
+#: The most bytes an NDArray record's header can take (fixed part, a shape of
+#: :data:`MAX_NDIM` dims, the byte count): a window this long is all
+#: :func:`scan_ndarray` reads.
+RECORD_HEADER_MAX = _HEADER.size + 8 * MAX_NDIM + 8
 
+
+def scan_ndarray(buf: Any, offset: int = 0, *, name: Optional[str] = None,
+                 source: Optional[str] = None, kind: str = "parameter",
+                 tvm_version: Optional[str] = None, base: int = 0,
+                 total: Optional[int] = None) -> TensorRecord:
+    """Validate the NDArray record at ``offset`` without allocating (or reading) its data.
+
+    ``buf`` holds the bytes from offset ``base`` on: the whole blob, or -- to check a
+    file without reading it -- a window of at least :data:`RECORD_HEADER_MAX` bytes at
+    the record (fewer only where the file ends) of a file of ``total`` bytes.
     Checks, in the order TVM reads them: header present, magic, reserved word 0,
-    CPU device, ``0 <= ndim <= MAX_NDIM``, a dtype numpy can hold with one lane,
-    shape present and non-negative, the declared byte size equal to
-    ``prod(shape) * itemsize`` (exact integers: no overflow) and no larger than
-    what remains.  Raises :class:`ParamFormatError` naming ``name`` and the byte
-    offset of the bad field.
+    CPU device, ``0 <= ndim <= MAX_NDIM``, a dtype numpy can hold with one lane
+    (codes as ``tvm_version`` wrote them: :func:`dtype_from_dl`), shape present and
+    non-negative, the declared byte size equal to ``prod(shape) * itemsize`` (exact
+    integers: no overflow) and no larger than what remains.  Raises
+    :class:`ParamFormatError` naming ``name`` and the byte offset of the bad field.
     """
     view = memoryview(buf)
 
     def fail(message: str, at: int) -> ParamFormatError:
         return ParamFormatError(message, name, at, source, kind)
 
-    size = len(view)
-    if size - offset < _HEADER.size:
+    end = base + len(view)  # of the bytes at hand
+    size = end if total is None else total  # of the whole stream
+    if end - offset < _HEADER.size:
         raise fail(f"truncated tensor header: {_HEADER.size} bytes needed, "
-                   f"{max(size - offset, 0)} remain", offset)
+                   f"{max(end - offset, 0)} remain", offset)
     magic, reserved, dev_type, dev_id, ndim, code, bits, lanes = \
-        _HEADER.unpack_from(view, offset)
+        _HEADER.unpack_from(view, offset - base)
     if magic != NDARRAY_MAGIC:
         raise fail(f"bad tensor magic 0x{magic:016X} (expected 0x{NDARRAY_MAGIC:016X})",
                    offset)
@@ -140,14 +204,14 @@ def scan_ndarray(buf: Any, offset: int = 0, *, name: Optional[str] = None,
     if not 0 <= ndim <= MAX_NDIM:
         raise fail(f"bad tensor rank {ndim} (0..{MAX_NDIM} allowed)", offset + 24)
     try:
-        dtype = dtype_from_dl(code, bits, lanes)
+        dtype = dtype_from_dl(code, bits, lanes, tvm_version)
     except ValueError as exc:
         raise fail(str(exc), offset + 28) from None
     pos = offset + _HEADER.size
-    if size - pos < 8 * ndim:
+    if end - pos < 8 * ndim:
         raise fail(f"truncated tensor shape: {ndim} dims need {8 * ndim} bytes, "
-                   f"{size - pos} remain", pos)
-    shape = struct.unpack_from(f"<{ndim}q", view, pos)
+                   f"{end - pos} remain", pos)
+    shape = struct.unpack_from(f"<{ndim}q", view, pos - base)
     for axis, dim in enumerate(shape):
         if dim < 0:
             raise fail(f"negative dimension {dim} in axis {axis} of shape {shape}",
@@ -155,9 +219,9 @@ def scan_ndarray(buf: Any, offset: int = 0, *, name: Optional[str] = None,
     if not fits_in_memory_model(shape, dtype.itemsize):
         raise fail(f"shape {shape} is larger than any array can be", pos)
     pos += 8 * ndim
-    if size - pos < 8:
-        raise fail(f"truncated tensor byte count: 8 bytes needed, {size - pos} remain", pos)
-    (nbytes,) = _INT64.unpack_from(view, pos)
+    if end - pos < 8:
+        raise fail(f"truncated tensor byte count: 8 bytes needed, {end - pos} remain", pos)
+    (nbytes,) = _INT64.unpack_from(view, pos - base)
     count = 1
     for dim in shape:  # Python ints: a product of 2^40 dims cannot wrap around
         count *= dim
@@ -186,16 +250,29 @@ def materialize(buf: Any, record: TensorRecord) -> np.ndarray:
     return arr.reshape(record.shape).copy()
 
 
+def adopt_data(raw: np.ndarray, record: TensorRecord) -> np.ndarray:
+    """The array of a record from ``raw``, a writable ``uint8`` array of exactly its
+    data bytes that the caller gives up: no second copy of the weights is made."""
+    if record.dtype == np.bool_:  # any non-zero byte is True, as in C
+        return np.not_equal(raw, 0).reshape(record.shape)
+    arr = raw.view(record.dtype)
+    if sys.byteorder == "big" and record.dtype.itemsize > 1:  # files are little-endian
+        arr.byteswap(inplace=True)
+    return arr.reshape(record.shape)
+
+
 def decode_ndarray(buf: Any, offset: int = 0, *, name: Optional[str] = None,
-                   source: Optional[str] = None,
-                   kind: str = "parameter") -> tuple[np.ndarray, int]:
-    """Decode one serialised TVM NDArray at ``buf[offset:]``.
+                   source: Optional[str] = None, kind: str = "parameter",
+                   tvm_version: Optional[str] = None) -> tuple[np.ndarray, int]:
+    """Decode one serialised TVM NDArray at ``buf[offset:]`` (written by TVM
+    ``tvm_version``, ``None``: unknown, read as TVM 0.27 writes).
 
     Returns the array (an owned copy in native byte order) and the offset just
     past it.  Raises :class:`ParamFormatError` (a ``ValueError``) on any
     malformed field; nothing is allocated before the record is validated.
     """
-    record = scan_ndarray(buf, offset, name=name, source=source, kind=kind)
+    record = scan_ndarray(buf, offset, name=name, source=source, kind=kind,
+                          tvm_version=tvm_version)
     return materialize(buf, record), record.end
 
 
@@ -366,12 +443,36 @@ def shorten(text: str, limit: int = 40) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+#: The writer assumed when the JSON records none: Relay text (and its ``#[metadata]``)
+#: was only ever written by TVM up to v0.19 -- v0.20 removed Relay -- and by our printer.
+_RELAY_TVM_VERSION = "0.19.0"
+
+
+def metadata_tvm_version(doc: dict[str, Any]) -> str:
+    """The ``attrs.tvm_version`` ``SaveJSON`` recorded (v0.19 src/node/serialization.cc:
+    ``g.attrs["tvm_version"] = TVM_VERSION``): it decides what DLDataType codes 6 and 7
+    mean (:func:`uses_v019_codes`)."""
+    attrs = doc.get("attrs", {})
+    if not isinstance(attrs, dict):
+        raise _fail(f"metadata 'attrs' must be a JSON object, got {_json_kind(attrs)}")
+    version = attrs.get("tvm_version", _RELAY_TVM_VERSION)
+    if not isinstance(version, str):
+        raise _fail(f"metadata 'attrs.tvm_version' must be a string, got {_json_kind(version)}")
+    try:
+        uses_v019_codes(version)
+    except ValueError as exc:
+        raise _fail(f"metadata 'attrs.tvm_version': {exc}") from None
+    return version
+
+
 def parse_metadata(text: str) -> dict[str, Any]:
     """Decode the JSON after ``#[metadata]``.
 
     Returns ``{"constants": [ndarray|None, ...], "counts": {kind: n},
-    "objects": {kind: [node dict, ...]}, "json": text}``; ``constants[N]`` is
-    the value of ``meta[relay.Constant][N]``.  Raises :class:`ParamFormatError`
+    "objects": {kind: [node dict, ...]}, "tvm_version": str, "json": text}``;
+    ``constants[N]`` is the value of ``meta[relay.Constant][N]``, its DLDataType codes
+    read as the writer's ``tvm_version`` (:func:`metadata_tvm_version`) wrote them.
+    Raises :class:`ParamFormatError`
     (a ``ValueError``) naming the node, key or constant on malformed JSON, node
     graphs or arrays; array sizes are validated before anything is allocated.
     """
@@ -384,6 +485,7 @@ def parse_metadata(text: str) -> dict[str, Any]:
         raise _fail(f"bad JSON: {exc}") from None
     graph = _NodeGraph(doc)
     entries = graph.root_map()
+    tvm_version = metadata_tvm_version(doc)
     blobs = doc.get("b64ndarrays", [])
     if not isinstance(blobs, list):
         raise _fail(f"'b64ndarrays' must be a list, got {_json_kind(blobs)}")
@@ -411,7 +513,8 @@ def parse_metadata(text: str) -> dict[str, Any]:
                 raise _fail(f"bad base64 in b64ndarrays[{k}]: {exc}", const_name,
                             kind="constant") from None
             array, end = decode_ndarray(raw, name=const_name,
-                                        source=f"{_SOURCE} b64ndarrays[{k}]", kind="constant")
+                                        source=f"{_SOURCE} b64ndarrays[{k}]", kind="constant",
+                                        tvm_version=tvm_version)
             if end != len(raw):
                 raise ParamFormatError(f"{len(raw) - end} bytes of trailing garbage after "
                                        "the tensor", const_name, end,
@@ -422,5 +525,6 @@ def parse_metadata(text: str) -> dict[str, Any]:
         "constants": constants,
         "counts": {kind: len(ix) for kind, ix in entries.items()},
         "objects": {kind: [graph.nodes[i] for i in ix] for kind, ix in entries.items()},
+        "tvm_version": tvm_version,
         "json": text,
     }

@@ -29,7 +29,8 @@ import numpy as np
 
 from ..errors import ParamError, ParamFormatError
 from . import ast
-from .metadata import TensorRecord, fits_in_memory_model, materialize, scan_ndarray
+from .metadata import (RECORD_HEADER_MAX, TensorRecord, adopt_data, canonical_dtype_name,
+                       fits_in_memory_model, materialize, scan_ndarray, uses_v019_codes)
 from .rewrite import substitute
 
 ParamsLike = Union[Mapping[str, Any], str, os.PathLike, bytes, bytearray, memoryview, None]
@@ -55,12 +56,51 @@ def to_numpy(value: Any, name: str = "?") -> np.ndarray:
 
 
 # ---------------------------------------------------------------------- formats
-#: Leading bytes -> reader of a whole weights blob (``blob, source`` -> arrays).
-_FORMATS: dict[bytes, Callable[[bytes, str], dict[str, np.ndarray]]] = {}
+class _Bytes:
+    """Random access to a weights blob or file, so that a file is checked (magic,
+    structure, every declared size against its length) before its data is read: a
+    1.5 GiB file that is no weights costs one ``read(8)``, not 1.5 GiB of memory."""
+
+    def __init__(self, size: int, blob: Optional[bytes] = None, handle: Any = None):
+        self.size = size
+        self.blob = blob
+        self.handle = handle
+
+    def read(self, at: int, n: int) -> bytes:
+        """Up to ``n`` bytes from offset ``at`` (fewer where the data ends)."""
+        n = max(min(n, self.size - at), 0)
+        if self.blob is not None:
+            return self.blob[at:at + n]
+        self.handle.seek(at)
+        return self.handle.read(n)
+
+    def stream(self) -> Any:
+        """A seekable binary file object over all the bytes (for ``zipfile``)."""
+        return io.BytesIO(self.blob) if self.blob is not None else self.handle
+
+    def array(self, record: TensorRecord) -> np.ndarray:
+        """The array of a validated record: a file's data is read straight into it."""
+        if self.blob is not None:
+            return materialize(self.blob, record)
+        raw = np.empty(record.nbytes, np.uint8)
+        self.handle.seek(record.data_offset)
+        filled = 0
+        while filled < record.nbytes:  # readinto may return less than asked
+            got = self.handle.readinto(memoryview(raw)[filled:])
+            if not got:
+                raise OSError(f"file shrank while being read ({filled} of {record.nbytes} "
+                              f"bytes at {record.data_offset})")
+            filled += got
+        return adopt_data(raw, record)
+
+
+#: Leading bytes -> reader of a weights blob or file (``data, source, tvm_version``).
+_FORMATS: dict[bytes, Callable[[_Bytes, str, Optional[str]], dict[str, np.ndarray]]] = {}
+_MAGIC_LEN = 8  # the longest magic: the .params uint64
 
 
 def _weights_format(*magics: bytes):
-    """Register a reader for blobs starting with one of ``magics``."""
+    """Register a reader for weights starting with one of ``magics``."""
     def register(reader):
         for magic in magics:
             _FORMATS[magic] = reader
@@ -68,19 +108,31 @@ def _weights_format(*magics: bytes):
     return register
 
 
-def load_params(source: ParamsLike) -> dict[str, np.ndarray]:
+def load_params(source: ParamsLike, *,
+                tvm_version: Optional[str] = None) -> dict[str, np.ndarray]:
     """Load weights from a dict, an ``.npz``/``.params`` path, or their bytes.
 
     ``.params`` is the format written by ``relay.save_param_dict`` /
     ``tvm.runtime.save_param_dict``; ``.npz`` is ``np.savez``'s zip.  A file is
     recognised by its magic number, not its suffix, so bytes of either load too.
+
+    A ``.params`` file does not record the TVM that wrote it, and TVM changed what
+    DLDataType code 6 means: float8 e4m3 up to v0.20 (code 7: e5m2), bool since v0.23.
+    Its codes are read as TVM 0.27 writes them unless ``tvm_version`` names the
+    writer (``"0.19.0"``: code 6 is ``float8_e4m3fn``, 7 ``float8_e5m2``).
     """
+    if tvm_version is not None:
+        try:
+            uses_v019_codes(tvm_version)
+        except ValueError as exc:
+            raise ParamError(str(exc)) from None
     if source is None:
         return {}
     if isinstance(source, Mapping):
         return {str(k): _numeric(to_numpy(v, str(k)), str(k)) for k, v in source.items()}
     if isinstance(source, (bytes, bytearray, memoryview)):
-        return _load_blob(bytes(source), "<bytes>")
+        blob = bytes(source)
+        return _load(_Bytes(len(blob), blob=blob), "<bytes>", tvm_version)
     try:
         path = os.fspath(source)
     except TypeError:
@@ -94,10 +146,10 @@ def load_params(source: ParamsLike) -> dict[str, np.ndarray]:
         raise ParamError(f"params path is not a regular file: {path}")
     try:
         with open(path, "rb") as handle:
-            blob = handle.read()
+            size = os.fstat(handle.fileno()).st_size
+            return _load(_Bytes(size, handle=handle), path, tvm_version)
     except OSError as exc:
         raise ParamError(f"cannot read params file {path}: {exc.strerror or exc}") from None
-    return _load_blob(blob, path)
 
 
 def _numeric(array: np.ndarray, name: str) -> np.ndarray:
@@ -108,26 +160,34 @@ def _numeric(array: np.ndarray, name: str) -> np.ndarray:
     return array
 
 
-def _load_blob(blob: bytes, source: str) -> dict[str, np.ndarray]:
+def _load(data: _Bytes, source: str, tvm_version: Optional[str]) -> dict[str, np.ndarray]:
+    """Dispatch on the magic; weights that validate but exceed the memory available are
+    a :class:`ParamError` too (a raw ``MemoryError`` was the CLI's "internal error")."""
+    head = data.read(0, _MAGIC_LEN)
     for magic, reader in _FORMATS.items():
-        if blob.startswith(magic):
-            return reader(blob, source)
+        if head.startswith(magic):
+            try:
+                return reader(data, source, tvm_version)
+            except MemoryError:
+                raise ParamError(f"{source}: not enough memory to load its weights "
+                                 f"({data.size} bytes)") from None
     raise ParamFormatError(
         "not a .params (save_param_dict) or .npz file: it starts with "
-        f"{blob[:8].hex(' ') or 'nothing (empty file)'}", offset=0, source=source)
+        f"{head.hex(' ') or 'nothing (empty file)'}", offset=0, source=source)
 
 
 @_weights_format(_U64.pack(_PARAMS_MAGIC))
-def _load_param_blob(blob: bytes, source: str) -> dict[str, np.ndarray]:
+def _load_param_blob(data: _Bytes, source: str,
+                     tvm_version: Optional[str] = None) -> dict[str, np.ndarray]:
     """Read a ``save_param_dict`` blob: validate all of it, then copy the arrays.
 
     Layout (TVM ``SaveParams``): magic u64, reserved u64, name count u64, each name
     as length u64 + bytes, tensor count u64 (equal to the name count), each tensor
-    as an NDArray record (:func:`~bmlib_relax.relay.metadata.scan_ndarray`).
-    Nothing may follow the last tensor.
+    as an NDArray record (:func:`~bmlib_relax.relay.metadata.scan_ndarray`, codes as
+    ``tvm_version`` wrote them).  Nothing may follow the last tensor.  Only headers
+    and names are read until everything has been checked against the size.
     """
-    view = memoryview(blob)
-    size = len(view)
+    size = data.size
 
     def fail(message: str, at: int, name: Optional[str] = None) -> ParamFormatError:
         return ParamFormatError(message, name, at, source)
@@ -136,9 +196,9 @@ def _load_param_blob(blob: bytes, source: str) -> dict[str, np.ndarray]:
         if size - at < 8:
             raise fail(f"truncated {what}: 8 bytes needed, {max(size - at, 0)} remain", at,
                        name)
-        return _U64.unpack_from(view, at)[0]
+        return _U64.unpack(data.read(at, 8))[0]
 
-    read_u64(0, "header")  # the magic, already matched by _load_blob
+    read_u64(0, "header")  # the magic, already matched by _load
     reserved = read_u64(8, "header")
     if reserved != 0:
         raise fail(f"reserved header word is {reserved}, expected 0", 8)
@@ -153,7 +213,7 @@ def _load_param_blob(blob: bytes, source: str) -> dict[str, np.ndarray]:
         length = read_u64(pos, f"length of name #{i}")
         if length > size - pos - 8:
             raise fail(f"name #{i} declares {length} bytes, only {size - pos - 8} remain", pos)
-        raw = bytes(view[pos + 8:pos + 8 + length])
+        raw = data.read(pos + 8, length)
         try:
             name = raw.decode("utf-8")
         except UnicodeDecodeError:
@@ -169,12 +229,14 @@ def _load_param_blob(blob: bytes, source: str) -> dict[str, np.ndarray]:
     pos += 8
     records: list[TensorRecord] = []
     for name in names:
-        record = scan_ndarray(view, pos, name=name, source=source)
+        window = data.read(pos, RECORD_HEADER_MAX)
+        record = scan_ndarray(window, pos, name=name, source=source, base=pos, total=size,
+                              tvm_version=tvm_version)
         records.append(record)
         pos = record.end
     if pos != size:
         raise fail(f"{size - pos} bytes of trailing garbage after the last tensor", pos)
-    return {name: materialize(view, record) for name, record in zip(names, records)}
+    return {name: data.array(record) for name, record in zip(names, records)}
 
 
 # ---------------------------------------------------------------------- .npz
@@ -182,23 +244,29 @@ def _load_param_blob(blob: bytes, source: str) -> dict[str, np.ndarray]:
 #: declares more uncompressed bytes than this cannot be genuine.
 _MAX_DEFLATE_RATIO = 1100
 _NPY_SUFFIX = ".npy"
+_ZIP_LOCAL_HEADER = struct.Struct("<IHHHHHIIIHH")  # signature ... name length, extra length
+_ZIP_LOCAL_MAGIC = 0x04034B50
 
 
 @_weights_format(b"PK\x03\x04", b"PK\x05\x06")
-def _load_npz_blob(blob: bytes, source: str) -> dict[str, np.ndarray]:
+def _load_npz_blob(data: _Bytes, source: str,
+                   tvm_version: Optional[str] = None) -> dict[str, np.ndarray]:
     """Read an ``np.savez`` archive: every member must be a numeric ``.npy`` array.
 
     The archive and each member's declared sizes are checked before anything is
-    decompressed; each ``.npy`` header is then validated like a ``.params`` tensor
-    before its data is read (:func:`_read_npy_member`).  Pickles are never loaded:
-    an object array is an error.
+    decompressed -- including that no two members share bytes
+    (:func:`_check_member_extents`) -- and each ``.npy`` header is then validated like
+    a ``.params`` tensor before its data is read (:func:`_read_npy_member`).  Pickles
+    are never loaded: an object array is an error.  (``tvm_version`` is for
+    ``.params``: a ``.npy`` names its dtype.)
     """
     try:
-        archive = zipfile.ZipFile(io.BytesIO(blob))
+        archive = zipfile.ZipFile(data.stream())
         infos = archive.infolist()
     except Exception as exc:  # noqa: BLE001 - zipfile's errors on bad input are undocumented
         raise ParamFormatError(f"not a valid .npz (zip) archive: {exc}", source=source) \
             from None
+    _check_member_extents(data, infos, source)
     out: dict[str, np.ndarray] = {}
     for info in infos:
         member = info.filename
@@ -214,14 +282,47 @@ def _load_npz_blob(blob: bytes, source: str) -> dict[str, np.ndarray]:
         if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
             raise fail(f"uses zip compression method {info.compress_type}; numpy writes "
                        "only stored or deflated members")
-        if info.compress_size > len(blob) or info.file_size > (
+        if info.compress_size > data.size or info.file_size > (
                 info.compress_size if info.compress_type == zipfile.ZIP_STORED
                 else info.compress_size * _MAX_DEFLATE_RATIO + 1024):
             raise fail(f"declares {info.file_size} bytes from {info.compress_size} "
-                       f"compressed bytes in a {len(blob)}-byte archive",
+                       f"compressed bytes in a {data.size}-byte archive",
                        info.header_offset)
         out[name] = _read_npy_member(archive, info, fail)
     return out
+
+
+def _check_member_extents(data: _Bytes, infos: list[zipfile.ZipInfo], source: str) -> None:
+    """Refuse members whose bytes (local header + compressed data) overlap or pass the
+    end of the archive.
+
+    ``np.savez`` writes each member once, one after the other.  Central-directory
+    entries that point into one shared deflated stream each pass the per-member
+    ratio check, yet decompress it once each: 40 entries over one 97 KB member
+    declared 4 GB.  Disjoint extents bound the total output by the file's size times
+    the deflate ratio.
+    """
+    extents: list[tuple[int, int, str]] = []
+    for info in infos:
+        start = info.header_offset
+        header = data.read(start, _ZIP_LOCAL_HEADER.size)
+        if len(header) < _ZIP_LOCAL_HEADER.size or \
+                _ZIP_LOCAL_HEADER.unpack(header)[0] != _ZIP_LOCAL_MAGIC:
+            raise ParamFormatError("has no local file header where the archive's directory "
+                                   "puts it", info.filename, start, source, kind="member")
+        name_len, extra_len = _ZIP_LOCAL_HEADER.unpack(header)[-2:]
+        end = start + _ZIP_LOCAL_HEADER.size + name_len + extra_len + info.compress_size
+        if end > data.size:
+            raise ParamFormatError(f"its {info.compress_size} compressed bytes end at byte "
+                                   f"{end}, past the end of the {data.size}-byte archive",
+                                   info.filename, start, source, kind="member")
+        extents.append((start, end, info.filename))
+    extents.sort()
+    for (_, prev_end, prev_name), (start, _, name) in zip(extents, extents[1:]):
+        if start < prev_end:
+            raise ParamFormatError(f"overlaps member {prev_name!r} (bytes up to {prev_end}): "
+                                   "archive members sharing data are a zip bomb, not an "
+                                   "np.savez file", name, start, source, kind="member")
 
 
 def _read_npy_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo,
@@ -387,20 +488,33 @@ def _npy_array(raw: Any, header: _NpyHeader) -> np.ndarray:
 
 
 def check_param(name: str, value: np.ndarray, expected: ast.Type | None) -> None:
-    """Raise :class:`ParamError` if ``value`` does not fit the declared type."""
+    """Raise :class:`ParamError` if ``value`` does not fit the declared type.
+
+    v0.19's dtype spellings (``e4m3_float8``) name the same dtypes as numpy's
+    (``float8_e4m3fn``).  A bool array for a float8 e4m3 parameter is refused with
+    the likely cause: a ``.params`` of TVM <= 0.20 whose code 6 (e4m3 then, bool now)
+    was read as bool -- its bytes are not reinterpreted behind the user's back.
+    """
     if not isinstance(expected, ast.TensorType):
         return
     shape = tuple(value.shape)
     want = expected.shape
     shape_ok = len(shape) == len(want) and all(
         w is None or isinstance(w, str) or int(w) == s for w, s in zip(want, shape))
-    dtype_ok = str(value.dtype) == expected.dtype
+    want_dtype = canonical_dtype_name(expected.dtype)
+    dtype_ok = str(value.dtype) == want_dtype
     if not (shape_ok and dtype_ok):
         dims = ["?" if w is None else str(w) for w in want]
         want_text = "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
+        hint = ""
+        if value.dtype == np.bool_ and want_dtype == "float8_e4m3fn":
+            hint = ("; DLDataType code 6 is ambiguous in a .params file: TVM 0.20 and "
+                    "earlier wrote float8 e4m3 with it, TVM 0.23+ writes bool (how it is "
+                    "read by default) -- if TVM 0.19 wrote these weights, load them with "
+                    "load_params(path, tvm_version='0.19.0')")
         raise ParamError(
             f"parameter {name!r}: expected shape {want_text} dtype {expected.dtype}, "
-            f"got shape {shape} dtype {value.dtype}", name)
+            f"got shape {shape} dtype {value.dtype}{hint}", name)
 
 
 def bind_params_by_name(func: ast.Function, params: Mapping[str, Any],

@@ -1109,7 +1109,31 @@ class _Parser:
             if data is None:
                 raise self.missing_constant_error(index, start)
         ty = self.ty_comment_type(self.pos - 1)
+        if data is not None and isinstance(ty, A.TensorType):
+            self.check_meta_constant_type(index, data, ty, start)
         return A.Constant(data, index, ty, span=self.span(start))
+
+    def check_meta_constant_type(self, index: int, data: np.ndarray, ty: A.TensorType,
+                                 tok: Token) -> None:
+        """The ``/* ty=... */`` v0.19 printed beside a meta constant is its checked type,
+        i.e. the array's own dtype and shape: a disagreement means the ``#[metadata]``
+        array was decoded (or edited) into something else -- e.g. DLDataType code 6
+        read as bool although v0.19 wrote float8 e4m3 with it -- so it is refused here
+        rather than computed with."""
+        from .metadata import canonical_dtype_name
+
+        dtype_ok = str(data.dtype) == canonical_dtype_name(ty.dtype)
+        shape_ok = len(ty.shape) == data.ndim and all(
+            not isinstance(want, int) or want == got for want, got in zip(ty.shape, data.shape))
+        if dtype_ok and shape_ok:
+            return
+        dims = ", ".join("?" if d is None else str(d) for d in ty.shape)
+        printed = f"Tensor[({dims}{',' if len(ty.shape) == 1 else ''}), {ty.dtype}]"
+        raise self.error(
+            f"meta[relay.Constant][{index}] is a {data.dtype} tensor of shape "
+            f"{tuple(data.shape)} in the #[metadata] section (tvm_version "
+            f"{self.metadata.get('tvm_version', '?')}), but its printed type is {printed}",
+            tok)
 
     def missing_constant_error(self, index: int, tok: Token) -> ParseError:
         """``meta[relay.Constant][N]`` with a #[metadata] section that lacks its value.
