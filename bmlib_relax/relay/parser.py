@@ -142,6 +142,14 @@ def _float_literal_value(m: re.Match) -> float:
 _BARE_DTYPES = {"int": "int32", "uint": "uint32", "float": "float32"}
 
 
+def _tvm_dtype_name(name: str) -> str:
+    """A dtype as TVM 0.27 spells it: ``int`` is ``int32`` (``String2DLDataType``), and
+    v0.19's ``e4m3_float8``/``e5m2_float8`` are ``float8_e4m3fn``/``float8_e5m2``."""
+    from .metadata import canonical_dtype_name
+
+    return canonical_dtype_name(_BARE_DTYPES.get(name, name))
+
+
 def is_dtype(name: str) -> bool:
     """True if ``name`` is a scalar dtype such as ``float32`` or ``int8``."""
     return _DTYPE_RE.match(name) is not None
@@ -1165,7 +1173,10 @@ class _Parser:
     def parse_attr(self) -> tuple[str, Any]:
         key = self.next()
         self.expect("=", f"after attribute name {key.text}")
-        return key.text, self.parse_attr_value()
+        value = self.parse_attr_value()
+        if key.text.endswith("dtype") and isinstance(value, str):
+            value = _tvm_dtype_name(value)  # cast(%x, dtype="e4m3_float8")
+        return key.text, value
 
     def parse_attr_value(self) -> Any:
         """Attribute value: number, string, bool, None, identifier, list, meta ref."""
@@ -1251,7 +1262,7 @@ class _Parser:
             self.expect_close("]", "type")
             ty = A.RefType(inner)
         elif is_dtype(text) or text in _BARE_DTYPES:
-            ty = A.TensorType((), _BARE_DTYPES.get(text, text))
+            ty = A.TensorType((), _tvm_dtype_name(text))
         else:
             tv = self.lookup_type_var(text)
             if tv is not None:
@@ -1286,7 +1297,7 @@ class _Parser:
                                              dtype_tok.text in _BARE_DTYPES):
             raise self.error_expected("a dtype like float32", dtype_tok)
         self.expect_close("]", "type")
-        return A.TensorType(tuple(dims), _BARE_DTYPES.get(dtype_tok.text, dtype_tok.text))
+        return A.TensorType(tuple(dims), _tvm_dtype_name(dtype_tok.text))
 
     def parse_dim(self) -> Union[int, str, None]:
         tok = self.peek()

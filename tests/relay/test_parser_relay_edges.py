@@ -354,3 +354,21 @@ def test_metadata_constant_with_data_still_parses():
              {"type_key": "relay.Constant", "attrs": {"data": "0", "span": "0"}}]
     const = parse(_metadata_text(nodes, [blob]))["main"].body.args[1]
     np.testing.assert_array_equal(const.data, np.arange(3, dtype="float32"))
+
+
+@pytest.mark.parametrize("v019, tvm_name", [("e4m3_float8", "float8_e4m3fn"),
+                                             ("e5m2_float8", "float8_e5m2")])
+def test_v019_float8_dtype_names_compute(v019, tvm_name):
+    """v0.19 printed float8 as ``e4m3_float8``/``e5m2_float8`` (TVM 0.20 renamed them,
+    apache/tvm#17712): in a tensor type and a cast's dtype they are TVM 0.27's names (they
+    were "unknown dtype")."""
+    import ml_dtypes
+
+    text = ('#[version = "0.0.5"]\n'
+            f'def @main(%x: Tensor[(3), {v019}]) {{ cast(cast(%x, dtype="float32"), '
+            f'dtype="{v019}") }}')
+    assert parse(text)["main"].params[0].type_annotation.dtype == tvm_name
+    x = np.array([0.5, -3, 1.25], getattr(ml_dtypes, tvm_name))
+    out = bmlib_relax.compile(text, params={})(x=x)
+    assert out.dtype == x.dtype
+    np.testing.assert_array_equal(out.astype("float32"), x.astype("float32"))
