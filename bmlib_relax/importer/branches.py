@@ -55,13 +55,16 @@ class _BranchLifter(PyExprMutator):
         defined = {str(v) for p in params for v in relax.analysis.defined_symbolic_vars(p)}
         if any(str(v) not in defined for v in relax.analysis.free_symbolic_vars(branch)):
             return branch  # a dim only the branch's shape expressions name: keep it inline
-        func = relax.Function(params, branch, branch.ty,
+        # The return type is the branch's without the dims only its own bindings define
+        # (a ``match_cast`` to the unified type of an inner ``if``, a loop's result):
+        # TVM derives it so, and the caller's result is that type in the caller's dims.
+        func = relax.Function(params, branch, None,
                               is_pure=not relax.analysis.contains_impure_call(branch))
         func = relax.utils.copy_with_new_vars(func)  # the new function's own variables
         func = func.with_attr(BRANCH_OF_ATTR, self.owner)
         gvar = self.builder_.add_func(func, f"{self.owner}_{which}_branch")
-        result = relax.Var("branch_result", branch.ty)
-        call = relax.Call(gvar, params)
+        call = self.builder_.normalize(relax.Call(gvar, params))
+        result = relax.Var("branch_result", call.ty)
         return relax.SeqExpr([relax.BindingBlock([relax.VarBinding(result, call)])], result)
 
 

@@ -48,7 +48,7 @@ from tvm import relax
 from tvm.sym.analyzer import Analyzer, ConstIntBound
 
 from ..constants import tensor_constant
-from ..errors import BmlibError, ConversionError, ParamError, UnsupportedOpError
+from ..errors import BmlibError, ConversionError, ParamError, RelayTypeError, UnsupportedOpError
 from ..relay import ast
 from ..relay.params import check_param
 from ..relay.analysis import free_vars, post_order_list
@@ -248,6 +248,32 @@ def _fresh_dims(ty: Any, fresh: list) -> Any:
     return ty
 
 
+def _renamed_dims(ty: Any, base: str) -> Any:
+    """``ty`` with each symbolic dim a new var named ``<base>_d<k>`` (equal dims stay
+    equal, as in :func:`_fresh_dims`): the dims a call's result takes in the caller,
+    named apart from the caller's inputs' (``d0``), by which signatures are read."""
+    fresh: list = []  # (old, new) pairs
+
+    def dim(d: Any) -> Any:
+        if isinstance(d, tvm.tirx.IntImm):
+            return d
+        match = next((new for old, new in fresh if old.same_as(d)), None)
+        if match is None:
+            match = tvm.tirx.Var(f"{base}_d{len(fresh)}", "int64")
+            fresh.append((d, match))
+        return match
+
+    def rename(t: Any) -> Any:
+        dims = _shape_dims(t)
+        if dims is not None:
+            return relax.TensorType([dim(d) for d in dims], t.dtype)
+        if isinstance(t, relax.TupleType):
+            return relax.TupleType([rename(f) for f in t.fields])
+        return t
+
+    return rename(ty)
+
+
 def _final_state_type(ty: Any) -> Any:
     """The type of a loop variable's final value: its parameter's, but a shape with a
     symbolic dim is left to run time (the variable may grow from call to call; the
@@ -262,13 +288,15 @@ def _final_state_type(ty: Any) -> Any:
 
 def _run_time_where_annotated(ty: Any, annotation: Optional[ast.Type], name: str) -> Any:
     """``ty`` (a parameter typed by its first argument) with a var of its own wherever
-    the annotation says ``?`` and the argument's dim is static: a loop variable declared
-    ``Tensor[(?, 1)]`` that starts as ``(1, 1)`` grows (Relay typed it ``?``), and
-    typing it ``(1, 1)`` would refuse the loop's next call."""
+    the annotation says ``?``: a loop variable declared ``Tensor[(?, 1)]`` that starts as
+    ``(1, 1)`` grows (Relay typed it ``?``), and typing it ``(1, 1)`` would refuse the
+    loop's next call; one that starts as a run-time-sized input it also captures
+    (``concatenate((%acc, %x))``, ``%x: Tensor[(?, 3)]``) must not share ``%x``'s dim
+    either, or the second call is refused."""
     if isinstance(ty, relax.TensorType) and isinstance(annotation, ast.TensorType) \
             and ty.shape is not None and len(annotation.shape) == len(ty.shape.values):
         dims = [tvm.tirx.Var(f"{name}_d{i}", "int64")
-                if (a is None or isinstance(a, ast.Any)) and isinstance(d, tvm.tirx.IntImm) else d
+                if a is None or isinstance(a, ast.Any) else d
                 for i, (d, a) in enumerate(zip(ty.shape.values, annotation.shape))]
         return relax.TensorType(dims, ty.dtype)
     if isinstance(ty, relax.TupleType) and isinstance(annotation, ast.TupleType) and \
@@ -276,6 +304,80 @@ def _run_time_where_annotated(ty: Any, annotation: Optional[ast.Type], name: str
         return relax.TupleType([_run_time_where_annotated(f, a, f"{name}_{i}")
                                 for i, (f, a) in enumerate(zip(ty.fields, annotation.fields))])
     return ty
+
+
+def _shape_dims(ty: Any) -> Optional[list]:
+    """The dims of a tensor type of known shape, else None."""
+    shape = getattr(ty, "shape", None)
+    if not isinstance(ty, relax.TensorType) or shape is None or not hasattr(shape, "values"):
+        return None
+    return list(shape.values)
+
+
+def _independent_dims(ty: Any, base: str) -> Any:
+    """``ty`` with every dim that is not static a new var of its own: Relay's ``?``, the
+    type of a loop's final state (its variables may grow apart from call to call, so two
+    that start with one dim must not be tied)."""
+    dims = _shape_dims(ty)
+    if dims is not None:
+        return relax.TensorType([d if isinstance(d, tvm.tirx.IntImm)
+                                 else tvm.tirx.Var(f"{base}_d{i}", "int64")
+                                 for i, d in enumerate(dims)], ty.dtype)
+    if isinstance(ty, relax.TupleType):
+        return relax.TupleType([_independent_dims(f, f"{base}_{i}")
+                                for i, f in enumerate(ty.fields)])
+    return ty
+
+
+def _unify_branch_dim(lhs: Any, rhs: Any, name: str) -> Any:
+    """As v0.19's ``Unifier::UnifyDim`` (src/relay/analysis/type_solver.cc) on an ``if``'s
+    branches: equal dims stay that dim; any other pair (a ``?`` on either side: every
+    run-time dim is one here) is ``?``, a new var.  Two different static dims never get
+    here (:func:`~.typecheck.branch_error` refused them); a named dim against a static
+    one, which v0.19 bound to the static dim, is a new var too (it accepts every run
+    that did)."""
+    if lhs.same_as(rhs) or Analyzer().can_prove_equal(lhs, rhs):
+        return lhs
+    return tvm.tirx.Var(name, "int64")
+
+
+def _unified_branch_type(lhs: Any, rhs: Any, base: str = "if") -> Any:
+    """The type of ``if (c) { a } else { b }`` from the branches' result types, as v0.19's
+    ``VisitExpr_(IfNode)`` unified them (type_infer.cc): dim by dim, field by field.
+    Where one side's shape is unknown each dim is ``?``; parts that do not unify (a
+    rank or an arity apart: refused before) are ``lhs``'s."""
+    if isinstance(lhs, relax.TensorType) and isinstance(rhs, relax.TensorType):
+        left, right = _shape_dims(lhs), _shape_dims(rhs)
+        if left is not None and right is not None and len(left) == len(right):
+            return relax.TensorType([_unify_branch_dim(a, b, f"{base}_d{i}")
+                                     for i, (a, b) in enumerate(zip(left, right))], lhs.dtype)
+        known = left if left is not None else right
+        if known is not None and min(lhs.ndim, rhs.ndim) in (-1, len(known)):
+            return _independent_dims(relax.TensorType(known, lhs.dtype), base)
+        return lhs
+    if isinstance(lhs, relax.TupleType) and isinstance(rhs, relax.TupleType) and \
+            len(lhs.fields) == len(rhs.fields):
+        return relax.TupleType([_unified_branch_type(a, b, f"{base}_{i}")
+                                for i, (a, b) in enumerate(zip(lhs.fields, rhs.fields))])
+    return lhs
+
+
+def _refined_type(current: Any, precise: Any) -> Any:
+    """``current`` (a value's Relax type) with each tensor whose shape Relax lost (only
+    its rank left) taken from ``precise``, where that has the same dtype and rank;
+    ``current`` itself when nothing is taken."""
+    if isinstance(current, relax.TensorType):
+        dims = _shape_dims(precise)
+        if _shape_dims(current) is None and dims is not None and \
+                str(current.dtype) == str(precise.dtype) and current.ndim in (-1, len(dims)):
+            return precise
+        return current
+    if isinstance(current, relax.TupleType) and isinstance(precise, relax.TupleType) and \
+            len(current.fields) == len(precise.fields):
+        fields = [_refined_type(c, p) for c, p in zip(current.fields, precise.fields)]
+        if any(not f.same_as(c) for f, c in zip(fields, current.fields)):
+            return relax.TupleType(fields)
+    return current
 
 
 class ConvertContext:
@@ -579,6 +681,34 @@ def _inferred_param_type(module: ast.IRModule, func: ast.Function, var: ast.Var)
     return ty
 
 
+# RelayTypeError messages that say this project's type inference cannot type something
+# (it lacks ADT match, references, higher-order and some relations), not that Relay
+# would have refused it.
+_INFERENCE_LIMITS = re.compile(r"cannot be inferred|cannot infer|no type relation|"
+                               r"needs annotated types|has no Relax equivalent|not supported")
+
+
+def _without_place(exc: ConversionError) -> str:
+    """The message of ``exc`` without the ``location: op: `` prefix it was given."""
+    message = str(exc)
+    for prefix in (f"{exc.location}: " if exc.location else "", f"{exc.op}: " if exc.op else ""):
+        if prefix and message.startswith(prefix):
+            message = message[len(prefix):]
+    return message
+
+
+def _reachable_globals(module: ast.IRModule, entry: str) -> set[str]:
+    """The globals ``@entry`` calls or names, directly or through others (itself too)."""
+    seen, pending = {entry}, [entry]
+    while pending:
+        for node in post_order_list(module.functions[pending.pop()]):
+            if isinstance(node, ast.GlobalVar) and node.name in module.functions and \
+                    node.name not in seen:
+                seen.add(node.name)
+                pending.append(node.name)
+    return seen
+
+
 class RelayImporter:
     """Converts one Relay module's entry function into a Relax ``IRModule``."""
 
@@ -607,6 +737,9 @@ class RelayImporter:
         self._lifted: dict[int, tuple[relax.GlobalVar, list[ast.Var]]] = {}
         # Non-recursive global (by id) -> {call signature -> its Relax global function}.
         self._specialised: dict[int, dict[tuple, relax.GlobalVar]] = {}
+        # Relax function name -> the type a call of it has in Relay's terms, where Relax
+        # keeps only a rank (see _emit_call).
+        self._result_types: dict[str, relax.Type] = {}
         # Names given to Relax functions so far; Relay globals' names are reserved for them.
         self._function_names: set[str] = set()
         self._reserved_names: set[str] = set(module.functions)
@@ -660,6 +793,7 @@ class RelayImporter:
                     output = self.bb.emit_output(result)
                 self.bb.emit_func_output(output)
         self._function_params.pop()
+        self._check_unused_globals(entry)
         mod = self.bb.get()
         if isinstance(func.ret_type, ast.FuncType):
             # TVM's build expects local functions lifted (closures: make_closure).
@@ -772,6 +906,57 @@ class RelayImporter:
             raise UnsupportedOpError(
                 [(f"{k} (not supported by the importer)", w) for k, w in constructs],
                 what="construct")
+
+    def _check_unused_globals(self, entry: str) -> None:
+        """Type-check the globals ``entry`` never calls, as v0.19's parser did
+        (src/relay/parser/parser.cc ``ParseModule`` ends with ``infer_type(mod)``, over
+        every global): an undefined global or an op Relay never had is refused, and so is
+        a type error (:mod:`~bmlib_relax.relay.type_infer`).  What that inference cannot
+        type (ADT ``match``, references, an op without a relation) is no error: v0.19
+        typed it.  They are not imported (Relay's build ignored them too)."""
+        reached = _reachable_globals(self.module, entry)
+        unused = [name for name in self.module.functions if name not in reached]
+        for name in unused:
+            self._check_unknown_names(name)
+        for name in unused:
+            self._type_check_unused(name, entry)
+
+    def _check_unknown_names(self, name: str) -> None:
+        """Refuse ``@name`` if it names a global the module lacks or an op v0.19 never
+        registered (:func:`~bmlib_relax.relay.pattern_op_attrs.is_relay_op`): its parser
+        failed on both (an unbound global, ``Op::Get`` of an unregistered name)."""
+        from ..relay.pattern_op_attrs import is_relay_op
+        from ..relay.type_infer import TYPE_RELATIONS
+
+        ops, constructs = [], []
+        for node in post_order_list(self.module.functions[name]):
+            if isinstance(node, ast.GlobalVar) and node.name not in self.module.functions:
+                constructs.append((f"reference to undefined global @{node.name} in @{name}",
+                                   _where(node)))
+            elif isinstance(node, ast.Call) and isinstance(node.op, ast.Op) and \
+                    not is_relay_op(node.op.name) and node.op.name not in TYPE_RELATIONS:
+                ops.append((f"{node.op.name} in @{name}", _where(node)))
+        if ops:
+            raise UnsupportedOpError(ops + constructs, what="op")
+        if constructs:
+            raise UnsupportedOpError(constructs, what="construct")
+
+    def _type_check_unused(self, name: str, entry: str) -> None:
+        """Refuse ``@name`` if Relay's type inference finds it definitely ill-typed; its
+        limitations (see :data:`_INFERENCE_LIMITS`) and failures are let through."""
+        from ..relay.type_infer import TypeInferencer
+
+        try:
+            TypeInferencer(self.module).infer_global(name)
+        except RelayTypeError as exc:
+            message = _without_place(exc)
+            if _INFERENCE_LIMITS.search(message):
+                return
+            raise RelayTypeError(f"in @{name} (a global @{entry} never calls, type-checked "
+                                 f"as v0.19's parser did): {message}", op=exc.op,
+                                 location=exc.location or _where(self.module[name])) from None
+        except Exception:  # noqa: BLE001 - what the inference cannot type is no error
+            return
 
     def _bind_params(self, func: ast.Function):
         env: dict[ast.Var, Any] = {}
@@ -1126,9 +1311,9 @@ class RelayImporter:
                 return self._call_declared(fn, args, node)
             return self._call_global(fn.gvar, args, node)
         if isinstance(fn, _CondClosure):
-            then_seq, _ = self._scoped(lambda: self._apply(fn.then_fn, args, node))
-            else_seq, _ = self._scoped(lambda: self._apply(fn.else_fn, args, node))
-            return self.emit(relax.If(fn.cond, then_seq, else_seq), node)
+            then = self._scoped(lambda: self._apply(fn.then_fn, args, node))
+            other = self._scoped(lambda: self._apply(fn.else_fn, args, node))
+            return self._emit_if(fn.cond, then, other, node)
         if not isinstance(fn, _Closure):
             raise ConversionError("call of a value that is not a function",
                                   location=_where(node))
@@ -1246,6 +1431,8 @@ class RelayImporter:
                                   f"{str(exc).strip().splitlines()[-1]}",
                                   location=_where(func)) from None
         versions[signature] = gv
+        if value_type(result) is not None:
+            self._result_types[gv.name_hint] = value_type(result)
         return gv
 
     def _flatten_value(self, value: Any, out: list, node: ast.Expr) -> None:
@@ -1379,20 +1566,29 @@ class RelayImporter:
         # loops) got one GlobalVar, and one body overwrote the other.
         empty = relax.Function.create_empty(params, ret).with_attr("bmlib.declared", name)
         own = name in self._reserved_names and self.module.functions.get(name) is func
-        return self.bb.add_func(empty, self._function_name(name, own=own))
+        gv = self.bb.add_func(empty, self._function_name(name, own=own))
+        self._result_types[gv.name_hint] = self._return_type(name, params, func,
+                                                             declared_ret, precise=True)
+        return gv
 
     @staticmethod
     def _return_type(name: str, params: list, func: ast.Function,
-                     declared_ret: Optional[ast.Type] = None) -> relax.Type:
+                     declared_ret: Optional[ast.Type] = None,
+                     precise: bool = False) -> relax.Type:
         """The Relax return type of a recursive function: its annotation, else the one its
         ``let`` variable's function type declares (``declared_ret``; v0.19 unified the
         two); without either, a loop's as ``relay.loops.while_loop`` builds it (``if (c)
         { %loop(...) } else { (its parameters) }``, never annotated): the tuple of its
-        parameters' types."""
+        parameters' types.  With ``precise``, the type of a call of it as Relay had it:
+        a ``?`` dim a var (of its own), not a rank only."""
+        def declared(ty: ast.Type) -> relax.Type:
+            return tensor_type(ty, _where(func), {}) if precise else \
+                signature_type(ty, _where(func))
+
         if func.ret_type is not None:
-            return signature_type(func.ret_type, _where(func))
+            return declared(func.ret_type)
         if declared_ret is not None and not isinstance(declared_ret, ast.IncompleteType):
-            return signature_type(declared_ret, _where(func))
+            return declared(declared_ret)
         body = func.body
         while isinstance(body, ast.Let):
             body = body.body
@@ -1401,8 +1597,9 @@ class RelayImporter:
             for branch in (body.false_branch, body.true_branch):
                 if isinstance(branch, ast.Tuple) and len(branch.fields) == len(own) and \
                         all(f is p for f, p in zip(branch.fields, own)):
-                    return relax.TupleType([_final_state_type(p.ty)
-                                            for p in params[:len(own)]])
+                    return relax.TupleType([
+                        _independent_dims(p.ty, p.name) if precise
+                        else _final_state_type(p.ty) for p in params[:len(own)]])
         raise ConversionError(
             f"recursive function %{name} has no return type; annotate it "
             "(fn (...) -> T { ... })", location=_where(func))
@@ -1421,7 +1618,15 @@ class RelayImporter:
             if isinstance(arg, _FUNCTION_VALUES):
                 raise ConversionError("a function value passed to a recursive function "
                                       "is not supported", location=_where(node))
-        return self.emit(relax.Call(gv, args), node)
+        call = self.emit(relax.Call(gv, args), node)
+        precise = self._result_types.get(gv.name_hint)
+        if precise is None:
+            return call
+        # A function's Relax return type keeps only the rank of a tensor whose dims are
+        # not its parameters' (a loop's ``-> Tensor[(?, 3)]``, an ``if`` of run-time
+        # rows it returns); v0.19 typed the call as the function was typed, static dims
+        # and all.  Each call takes new vars for the others.
+        return self._refine(call, _renamed_dims(precise, gv.name_hint), node)
 
     def _scoped(self, build: Callable[[], Any], params: Optional[list] = None,
                 discard_function_result: bool = False):
@@ -1468,7 +1673,38 @@ class RelayImporter:
             raise ConversionError("if/else: one branch is a function, the other a value",
                                   location=_where(node))
         self._check(branch_error(then_seq, else_seq), node)
-        return self.emit(relax.If(cond, then_seq, else_seq), node)
+        return self._emit_if(cond, (then_seq, then_value), (else_seq, else_value), node)
+
+    def _emit_if(self, cond: relax.Expr, then: tuple, other: tuple, node: ast.Expr) -> Any:
+        """Emit ``If(cond, then, other)`` (each a ``(SeqExpr, result)`` pair), typed as
+        v0.19 typed the ``if``: its branches' types unified (``VisitExpr_(IfNode)``,
+        type_infer.cc).  Relax keeps only the rank of a tensor whose dims differ between
+        the branches (``(d0, 3)`` and ``(d0 * 2, 3)``); Relay's ``Tensor[(?, 3)]`` kept
+        the 3, and the ops after the ``if`` need it (else TVM cannot lower them).  The
+        result is cast to the unified type: a new var for each ``?``."""
+        value = self.emit(relax.If(cond, then[0], other[0]), node)
+        then_ty, other_ty = value_type(then[1]), value_type(other[1])
+        if then_ty is None or other_ty is None:
+            return value
+        return self._refine(value, _unified_branch_type(then_ty, other_ty), node)
+
+    def _refine(self, value: Any, precise: Any, node: ast.Expr) -> Any:
+        """``value`` cast (``match_cast``) to ``precise`` where its Relax type lost a
+        tensor's shape (see :func:`_refined_type`); ``value`` itself otherwise.  The vars
+        of ``precise``'s unknown dims must be new: the cast defines them."""
+        current = getattr(value, "ty", None)
+        if current is None or precise is None:
+            return value
+        refined = _refined_type(current, precise)
+        if refined.same_as(current):
+            return value
+        try:
+            return self.bb.match_cast(value, refined)
+        except Exception as exc:  # noqa: BLE001 - TVM's check of the cast, named by the node
+            detail = str(exc).strip().splitlines()
+            raise ConversionError("Relax rejected the type of the result: "
+                                  f"{detail[-1] if detail else type(exc).__name__}",
+                                  location=_where(node)) from None
 
     @staticmethod
     def _check(message: Optional[str], node: ast.Expr) -> None:
