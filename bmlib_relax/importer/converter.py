@@ -609,6 +609,18 @@ def _check_result_dims(ty: Any, node: ast.Call) -> None:
                                   op=node.op.name, location=_where(node))
 
 
+def _missing_attribute(exc: Exception, op_name: str, attrs: Mapping[str, Any]) -> Optional[str]:
+    """The attribute a converter's ``KeyError`` asked for, when it is one of the op's
+    attributes that the call does not carry (else None: some other lookup failed)."""
+    from ..relay.op_schema import op_schema
+
+    key = exc.args[0] if isinstance(exc, KeyError) and exc.args else None
+    schema = op_schema(op_name)
+    if isinstance(key, str) and key not in attrs and schema is not None and key in schema.fields:
+        return key
+    return None
+
+
 def _check_result_dtype(dtype: str, node: ast.Call) -> None:
     """A result dtype TVM cannot compute with (``cast`` to ``int7``) is refused; so is an
     unknown one ("") that an op's own ``dtype="void"`` / ``""`` made (TVM failed later,
@@ -1157,6 +1169,10 @@ class RelayImporter:
             except BmlibError:
                 raise
             except Exception as exc:  # noqa: BLE001 - name the op for any converter failure
+                missing = _missing_attribute(exc, op.name, attrs)
+                if missing:  # ``clip`` without ``a_max``: KeyError's text was "'a_max'"
+                    raise ConversionError(f"missing attribute {missing!r} (Relay required "
+                                          "it)", op=op.name, location=_where(node)) from exc
                 detail = str(exc).strip().splitlines()
                 raise ConversionError(detail[-1] if detail else type(exc).__name__,
                                       op=op.name, location=_where(node)) from exc

@@ -571,7 +571,19 @@ class TypeInferencer:
             lines = str(exc).strip().splitlines()
             raise RelayTypeError(lines[-1] if lines else type(exc).__name__,
                                  op=call.op.name, location=_where(call)) from None
+        finally:
+            _close_blocks(bb)
         return self.relay_type(result_ty)
+
+
+def _close_blocks(bb) -> None:
+    """End the blocks a failed conversion left open in ``bb``, so that dropping it does
+    not print TVM's "BlockBuilder destroyed with remaining blocks!" on stderr."""
+    for _ in range(64):  # nested scopes of one call: a few at most
+        try:
+            bb._end_block()
+        except Exception:  # noqa: BLE001 - no block left open
+            return
 
 
 def _check_inferred_dims(call: A.Call, ty: A.Type) -> None:

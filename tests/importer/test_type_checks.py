@@ -184,3 +184,30 @@ def test_the_byte_sized_dtypes_still_compute(dtype):
     text = relay_fn("%x: Tensor[(2), float32]",
                     f'cast(cast(%x, dtype="{dtype}"), dtype="float32")')
     check(text, [x], x.astype(np_dtype).astype("float32"))
+
+
+@pytest.mark.parametrize("body, message", [
+    ("clip(%x, a_min=0f)", r"clip: missing attribute 'a_max' \(Relay required it\)"),
+    ("nn.max_pool2d(%x)", r"nn.max_pool2d: missing attribute 'pool_size'")])
+def test_a_required_attribute_left_out_is_named(body, message):
+    """A converter's KeyError for an attribute the call lacks read "clip: 'a_max'"."""
+    with pytest.raises(ConversionError, match=message):
+        bmlib_relax.compile(relay_fn("%x: Tensor[(1, 1, 2, 3), float32]", body), params={})
+
+
+def test_a_type_error_in_infer_type_leaves_no_open_blocks(capfd):
+    """InferType converts each call to read its Relax type; a refused one left the
+    BlockBuilder's blocks open, and TVM printed "BlockBuilder destroyed with remaining
+    blocks!" on stderr when it was dropped."""
+    import gc
+
+    from bmlib_relax import relay
+    from bmlib_relax.errors import RelayTypeError
+    from bmlib_relax.relay import parse
+
+    text = relay_fn("%x: Tensor[(2, 3), float32], %w: Tensor[(4, 5), float32]",
+                    "nn.dense(%x, %w)")
+    with pytest.raises(RelayTypeError, match="nn.dense"):
+        relay.transform.InferType()(parse(text))
+    gc.collect()
+    assert "remaining blocks" not in capfd.readouterr().err
