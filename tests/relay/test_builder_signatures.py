@@ -249,7 +249,9 @@ RELAY_SIGNATURES = [
     ("vision.yolo_reorg", "data, stride"),]
 
 #: Builders bmlib-relax has beyond the table (ops Relay registered elsewhere).
-EXTRAS = {"fast_erf", "fast_exp", "fast_tanh", "on_device", "stop_fusion", "stop_gradient"}
+EXTRAS = {"fast_erf", "fast_exp", "fast_tanh", "on_device", "stop_fusion", "stop_gradient",
+          "checkpoint", "compiler_begin", "compiler_end", "cast_hint", "debug",
+          "fixed_point_multiply_per_axis"}
 
 _NAMESPACES = {"": relay, "nn": relay.nn, "image": relay.image, "vision": relay.vision}
 

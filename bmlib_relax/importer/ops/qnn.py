@@ -34,6 +34,10 @@ bit-exact with a Relay build:
 
 Scales and zero points must be constants (as Relay's canonicalization
 required); a non-constant one is a ``ConversionError`` naming the parameter.
+
+``fixed_point_multiply_per_axis``, the plain Relay op v0.19's per-channel
+``FixedPointMultiplyPerChannel`` emitted, is here too: its multipliers and shifts are
+tensors (any values, constant or not) indexed by the data's indices at ``axes``.
 """
 from __future__ import annotations
 
@@ -41,10 +45,12 @@ import math
 from typing import Optional, Sequence
 
 import numpy as np
+import tvm
 from tvm import relax
 
 from ...relay import ast
 from ..registry import get_converter, register_converter
+from ..run_checks import emit_run_check, emit_tensor_check, none_hold
 from ._utils import (
     dtype_of, folded_value, ints, ndim_of, normalize_axis, repeat_to, round_half_away,
     round_half_away_np, shape_of,
@@ -814,3 +820,100 @@ def _simulated_dequantize(inputs, attrs, ctx):
         return inputs[0]
     scale, zp = _sqnn_params(inputs, attrs, ctx, ("input_scale", "input_zero_point"))
     return relax.op.multiply(relax.op.subtract(inputs[0], zp), scale)
+
+
+# ------------------------------------------------------------ fixed_point_multiply_per_axis
+#: The shifts whose int64 forms are defined: ``x << lshift`` and ``>> (rshift + 31)``
+#: within 0..63, and ``1 << (rshift + 30)`` not negative (LLVM: poison past them).
+_LSHIFT_RANGE = (0, 63)
+_RSHIFT_RANGE = (-30, 32)
+
+
+def _per_axis_param(param: relax.Expr, data: relax.Expr, axes: Sequence[int], name: str,
+                    ctx) -> relax.Expr:
+    """``param`` broadcast against ``data`` as topi indexed it: ``param(*[i[a] for a in
+    axes])``, one axis of ``param`` per entry of ``axes`` (its rank), each at least as
+    long as the data's axis it follows (a longer one is read in part; a shorter one was
+    read past its end).  Int64, ready for the arithmetic."""
+    if dtype_of(param) != "int32":
+        raise ctx.error(f"{name} is {dtype_of(param)}: v0.19's q_multiply_shift_per_axis "
+                        "takes int32 multipliers and shifts (ICHECK in QMultiplyShift)")
+    p_dims, d_dims = shape_of(param), shape_of(data)
+    if len(p_dims) != len(axes):
+        raise ctx.error(f"{name} is {len(p_dims)}-d but axes={list(axes)} index it with "
+                        f"{len(axes)} indices (topi reads {name}(i[axes]))")
+    ends = []
+    for j, (p_dim, axis) in enumerate(zip(p_dims, axes)):
+        d_dim = d_dims[axis]
+        if isinstance(p_dim, int) and isinstance(d_dim, int):
+            if p_dim < d_dim:
+                raise ctx.error(f"{name} has {p_dim} entries on axis {j}, the data {d_dim} on "
+                                f"axis {axis}: topi would read past the end of {name}")
+        elif isinstance(p_dim, int) or not p_dim.same_as(d_dim):
+            p_val = tvm.tirx.const(p_dim, "int64") if isinstance(p_dim, int) else p_dim
+            d_val = tvm.tirx.const(d_dim, "int64") if isinstance(d_dim, int) else d_dim
+            emit_run_check(ctx.bb, tvm.tirx.GE(p_val, d_val), ctx.location, ctx.op_name,
+                           f"{name} has {{}} entries on axis {j}, the data {{}} on axis "
+                           f"{axis}: topi would read past the end of {name}", p_val, d_val)
+        ends.append(d_dim)
+    if any(p != d if isinstance(p, int) and isinstance(d, int) else
+           isinstance(p, int) or not p.same_as(d) for p, d in zip(p_dims, ends)):
+        param = relax.op.strided_slice(param, list(range(len(ends))), [0] * len(ends), ends)
+    order = sorted(range(len(axes)), key=lambda j: axes[j])
+    if order != list(range(len(axes))):
+        param = relax.op.permute_dims(param, order)
+    placed = [d_dims[k] if k in axes else 1 for k in range(len(d_dims))]
+    return relax.op.astype(relax.op.reshape(param, placed), "int64")
+
+
+def _check_shift_values(shift: relax.Expr, name: str, bounds: tuple[int, int], ctx) -> None:
+    """Shift amounts whose int64 shifts are defined (constants at import, others when the
+    model runs): past them v0.19's LLVM shifts were poison, no value to reproduce."""
+    low, high = bounds
+    rule = f"{name} must lie in [{low}, {high}] (the int64 shifts of q_multiply_shift_per_axis)"
+    value = folded_value(shift, ctx)
+    if value is not None:
+        bad = (value < low) | (value > high)
+        if bad.any():
+            raise ctx.error(f"{name}: {_first_bad(value, bad)}: {rule}")
+        return
+    outside = relax.op.logical_or(relax.op.less(shift, _const(low, "int32")),
+                                  relax.op.greater(shift, _const(high, "int32")))
+    emit_tensor_check(ctx, none_hold(ctx.emit(outside)), f"{rule} in every run; this run's "
+                                                         "do not")
+
+
+@register_converter("fixed_point_multiply_per_axis")
+def _fixed_point_multiply_per_axis(inputs, attrs, ctx):
+    """v0.19's topi.fixed_point_multiply_per_axis, legalized as ``QMultiplyShift``
+    (src/target/intrin_rule.cc): in int64, ``x << lshift`` if ``is_lshift_required``
+    (else no left shift, whatever the shifts hold), times the multiplier, plus
+    ``1 << (rshift + 30)``, arithmetic shift right by ``rshift + 31`` (halves toward
+    +inf), cast to int32; ``is_rshift_required`` is not read.  The result is int32 and
+    FixedPointMultiplyPerAxisRel typed it as the data, so the data must be int32 (another
+    dtype gave a kernel whose output disagreed with its type)."""
+    data, multiplier, lshift, rshift = inputs
+    if dtype_of(data) != "int32":
+        raise ctx.error(f"data is {dtype_of(data)}: v0.19's compute returns int32 while its "
+                        "type is the data's, so only int32 data ran")
+    ndim = ndim_of(data)
+    axes = [normalize_axis(a, ndim, ctx) for a in ints(attrs["axes"])]
+    if len(set(axes)) != len(axes):
+        raise ctx.error(f"axes={ints(attrs['axes'])} repeat an axis (topi would read the "
+                        "parameters' diagonal; not supported)")
+    lshift_required = bool(attrs.get("is_lshift_required", False))
+    if lshift_required:
+        _check_shift_values(lshift, "left_shift", _LSHIFT_RANGE, ctx)
+    _check_shift_values(rshift, "right_shift", _RSHIFT_RANGE, ctx)
+    fixed, lsh, rsh = (ctx.emit(_per_axis_param(p, data, axes, name, ctx)) for p, name in
+                       ((multiplier, "fp_multiplier"), (lshift, "left_shift"),
+                        (rshift, "right_shift")))
+    x = relax.op.astype(data, "int64")
+    if lshift_required:
+        x = relax.op.left_shift(x, lsh)
+    x = relax.op.multiply(x, fixed)
+    total = ctx.emit(relax.op.add(rsh, _const(31, "int64")))
+    rounding = relax.op.left_shift(_const(1, "int64"),
+                                   relax.op.subtract(total, _const(1, "int64")))
+    x = relax.op.right_shift(relax.op.add(x, rounding), total)
+    return relax.op.astype(x, "int32")

@@ -128,6 +128,15 @@ TABLE.update({
     # annotation.py
     "on_device": ("body, device=None, constrain_result=False, constrain_body=True", "body"),
     "stop_fusion": ("data", "data", {"op_name": "annotation.stop_fusion"}),
+    # annotation.py: relay.annotation.checkpoint / compiler_begin / compiler_end;
+    # cast_hint, fixed_point_multiply_per_axis: v0.19's _make.* only; op.py: debug
+    "checkpoint": ("data", "data", {"op_name": "annotation.checkpoint"}),
+    "compiler_begin": ("data, compiler", "data", {"op_name": "annotation.compiler_begin"}),
+    "compiler_end": ("data, compiler", "data", {"op_name": "annotation.compiler_end"}),
+    "cast_hint": ("data, dtype", "data", {"op_name": "annotation.cast_hint"}),
+    "debug": ("expr, debug_func=None", "expr"),
+    "fixed_point_multiply_per_axis": ("x, m, lshift, rshift, is_lshift_required, "
+                                      "is_rshift_required, axes", "x m lshift rshift"),
 })
 
 __all__ = ["nn", "image", "vision", "TupleWrapper", "get", "registered_ops"] + \
