@@ -1,11 +1,16 @@
 """Tokenizer for Relay text (the format of TVM's ``mod.astext()``).
 
 One compiled master regular expression recognises every token kind, so a
-1.9 MB model dump tokenizes in a fraction of a second.  Comments never reach the
-token stream, with one exception kept *beside* it: ``/* ty=... */`` comments are
-recorded in :attr:`TokenStream.ty_comments` keyed by the index of the token they
-follow, because the type printed after ``meta[relay.Constant][N]`` is the only
-shape information an unresolved constant has.
+1.9 MB model dump tokenizes in a fraction of a second.  No rule repeats a group:
+Python's ``re`` keeps a backtracking record per repetition of one (hundreds of bytes
+per input byte on a long string, comment or dotted name), so the rare token a
+character-class rule cannot take whole -- a string with escapes, a comment holding
+'*', a dotted name with a stray dot -- goes to a small linear hand scan instead.
+
+Comments never reach the token stream, with one exception kept *beside* it:
+``/* ty=... */`` comments are recorded in :attr:`TokenStream.ty_comments` keyed by
+the index of the token they follow, because the type printed after
+``meta[relay.Constant][N]`` is the only shape information an unresolved constant has.
 
 Everything after ``#[metadata]`` is JSON, not Relay; it is returned verbatim as
 :attr:`TokenStream.metadata_text`.
@@ -41,30 +46,68 @@ EOF = "EOF"
 _NAME_START = r"[A-Za-z_]"
 #: v0.19's IsIdent (tokenizer.h): ASCII letters, digits, '_' and '/'.
 _NAME_CHAR = r"[A-Za-z0-9_/]"
+#: Characters of a whole dotted %local/@global name; an identifier's segment.
+_LOCAL_RUN = r"[A-Za-z0-9_/.]"
+_IDENT_SEGMENT = r"[A-Za-z_]\w*"
+_IDENT_FAST_SEGMENTS = 4
+
+#: A dotted name is checked with a lookahead over one character class instead of a
+#: group inside ``*`` (``(?:\.seg)*``): Python's ``re`` keeps a backtracking record per
+#: repetition of a group, ~200 bytes per input byte on a ``a.a.a...`` name, while a
+#: repeated character class costs nothing.  ``(?!RUN*\.(?!NEXT))`` refuses a run of
+#: name characters and dots that holds a "bad dot" (one not followed by a character that
+#: may start the next segment); only then does the hand scan in _dotted_name_end run.
+#: Used for %local and @global only: they start with a sigil outside the run, so each
+#: run is scanned by one such lookahead at most.
+def _dotted(first: str, run: str, next_char: str) -> str:
+    return rf"{first}(?!{run}*\.(?!{next_char})){run}*"
+
 
 # Order matters: earlier alternatives win at the same position.  Whitespace is
 # consumed as a prefix of every match so it costs no loop iteration of its own.
+# No rule repeats a group (see _dotted): the *_SLOW rules hand the rare token that
+# the fast rule refuses to a linear hand scan in tokenize().
 _TOKEN_SPEC: tuple[tuple[str, str], ...] = (
     ("LINE_COMMENT", r"//[^\n]*"),
-    # A non-nested block comment in one regex step (the common case); ``cbody``
-    # is its text.  Nested comments fall back to BLOCK_COMMENT + a manual scan.
-    ("COMMENT", r"/\*(?P<cbody>[^*/]*(?:(?:\*+(?!/)|/(?!\*))[^*/]*)*)\*/"),
+    # A block comment without '*' inside in one regex step (the common case, e.g.
+    # ``/* ty=... */``); ``cbody`` is its text.  ``(?<!/)``: in ``/* a/*/`` the '/*'
+    # opens a nested comment.  Other comments: BLOCK_COMMENT + _scan_block_comment.
+    ("COMMENT", r"/\*(?P<cbody>[^*]*)(?<!/)\*/"),
     ("BLOCK_COMMENT", r"/\*"),
     ("METADATA", r"#\[metadata\]"),
     ("HASH", r"#\["),
     # Special float literals (inff, -inff, nanf, inff16 ...) before identifiers.  A run
     # of '-' right before the digits (or inff) belongs to the literal, as in v0.19's
     # TokenizeOnce, which counts the run: ``--2`` is +2, not ``-(-2)``.
-    ("NUMBER", r"-*(?:inf|nan)f(?:16|32|64)?(?![\w.])"
-               r"|-*\d+(?:\.\d+)?(?:[eE][+-]?\d+)?[A-Za-z_0-9]*"),
+    # ``(?<!-)``: tried only at the start of a run of '-' -- inside it the literal fails
+    # exactly when it failed at the start (same run end), and trying it at each '-'
+    # rescans the run: quadratic, ~3 min for 120 kB of '-'.
+    ("NUMBER", r"(?<!-)(?:-*(?:inf|nan)f(?:16|32|64)?(?![\w.])"
+               r"|-*\d+(?:\.\d+)?(?:[eE][+-]?\d+)?[A-Za-z_0-9]*)"),
     # %0 (graph binding), %x, %fc.weight, %input.1 -- dotted tails are resolved
     # against the scope by the parser (``%x.0`` may be a projection of ``%x``).
     # Name characters are v0.19's IsIdent: ASCII letters, digits, '_' and '/'
-    # (``%gpu_0/res5_w``, TF's ``%bert/embeddings/...``); see _NAME_START.
-    ("LOCAL", rf"%(?:\d+|{_NAME_START}{_NAME_CHAR}*(?:\.{_NAME_CHAR}+)*)"),
-    ("GLOBAL", rf"@{_NAME_START}{_NAME_CHAR}*(?:\.{_NAME_START}{_NAME_CHAR}*)*"),
-    ("STRING", r'"(?:[^"\\\n]|\\.)*"'),
-    ("IDENT", r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*"),
+    # (``%gpu_0/res5_w``, TF's ``%bert/embeddings/...``); see _NAME_START.  A segment
+    # after a dot is one or more IsIdent characters.
+    ("LOCAL", r"%(?:\d+|" + _dotted(_NAME_START, _LOCAL_RUN, _NAME_CHAR) + ")"),
+    # @f, @a.b: a segment after a dot starts like a name.
+    ("GLOBAL", "@" + _dotted(_NAME_START, _LOCAL_RUN, _NAME_START)),
+    # A string without escapes in one step; others (and unterminated ones) are scanned
+    # by _string_end: '"', then characters other than '"', '\\' and newline, or a
+    # backslash and any one character, then '"'.
+    ("STRING", r'"[^"\\\n]*"'),
+    ("STRING_SLOW", r'"'),
+    # Op and attribute names, ``nn.conv2d``, ``relay.Constant``: \w (Unicode) runs
+    # joined by dots, each segment after a dot starting with an ASCII letter or '_'.
+    # Up to _IDENT_FAST_SEGMENTS segments in nested optional groups (bounded memory);
+    # longer names fail the final lookahead and go to NAME_SLOW.  Not _dotted: an
+    # identifier may start inside a run (``a.1a.1a``: IDENT, PROJ, IDENT ...), and
+    # scanning the rest of the run from each of them would be quadratic.
+    ("IDENT", _IDENT_SEGMENT
+              + rf"(?:\.{_IDENT_SEGMENT}" * (_IDENT_FAST_SEGMENTS - 1)
+              + ")?" * (_IDENT_FAST_SEGMENTS - 1) + r"(?!\w|\.[A-Za-z_])"),
+    # A LOCAL/GLOBAL with a bad dot in its run, or an IDENT of more segments.
+    ("NAME_SLOW", r"[%@]?[A-Za-z_]"),
     ("PROJ", r"\.\d+"),
     ("OP", r"->|=>|==|!=|<=|>=|[()\[\]{},;:=?+\-*/<>]"),
     ("END", r"\Z"),
@@ -92,19 +135,84 @@ class TokenStream(NamedTuple):
     lines: list[str]
 
 
-def _skip_block_comment(text: str, pos: int, line: int, col: int, source_name: str,
-                        lines: list[str]) -> int:
-    """Return the offset just past the (possibly nested) comment opening at ``pos``."""
+def _scan_block_comment(text: str, pos: int, line: int, col: int, source_name: str,
+                        lines: list[str]) -> tuple[int, bool]:
+    """Return the offset just past the (possibly nested) comment opening at ``pos``, and
+    whether it was flat (no nested ``/*``): a flat one may be a ``/* ty=... */``.
+
+    Only delimiters are searched for (str-level scan, no repetition in the regex), so a
+    comment of any length costs no memory beyond its offsets.
+    """
     depth = 1
     cur = pos + 2
+    flat = True
+    search = _COMMENT_DELIM.search
     while depth:
-        m = _COMMENT_DELIM.search(text, cur)
+        m = search(text, cur)
         if m is None:
             raise ParseError("unterminated comment", line, col, source_name,
                              lines[line - 1] if line - 1 < len(lines) else None)
-        depth += 1 if m.group() == "/*" else -1
+        if m.group() == "/*":
+            depth += 1
+            flat = False
+        else:
+            depth -= 1
         cur = m.end()
-    return cur
+    return cur, flat
+
+
+def _record_ty(ty_raw: list[tuple[int, str, int]], n_tokens: int, text: str,
+               body_start: int, body_end: int) -> None:
+    """Keep a flat comment's text ``text[body_start:body_end]`` if it is ``ty=...``."""
+    if n_tokens:
+        tm = _TY_PREFIX.match(text, body_start, body_end)
+        if tm is not None:
+            ty_raw.append((n_tokens - 1, text[tm.end():body_end], tm.end()))
+
+
+#: What a string literal's scan stops at: an escape (backslash + any one character,
+#: newline included), its closing '"' or a newline, which ends it unterminated.
+_STRING_STOP = re.compile(r'\\.|["\n]', re.S)
+
+
+def _string_end(text: str, start: int) -> int:
+    r"""Offset just past the string literal whose '"' is at ``start``; -1 if unterminated.
+
+    The literal is '"', then characters other than '"', backslash and newline or a
+    backslash with any one character after it (newline included), then '"' -- the
+    language of ``"(?:[^"\\\n]|\\.)*"``, which as one regex costs ~400 bytes of
+    backtracking record per character.  Here finditer skips plain characters and
+    yields escapes, the closing quote or a newline; a backslash at the very end of the
+    text escapes nothing and is skipped too, leaving the literal unterminated.
+    """
+    for m in _STRING_STOP.finditer(text, start + 1):
+        stop = text[m.start()]
+        if stop == '"':
+            return m.end()
+        if stop == "\n":
+            return -1
+    return -1
+
+
+#: Per first character of a NAME_SLOW token: its kind, and where it ends -- at the
+#: first character outside its run of name characters and dots, or at the first "bad
+#: dot" (one the next segment cannot start after).
+_DOTTED_ENDS = {
+    "%": ("LOCAL", re.compile(rf"[^A-Za-z0-9_/.]|\.(?!{_NAME_CHAR})")),
+    "@": ("GLOBAL", re.compile(rf"[^A-Za-z0-9_/.]|\.(?!{_NAME_START})")),
+}
+_IDENT_END = ("IDENT", re.compile(r"[^\w.]|\.(?![A-Za-z_])"))
+
+
+def _dotted_name_end(text: str, start: int) -> tuple[str, int]:
+    r"""Kind and end offset of the LOCAL/GLOBAL/IDENT at ``start`` that its fast rule
+    refused (a bad dot in its run, or a long identifier): the longest ``seg(?:\.seg)*``,
+    as the grouped rule matched it greedily.  The search stops at the name's end, so
+    the scan costs the length of the name.
+    """
+    kind, end = _DOTTED_ENDS.get(text[start], _IDENT_END)
+    m = end.search(text, start + 1)
+    return kind, len(text) if m is None else m.start()
 
 
 _PLAIN_KINDS = frozenset({"NUMBER", "LOCAL", "GLOBAL", "STRING", "IDENT", "PROJ", "OP",
@@ -161,20 +269,29 @@ def tokenize(text: str, source_name: str = "<string>") -> TokenStream:
                 texts.append(text[start:m.end()])
                 continue
             if kind == "COMMENT":
-                if kinds:
-                    tm = _TY_PREFIX.match(m.group("cbody"))
-                    if tm is not None:
-                        ty_raw.append((len(kinds) - 1, m.group("cbody")[tm.end():],
-                                       m.start("cbody") + tm.end()))
+                _record_ty(ty_raw, len(kinds), text, m.start("cbody"), m.end("cbody"))
                 continue
             if kind == "LINE_COMMENT":
                 continue
             if kind == "END":
                 break
             start = m.start(kind)
-            if kind == "BLOCK_COMMENT":  # nested comment: scan by hand, then resume
+            # The rare tokens the fast rules leave to a hand scan: scan, then resume.
+            if kind == "BLOCK_COMMENT":
                 line, col = where.position(start)
-                pos = _skip_block_comment(text, start, line, col, source_name, lines)
+                pos, flat = _scan_block_comment(text, start, line, col, source_name, lines)
+                if flat:
+                    _record_ty(ty_raw, len(kinds), text, start + 2, pos - 2)
+                done = False
+                break
+            if kind == "NAME_SLOW":
+                kind, pos = _dotted_name_end(text, start)
+            elif kind == "STRING_SLOW":
+                kind, pos = "STRING", _string_end(text, start)
+            if kind in plain and pos >= 0:
+                kinds.append(kind)
+                starts.append(start)
+                texts.append(text[start:pos])
                 done = False
                 break
             if kind == "METADATA":
