@@ -78,8 +78,10 @@ _VERSION_RE = re.compile(r"\s*v0\.0\.(\d+)[ \t]*(?=\n|$)")
 
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\", "0": "\0",
             "b": "\b", "f": "\f"}
-#: A run of ``\xHH`` escapes (group 1) or one other escape (group 2).
-_ESCAPE_RE = re.compile(r"((?:\\x[0-9a-fA-F]{2})+)|\\(u[0-9a-fA-F]{4}|.)", re.S)
+#: One escape of a string literal.  A run of ``\xHH`` is collected by the caller rather
+#: than by a repeated group here: ``re`` keeps backtracking state per repetition of a
+#: group (about 40 bytes per input byte on a long run of escapes).
+_ESCAPE_RE = re.compile(r"\\(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|.)", re.S)
 
 #: ``%a.1.2`` may name a variable ``a.1`` -- at most this many trailing numeric
 #: segments are tried as part of a variable name before they must be projections.
@@ -93,22 +95,6 @@ _CLOSERS = {"(": ")", "[": "]", "{": "}"}
 _MAX_INDEX_DIGITS = 18
 
 
-def _unescape_one(m: re.Match) -> str:
-    hex_run = m.group(1)
-    if hex_run is not None:
-        # The printer's StrEscape wrote each byte of the UTF-8 value outside ' '..'~' as
-        # \xHH, so a run of them is the UTF-8 encoding of the original characters.
-        raw = bytes.fromhex(hex_run.replace("\\x", ""))
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise ValueError(f"the \\x escapes {hex_run!r} are not UTF-8 text") from None
-    code = m.group(2)
-    if len(code) == 5:
-        return chr(int(code[1:], 16))
-    return _ESCAPES.get(code, code)
-
-
 def _unescape(body: str) -> str:
     """Decode the escapes of a string literal (``\\n``, ``\\"``, ``\\xC3\\xA9``, ``\\u00e9``).
 
@@ -119,7 +105,43 @@ def _unescape(body: str) -> str:
     decoded value is the attribute the printer was given, which is what the text means.)
     Raises ``ValueError`` when ``\\xHH`` bytes are not UTF-8.
     """
-    return _ESCAPE_RE.sub(_unescape_one, body) if "\\" in body else body
+    if "\\" not in body:
+        return body
+    pieces: list[str] = []
+    hex_run = bytearray()
+    run_end = -1  # where the pending run of \xHH escapes ended
+    pos = 0
+    for m in _ESCAPE_RE.finditer(body):
+        start, code = m.start(), m.group(1)
+        is_hex = len(code) == 3 and code[0] == "x"
+        if hex_run and (start != run_end or not is_hex):
+            pieces.append(_decode_hex_run(hex_run))
+            hex_run.clear()
+        pieces.append(body[pos:start])
+        pos = m.end()
+        if is_hex:
+            # The printer's StrEscape wrote each byte of the UTF-8 value outside
+            # ' '..'~' as \xHH, so a run of them is the UTF-8 encoding of the text.
+            hex_run.append(int(code[1:], 16))
+            run_end = pos
+        elif len(code) == 5:
+            pieces.append(chr(int(code[1:], 16)))
+        else:
+            pieces.append(_ESCAPES.get(code, code))
+    if hex_run:
+        pieces.append(_decode_hex_run(hex_run))
+    pieces.append(body[pos:])
+    return "".join(pieces)
+
+
+def _decode_hex_run(raw: bytearray) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        shown = "".join(f"\\x{b:02X}" for b in raw[max(0, err.start - 8):err.end + 8])
+        raise ValueError(
+            f"the \\x escapes are not UTF-8 text (byte {err.start} of a run of "
+            f"{len(raw)}: ...{shown}...)") from None
 
 
 def _literal_sign(m: re.Match) -> int:

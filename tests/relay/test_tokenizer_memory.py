@@ -10,6 +10,8 @@ below tokenizes or parses a ~2 MB token under ``tracemalloc`` and allows at most
 The fix must not change the accepted language (v0.19's tokenizer.h, as the
 tokenizer implemented it before): :func:`test_same_tokens_as_the_grouped_rules`
 compares against the grouped rules on small inputs, where their cost is harmless.
+The decoding of a literal's escapes had the same flaw (a repeated group over a run of
+``\\xHH``) and is checked the same way.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from typing import Callable
 import pytest
 
 from bmlib_relax.errors import ParseError
+from bmlib_relax.relay import parser as P
 from bmlib_relax.relay import tokenizer as T
 from bmlib_relax.relay.parser import parse
 from bmlib_relax.relay.tokenizer import tokenize
@@ -82,6 +85,65 @@ def test_long_string_of_escapes_tokenizes_in_linear_memory():
     assert not isinstance(stream, Exception), stream
     assert [t.text for t in stream.tokens if t.kind == "STRING"][-1] == f'"{body}"'
     assert parse(text)["main"].body.attrs["s"] == '"\\' * (N_ESCAPES // 4)
+
+
+def test_long_run_of_hex_escapes_decodes_in_linear_memory():
+    # A run of ``\xHH`` is the UTF-8 of non-ASCII text; the decoder once matched the
+    # whole run with a repeated group (about 40 bytes per input byte while decoding).
+    body = "\\xC3\\xA9" * (N_ESCAPES // 8)
+    text = _relu_with_attr(body)
+    growth, mod, _ = _peak_growth(lambda: parse(text))
+    assert not isinstance(mod, Exception), mod
+    # Decoding needs the decoded text, its pieces and the bytes of the pending run.
+    assert growth < 15 * len(text), f"{growth / len(text):.0f} bytes per input byte"
+    assert mod["main"].body.attrs["s"] == "\u00e9" * (N_ESCAPES // 8)
+
+
+#: The decoder as it was, a repeated group over a run of ``\xHH`` escapes: the
+#: reference for what each literal means.
+_GROUPED_ESCAPE = re.compile(r"((?:\\x[0-9a-fA-F]{2})+)|\\(u[0-9a-fA-F]{4}|.)", re.S)
+
+
+def _grouped_unescape(body: str) -> object:
+    def one(m: re.Match) -> str:
+        if m.group(1) is not None:
+            return bytes.fromhex(m.group(1).replace("\\x", "")).decode("utf-8")
+        code = m.group(2)
+        return chr(int(code[1:], 16)) if len(code) == 5 else P._ESCAPES.get(code, code)
+    try:
+        return _GROUPED_ESCAPE.sub(one, body)
+    except UnicodeDecodeError:
+        return ValueError
+
+
+def _unescape_outcome(body: str) -> object:
+    try:
+        return P._unescape(body)
+    except ValueError:
+        return ValueError
+
+
+@pytest.mark.parametrize("body", [
+    "\\x41\\u00e9", "\\x44\\n\\x45", "\\xC3\\xA9\\xC3", "\\xC3 \\xA9", "\\x4", "\\xZZ",
+    "\\u00e", "\\", "a\\", "\\q", "\\x\\x41", "\\xC3\\xA9x\\xE2\\x82\\xAC"])
+def test_escapes_decode_as_the_grouped_rule(body):
+    assert _unescape_outcome(body) == _grouped_unescape(body)
+
+
+def test_escapes_decode_as_the_grouped_rule_on_random_text():
+    rng = random.Random(23)
+    alphabet = ["\\", "x", "u", "4", "1", "C3", "A9", "0", "n", '"', "a", "F", "\\x",
+                "\\xC3\\xA9", "\\u00e9", "\\x44", "\n"]
+    for _ in range(20000):
+        body = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 14)))
+        assert _unescape_outcome(body) == _grouped_unescape(body), repr(body)
+
+
+def test_bad_utf8_in_a_long_run_is_named_briefly():
+    body = "\\x41" * 1000 + "\\xC3\\x41" + "\\x41" * 100_000
+    with pytest.raises(ValueError, match=r"byte 1000 of a run of 101002") as info:
+        P._unescape(body)
+    assert len(str(info.value)) < 300
 
 
 @pytest.mark.parametrize("body", ["a" * N, "ab\\\"" * (N_ESCAPES // 4)], ids=["plain", "escapes"])
