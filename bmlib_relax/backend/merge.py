@@ -16,6 +16,8 @@ the module (``global_symbol`` too: the codegen's symbols are those names).
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
@@ -180,7 +182,8 @@ def merge_composites(mod: tvm.IRModule, codegen: str = "bmlib") -> tvm.IRModule:
     plain = {gv.name_hint: gv for gv, f in mod.functions.items() if _is_plain(f)}
     if set(plain) <= {"main"} and not any(_unmergeable(mod[gv], set(plain))
                                           for gv in plain.values()):
-        return relax.transform.MergeCompositeFunctions()(mod)
+        return split_oversized_partitions(relax.transform.MergeCompositeFunctions()(mod),
+                                          codegen)
     composites = {gv: f for gv, f in mod.functions.items() if _is_composite(f)}
     others = {gv: f for gv, f in mod.functions.items()
               if gv.name_hint not in plain and gv not in composites}
@@ -216,4 +219,181 @@ def merge_composites(mod: tvm.IRModule, codegen: str = "bmlib") -> tvm.IRModule:
         out[gv] = body
     # The composites are inside the partitions now (dropped, as TVM's pass does).
     result = tvm.IRModule(out, attrs=mod.attrs)
-    return relax.transform.Normalize()(result)
+    return split_oversized_partitions(relax.transform.Normalize()(result), codegen)
+
+
+
+#: Most composite calls one merged partition keeps.  A partition is one PrimFunc, and
+#: scheduling it and LLVM's code generation take time that grows faster than linearly
+#: with its size: 160 merged dense+relu layers spent 12 s in LLVM alone (80 layers 2.7 s),
+#: and a 35-step unrolled LSTM did not build in 11 minutes.  Chunks of this many
+#: composites keep nearly all of merging's saving in partition calls.
+MAX_COMPOSITES_PER_PARTITION = 32
+
+
+def _local_calls(value, local_funcs: set) -> int:
+    return int(isinstance(value, relax.Call) and isinstance(value.op, relax.Var) and
+               value.op in local_funcs)
+
+
+def _free_vars(expr) -> list:
+    """The variables ``expr`` reads, in order of first use (functions included)."""
+    seen: list = []
+
+    def visit(node):
+        if isinstance(node, relax.Var) and node not in seen:
+            seen.append(node)
+
+    relax.analysis.post_order_visit(expr, visit)
+    return seen
+
+
+class _Chunk:
+    """A run of a partition's bindings that becomes a partition of its own."""
+
+    def __init__(self):
+        self.bindings: list = []
+        self.defined: set = set()
+        self.inputs: list = []  # variables read from the partition's params or earlier chunks
+        self.outputs: list = []  # variables later chunks or the result read
+        self.func_defs: list = []  # the local composite functions it calls
+
+
+def _chunk_partition(func: relax.Function, limit: int) -> Optional[list]:
+    """Split ``func``'s bindings into chunks of at most ``limit`` composite calls, or None
+    when it has no more than that (or a form this does not take apart)."""
+    body = func.body
+    if not isinstance(body, relax.SeqExpr) or not all(
+            isinstance(v, relax.Var) for v in _result_vars(body.body)):
+        return None
+    bindings = [b for block in body.blocks for b in block.bindings]
+    if not all(isinstance(b, relax.VarBinding) for b in bindings):
+        return None
+    defs = {b.var: b for b in bindings if isinstance(b.value, relax.Function)}
+    work = [b for b in bindings if b.var not in defs]
+    if sum(_local_calls(b.value, set(defs)) for b in work) <= limit:
+        return None
+    chunks = [_Chunk()]
+    chunk_of: dict = {}
+    count = 0
+    for binding in work:
+        calls = _local_calls(binding.value, set(defs))
+        if calls and count + calls > limit:
+            chunks.append(_Chunk())
+            count = 0
+        count += calls
+        value = binding.value
+        # A projection goes with its tuple (split's results): chunks pass tensors only.
+        home = chunk_of.get(value.tuple_value, -1) \
+            if isinstance(value, relax.TupleGetItem) else -1
+        chunks[home].bindings.append(binding)
+        chunks[home].defined.add(binding.var)
+        chunk_of[binding.var] = home % len(chunks)
+    later_reads: list = _free_vars(body.body)
+    for chunk in reversed(chunks):
+        chunk.outputs = [v for v in later_reads if v in chunk.defined]
+        reads = []
+        for binding in chunk.bindings:
+            reads += [v for v in _free_vars(binding.value) if v not in reads]
+        chunk.func_defs = [defs[v] for v in reads if v in defs]
+        chunk.inputs = [v for v in reads if v not in chunk.defined and v not in defs]
+        later_reads += [v for v in chunk.inputs if v not in later_reads]
+    if not all(chunk.outputs for chunk in chunks):  # dead bindings: leave it whole
+        return None
+    if not all(_is_tensor(v.ty) for chunk in chunks for v in chunk.outputs):
+        return None  # a tuple read whole across chunks: no partition output can carry it
+    return chunks
+
+
+def _result_vars(result) -> list:
+    return list(result.fields) if isinstance(result, relax.Tuple) else [result]
+
+
+def _chunk_function(chunk: _Chunk, attrs: dict) -> relax.Function:
+    outputs = chunk.outputs
+    if len(outputs) == 1:
+        result, ret_ty = outputs[0], outputs[0].ty
+    else:
+        result, ret_ty = relax.Tuple(outputs), relax.TupleType([v.ty for v in outputs])
+    block = relax.BindingBlock(chunk.func_defs + chunk.bindings)
+    func = relax.Function(chunk.inputs, relax.SeqExpr([block], result), ret_ty)
+    func = func.with_attrs(attrs)
+    # Fresh variables: the chunks' params are variables another chunk binds.
+    return relax.utils.copy_with_new_vars(func)
+
+
+@mutator
+class _CallChunks(PyExprMutator):
+    """Calls of a split partition -> calls of its chunks, one after another."""
+
+    def __init__(self, split: dict):
+        super().__init__()
+        self.split = split  # GlobalVar of the partition -> (params, chunks, result expr)
+
+    def visit_call_(self, call: relax.Call) -> relax.Expr:
+        call = self.visit_expr_post_order(call)
+        entry = self.split.get(call.op) if isinstance(call.op, relax.GlobalVar) else None
+        if entry is None:
+            return call
+        params, chunks, result = entry
+        env = dict(zip(params, call.args))
+        for chunk, chunk_gv in chunks:
+            value = self.builder_.emit(relax.Call(chunk_gv, [env[v] for v in chunk.inputs],
+                                                  span=call.span))
+            if len(chunk.outputs) == 1:
+                env[chunk.outputs[0]] = value
+            else:
+                for i, var in enumerate(chunk.outputs):
+                    env[var] = self.builder_.emit(relax.TupleGetItem(value, i))
+        if isinstance(result, relax.Tuple):
+            return relax.Tuple([env[v] for v in result.fields])
+        return env[result]
+
+
+def split_oversized_partitions(mod: tvm.IRModule, codegen: str = "bmlib",
+                               limit: Optional[int] = None) -> tvm.IRModule:
+    """Split every ``codegen`` partition of more than ``limit`` composite calls into
+    consecutive partitions of at most ``limit`` (see :data:`MAX_COMPOSITES_PER_PARTITION`);
+    the values one chunk hands the next are its outputs."""
+    limit = MAX_COMPOSITES_PER_PARTITION if limit is None else limit
+    taken = {gv.name_hint for gv in mod.functions}
+    namer = relax.BlockBuilder()
+    split: dict = {}
+    out: dict = {}
+    for gv, func in mod.functions.items():
+        is_partition = isinstance(func, relax.Function) and func.attrs is not None and \
+            str(func.attrs.get("Codegen", "")) == codegen
+        if is_partition:
+            # Var-to-var bindings (``gv = lv``) would make one value two chunk outputs.
+            func = relax.transform.CanonicalizeBindings()(tvm.IRModule({gv: func}))[gv]
+        chunks = _chunk_partition(func, limit) if is_partition else None
+        if chunks is None:
+            out[gv] = func
+            continue
+        called = []
+        # TVM names a merged partition by all its ops: keep a readable prefix.
+        base = gv.name_hint if len(gv.name_hint) <= 96 else gv.name_hint[:96].rstrip("_")
+        for i, chunk in enumerate(chunks):
+            name = _unique(f"{base}_part{i}", taken)
+            attrs = {str(k): v for k, v in func.attrs.items()}
+            attrs["global_symbol"] = name
+            chunk_func = _chunk_function(chunk, attrs)
+            chunk_gv = namer.add_func(chunk_func, name)
+            out[chunk_gv] = chunk_func
+            called.append((chunk, chunk_gv))
+        split[gv] = (list(func.params), called, func.body.body)
+    if not split:
+        return mod
+    caller = _CallChunks(split)
+    for gv, func in list(out.items()):
+        if isinstance(func, relax.Function):
+            out[gv] = caller.visit_expr(func) if _calls_any(func, split) else func
+    return relax.transform.Normalize()(tvm.IRModule(out, attrs=mod.attrs))
+
+
+def _calls_any(func: relax.Function, split: dict) -> bool:
+    found = []
+    relax.analysis.post_order_visit(
+        func, lambda e: found.append(e) if isinstance(e, relax.GlobalVar) and e in split
+        else None)
+    return bool(found)
