@@ -3,7 +3,8 @@
 Free parameters get recipe-v1 tensors by name: the listed inputs with role
 "input", every other parameter with role "param" (weights).  ``run`` files are
 imported, built with ``tvm.compile`` and executed on the CPU (outputs checked
-against the Relay return type and for finiteness).  ``bmlib_run`` files are
+against the Relay return type and for finiteness), and the bmlib build's outputs are
+compared with the plain build's, at the recipe inputs and at 3x them.  ``bmlib_run`` files are
 imported and executed through the bmlib build only: their plain, untuned build
 takes 3 s (ImageNet CNNs, the long LSTM) to minutes (SSD at 1200x1200) per run on
 2 cores, and the plain build of each would add 2-10 s of compiling to the suite.
@@ -99,6 +100,8 @@ def _to_vm(value):
 
 
 def _flatten(out) -> list[np.ndarray]:
+    if isinstance(out, np.ndarray):
+        return [out]
     if hasattr(out, "numpy"):
         return [out.numpy()]
     return [a for item in out for a in _flatten(item)]
@@ -140,9 +143,10 @@ def test_corpus_file(name):
     ex = tvm.compile(mod, target="llvm") if run_plain or outcome == BUILD else None
     inputs = {p.name: _recipe(p, "input") for p in func.params if p.name in input_names}
     if run_plain:
-        out = relax.VirtualMachine(ex, tvm.cpu())["main"](*[_to_vm(inputs[n])
-                                                            for n in main_params])
-        _offloaded(name, module, params, input_names)
+        vm = relax.VirtualMachine(ex, tvm.cpu())
+        out = vm["main"](*[_to_vm(inputs[n]) for n in main_params])
+        model = _offloaded(name, module, params, input_names)
+        _check_bmlib_matches_plain(name, vm, model, inputs, main_params)
     elif outcome == BMLIB_RUN:
         model = _offloaded(name, module, params, input_names)
         out = model._vm["main"](*[_to_vm(inputs[n]) for n in main_params])
@@ -156,6 +160,39 @@ def test_corpus_file(name):
         types = _flat_types(func.ret_type)
         assert [a.shape for a in outs] == [_concrete(t.shape) for t in types]
         assert [str(a.dtype) for a in outs] == [t.dtype for t in types]
+
+
+def _scaled(value, factor: float):
+    if isinstance(value, tuple):
+        return tuple(_scaled(v, factor) for v in value)
+    return (value * factor).astype(value.dtype) if value.dtype.kind == "f" else value
+
+
+# Models whose outputs do not depend on their inputs, and why.
+INPUT_INSENSITIVE = {
+    # softmax over an axis of length 1: every output is 1 or tanh(1)
+    "027_fuzz_metadata_tracne.relay",
+}
+
+
+def _check_bmlib_matches_plain(name: str, vm, model, inputs: dict, main_params: list) -> None:
+    """The bmlib build computes what the plain Relax build computes, on inputs the
+    outputs depend on: the recipe inputs and the same scaled by 3 (a float output that
+    does not change with them would let a broken layer pass unseen)."""
+    runs = []
+    for factor in (1.0, 3.0):
+        feed = {n: _scaled(inputs[n], factor) for n in main_params}
+        plain = _flatten(vm["main"](*[_to_vm(feed[n]) for n in main_params]))
+        ours = _flatten(model(**feed))
+        assert len(ours) == len(plain)
+        for got, want in zip(ours, plain):
+            scale = float(np.abs(want).max()) if want.size and want.dtype.kind == "f" else 0.0
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * max(scale, 1.0))
+        runs.append(plain)
+    floats = [(a, b) for a, b in zip(*runs) if a.dtype.kind == "f" and a.size]
+    assert name in INPUT_INSENSITIVE or not floats or any(
+        np.abs(a - b).max() > 1e-3 * max(float(np.abs(a).max()), 1e-6) for a, b in floats), \
+        "no float output depends on the inputs: the comparison would prove nothing"
 
 
 # Models whose FLOPs cannot all go to bmlib, with the reason the report must give.
