@@ -762,6 +762,70 @@ def verify_library(library_path: str, metadata: dict) -> None:
         raise ArtifactError(f"{library_path}: SHA-256 {digest[:16]}... does not match the "
                             f"{metadata['sha256'][:16]}... recorded in "
                             f"{metadata_path(library_path)} (damaged or replaced)", library_path)
+    check_elf_extent(library_path)
+
+
+def check_elf_extent(library_path: str) -> None:
+    """Every segment and section an ELF library declares lies inside the file.
+
+    ``dlopen`` maps a library's segments from the file; a library cut short (its
+    metadata rewritten to match, or a copy that stopped early) maps pages past the end
+    of the file, and the process dies with SIGBUS on first touch instead of an error.
+    A file that is no ELF (another platform's library) is left to the loader."""
+    import struct
+
+    size = os.path.getsize(library_path)
+    with open(library_path, "rb") as f:
+        ident = f.read(64)
+        if ident[:4] != b"\x7fELF":
+            return
+
+        def damaged(what: str) -> ArtifactError:
+            return ArtifactError(f"{library_path}: damaged library: {what} (the file has "
+                                 f"{size} bytes)", library_path)
+
+        if len(ident) < 52 or ident[4] not in (1, 2) or ident[5] not in (1, 2):
+            raise damaged("ELF header cut short or of unknown class")
+        wide = ident[4] == 2
+        order = "<" if ident[5] == 1 else ">"
+        if wide:
+            if len(ident) < 64:
+                raise damaged("ELF header cut short")
+            phoff, shoff = struct.unpack_from(order + "QQ", ident, 0x20)
+            phentsize, phnum, shentsize, shnum = struct.unpack_from(order + "HHHH", ident, 0x36)
+        else:
+            phoff, shoff = struct.unpack_from(order + "II", ident, 0x1C)
+            phentsize, phnum, shentsize, shnum = struct.unpack_from(order + "HHHH", ident, 0x2A)
+
+        def table(offset: int, entsize: int, count: int, what: str) -> bytes:
+            if offset + entsize * count > size:
+                raise damaged(f"its {what} table (byte offset {offset}, {count} entries) "
+                              "ends past the end of the file")
+            f.seek(offset)
+            return f.read(entsize * count)
+
+        headers = table(phoff, phentsize, phnum, "program header")
+        for i in range(phnum):
+            at = i * phentsize
+            if wide:
+                offset, filesz = struct.unpack_from(order + "Q16xQ", headers, at + 8)
+            else:
+                offset, filesz = struct.unpack_from(order + "I8xI", headers, at + 4)
+            if offset + filesz > size:
+                raise damaged(f"segment {i} (byte offset {offset}, {filesz} bytes) ends past "
+                              "the end of the file")
+        if shnum == 0:
+            return
+        sections = table(shoff, shentsize, shnum, "section header")
+        for i in range(shnum):
+            at = i * shentsize
+            if wide:
+                sh_type, offset, sh_size = struct.unpack_from(order + "4xI16xQQ", sections, at)
+            else:
+                sh_type, offset, sh_size = struct.unpack_from(order + "4xI8xII", sections, at)
+            if sh_type != 8 and offset + sh_size > size:  # 8: SHT_NOBITS (.bss)
+                raise damaged(f"section {i} (byte offset {offset}, {sh_size} bytes) ends "
+                              "past the end of the file")
 
 
 def warn_damaged_side_files(library_path: str, metadata: dict) -> list[str]:
