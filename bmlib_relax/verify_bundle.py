@@ -35,6 +35,9 @@ from .errors import BundleError
 BUNDLE_FORMAT = "bmlib-golden-bundle"
 BUNDLE_VERSION = 1
 MANIFEST = "manifest.json"
+#: A manifest names a few files, inputs and outputs: far below this.  A larger one is
+#: refused before it is read (``json`` would hold all of it, several times over).
+MAX_MANIFEST_BYTES = 16 << 20
 BUNDLE_FILES = ("model.relay", "model.params", "inputs.npz", "outputs.npz")
 
 
@@ -116,6 +119,8 @@ def is_bundle(folder: Path) -> bool:
     if not manifest.is_file():
         return False
     try:
+        if manifest.stat().st_size > MAX_MANIFEST_BYTES:
+            return True  # read_bundle says what is wrong with it
         return json.loads(manifest.read_text()).get("format") == BUNDLE_FORMAT
     except (ValueError, AttributeError, RecursionError, OSError):  # ValueError: also
         return True  # UnicodeDecodeError, and a number too long for int()
@@ -201,6 +206,10 @@ def _read_manifest(manifest_path: Path) -> Any:
         raise BundleError(f"{manifest_path} is {link}" if link else
                           f"{manifest_path.parent}: no {MANIFEST} (not a golden bundle)", where)
     try:
+        size = manifest_path.stat().st_size
+        if size > MAX_MANIFEST_BYTES:
+            raise BundleError(f"{manifest_path}: manifest is {size:,} bytes, more than a "
+                              f"bundle's manifest can need ({MAX_MANIFEST_BYTES:,})", where)
         return json.loads(manifest_path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise BundleError(f"{manifest_path}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}",
@@ -281,10 +290,12 @@ def bundle_from_golden(golden: os.PathLike | str, outdir: os.PathLike | str) -> 
     ``manifest.json``, ``expected.npz``) into a bundle with the same values."""
     from .recipe import recipe_from_manifest
 
+    from .preflight import guarded_npz
+
     folder = Path(golden)
-    manifest = json.loads((folder / MANIFEST).read_text())
-    with np.load(folder / "expected.npz") as npz:
-        outputs = [npz[f"out{i}"] for i in range(len(npz.files))]
+    manifest = _read_manifest(folder / MANIFEST)
+    expected = guarded_npz(str(folder / "expected.npz"))
+    outputs = [expected[f"out{i}"] for i in range(len(expected))]
     tol = manifest.get("tolerance", {})
     return write_bundle(
         outdir, (folder / "model.relay").read_text(),

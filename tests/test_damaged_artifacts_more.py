@@ -188,6 +188,34 @@ def test_manifest_that_is_a_directory_says_so(good_bundle, tmp_path):
         read_bundle(bundle)
 
 
+def test_oversized_manifest_is_refused_before_it_is_read(good_bundle, tmp_path, monkeypatch):
+    from bmlib_relax import verify_bundle
+
+    bundle = copy_bundle(good_bundle, tmp_path / "big")
+    manifest = bundle / "manifest.json"
+    size = manifest.stat().st_size
+    monkeypatch.setattr(verify_bundle, "MAX_MANIFEST_BYTES", size - 1)
+    read = []
+    monkeypatch.setattr(verify_bundle.json, "loads", lambda *a, **k: read.append(a))
+    assert is_bundle(bundle)  # reported as a damaged bundle, not skipped
+    with pytest.raises(BundleError, match=rf"manifest is {size:,} bytes, more than"):
+        read_bundle(bundle)
+    assert not read
+
+
+def test_bundle_from_a_golden_with_a_damaged_expected_npz_names_it(tmp_path):
+    from bmlib_relax.verify_bundle import bundle_from_golden
+
+    golden = tmp_path / "golden"
+    golden.mkdir()
+    (golden / "model.relay").write_text(RELAY)
+    (golden / "manifest.json").write_text(json.dumps({"name": "g", "params": [],
+                                                      "inputs": []}))
+    (golden / "expected.npz").write_bytes(npz_with_member("out0.npy", npy_claiming(10**12)))
+    with pytest.raises(ParamError, match="expected.npz"):
+        bundle_from_golden(golden, tmp_path / "out")
+
+
 def test_relay_text_that_is_not_utf8_is_a_parse_error_at_its_byte(good_bundle, tmp_path):
     bundle = copy_bundle(good_bundle, tmp_path / "b")
     with open(bundle / "model.relay", "ab") as handle:
