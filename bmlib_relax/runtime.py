@@ -213,19 +213,28 @@ class ModelRunner:
 RECURSION_STACK_BYTES = 1 << 30
 
 
-_MATCH_CAST = re.compile(r"param=([^,\s]+), annotation=(.*?)\)\s*match_cast error,\s*"
-                         r"([^\n]*)")
+_MATCH_CAST = re.compile(r"(?:fn=([^,\s]+), [^()]*?)?param=([^,\s]+), annotation=(.*?)\)"
+                         r"\s*match_cast error,\s*([^\n]*)")
 
 
-def _vm_shape_error(exc: RuntimeError) -> Optional[ParamError]:
-    """The VM's check of an input against ``main``'s annotation (``match_cast error``,
-    e.g. a dim written as a formula no other input fixes) as a ``ParamError`` naming the
-    input; None for any other error."""
+def _vm_shape_error(exc: RuntimeError) -> Optional[Exception]:
+    """The VM's check of a parameter against its function's annotation (``match_cast
+    error``) as the project's error; None for any other error.
+
+    In ``main`` the parameter is a model input (a dim written as a formula no other
+    input fixes): a ``ParamError`` naming it.  In another function (``@f(%a: Tensor[(3,
+    4)])`` called with a run-time dim of an input) the input reached a function that
+    declares another shape: a ``RunCheckError`` naming the function and its parameter."""
     match = _MATCH_CAST.search(str(exc))
     if match is None:
         return None
-    name, annotation, detail = match.groups()
-    return ParamError(f"input {name!r} does not match {annotation}: {detail.strip()}", name)
+    function, name, annotation, detail = match.groups()
+    if function in (None, "main"):
+        return ParamError(f"input {name!r} does not match {annotation}: {detail.strip()}",
+                          name)
+    return RunCheckError(f"@{function}: its parameter {name!r} is called with a value that "
+                         f"does not match its declared {annotation}: {detail.strip()} (the "
+                         "model's inputs reach it with another shape)")
 
 
 def as_run_check_error(exc: AssertionError) -> BaseException:

@@ -147,3 +147,36 @@ def @main(%t: ((Tensor[(?, 4), float32], Tensor[(?, 4), float32]), Tensor[(?, 4)
     np.testing.assert_array_equal(model(a, b, c, y), want)  # the flat inputs, as before
     with pytest.raises(ParamError, match=r"input 't' is a tuple of 3 tensor\(s\) .*got 2"):
         model([a, b], y)
+
+
+CALLEE_DECLARES_STATIC = '''#[version = "0.0.5"]
+def @f(%a: Tensor[(3, 4), float32]) -> Tensor[(3, 4), float32] {
+  nn.relu(%a)
+}
+def @main(%x: Tensor[(?, 4), float32]) {
+  @f(%x)
+}'''
+
+
+def test_a_callee_given_another_shape_is_named_as_the_callee_not_as_an_input():
+    # @f declares 3 rows; main's run-time dim reaches it with 5.  The VM's check is
+    # @f's, on @f's parameter: it was reported as "input 'a'", a name the model's
+    # inputs do not have.
+    model = bmlib_relax.compile(CALLEE_DECLARES_STATIC, {})
+    np.testing.assert_array_equal(model(x=-np.ones((3, 4), "float32")), np.zeros((3, 4)))
+    with pytest.raises(bmlib_relax.errors.RunCheckError,
+                       match=r"^@f: its parameter 'a' is called with a value that does not "
+                             r"match its declared R\.Tensor\(\(3, 4\)"):
+        model(x=np.ones((5, 4), "float32"))
+
+
+def test_a_main_parameter_check_still_names_the_input():
+    from bmlib_relax.runtime import _vm_shape_error
+
+    text = ("Check failed: input_shape[i] == reg (5 vs. 3) : ErrorContext(fn=main, "
+            "loc=param[0], param=x, annotation=R.Tensor((n * 2, 4), dtype=\"float32\"))  "
+            "match_cast error,  shape[0] mismatch to specified constant.")
+    error = _vm_shape_error(RuntimeError(text))
+    assert isinstance(error, ParamError)
+    assert str(error).startswith("input 'x' does not match R.Tensor((n * 2, 4)")
+    assert _vm_shape_error(RuntimeError("something else")) is None
