@@ -50,13 +50,23 @@ _ATOMIC = (A.Var, A.GlobalVar, A.Op, A.Constructor, A.Constant, A.MetaRef)
 
 
 # ---------------------------------------------------------------------- types / attrs
+#: TVM 0.27's float8 names -> v0.19's (its DLDataType2String: ``e4m3_float`` + bits),
+#: which v0.19's parser reads and this one reads too.
+_V019_DTYPE_NAMES = {"float8_e4m3fn": "e4m3_float8", "float8_e5m2": "e5m2_float8"}
+
+
+def relay_dtype_name(dtype: str) -> str:
+    """``dtype`` as v0.19 printed it (``e4m3_float8`` for TVM 0.27's ``float8_e4m3fn``)."""
+    return _V019_DTYPE_NAMES.get(dtype, dtype)
+
+
 def print_type(ty: Optional[A.Type]) -> str:
     """Relay text of a type (``Tensor[(1, ?), float32]``, ``(A, B)``, ``List[A]``)."""
     if isinstance(ty, A.TensorType):
         if not ty.shape:
-            return ty.dtype
+            return relay_dtype_name(ty.dtype)
         dims = ", ".join("?" if d is None else str(d) for d in ty.shape)
-        return f"Tensor[({dims}), {ty.dtype}]"
+        return f"Tensor[({dims}), {relay_dtype_name(ty.dtype)}]"
     if isinstance(ty, A.TupleType):
         if len(ty.fields) == 1:
             return f"({print_type(ty.fields[0])},)"
@@ -108,7 +118,7 @@ def print_attr_value(value: Any) -> str:
             return "inff64" if value > 0 else "-inff64"
         return repr(value)
     if isinstance(value, str):
-        return _quote(value)
+        return _quote(relay_dtype_name(value))  # cast(%x, dtype="e4m3_float8")
     if isinstance(value, (tuple, list)):
         return "[" + ", ".join(print_attr_value(v) for v in value) + "]"
     if isinstance(value, A.MetaRef):

@@ -180,3 +180,38 @@ def test_var_name_clashes_are_renamed():
     fn = A.Function((x1, x2, one), body)
     text = astext(fn)
     assert structural_equal(fn, parse_expr(text)), text
+
+
+@pytest.mark.parametrize("dtype, v019_name, code", [("float8_e4m3fn", "e4m3_float8", 6),
+                                                     ("float8_e5m2", "e5m2_float8", 7)])
+def test_float8_is_printed_with_v019s_name_and_code(dtype, v019_name, code):
+    # v0.19's DLDataType2String wrote e4m3_float8 / e5m2_float8, and its parser knew no
+    # other spelling; the metadata says tvm_version 0.19.0, so its codes are v0.19's.
+    import json
+    import struct
+
+    import ml_dtypes
+
+    data = np.array([0.5, -1.25, 2.0, 0.0], dtype=getattr(ml_dtypes, dtype))
+    text = astext(_float8_module(dtype, data))
+    program = text.split("#[metadata]")[0]
+    assert f"Tensor[(4), {v019_name}]" in program and f'dtype="{v019_name}"' in program
+    assert dtype not in program
+    meta = json.loads(text.split("#[metadata]", 1)[1])
+    assert meta["attrs"]["tvm_version"] == "0.19.0"
+    blob = __import__("base64").b64decode(meta["b64ndarrays"][0])
+    # header: magic u64, reserved u64, device (2 x i32), ndim i32, then DLDataType code u8
+    assert struct.unpack_from("<B", blob, 8 + 8 + 8 + 4)[0] == code
+    back = parse(text)
+    assert back["main"].params[0].type_annotation.dtype == dtype
+    np.testing.assert_array_equal(
+        next(n for n in post_order(back["main"]) if isinstance(n, A.Constant)).data
+        .astype("float32"), data.astype("float32"))
+
+
+def _float8_module(dtype: str, data: np.ndarray):
+    from bmlib_relax import relay
+
+    x = relay.var("x", shape=(4,), dtype=dtype)
+    body = relay.add(relay.cast(x, "float32"), relay.cast(relay.const(data), "float32"))
+    return relay.IRModule.from_expr(relay.Function([x], relay.cast(body, dtype)))
