@@ -54,7 +54,7 @@ PROGRAMS = [
     """def @main(%x: Tensor[(2, 12), float32]) {
   %0 = qnn.quantize(%x, 0.05f, 3, out_dtype="int8", axis=1);
   %1 = qnn.requantize(%0, 0.05f, 3, 0.1f, -2, rounding="TONEAREST", out_dtype="int8");
-  qnn.dequantize(%1, 0.1f, -2)
+  qnn.dequantize(%1, 0.1f, -2, out_dtype="float32")
 }""",
     """def @main(%x: Tensor[(1, 3, 8, 8), float32], %g: Tensor[(3), float32],
           %be: Tensor[(3), float32], %m: Tensor[(3), float32], %v: Tensor[(3), float32]) {

@@ -279,7 +279,7 @@ def resnet18_text(quantized: bool, size: int = 224, classes: int = 1000) -> str:
             x = add_relu(y, shortcut)
             cin = cout
     if quantized:
-        x = emit(f"qnn.dequantize({x}, {act}f, 0)")
+        x = emit(f'qnn.dequantize({x}, {act}f, 0, out_dtype="float32")')
     x = emit(f"nn.batch_flatten(nn.global_avg_pool2d({x}))")
     params.append(f"%fc_weight: Tensor[({classes}, 512), float32]")
     params.append(f"%fc_bias: Tensor[({classes}), float32]")

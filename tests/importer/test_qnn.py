@@ -338,7 +338,7 @@ def test_unconverted_qnn_op_is_named():
 @pytest.mark.parametrize("call, message", [
     ('qnn.quantize(%x, 0f, 0, out_dtype="int8")', "qnn.quantize.*output_scale must not be 0"),
     ('qnn.quantize(%x, inff, 0, out_dtype="int8")', "output_scale must be finite, got inf"),
-    ('qnn.dequantize(qnn.quantize(%x, 0.5f, 0, out_dtype="int8"), nanf, 0)',
+    ('qnn.dequantize(qnn.quantize(%x, 0.5f, 0, out_dtype="int8"), nanf, 0, out_dtype="float32")',
      "qnn.dequantize.*input_scale must be finite, got nan"),
 ])
 def test_unusable_scales_are_named(call, message):

@@ -131,6 +131,9 @@ def _along(value: np.ndarray, ndim: int, axis: int, dtype: str) -> relax.Expr:
     value = np.asarray(value, dtype=dtype)
     if value.ndim == 0:
         return _const(value, dtype)
+    if ndim == 0:  # v0.19's per-channel lowering took axis -1 of it and failed too
+        raise ValueError(f"a per-channel parameter of shape {value.shape} cannot apply to a "
+                         "0-d tensor (it has no channel axis)")
     shape = [1] * ndim
     shape[axis] = value.size
     return _const(value.reshape(shape), dtype)
@@ -305,10 +308,21 @@ def _requantize_fp(data, in_scale: QParam, in_zp: QParam, out_scale_f: float, ou
 _QDTYPES = ("int8", "uint8", "int16", "int32")
 
 
+def _required_out_dtype(attrs, ctx) -> str:
+    """``out_dtype`` of qnn.quantize / requantize / dequantize, which v0.19 required:
+    QuantizeAttrs and DequantizeAttrs have no default (the parser refused text without
+    one) and RequantizeAttrs' is void, which RequantizeRel refused.  Reading it as int8
+    would give a model v0.19 never ran another meaning."""
+    value = attrs.get("out_dtype")
+    if value is None or str(value) in ("", "void"):
+        raise ctx.error("out_dtype is required (Relay had no default for it)")
+    return str(value)
+
+
 @register_converter("qnn.requantize")
 def _requantize(inputs, attrs, ctx):
     data, in_scale, in_zp, out_scale, out_zp = inputs
-    out_dtype = _check_qdtype(str(attrs.get("out_dtype") or "int8"), ctx, "out_dtype",
+    out_dtype = _check_qdtype(_required_out_dtype(attrs, ctx), ctx, "out_dtype",
                               ("int8", "uint8", "int16", "int32"))
     # v0.19's RequantizeRel took int64 too (its lowering casts the input to int32 first)
     _check_qdtype(dtype_of(data), ctx, "the input dtype", _QDTYPES + ("int64",))
@@ -342,7 +356,7 @@ def _param_axis(attrs, data, ctx) -> tuple[int, int]:
 @register_converter("qnn.quantize")
 def _quantize(inputs, attrs, ctx):
     data, scale_e, zp_e = inputs
-    out_dtype = _check_qdtype(str(attrs.get("out_dtype") or "int8"), ctx, "out_dtype",
+    out_dtype = _check_qdtype(_required_out_dtype(attrs, ctx), ctx, "out_dtype",
                               ("int8", "uint8", "int16", "uint16", "int32"))  # QuantizeRel's
     if dtype_of(data) != "float32":
         raise ctx.error(f"input must be float32, got {dtype_of(data)}")
@@ -359,7 +373,7 @@ def _quantize(inputs, attrs, ctx):
 @register_converter("qnn.dequantize")
 def _dequantize(inputs, attrs, ctx):
     data, scale_e, zp_e = inputs
-    out_dtype = str(attrs.get("out_dtype") or "float32")
+    out_dtype = _required_out_dtype(attrs, ctx)
     if out_dtype not in ("float32", "float16"):
         raise ctx.unsupported_attr("out_dtype", out_dtype)
     _check_qdtype(dtype_of(data), ctx, "the input dtype", _QDTYPES + ("uint16",))  # DequantizeRel's
@@ -522,9 +536,12 @@ def _qnn_batch_matmul(inputs, attrs, ctx):
     x, y, x_zp_e, y_zp_e = inputs[:4]
     for what, expr in (("x", x), ("y", y)):  # QnnBatchMatmulRel: int8/uint8, int32 out
         _check_qdtype(dtype_of(expr), ctx, f"the {what} dtype", ("int8", "uint8"))
-    if attrs.get("transpose_a", False) or not attrs.get("transpose_b", True):
+    # BatchMatmulAttrs' defaults are False/False; MakeQuantizedBatchMatmul set
+    # transpose_b=True, so printed text carries it, and its canonicalization refused the rest.
+    if attrs.get("transpose_a", False) or not attrs.get("transpose_b", False):
         raise ctx.error("qnn.batch_matmul supports only transpose_a=False, transpose_b=True "
-                        "(as Relay did)")
+                        "(as Relay did)" + ("" if "transpose_b" in attrs else
+                                            "; the text has no transpose_b, which is False"))
     out_dtype = str(attrs.get("out_dtype") or "int32")
     if out_dtype != "int32":
         raise ctx.unsupported_attr("out_dtype", out_dtype)
@@ -726,7 +743,8 @@ def _qnn_leaky_relu(inputs, attrs, ctx):
         inputs, ctx, ("int8", "uint8", "int16"))
     if not (zp.is_scalar and out_zp.is_scalar):
         raise ctx.error("the zero points must be scalars")
-    alpha = float(attrs.get("alpha", 0.01))
+    # LeakyReluAttrs' default, which v0.19's printer left out of the text: 0.25
+    alpha = float(attrs.get("alpha", 0.25))
     x32 = ctx.emit(_int32(data))
     requantized = ctx.emit(_requantize_or_upcast(x32, scale, zp, out_scale, out_zp, -1, ctx))
     product = _fixed_point_per_tensor(requantized, alpha, "UPWARD")

@@ -55,9 +55,6 @@ TABLE: dict = {
                            "kernel_scale, kernel_layout='NC', units=None, out_dtype='int32'",
                            "data weight input_zero_point kernel_zero_point input_scale "
                            "kernel_scale", {"always": ("out_dtype",)}),
-    "batch_matmul": ("x, y, x_zero_point, y_zero_point, x_scale, y_scale, out_dtype='int32'",
-                     "x y x_zero_point y_zero_point x_scale y_scale",
-                     {"always": ("out_dtype",)}),
     "add": _BINARY, "subtract": _BINARY, "mul": _BINARY,
     "softmax": ("x, scale, zero_point, output_scale, output_zero_point, axis=-1",
                 "x scale zero_point output_scale output_zero_point"),
@@ -97,9 +94,24 @@ def conv2d(data, kernel, input_zero_point, kernel_zero_point, input_scale, kerne
                         dilation, groups, data_layout, kernel_layout, out_layout, out_dtype)
 
 
+# BatchMatmulAttrs' transpose fields default to False; MakeQuantizedBatchMatmul set
+# transpose_b=True, so v0.19 printed it (and read text without it as False).
+_batch_matmul_call = make_op(
+    "qnn.batch_matmul",
+    "x, y, x_zero_point, y_zero_point, x_scale, y_scale, out_dtype='int32', "
+    "transpose_a=False, transpose_b=True",
+    "x y x_zero_point y_zero_point x_scale y_scale", always=("out_dtype", "transpose_b"))
+
+
+def batch_matmul(x, y, x_zero_point, y_zero_point, x_scale, y_scale, out_dtype="int32"):
+    """Relay ``qnn.batch_matmul`` (``y`` transposed: the call records transpose_b=True)."""
+    return _batch_matmul_call(x, y, x_zero_point, y_zero_point, x_scale, y_scale, out_dtype)
+
+
+# LeakyReluAttrs' alpha defaults to 0.25 (text without it); the Python API requires it.
 _leaky_relu_call = make_op("qnn.leaky_relu",
                            "x, input_scale, input_zero_point, output_scale, output_zero_point, "
-                           "alpha=0.01",
+                           "alpha=0.25",
                            "x input_scale input_zero_point output_scale output_zero_point",
                            always=("alpha",))
 
@@ -150,14 +162,15 @@ def simulated_dequantize(data, input_scale, input_zero_point, axis=-1, in_dtype=
                                 _flat(input_zero_point), axis=axis)
 
 
-__all__ += ["conv2d", "leaky_relu", "simulated_quantize", "simulated_dequantize",
-            "SQNN_DTYPE_TO_CODE", "op"]
-for _name in ("conv2d", "leaky_relu", "simulated_quantize", "simulated_dequantize"):
+__all__ += ["conv2d", "batch_matmul", "leaky_relu", "simulated_quantize",
+            "simulated_dequantize", "SQNN_DTYPE_TO_CODE", "op"]
+for _name in ("conv2d", "batch_matmul", "leaky_relu", "simulated_quantize",
+              "simulated_dequantize"):
     register(f"qnn.{_name}", f"qnn.{_name}")
 
 # ``relay.qnn.op.conv2d``: the namespace Relay scripts use is this module.
 op = sys.modules[__name__]
 
 OP_NAMES: Sequence[str] = tuple(sorted(
-    ["qnn." + n for n in TABLE] + ["qnn.conv2d", "qnn.leaky_relu", "qnn.simulated_quantize",
-                                   "qnn.simulated_dequantize"]))
+    ["qnn." + n for n in TABLE] + ["qnn.conv2d", "qnn.batch_matmul", "qnn.leaky_relu",
+                                   "qnn.simulated_quantize", "qnn.simulated_dequantize"]))
