@@ -28,6 +28,7 @@ from .preflight import require_main
 from .relay import ast
 from .relay.params import ParamsLike, load_params
 from .relay.rewrite import with_input_types
+from .backend.recursion_guard import guard_recursion_depth
 from .report import OffloadReport, build_report, is_recursive
 from .runtime import ModelRunner, export_artifact, input_specs
 from .threads import ThreadConfig
@@ -58,7 +59,8 @@ def lower_and_verify(partitioned: tvm.IRModule,
 def build_verified(partitioned: tvm.IRModule, lowered: dict, target: TargetLike = None):
     """``RunCodegen`` with already verified partitions, then ``tvm.compile``."""
     with codegen_session(target, lowered) as records:
-        with_ext = with_host_code(legalize_zero_divisors(run_codegen(partitioned)))
+        with_ext = with_host_code(legalize_zero_divisors(
+            guard_recursion_depth(run_codegen(partitioned))))
         executable = tvm.compile(with_ext, target=resolve_target(target),
                                  tir_pipeline=host_tir_pipeline())
     return executable, dict(records)
@@ -246,5 +248,6 @@ def _compile(relay_mod, params, target, patterns, merge, lowerings, inputs, inpu
 def compile_plain(relax_mod: tvm.IRModule, target: TargetLike = None):
     """The unoffloaded reference build (TVM's default legalization; a division by a
     constant scalar zero computed per element, as Relay did: see :mod:`.host_legalize`)."""
-    return tvm.compile(legalize_zero_divisors(relax_mod), target=resolve_target(target),
+    return tvm.compile(legalize_zero_divisors(guard_recursion_depth(relax_mod)),
+                       target=resolve_target(target),
                        tir_pipeline=host_tir_pipeline())
