@@ -152,16 +152,33 @@ class Any:
         return "?"
 
 
+class Dim(int):
+    """A static dim: an ``int`` that also answers ``.value``, as v0.19's ``IntImm`` dims
+    did (``[d.value for d in ty.shape]`` is a common idiom of Relay scripts)."""
+
+    __slots__ = ()
+
+    @property
+    def value(self) -> int:
+        return int(self)
+
+    def __repr__(self) -> str:
+        return int.__repr__(self)
+
+    __str__ = __repr__
+
+
 def _dim(value: Any) -> Any:
-    """A shape dim as stored: int, ``None`` (``?``), a name, or a symbolic TIR expression."""
+    """A shape dim as stored: a :class:`Dim` (an int), ``None`` (``?``), a name, or a
+    symbolic TIR expression."""
     if value is None or isinstance(value, (Any, str)):
         return None if not isinstance(value, str) else value
-    if isinstance(value, (bool, np.bool_)):
-        return int(value)
-    if isinstance(value, (int, np.integer)):
-        return int(value)
+    if isinstance(value, Dim):
+        return value
+    if isinstance(value, (bool, np.bool_, int, np.integer)):
+        return Dim(int(value))
     if type(value).__name__ == "IntImm":
-        return int(value.value)
+        return Dim(int(value.value))
     if type(value).__name__ == "Any":  # a foreign Any node
         return None
     return value  # symbolic: te.var("n"), n + 2, ...
@@ -174,7 +191,8 @@ def _dims_equal(a: tuple, b: tuple) -> bool:
         if x is y:
             continue
         if isinstance(x, (int, str)) or x is None or isinstance(y, (int, str)) or y is None:
-            if type(x) is not type(y) or x != y:
+            if isinstance(x, int) != isinstance(y, int) or \
+                    isinstance(x, str) != isinstance(y, str) or x != y:
                 return False
             continue
         from .symbolic import dims_equal  # symbolic TIR dims: proved equal, lazily
@@ -387,6 +405,10 @@ class GlobalVar(Expr):
 
     name: str
     span: Optional[Span] = _span()
+
+    @property
+    def name_hint(self) -> str:
+        return self.name
 
 
 @dataclass(frozen=True, eq=False)
@@ -633,6 +655,16 @@ class TypeData:
     span: Optional[Span] = _span()
 
 
+def _global_name(key: Any) -> str:
+    """A module key as Relay scripts write it: ``"main"``, ``"@main"`` or a GlobalVar."""
+    if isinstance(key, GlobalVar):
+        return key.name
+    if isinstance(key, str):
+        return key[1:] if key.startswith("@") else key
+    raise TypeError(f"a module's functions are named by str or GlobalVar, not "
+                    f"{type(key).__name__}")
+
+
 class IRModule:
     """A Relay module: global functions, ADT declarations and metadata.
 
@@ -647,33 +679,48 @@ class IRModule:
         metadata: Optional[Mapping[str, Any]] = None,
         source_name: str = "<string>",
     ):
-        self.functions: dict[str, Function] = dict(functions or {})
-        self.type_definitions: dict[str, TypeData] = dict(type_definitions or {})
+        # Keys as Relay scripts give them: "name", "@name" or a GlobalVar.
+        self.functions: dict[str, Function] = {
+            _global_name(k): f for k, f in (functions or {}).items()}
+        self.type_definitions: dict[str, TypeData] = {
+            getattr(k, "name_hint", getattr(k, "name", k)): t
+            for k, t in (type_definitions or {}).items()}
         self.metadata: dict[str, Any] = dict(metadata or {})
         self.source_name = source_name
 
     @classmethod
-    def from_expr(cls, expr: Expr) -> "IRModule":
-        """Wrap ``expr`` as ``@main`` (a non-function becomes ``fn () { expr }``)."""
+    def from_expr(cls, expr: Expr, functions: Optional[Mapping[Any, Function]] = None,
+                  type_defs: Optional[Mapping[Any, TypeData]] = None) -> "IRModule":
+        """Wrap ``expr`` as ``@main`` (a non-function becomes ``fn () { expr }``), beside
+        ``functions`` (keyed by ``GlobalVar`` or name), as ``tvm.IRModule.from_expr``."""
         if not isinstance(expr, Function):
             from .analysis import free_vars  # local import: analysis imports ast
 
             expr = Function(tuple(free_vars(expr)), expr)
-        return cls({"main": expr})
+        return cls({**(functions or {}), "main": expr}, type_defs)
 
-    def __getitem__(self, name: str) -> Function:
-        key = name[1:] if name.startswith("@") else name
+    def __getitem__(self, name: Union[str, "GlobalVar"]) -> Function:
+        key = _global_name(name)
         try:
             return self.functions[key]
         except KeyError:
             raise KeyError(f"module has no global function @{key}") from None
 
-    def __contains__(self, name: str) -> bool:
-        key = name[1:] if name.startswith("@") else name
-        return key in self.functions
+    def __contains__(self, name: Union[str, "GlobalVar"]) -> bool:
+        return _global_name(name) in self.functions
 
-    def __setitem__(self, name: str, func: Function) -> None:
-        self.functions[name[1:] if name.startswith("@") else name] = func
+    def __setitem__(self, name: Union[str, "GlobalVar"], func: Function) -> None:
+        self.functions[_global_name(name)] = func
+
+    def get_global_var(self, name: str) -> "GlobalVar":
+        """The ``GlobalVar`` of the function ``name`` (Relay's ``mod.get_global_var``)."""
+        key = _global_name(name)
+        if key not in self.functions:
+            raise KeyError(f"module has no global function @{key}")
+        return GlobalVar(key)
+
+    def get_global_vars(self) -> list["GlobalVar"]:
+        return [GlobalVar(name) for name in self.functions]
 
     def astext(self, show_meta_data: bool = True) -> str:
         from .printer import astext

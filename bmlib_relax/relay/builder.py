@@ -33,11 +33,17 @@ def var(name_hint: str, type_annotation: Any = None, shape: Optional[Sequence[in
 
 
 def const(value: Any, dtype: Optional[str] = None) -> ast.Constant:
-    """A constant tensor from a Python scalar, list or numpy array (Relay's dtype rules)."""
+    """A constant tensor from a Python scalar, list or numpy array (Relay's dtype rules).
+
+    The constant holds a copy, as v0.19's ``_nd.array(value)`` did: a script that
+    refills one buffer for several layers gets one constant per state of it.  A TVM
+    tensor keeps its dtype, as in v0.19 (its narrowing table is keyed by numpy dtypes,
+    which a tensor's string dtype never matched, and ``dtype`` was applied to numpy
+    values only)."""
     if isinstance(value, ast.Constant):
         return value
     if hasattr(value, "numpy") and not isinstance(value, np.ndarray):
-        value = value.numpy()
+        return ast.Constant(np.array(value.numpy(), copy=True))
     given = dtype
     if type(value) in _PY_DTYPES and dtype is None:  # numpy scalars: narrowed below
         dtype = _PY_DTYPES[type(value)]
@@ -59,6 +65,8 @@ def const(value: Any, dtype: Optional[str] = None) -> ast.Constant:
         if not np.array_equal(narrowed, array):  # Relay's astype wrapped them silently
             raise _past_int32(value)
         array = narrowed
+    if isinstance(value, np.ndarray) and np.may_share_memory(array, value):
+        array = array.copy()
     return ast.Constant(array)
 
 

@@ -278,7 +278,7 @@ def decode_ndarray(buf: Any, offset: int = 0, *, name: Optional[str] = None,
 
 def encode_ndarray(arr: np.ndarray) -> bytes:
     """Serialise ``arr`` in TVM's NDArray format (CPU device)."""
-    arr = np.ascontiguousarray(arr)
+    arr = np.asarray(arr, order="C")  # not ascontiguousarray: it makes a 0-d array 1-d
     if not arr.dtype.isnative:
         arr = arr.astype(arr.dtype.newbyteorder("="))
     code, bits, lanes = dl_from_dtype(arr.dtype)

@@ -541,6 +541,8 @@ def bind_params_by_name(func: ast.Function, params: Mapping[str, Any],
                 f"(inputs: {', '.join(by_name) or 'none'})", name)
         array = to_numpy(value, name)
         check_param(name, array, var.type_annotation)
+        if isinstance(value, np.ndarray) and np.may_share_memory(array, value):
+            array = array.copy()  # the caller may refill its buffer (Relay copied too)
         mapping[var] = ast.Constant(array, span=var.span)
     if not mapping:
         return func

@@ -38,9 +38,11 @@ _GLOBAL_RE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\Z", re.ASCII)
 _BAD_NAME_CHARS = re.compile(r"[^\w.]", re.ASCII)
 
 #: dtype -> literal suffix for scalar constants.
+#: Scalars printed in place: v0.19's ``IsSimpleScalarDtype`` (src/support/scalars.cc).
+#: Its printer put a scalar of any other dtype (``int8``, ``uint8``, ...) in the
+#: metadata section, and its parser reads no ``i8``/``u8`` literal back.
 _LITERAL_SUFFIX = {
-    "int32": "", "int64": "i64", "int16": "i16", "int8": "i8",
-    "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64",
+    "int32": "", "int64": "i64", "int16": "i16",
     "float32": "f", "float16": "f16", "float64": "f64",
 }
 
