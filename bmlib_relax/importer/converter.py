@@ -53,7 +53,7 @@ from ..relay import ast
 from ..relay.params import check_param
 from ..relay.analysis import free_vars, post_order_list
 from ..relay.meta_recovery import box_refs, printed_ref
-from ..relay.op_schema import check_call
+from ..relay.op_schema import check_call, with_text_defaults
 from ..relay.printer import print_type
 from . import provenance
 from .branches import lift_if_branches
@@ -1230,7 +1230,11 @@ class RelayImporter:
             raise ConversionError(problem, op=node.op.name, location=_where(node))
 
     def _call_attrs(self, node: ast.Call) -> ast.Attrs:
-        """The call's attributes with ``#[metadata]`` references resolved."""
+        """The call's attributes with ``#[metadata]`` references resolved, and the C++
+        defaults v0.19's printer left out filled in (``op_schema.TEXT_DEFAULTS``)."""
+        return with_text_defaults(node.op.name, self._resolved_attrs(node))
+
+    def _resolved_attrs(self, node: ast.Call) -> ast.Attrs:
         meta_arg = _attrs_meta_arg(node)
         has_meta_values = any(isinstance(v, ast.MetaRef) or box_refs(v)
                               for v in node.attrs.values())

@@ -27,6 +27,43 @@ import numpy as np
 from . import ast
 
 
+# --------------------------------------------------------------------------- text defaults
+#: Attributes whose C++ default (``set_default`` in v0.19's ``include/tvm/relay/attrs``)
+#: the importer and the Relay views must use when a call leaves them out.  v0.19's
+#: printer wrote only non-default attributes, so its text omits exactly these values;
+#: listed are those whose C++ default differs from the Python API's (``nn.lrn`` alpha
+#: 1e-4, not 1e-5) or that the Python API required (``nn.correlation``'s fields).
+TEXT_DEFAULTS: dict[str, dict[str, Any]] = {
+    "nn.leaky_relu": {"alpha": 0.25},
+    "qnn.leaky_relu": {"alpha": 0.25},
+    "nn.lrn": {"alpha": 1e-4},
+    "nn.batch_matmul": {"transpose_a": False, "transpose_b": False},
+    "qnn.batch_matmul": {"transpose_a": False, "transpose_b": False},
+    "qnn.avg_pool2d": {"layout": "NCHW", "count_include_pad": False},
+    "image.resize1d": {"rounding_method": "round"},
+    "image.resize2d": {"rounding_method": "round"},
+    "image.resize3d": {"rounding_method": "round"},
+    "nn.correlation": {"kernel_size": 1, "max_displacement": 1, "stride1": 1, "stride2": 1,
+                       "padding": (0, 0), "is_multiply": True, "layout": "NCHW"},
+    "nn.depth_to_space": {"block_size": 1},
+    "nn.space_to_depth": {"block_size": 1},
+    "nn.space_to_batch_nd": {"block_shape": (1, 1)},
+    "nn.batch_to_space_nd": {"block_shape": (1, 1)},
+    "vision.yolo_reorg": {"stride": 1},
+    "one_hot": {"depth": 1},
+    "nn.contrib_conv2d_NCHWc": {"data_layout": "NCHW", "kernel_layout": "OIHW"},
+    "nn.contrib_depthwise_conv2d_NCHWc": {"data_layout": "NCHW", "kernel_layout": "OIHW"},
+}
+
+
+def with_text_defaults(op_name: str, attrs: ast.Attrs) -> ast.Attrs:
+    """``attrs`` with the :data:`TEXT_DEFAULTS` of ``op_name`` it leaves out filled in."""
+    defaults = TEXT_DEFAULTS.get(op_name)
+    if not defaults or all(key in attrs for key in defaults):
+        return attrs
+    return ast.Attrs({**{k: v for k, v in defaults.items() if k not in attrs}, **attrs})
+
+
 # --------------------------------------------------------------------------- value kinds
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating))

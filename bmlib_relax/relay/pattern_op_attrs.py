@@ -165,13 +165,13 @@ def check_relay_op(name: str, caller: str) -> None:
 # --------------------------------------------------------------------------- call attributes
 _DEFAULTS: dict[str, dict[str, Any]] = {}
 
-#: Attributes whose text-format (C++) default differs from the Python API's.  The
-#: builder always records these, so a call that lacks one was parsed from text, where
-#: the C++ default applies.
-_TEXT_DEFAULTS: dict[str, dict[str, Any]] = {
-    "nn.leaky_relu": {"alpha": 0.25},
-    "nn.batch_matmul": {"transpose_a": False, "transpose_b": False},
-}
+def _text_defaults() -> dict[str, dict[str, Any]]:
+    """Attributes whose text-format (C++) default differs from the Python API's.  The
+    builder always records these, so a call that lacks one was parsed from text, where
+    the C++ default applies."""
+    from .op_schema import TEXT_DEFAULTS  # the C++ defaults, kept with the op schemas
+
+    return TEXT_DEFAULTS
 
 
 def _builder_functions():
@@ -212,7 +212,7 @@ def op_attr_defaults(op_name: str) -> dict[str, Any]:
                 _DEFAULTS.setdefault(name, normalise_attrs(name, {
                     p.name: p.default for p in signature.parameters.values()
                     if p.kind in keyword and p.default is not inspect.Parameter.empty}))
-        for name, overrides in _TEXT_DEFAULTS.items():
+        for name, overrides in _text_defaults().items():
             _DEFAULTS.setdefault(name, {}).update(overrides)
         _DEFAULTS.setdefault("", {})  # marks the table as built
     return _DEFAULTS.get(op_name, {})

@@ -540,8 +540,7 @@ def _qnn_batch_matmul(inputs, attrs, ctx):
     # transpose_b=True, so printed text carries it, and its canonicalization refused the rest.
     if attrs.get("transpose_a", False) or not attrs.get("transpose_b", False):
         raise ctx.error("qnn.batch_matmul supports only transpose_a=False, transpose_b=True "
-                        "(as Relay did)" + ("" if "transpose_b" in attrs else
-                                            "; the text has no transpose_b, which is False"))
+                        "(as Relay did; a call without transpose_b has it False)")
     out_dtype = str(attrs.get("out_dtype") or "int32")
     if out_dtype != "int32":
         raise ctx.unsupported_attr("out_dtype", out_dtype)

@@ -201,7 +201,7 @@ def _lrn(inputs, attrs, ctx):
         part = relax.op.strided_slice(padded, [axis], [offset], [offset + dims[axis]])
         total = part if total is None else relax.op.add(total, part)
     scale = relax.op.add(relax.const(float(attrs.get("bias", 2)), dtype),
-                         relax.op.multiply(relax.const(float(attrs.get("alpha", 1e-5)) / size,
+                         relax.op.multiply(relax.const(float(attrs.get("alpha", 1e-4)) / size,
                                                        dtype), total))
     return relax.op.divide(data, relax.op.power(scale,
                                                 relax.const(float(attrs.get("beta", 0.75)),

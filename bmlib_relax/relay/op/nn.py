@@ -31,7 +31,8 @@ def _pool(ndim: int, layout: str, avg: bool) -> str:
     return text + (", count_include_pad=False" if avg else "")
 
 
-def _spatial(ndim: int, per_axis_attrs: str = "", record_padding: bool = True) -> dict:
+def _spatial(ndim: int, per_axis_attrs: str = "", record_padding: bool = True,
+             also_record: tuple = ()) -> dict:
     """Table options for v0.19's conv / pool builders (nn.py): each of ``per_axis_attrs``
     given as an int becomes ``ndim`` values and ``padding`` goes through
     ``get_pad_tuple{ndim}d``.  The rewritten default padding (``(0, 0)`` -> ``(0, 0, 0,
@@ -40,13 +41,15 @@ def _spatial(ndim: int, per_axis_attrs: str = "", record_padding: bool = True) -
     ``0`` -> ``[0, 0]`` is Conv1DAttrs' own default)."""
     normalise = {name: per_axis(ndim) for name in per_axis_attrs.split()}
     normalise["padding"] = pad_tuple(ndim)
-    return {"normalise": normalise, "always": ("padding",) if record_padding else ()}
+    return {"normalise": normalise,
+            "always": (("padding",) if record_padding else ()) + tuple(also_record)}
 
 
 #: v0.19 conv1d/2d/3d, conv3d_transpose, conv2d_backward_weight: int kernel_size, strides
 #: and dilation become per-axis tuples (conv2d_transpose and the contrib convs only pad).
 _CONV_INTS = "strides dilation kernel_size"
 _POOL_INTS = "pool_size strides dilation"
+_POOL_SIZE = ("pool_size",)
 
 _NORM = "axis=1, epsilon=1e-05, center=True, scale=True"
 _NCHWC = ("data, kernel, strides=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1, "
@@ -69,8 +72,9 @@ TABLE = {
         (_conv(3, "NCDHW", "OIDHW", extra="tile_size, "), "data weight", _spatial(3)),
     "contrib_conv2d_gemm_without_weight_transform": (_conv(2, "NCHW", "OIHW"), "data weight",
                                                      _spatial(2)),
-    "contrib_conv2d_nchwc": (_NCHWC, "data kernel",
-                             {"op_name": "nn.contrib_conv2d_NCHWc", **_spatial(2)}),
+    "contrib_conv2d_nchwc": (_NCHWC, "data kernel",  # data_layout: C++ default NCHW
+                             {"op_name": "nn.contrib_conv2d_NCHWc",
+                              **_spatial(2, also_record=("data_layout",))}),
     "contrib_depthwise_conv2d_nchwc": (_NCHWC, "data kernel",
                                        {"op_name": "nn.contrib_depthwise_conv2d_NCHWc",
                                         **_spatial(2)}),
@@ -92,12 +96,15 @@ TABLE = {
     "fast_softmax": ("data, axis=-1", "data"),
     "log_softmax": ("data, axis=-1", "data"),
     # Pool{1,2,3}DAttrs' padding default is ndim zeros: the rewritten one always differs
-    "max_pool1d": (_pool(1, "NCW", False), "data", _spatial(1, _POOL_INTS)),
-    "max_pool2d": (_pool(2, "NCHW", False), "data", _spatial(2, _POOL_INTS)),
-    "max_pool3d": (_pool(3, "NCDHW", False), "data", _spatial(3, _POOL_INTS)),
-    "avg_pool1d": (_pool(1, "NCW", True), "data", _spatial(1, _POOL_INTS)),
-    "avg_pool2d": (_pool(2, "NCHW", True), "data", _spatial(2, _POOL_INTS)),
-    "avg_pool3d": (_pool(3, "NCDHW", True), "data", _spatial(3, _POOL_INTS)),
+    # pool_size: the Python default (1, ...) was always passed; the C++ field is required
+    "max_pool1d": (_pool(1, "NCW", False), "data", _spatial(1, _POOL_INTS, True, _POOL_SIZE)),
+    "max_pool2d": (_pool(2, "NCHW", False), "data", _spatial(2, _POOL_INTS, True, _POOL_SIZE)),
+    "max_pool3d": (_pool(3, "NCDHW", False), "data",
+                   _spatial(3, _POOL_INTS, True, _POOL_SIZE)),
+    "avg_pool1d": (_pool(1, "NCW", True), "data", _spatial(1, _POOL_INTS, True, _POOL_SIZE)),
+    "avg_pool2d": (_pool(2, "NCHW", True), "data", _spatial(2, _POOL_INTS, True, _POOL_SIZE)),
+    "avg_pool3d": (_pool(3, "NCDHW", True), "data",
+                   _spatial(3, _POOL_INTS, True, _POOL_SIZE)),
     "max_pool2d_grad": ("out_grad, data, pool_size=(1, 1), strides=(1, 1), padding=(0, 0), "
                         "layout='NCHW', out_layout='', ceil_mode=False", "out_grad data"),
     "avg_pool2d_grad": ("out_grad, data, pool_size=(1, 1), strides=(1, 1), padding=(0, 0), "
@@ -113,11 +120,12 @@ TABLE = {
     "adaptive_avg_pool2d": ("data, output_size=None, layout='NCHW', out_layout=''", "data"),
     "adaptive_max_pool3d": ("data, output_size=None, layout='NCDHW', out_layout=''", "data"),
     "adaptive_avg_pool3d": ("data, output_size=None, layout='NCDHW', out_layout=''", "data"),
+    # the scales' Python defaults were always passed; the C++ fields are required
     "upsampling": ("data, scale_h=1, scale_w=1, layout='NCHW', method='nearest_neighbor', "
-                   "align_corners=False", "data"),
+                   "align_corners=False", "data", {"always": ("scale_h", "scale_w")}),
     "upsampling3d": ("data, scale_d=1, scale_h=1, scale_w=1, layout='NCDHW', "
                      "method='nearest_neighbor', coordinate_transformation_mode='half_pixel'",
-                     "data"),
+                     "data", {"always": ("scale_d", "scale_h", "scale_w")}),
     "batch_flatten": ("data", "data"),
     "bias_add": ("data, bias, axis=1", "data bias"),
     "matmul": ("tensor_a, tensor_b, units=None, out_dtype='', transpose_a=False, "
@@ -131,7 +139,9 @@ TABLE = {
     "prelu": ("data, alpha, axis=1", "data alpha"),
     "dilate": ("data, strides, dilation_value=0.0", "data"),
     "mirror_pad": ("data, pad_width, mode='SYMMETRIC'", "data"),
-    "lrn": ("data, size=5, axis=1, bias=2, alpha=1e-05, beta=0.75", "data"),
+    # LRNAttrs' alpha defaults to 1e-4, the Python API's to 1e-5: always recorded
+    "lrn": ("data, size=5, axis=1, bias=2, alpha=1e-05, beta=0.75", "data",
+            {"always": ("alpha",)}),
     "l2_normalize": ("data, eps, axis=None", "data"),
     "batch_norm": ("data, gamma, beta, moving_mean, moving_var, " + _NORM,
                    "data gamma beta moving_mean moving_var", {"tuple_size": 3}),
