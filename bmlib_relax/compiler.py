@@ -19,7 +19,7 @@ from .backend.run_codegen import run_codegen
 from .backend.target import resolve_target
 from .backend.verify import verify_partition_arity
 from .errors import ParamError, UnsupportedOpError
-from .host_legalize import legalize_zero_divisors
+from .host_legalize import legalize_for_host
 from .host_tir import ensure_registered as host_tir_pipeline
 from .importer import RelayLike, as_relay_module, import_relay, provenance
 from .legacy.lowerings import lowering_scope
@@ -59,7 +59,7 @@ def lower_and_verify(partitioned: tvm.IRModule,
 def build_verified(partitioned: tvm.IRModule, lowered: dict, target: TargetLike = None):
     """``RunCodegen`` with already verified partitions, then ``tvm.compile``."""
     with codegen_session(target, lowered) as records:
-        with_ext = with_host_code(legalize_zero_divisors(
+        with_ext = with_host_code(legalize_for_host(
             guard_recursion_depth(run_codegen(partitioned))))
         executable = tvm.compile(with_ext, target=resolve_target(target),
                                  tir_pipeline=host_tir_pipeline())
@@ -248,6 +248,6 @@ def _compile(relay_mod, params, target, patterns, merge, lowerings, inputs, inpu
 def compile_plain(relax_mod: tvm.IRModule, target: TargetLike = None):
     """The unoffloaded reference build (TVM's default legalization; a division by a
     constant scalar zero computed per element, as Relay did: see :mod:`.host_legalize`)."""
-    return tvm.compile(legalize_zero_divisors(guard_recursion_depth(relax_mod)),
+    return tvm.compile(legalize_for_host(guard_recursion_depth(relax_mod)),
                        target=resolve_target(target),
                        tir_pipeline=host_tir_pipeline())

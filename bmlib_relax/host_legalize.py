@@ -1,4 +1,5 @@
-"""Host-side division by a constant zero, legalized so that TVM does not fold it.
+"""Host-side ops TVM 0.27 legalizes wrongly: division by a constant zero, which it folds,
+and a resize's ``out_dtype``, which it drops.
 
 TVM's default legalization passes a scalar constant operand of a binary op into the
 TE compute as an immediate (``_try_convert_to_scalar_const``), and TVM's constant
@@ -11,6 +12,11 @@ host -- a float64 division, or every op of the plain Relax reference build -- is
 legalized here first, the zero divisor passed to the PrimFunc as a 0-d tensor
 argument, which nothing folds.  Integer division by a constant zero never gets here:
 the importer refuses it (``check_integer_divisor``).
+
+The same pass gives ``image.resize2d`` / ``resize3d`` their ``out_dtype`` on the host:
+TVM 0.27's legalization of them does not pass it to TOPI, so a ``uint8`` image resized
+to ``float32`` came back ``uint8`` (its fractions truncated) while the model declared
+``float32``, where v0.19's ``_cast_output`` cast the interpolated value to ``out_dtype``.
 """
 from __future__ import annotations
 
@@ -48,13 +54,48 @@ def _is_zero_scalar(expr: relax.Expr) -> bool:
     return value.ndim == 0 and value.dtype.kind == "f" and bool(value == 0)
 
 
+_RESIZES = {"relax.image.resize2d": topi.image.resize2d,
+            "relax.image.resize3d": topi.image.resize3d}
+
+
+def _resize_out_dtype(expr) -> Optional[str]:
+    """The ``out_dtype`` of a resize whose result dtype differs from its input's."""
+    if not (isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and
+            expr.op.name in _RESIZES):
+        return None
+    out_dtype = str(expr.attrs.out_dtype or "")
+    in_dtype = getattr(expr.args[0].ty, "dtype", None)
+    return out_dtype if out_dtype and in_dtype is not None and out_dtype != str(in_dtype) \
+        else None
+
+
+def _resize_call_te(builder: relax.BlockBuilder, call: relax.Call, out_dtype: str):
+    """TVM 0.27's legalization of the resize, with ``out_dtype`` passed to TOPI."""
+    attrs = call.attrs
+    return builder.call_te(
+        _RESIZES[call.op.name], call.args[0], roi=attrs.roi, size=call.args[1],
+        layout=attrs.layout, method=attrs.method,
+        coordinate_transformation_mode=attrs.coordinate_transformation_mode,
+        rounding_method=attrs.rounding_method, bicubic_alpha=attrs.cubic_alpha,
+        bicubic_exclude=attrs.cubic_exclude, extrapolation_value=attrs.extrapolation_value,
+        out_dtype=out_dtype, primfunc_name_hint=call.op.name.split(".")[-1])
+
+
+def _needs_host_legalization(expr) -> bool:
+    return _zero_division(expr) is not None or _resize_out_dtype(expr) is not None
+
+
 @mutator
-class _ZeroDivisorLegalizer(PyExprMutator):
+class _HostLegalizer(PyExprMutator):
     """Each host call of a division op whose divisor is a constant scalar zero becomes
-    a ``call_tir`` that takes the divisor as a tensor argument."""
+    a ``call_tir`` that takes the divisor as a tensor argument; each resize with an
+    ``out_dtype`` of its own, a ``call_tir`` that computes in it."""
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:  # noqa: D401 - visitor
         call = super().visit_call_(call)
+        out_dtype = _resize_out_dtype(call)
+        if out_dtype is not None:
+            return _resize_call_te(self.builder_, call, out_dtype)
         compute = _zero_division(call)
         if compute is None:
             return call
@@ -62,15 +103,14 @@ class _ZeroDivisorLegalizer(PyExprMutator):
                                      primfunc_name_hint=call.op.name.split(".")[-1])
 
 
-def legalize_zero_divisors(mod: tvm.IRModule) -> tvm.IRModule:
-    """``mod`` with every Relax function's division by a constant scalar zero
-    legalized as a tensor-argument ``call_tir`` (see the module docstring); ``mod``
-    itself when it has none."""
+def legalize_for_host(mod: tvm.IRModule) -> tvm.IRModule:
+    """``mod`` with what TVM 0.27's own legalization of its host functions gets wrong
+    done here first (see the module docstring); ``mod`` itself when it has none."""
     hosts = [(gvar, func) for gvar, func in mod.functions.items()
-             if _runs_on_host(func) and _has_zero_division(func)]
+             if _runs_on_host(func) and _has_host_rewrites(func)]
     if not hosts:
         return mod
-    legalizer = _ZeroDivisorLegalizer(mod)
+    legalizer = _HostLegalizer(mod)
     for gvar, func in hosts:
         legalizer.builder_.update_func(gvar, legalizer.visit_expr(func))
     return legalizer.builder_.get()
@@ -83,11 +123,11 @@ def _runs_on_host(func) -> bool:
         (func.attrs is None or "Codegen" not in func.attrs)
 
 
-def _has_zero_division(func: relax.Function) -> bool:
+def _has_host_rewrites(func: relax.Function) -> bool:
     found = []
 
     def visit(expr):
-        if _zero_division(expr) is not None:
+        if _needs_host_legalization(expr):
             found.append(expr)
 
     relax.analysis.post_order_visit(func, visit)

@@ -74,14 +74,14 @@ def _evaluate(call: ast.Call) -> ast.Expr:
     import tvm
     from tvm import relax
 
-    from ..host_legalize import legalize_zero_divisors
+    from ..host_legalize import legalize_for_host
     from ..importer.converter import RelayImporter
 
     relax_mod = RelayImporter(ast.IRModule({"main": ast.Function((), call)})).run("main")
     if _result_bytes(relax_mod["main"].ret_ty) > FOLD_MAX_BYTES:
         return call
     # divide(%c, 0f) folds to Relay's IEEE infinities, not TVM's "Divide by zero" error
-    relax_mod = legalize_zero_divisors(relax_mod)
+    relax_mod = legalize_for_host(relax_mod)
     vm = relax.VirtualMachine(tvm.compile(relax_mod, target="llvm"), tvm.cpu())
     result = vm["main"]()
 

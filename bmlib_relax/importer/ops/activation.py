@@ -5,7 +5,7 @@ from tvm import relax
 
 from ..registry import register_converter
 from ..run_checks import unify_dims
-from ._utils import ndim_of, normalize_axis
+from ._utils import ndim_of, normalize_axis, shape_of
 
 
 @register_converter("nn.relu")
@@ -23,6 +23,13 @@ def _leaky_relu(inputs, attrs, ctx):
 def _prelu(inputs, attrs, ctx):
     data, alpha = inputs
     axis = normalize_axis(int(attrs.get("axis", 1)), ndim_of(data), ctx)
+    # PReluRel typed alpha as Tensor[(C,)], C the channel axis' extent: anything else was
+    # a type error (the template failed with no detail; the host a bare AssertionError).
+    channels, alpha_shape = shape_of(data)[axis], tuple(shape_of(alpha))
+    if len(alpha_shape) != 1 or (isinstance(channels, int) and
+                                 isinstance(alpha_shape[0], int) and alpha_shape[0] != channels):
+        raise ctx.error(f"alpha has shape {alpha_shape}, expected ({channels},): one slope per "
+                        f"channel of axis {axis}")
     # A run-time-sized channel axis is checked, when the model runs, to be alpha's length
     # (Relay's PReluRel unified them); the template needs it static.
     data, alpha = unify_dims(ctx.bb, [data, alpha], [[(0, axis), (1, 0)]], ctx.location,

@@ -7,13 +7,14 @@ from ..registry import register_converter
 from ._utils import (
     check_reads_elements, integer_upscale, nearest_rounding, resize_args, shape_of, size_dims,
 )
-from .spatial import check_align_corners_size
+from .spatial import check_align_corners_size, check_resize_args
 
 
 @register_converter("image.resize2d")
 def _resize2d(inputs, attrs, ctx):
     args = resize_args(attrs, "NCHW", default_rounding="round")
     size = size_dims(attrs["size"])
+    check_resize_args(args, args["roi"], 2, ctx)
     check_align_corners_size(args["coordinate_transformation_mode"], size, ctx)
     layout, dims = args["layout"], shape_of(inputs[0])
     if layout in ("NCHW", "NHWC"):

@@ -5,6 +5,8 @@ Relay's pool attribute defaults (layout ``NC[D]HW``, ``ceil_mode=False``,
 change can never alter an import.  ``nn.global_avg_pool2d`` imports as
 ``adaptive_avg_pool2d(x, (1, 1))`` in the same layout.  ``nn.adaptive_max_pool*`` (which
 v0.19's ``global_max_pool{1,3}d`` builders made) lowers through topi's ``adaptive_pool``.
+``out_layout`` is ignored, as v0.19's pool type relations and computes ignored it (only
+its layout-inference used it): the result is in ``layout``.
 
 Two changes of TVM's topi since v0.19 are undone here: with ``ceil_mode`` v0.19
 kept a last window that starts in the after-padding (0.27 drops it: a smaller
@@ -23,7 +25,7 @@ from ._utils import (
     check_nonempty_average, check_reads_elements, check_sliding_window, dtype_of,
     expand_padding, repeat_to, shape_of,
 )
-from .layout import axis_names, layout_transform, spatial_axes, spatial_extents
+from .layout import axis_names, spatial_axes, spatial_extents
 
 _LAYOUTS = {1: "NCW", 2: "NCHW", 3: "NCDHW"}
 
@@ -41,7 +43,6 @@ def _pool(relax_op, ndim: int, is_avg: bool):
                          expand_padding(attrs.get("padding", 0), ndim),
                          repeat_to(attrs.get("dilation", 1), ndim))
         layout = attrs.get("layout") or _LAYOUTS[ndim]
-        out_layout = attrs.get("out_layout") or None
         spatial = spatial_extents(shape_of(data), layout)
         if len(spatial) == ndim:
             check_sliding_window(spatial, window.pool_size, window.strides, window.padding,
@@ -60,11 +61,10 @@ def _pool(relax_op, ndim: int, is_avg: bool):
                       dilation=window.dilation, ceil_mode=ceil_mode,
                       count_include_pad=include_pad, layout=layout)
         if is_avg and np.dtype(dtype_of(data)).kind in "iu":
-            out = ctx.bb.call_te(_integer_avg_pool, data, ndim, pre_pad, **kwargs)
-            return layout_transform(ctx.emit(out), layout, out_layout or layout, ctx)
+            return ctx.bb.call_te(_integer_avg_pool, data, ndim, pre_pad, **kwargs)
         if pre_pad is not None:
             data = ctx.emit(relax.op.nn.pad(data, pre_pad))
-        out = relax_op(data, out_layout=out_layout, **kwargs)
+        out = relax_op(data, **kwargs)
         if fix_counts is not None:
             out = _divide_by_nonpositive_counts(ctx.emit(out), fix_counts)
         return out
@@ -229,15 +229,14 @@ def _integer_adaptive_avg_pool(data: te.Tensor, ndim: int, size, layout) -> te.T
     return topi.cast(out, data.dtype)
 
 
-def _adaptive_avg(data: relax.Expr, ndim: int, size, layout: str, out_layout, ctx):
+def _adaptive_avg(data: relax.Expr, ndim: int, size, layout: str, ctx):
     """Relax's adaptive average pool; for integer data :func:`_integer_adaptive_avg_pool`."""
     if np.dtype(dtype_of(data)).kind not in "iu":
-        return _ADAPTIVE_AVG_POOLS[ndim](data, size, layout=layout, out_layout=out_layout)
+        return _ADAPTIVE_AVG_POOLS[ndim](data, size, layout=layout)
     _check_count_fits(data, layout, size, ctx)
     if size is None:  # keeps the spatial size
         size = spatial_extents(shape_of(data), layout)
-    out = ctx.bb.call_te(_integer_adaptive_avg_pool, data, ndim, list(size), layout)
-    return layout_transform(ctx.emit(out), layout, out_layout or layout, ctx)
+    return ctx.bb.call_te(_integer_adaptive_avg_pool, data, ndim, list(size), layout)
 
 
 def _adaptive_output_size(data: relax.Expr, attrs, ndim: int, layout: str):
@@ -258,8 +257,7 @@ def _adaptive_avg_pool(ndim: int):
         layout = attrs.get("layout") or _LAYOUTS[ndim]
         _check_spatial_nonempty(inputs[0], layout, ctx)
         size = _adaptive_output_size(inputs[0], attrs, ndim, layout)
-        return _adaptive_avg(inputs[0], ndim, size, layout, attrs.get("out_layout") or None,
-                             ctx)
+        return _adaptive_avg(inputs[0], ndim, size, layout, ctx)
 
     return convert
 
@@ -282,9 +280,7 @@ def _adaptive_max_pool(ndim: int):
         check_reads_elements(data, axes, out_dims, ctx, "takes the maximum")
         if size is None:  # keeps the spatial size
             size = spatial_extents(dims, layout)
-        out = ctx.emit(ctx.bb.call_te(_TOPI_ADAPTIVE_POOLS[ndim], data, list(size), "max",
-                                      layout))
-        return layout_transform(out, layout, attrs.get("out_layout") or layout, ctx)
+        return ctx.bb.call_te(_TOPI_ADAPTIVE_POOLS[ndim], data, list(size), "max", layout)
 
     return convert
 
@@ -326,14 +322,12 @@ def _check_count_fits(data, layout: str, size, ctx) -> None:
 def _global_avg_pool2d(inputs, attrs, ctx):
     layout = attrs.get("layout") or "NCHW"
     _check_spatial_nonempty(inputs[0], layout, ctx)
-    return _adaptive_avg(inputs[0], 2, (1, 1), layout, attrs.get("out_layout") or None, ctx)
+    return _adaptive_avg(inputs[0], 2, (1, 1), layout, ctx)
 
 
 @register_converter("nn.global_max_pool2d")
 def _global_max_pool2d(inputs, attrs, ctx):
     layout = attrs.get("layout") or "NCHW"
-    if attrs.get("out_layout") not in (None, "", layout):
-        raise ctx.unsupported_attr("out_layout", attrs["out_layout"])
     spatial = [layout.index("H"), layout.index("W")]
     dims = shape_of(inputs[0])
     check_reads_elements(inputs[0], spatial, [1 if i in spatial else d for i, d in

@@ -24,8 +24,8 @@ from tvm.topi import nn as topi_nn
 from ..registry import register_converter
 from ..run_checks import emit_run_check
 from ._utils import (
-    dtype_of, ints, ndim_of, nearest_rounding, optional_ints, resize_args, shape_of, size_dims,
-    static_shape,
+    check_reads_elements, dtype_of, ints, ndim_of, nearest_rounding, optional_ints, resize_args,
+    shape_of, size_dims, static_shape,
 )
 
 
@@ -233,10 +233,12 @@ def _resize1d(inputs, attrs, ctx):
     data = inputs[0]
     roi = args.pop("roi")
     size = size_dims(attrs["size"])
+    check_resize_args(args, roi, 1, ctx)
     check_align_corners_size(args["coordinate_transformation_mode"], size, ctx)
-    if args["coordinate_transformation_mode"] == "align_corners":
-        # align_corners scales by (in - 1) / (out - 1): 0 / 0 on the unit height, so
-        # this mode takes TOPI's 1-D resize (on the host) instead.
+    _check_resize_reads(data, [layout.index("W")], size, ctx)
+    if args["coordinate_transformation_mode"] in ("align_corners", "tf_crop_and_resize"):
+        # These modes scale by (in - 1) / (out - 1): 0 / 0 on the unit height, so they
+        # take TOPI's 1-D resize (on the host) instead.
         return ctx.bb.call_te(
             topi_image.resize1d, data, list(roi or (0.0, 0.0)), size, layout, args["method"],
             args["coordinate_transformation_mode"], args["rounding_method"],
@@ -254,16 +256,56 @@ def _resize1d(inputs, attrs, ctx):
 def _resize3d(inputs, attrs, ctx):
     args = resize_args(attrs, "NCDHW", default_rounding="round")
     size = size_dims(attrs["size"])
+    check_resize_args(args, args["roi"], 3, ctx)
     check_align_corners_size(args["coordinate_transformation_mode"], size, ctx)
+    layout = args["layout"]
+    if layout in ("NCDHW", "NDHWC"):
+        _check_resize_reads(inputs[0], [layout.index(a) for a in "DHW"], size, ctx)
     return relax.op.image.resize3d(inputs[0], size, **args)
 
 
+def _check_resize_reads(data, spatial: list, size: list, ctx) -> None:
+    """A resize to a non-empty image reads its input along ``spatial``: an empty axis
+    there has nothing to read (TVM read beside the buffer)."""
+    dims = list(shape_of(data))
+    if len(dims) <= max(spatial):
+        return  # the rank is refused by the op's own checks
+    result = [size[spatial.index(i)] if i in spatial else d for i, d in enumerate(dims)]
+    check_reads_elements(data, spatial, result, ctx, "resizes")
+
+
+#: What v0.19's TOPI resize took (``get_inx``, ``get_closest_index``, ``_resize_*``);
+#: anything else raised a bare ValueError in its build, as in TVM 0.27's legalization.
+_RESIZE_METHODS = ("nearest_neighbor", "linear", "cubic")
+_RESIZE_MODES = ("half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel",
+                 "tf_half_pixel_for_nn", "tf_crop_and_resize")
+_NEAREST_ROUNDINGS = ("", "round", "round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+
+
+def check_resize_args(args: dict, roi, ndim: int, ctx) -> None:
+    """A resize's method, coordinate mode, rounding and ``roi`` as v0.19's TOPI took
+    them (``ndim`` spatial axes: an roi of 2 * ndim values in ``tf_crop_and_resize``)."""
+    for name, allowed in (("method", _RESIZE_METHODS),
+                          ("coordinate_transformation_mode", _RESIZE_MODES)):
+        if args[name] not in allowed:
+            raise ctx.error(f"{name}={args[name]!r} is not one of {', '.join(allowed)}")
+    if args["method"] == "nearest_neighbor" and args["rounding_method"] not in \
+            _NEAREST_ROUNDINGS:
+        raise ctx.error(f"rounding_method={args['rounding_method']!r} is not one of "
+                        f"{', '.join(repr(r) for r in _NEAREST_ROUNDINGS)}")
+    if args["coordinate_transformation_mode"] == "tf_crop_and_resize" and roi and \
+            len(roi) != 2 * ndim:
+        raise ctx.error(f"roi={list(roi)}: tf_crop_and_resize of {ndim} spatial axes takes "
+                        f"{2 * ndim} values")
+
+
 def check_align_corners_size(mode: str, size: list, ctx) -> None:
-    """v0.19's TOPI resize scaled an ``align_corners`` axis by ``(in - 1) / (out - 1)``:
-    to a size of 1 that is a division by zero, which failed the build ("Divide by zero");
-    TVM 0.27's fails the same way, with no op named."""
-    if mode == "align_corners" and any(isinstance(d, int) and d == 1 for d in size):
-        raise ctx.error(f"size={list(size)}: align_corners scales by (in - 1) / (out - 1), "
+    """v0.19's TOPI resize scaled an ``align_corners`` or ``tf_crop_and_resize`` axis by
+    ``(in - 1) / (out - 1)``: to a size of 1 that is a division by zero, which failed the
+    build ("Divide by zero"); TVM 0.27's fails the same way, with no op named."""
+    if mode in ("align_corners", "tf_crop_and_resize") and \
+            any(isinstance(d, int) and d == 1 for d in size):
+        raise ctx.error(f"size={list(size)}: {mode} scales by (in - 1) / (out - 1), "
                         "a division by zero on the unit dim (Relay could not build it)")
 
 
