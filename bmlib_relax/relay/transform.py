@@ -29,16 +29,30 @@ class FoldConstant:
     """Replace every op call whose operands are all constants by its value (Relay's
     ``FoldConstant``): the call is imported alone and run once on the CPU.  A result
     of more than ``FOLD_MAX_BYTES`` is not folded (Relay's folded it, allocating it
-    whole while transforming): the call stays, and computes it at run time."""
+    whole while transforming): the call stays, and computes it at run time.
+
+    As v0.19's pass: QNN ops are folded only with ``fold_qnn=True`` (they were left for
+    QNN canonicalization), an ``if`` on a constant condition becomes its branch,
+    ``shape_of`` / ``ndarray_size`` of a statically shaped tensor become constants, and
+    the module's types are inferred again afterwards (a function pass ended with
+    ``InferType``)."""
+
+    def __init__(self, fold_qnn: bool = False):
+        self.fold_qnn = fold_qnn
 
     def __call__(self, mod: ast.IRModule) -> ast.IRModule:
+        from .type_infer import infer_module
+
+        infer_module(mod)  # shape_of folds by its operand's type
         for name, func in list(mod.functions.items()):
-            mod.functions[name] = fold_constants(func)
-        return mod
+            mod.functions[name] = fold_constants(func, self.fold_qnn)
+        return infer_module(mod)
 
 
-def fold_constants(expr: ast.Expr) -> ast.Expr:
-    """``expr`` with its constant sub-computations evaluated."""
+def fold_constants(expr: ast.Expr, fold_qnn: bool = True) -> ast.Expr:
+    """``expr`` with its constant sub-computations evaluated (QNN ops too unless
+    ``fold_qnn`` is False); where the original nodes carry inferred types, ``shape_of``
+    and ``ndarray_size`` of static shapes are folded as well."""
     from .analysis import post_order_list
     from .rewrite import rebuild
 
@@ -48,10 +62,34 @@ def fold_constants(expr: ast.Expr) -> ast.Expr:
         if isinstance(value, ast.TupleGetItem) and isinstance(value.tuple_value, ast.Tuple) \
                 and all(_is_constant(f) for f in value.tuple_value.fields):
             value = value.tuple_value.fields[value.index]
-        elif _foldable(value):
+        elif isinstance(value, ast.If) and _is_constant(value.cond) and \
+                value.cond.data.size == 1:
+            value = value.true_branch if bool(value.cond.data.reshape(())) \
+                else value.false_branch
+        elif _static_shape_query(node) is not None:
+            value = _static_shape_query(node)
+        elif _foldable(value) and (fold_qnn or not value.op.name.startswith("qnn.")):
             value = _evaluate(value)
         new[id(node)] = value
     return new[id(expr)]
+
+
+def _static_shape_query(node: ast.Expr):
+    """``shape_of`` / ``ndarray_size`` of an operand whose inferred type is static, as
+    the constant v0.19's FoldConstant made of it; None otherwise."""
+    import numpy as np
+
+    if not (isinstance(node, ast.Call) and isinstance(node.op, ast.Op) and
+            node.op.name in ("shape_of", "ndarray_size") and node.args):
+        return None
+    ty = node.args[0].__dict__.get("_checked_type")
+    if not isinstance(ty, ast.TensorType) or \
+            not all(isinstance(d, int) and d >= 0 for d in ty.shape):
+        return None
+    dtype = str(node.attrs.get("dtype") or "int32")
+    if node.op.name == "shape_of":
+        return ast.Constant(np.array([int(d) for d in ty.shape], dtype))
+    return ast.Constant(np.array(int(np.prod([int(d) for d in ty.shape])), dtype))
 
 
 def _is_constant(node: ast.Expr) -> bool:

@@ -106,3 +106,36 @@ def test_dims_answer_value_like_relays_int_imm():
     shape = mod["main"].checked_type.ret_type.shape
     assert [d.value for d in shape] == [2, 3] and list(shape) == [2, 3]
     assert [int(d) for d in shape] == [2, 3] and repr(shape) == "(2, 3)"
+
+
+def _fold(body, *params):
+    mod = relay.IRModule.from_expr(relay.Function(list(params), body))
+    return relay.transform.FoldConstant()(mod)["main"]
+
+
+def test_fold_constant_takes_the_branch_of_a_constant_condition():
+    x = relay.var("x", shape=(2,))
+    folded = _fold(relay.If(relay.const(True), relay.add(x, x), relay.multiply(x, x)), x)
+    assert folded.body.op.name == "add"
+
+
+def test_fold_constant_folds_shape_queries_of_static_shapes_and_infers_types():
+    x = relay.var("x", shape=(2, 3))
+    folded = _fold(relay.Tuple([relay.shape_of(x), relay.ndarray_size(x, dtype="int64")]), x)
+    shape, size = folded.body.fields
+    np.testing.assert_array_equal(shape.data, [2, 3])
+    assert shape.data.dtype == np.int32 and size.data.dtype == np.int64 and int(size.data) == 6
+    # the module is typed again afterwards, as v0.19's function passes ended
+    assert str(folded.checked_type.ret_type) == "(Tensor[(2), int32], int64)"
+
+
+def test_fold_constant_leaves_qnn_ops_unless_asked():
+    w = relay.const(np.array([0.5, -1.0], "float32"))
+    body = relay.qnn.op.quantize(w, relay.const(0.5), relay.const(0), out_dtype="int8")
+    x = relay.var("x", shape=(2,), dtype="int8")
+    call = relay.add(x, body)
+    kept = _fold(call, x)
+    assert kept.body.args[1].op.name == "qnn.quantize"
+    mod = relay.IRModule.from_expr(relay.Function([x], call))
+    folded = relay.transform.FoldConstant(fold_qnn=True)(mod)["main"]
+    np.testing.assert_array_equal(folded.body.args[1].data, [1, -2])
