@@ -40,6 +40,12 @@ def _chain(n, rng):
         params
 
 
+def _chain_reference(x: np.ndarray, params: dict, n: int) -> np.ndarray:
+    for i in range(n):
+        x = _np_dense_relu(x, params[f"w{i}"])
+    return x
+
+
 def _composite_counts(model) -> list[int]:
     return [len(p["composites"]) for p in model.report.to_dict()["partitions"]]
 
@@ -53,10 +59,8 @@ def test_long_merged_chain_is_split_into_partitions_of_at_most_the_limit(
     model = bmlib_relax.compile(mod, params, merge=True)
     assert _composite_counts(model) == expected
     x = rng.standard_normal((1, 16)).astype("float32")
-    want = x
-    for i in range(7):
-        want = _np_dense_relu(want, params[f"w{i}"])
-    np.testing.assert_allclose(model(x=x), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(model(x=x), _chain_reference(x, params, 7), rtol=1e-5,
+                               atol=1e-5)
 
 
 def test_values_read_across_chunks_and_tuple_results_pass_between_partitions(monkeypatch):
@@ -114,10 +118,8 @@ def test_default_limit_splits_a_long_chain():
     model = bmlib_relax.compile(mod, params, merge=True)
     assert _composite_counts(model) == [merge.MAX_COMPOSITES_PER_PARTITION, 3]
     x = rng.standard_normal((1, 16)).astype("float32")
-    want = x
-    for i in range(n):
-        want = _np_dense_relu(want, params[f"w{i}"])
-    np.testing.assert_allclose(model(x=x), want, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(model(x=x), _chain_reference(x, params, n), rtol=1e-4,
+                               atol=1e-5)
 
 
 def test_projections_of_a_split_stay_with_it_when_later_chunks_read_them(monkeypatch):
