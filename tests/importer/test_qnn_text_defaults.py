@@ -98,3 +98,19 @@ def test_per_channel_parameter_on_a_0d_tensor_is_named():
     with pytest.raises(ConversionError, match=r"qnn.requantize: a per-channel parameter of "
                                               r"shape \(1,\) cannot apply to a 0-d tensor"):
         bmlib_relax.compile(relay.IRModule.from_expr(relay.Function([x], out)))
+
+
+@pytest.mark.parametrize("shift", [0, -1, -3])
+def test_fixed_point_multiply_by_a_half_takes_v019s_power_of_two_path(shift):
+    # q_multiply_shift's legalization (v0.19 intrin_rule.cc) took multiplier 1 << 30 as
+    # 0.5: (x + 2^(e-1)) >> e with e = 1 - shift, the add wrapping in int32 -- so
+    # INT32_MAX rounds to a negative number, where the int64 formula does not wrap.
+    text = HEADER + f'''def @main(%x: Tensor[(7), int32]) {{
+  fixed_point_multiply(%x, multiplier=1073741824, shift={shift})
+}}
+'''
+    x = np.array([2 ** 31 - 1, 2 ** 31 - 2, -2 ** 31, 5, -5, 7, 1000], "int32")
+    e = 1 - shift
+    wrapped = ((x.astype(np.int64) + (1 << (e - 1)) + 2 ** 31) % 2 ** 32 - 2 ** 31)
+    np.testing.assert_array_equal(bmlib_relax.compile(text, {})(x=x),
+                                  wrapped.astype(np.int32) >> e)

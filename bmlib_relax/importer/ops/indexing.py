@@ -492,6 +492,14 @@ def _fixed_point_multiply(inputs, attrs, ctx):
     # x * multiplier * 2^(shift - 31), rounded half up: int64 multiply, add half, shift.
     data = inputs[0]
     multiplier, shift = int(attrs["multiplier"]), int(attrs["shift"])
+    if multiplier == 1 << 30 and shift - 1 < 0 and dtype_of(data) == "int32":
+        # v0.19's q_multiply_shift legalization took 0.5 * 2^shift as a power of two:
+        # (x + 2^(e-1)) >> e in int32, the add wrapping near INT32_MAX (intrin_rule.cc).
+        # (Its left shift, for shift > 1, is the general formula's low 32 bits.)
+        exp = 1 - shift
+        rounded = relax.op.add(data, relax.const(1 << (exp - 1), "int32")) if exp < 32 \
+            else data
+        return relax.op.right_shift(rounded, relax.const(min(exp, 31), "int32"))
     left, right = max(shift, 0), max(-shift, 0)
     total = 31 + right
     x = relax.op.astype(data, "int64")
