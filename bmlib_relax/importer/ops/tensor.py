@@ -102,7 +102,31 @@ def _reshape(inputs, attrs, ctx):
     target = relay_reshape_shape(shape_of(inputs[0]), newshape, ctx, allowzero)
     if allowzero and 0 in newshape:
         return _reshape_to_empty(inputs[0], newshape, target, ctx)
+    _check_count_at_run_time(inputs[0], target, ctx)
     return relax.op.reshape(inputs[0], target)
+
+
+def _check_count_at_run_time(data: relax.Expr, target: list, ctx) -> None:
+    """A reshape whose element counts are equal only for some run-time dims (a ``?``
+    input to a static shape, ``reshape_like`` of a ``?`` operand) checks them when the
+    model runs: a view of another count read past the input, or dropped its tail
+    (v0.19's ReshapeRel unified them; its VM refused such a view)."""
+    dims = list(shape_of(data))
+    if all(isinstance(d, int) for d in dims) and all(isinstance(d, int) for d in target):
+        return  # counted at import
+    if any(isinstance(d, int) and d == -1 for d in target):
+        return  # Relax infers that dim from the count
+    count_in, count_out = tvm.tirx.const(1, "int64"), tvm.tirx.const(1, "int64")
+    for d in dims:
+        count_in = count_in * (d if not isinstance(d, int) else tvm.tirx.const(d, "int64"))
+    for d in target:
+        count_out = count_out * (d if not isinstance(d, int) else tvm.tirx.const(d, "int64"))
+    holds = Analyzer().simplify(tvm.tirx.EQ(count_in, count_out))
+    if isinstance(holds, tvm.tirx.IntImm) and bool(holds.value):
+        return
+    emit_run_check(ctx.bb, holds, ctx.location, ctx.op_name,
+                   "the input of {} elements does not fit the new shape of {}",
+                   count_in, count_out)
 
 
 def _reshape_to_empty(data, newshape: list[int], target: list, ctx) -> relax.Expr:
@@ -171,8 +195,9 @@ def _i64(value: int) -> relax.Expr:
 
 @register_converter("reshape_like")
 def _reshape_like(inputs, attrs, ctx):
-    return relax.op.reshape(inputs[0], reshape_like_shape(shape_of(inputs[0]),
-                                                          shape_of(inputs[1]), attrs))
+    target = reshape_like_shape(shape_of(inputs[0]), shape_of(inputs[1]), attrs)
+    _check_count_at_run_time(inputs[0], list(target), ctx)
+    return relax.op.reshape(inputs[0], target)
 
 
 
