@@ -5,6 +5,10 @@ the model runs.
 operand imported as a view of the new shape: an input of another count read past its
 buffer (a (1000, 4) result from 12 elements) or silently dropped its tail.  v0.19's
 ReshapeRel unified the counts, and ``dyn.reshape`` here already checked them.
+
+Two other run-time sizes of the same probe: ``arange`` to a run-time integer ``stop``
+counts in int64 (float64 was off past 2^53), and a ``one_hot`` depth past int32 is
+refused (it wrapped: 2^32 + 3 made a depth of 3).
 """
 from __future__ import annotations
 
@@ -52,3 +56,28 @@ def test_a_reshape_whose_counts_always_match_has_no_check():
 }
 '''))
     assert "assert_op" not in mod.script()
+
+
+@pytest.mark.parametrize("start, step, stop, want", [
+    (0, 2 ** 54, 2 ** 55 + 1, [0, 2 ** 54, 2 ** 55]),
+    (2 ** 53 + 1, 1, 2 ** 53 + 3, [2 ** 53 + 1, 2 ** 53 + 2]),
+    (10, -3, 0, [10, 7, 4, 1]),
+])
+def test_arange_to_a_run_time_integer_stop_counts_in_int64(start, step, stop, want):
+    # v0.19's _arange_shape_func divided in int64; through float64 the length was off
+    # past 2^53 (2 elements for 3, 4 for 2).
+    model = bmlib_relax.compile(HEADER + f'''def @main(%b: int64) {{
+  arange({start}i64, %b, {step}i64, dtype="int64")
+}}
+''', {})
+    np.testing.assert_array_equal(model(b=np.array(stop, "int64")), want)
+
+
+def test_one_hot_depth_past_int32_is_refused_not_wrapped():
+    text = HEADER + '''def @main(%i: Tensor[(3), int32]) {
+  one_hot(%i, 1f, 0f, depth=4294967299, axis=-1, dtype="float32")
+}
+'''
+    with pytest.raises(bmlib_relax.ConversionError, match=r"depth=4294967299: one_hot takes "
+                                                          r"a depth below 2\^31"):
+        bmlib_relax.compile(text, {})

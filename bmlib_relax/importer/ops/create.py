@@ -1,6 +1,7 @@
 """Tensor creation: ``zeros``/``ones``/``full`` (and ``_like``), ``arange``."""
 from __future__ import annotations
 
+import numpy as np
 from tvm import relax
 
 from ..registry import register_converter
@@ -94,10 +95,19 @@ def _dynamic_arange(start, stop, step, dtype: str, ctx):
     ``ceil((stop - start) / step)`` becomes a shape dim at run time."""
     if ndim_of(stop) != 0:
         raise ctx.error("arange stop must be a scalar")
-    span = relax.op.subtract(relax.op.astype(stop, "float64"), relax.const(float(start), "float64"))
-    count = relax.op.ceil(relax.op.divide(span, relax.const(float(step), "float64")))
-    count = relax.op.maximum(count, relax.const(0.0, "float64"))
-    count = ctx.emit(relax.op.reshape(relax.op.astype(count, "int64"), [1]))
+    if np.dtype(dtype_of(stop)).kind in "iu" and float(start).is_integer() and \
+            float(step).is_integer():
+        # v0.19's _arange_shape_func divided in int64: exact past 2^53, where float64 is not
+        span = relax.op.subtract(relax.op.astype(stop, "int64"), relax.const(int(start), "int64"))
+        count = relax.op.negative(relax.op.floor_divide(relax.op.negative(span),
+                                                        relax.const(int(step), "int64")))
+        count = relax.op.maximum(count, relax.const(0, "int64"))
+    else:
+        span = relax.op.subtract(relax.op.astype(stop, "float64"),
+                                 relax.const(float(start), "float64"))
+        count = relax.op.ceil(relax.op.divide(span, relax.const(float(step), "float64")))
+        count = relax.op.astype(relax.op.maximum(count, relax.const(0.0, "float64")), "int64")
+    count = ctx.emit(relax.op.reshape(count, [1]))
     length, = run_time_dims(count, ["arange_len"], ctx)
     ramp = ctx.emit(relax.op.arange(0, length, 1, "int64"))
     values = relax.op.add(relax.op.multiply(relax.op.astype(ramp, dtype),

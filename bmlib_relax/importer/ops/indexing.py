@@ -325,6 +325,8 @@ def _check_one_hot(depth: int, axis: int, ndim: int, ctx) -> None:
     ``ndim``) made it read past the indices' shape, an error."""
     if depth <= 0:
         raise ctx.error(f"depth={depth}: one_hot needs a depth > 0")
+    if depth >= 2 ** 31:  # OneHotAttrs.depth was a C int (TVM's attribute would wrap)
+        raise ctx.error(f"depth={depth}: one_hot takes a depth below 2^31")
     if not -1 <= axis <= ndim:
         raise ctx.error(f"axis={axis} is out of range for one_hot of {ndim}-d indices "
                         f"(-1 <= axis <= {ndim}; -1 is the last axis, no other negative "
