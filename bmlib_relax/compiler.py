@@ -15,6 +15,7 @@ import tvm
 from . import interrupts
 from .backend.codegen import codegen_session, is_bmlib_partition, lower_partition
 from .backend.partition import partition_for_bmlib
+from .backend.recursion_guard import guard_recursion_depth
 from .backend.run_codegen import run_codegen
 from .backend.target import resolve_target
 from .backend.verify import verify_partition_arity
@@ -28,7 +29,6 @@ from .preflight import require_main
 from .relay import ast
 from .relay.params import ParamsLike, load_params
 from .relay.rewrite import with_input_types
-from .backend.recursion_guard import guard_recursion_depth
 from .report import OffloadReport, build_report, is_recursive
 from .runtime import ModelRunner, export_artifact, input_specs
 from .threads import ThreadConfig

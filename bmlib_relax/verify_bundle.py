@@ -288,9 +288,8 @@ def _signature(name: str, array: np.ndarray) -> dict[str, Any]:
 def bundle_from_golden(golden: os.PathLike | str, outdir: os.PathLike | str) -> Path:
     """Convert a vendored golden (``tests/data/<case>``: ``model.relay``, recipe-v1
     ``manifest.json``, ``expected.npz``) into a bundle with the same values."""
-    from .recipe import recipe_from_manifest
-
     from .preflight import guarded_npz
+    from .recipe import recipe_from_manifest
 
     folder = Path(golden)
     manifest = _read_manifest(folder / MANIFEST)

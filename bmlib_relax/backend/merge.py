@@ -231,7 +231,7 @@ def merge_composites(mod: tvm.IRModule, codegen: str = "bmlib") -> tvm.IRModule:
 MAX_COMPOSITES_PER_PARTITION = 32
 
 
-def _local_calls(value, local_funcs: set) -> int:
+def _local_calls(value, local_funcs) -> int:
     return int(isinstance(value, relax.Call) and isinstance(value.op, relax.Var) and
                value.op in local_funcs)
 
@@ -271,13 +271,13 @@ def _chunk_partition(func: relax.Function, limit: int) -> Optional[list]:
         return None
     defs = {b.var: b for b in bindings if isinstance(b.value, relax.Function)}
     work = [b for b in bindings if b.var not in defs]
-    if sum(_local_calls(b.value, set(defs)) for b in work) <= limit:
+    calls_of = [_local_calls(b.value, defs) for b in work]
+    if sum(calls_of) <= limit:
         return None
     chunks = [_Chunk()]
     chunk_of: dict = {}
     count = 0
-    for binding in work:
-        calls = _local_calls(binding.value, set(defs))
+    for binding, calls in zip(work, calls_of):
         if calls and count + calls > limit:
             chunks.append(_Chunk())
             count = 0

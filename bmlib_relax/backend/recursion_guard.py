@@ -31,7 +31,8 @@ MAX_RECURSION_DEPTH = 100_000
 _DEPTH_TYPE = relax.TensorType((), "int64")
 
 
-def _callees(func: relax.Function, functions: dict) -> set:
+def _callees(func: relax.Function, functions) -> set:
+    """The GlobalVars among ``functions`` (a container of them) that ``func`` calls."""
     found: set = set()
 
     def visit(expr):
@@ -99,7 +100,7 @@ def guard_recursion_depth(mod: tvm.IRModule, limit: int | None = None) -> tvm.IR
             continue
         if gv not in cycle:
             out[gv] = _PassDepth(renamed, relax.const(0, "int64")).visit_expr(func) \
-                if _callees(func, {g: None for g in cycle}) else func
+                if _callees(func, cycle) else func
             continue
         depth = relax.Var("bmlib_depth", _DEPTH_TYPE)
         builder = relax.BlockBuilder()

@@ -162,11 +162,6 @@ class Dim(int):
     def value(self) -> int:
         return int(self)
 
-    def __repr__(self) -> str:
-        return int.__repr__(self)
-
-    __str__ = __repr__
-
 
 def _dim(value: Any) -> Any:
     """A shape dim as stored: a :class:`Dim` (an int), ``None`` (``?``), a name, or a

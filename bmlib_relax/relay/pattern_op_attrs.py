@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import BmlibError
+from .op_schema import TEXT_DEFAULTS
 
 # Relay's OpPatternKind values.
 ELEMWISE, BROADCAST, INJECTIVE, COMM_REDUCE, OUT_ELEMWISE_FUSABLE = 0, 1, 2, 3, 4
@@ -165,13 +166,6 @@ def check_relay_op(name: str, caller: str) -> None:
 # --------------------------------------------------------------------------- call attributes
 _DEFAULTS: dict[str, dict[str, Any]] = {}
 
-def _text_defaults() -> dict[str, dict[str, Any]]:
-    """Attributes whose text-format (C++) default differs from the Python API's.  The
-    builder always records these, so a call that lacks one was parsed from text, where
-    the C++ default applies."""
-    from .op_schema import TEXT_DEFAULTS  # the C++ defaults, kept with the op schemas
-
-    return TEXT_DEFAULTS
 
 
 def _builder_functions():
@@ -212,7 +206,9 @@ def op_attr_defaults(op_name: str) -> dict[str, Any]:
                 _DEFAULTS.setdefault(name, normalise_attrs(name, {
                     p.name: p.default for p in signature.parameters.values()
                     if p.kind in keyword and p.default is not inspect.Parameter.empty}))
-        for name, overrides in _text_defaults().items():
+        # Text-format (C++) defaults the Python API's differ from: the builder always
+        # records those, so a call that lacks one was parsed from text.
+        for name, overrides in TEXT_DEFAULTS.items():
             _DEFAULTS.setdefault(name, {}).update(overrides)
         _DEFAULTS.setdefault("", {})  # marks the table as built
     return _DEFAULTS.get(op_name, {})

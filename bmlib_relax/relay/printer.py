@@ -37,8 +37,8 @@ _NAME_RE = re.compile(r"(?:\d+|[A-Za-z_]\w*(?:\.\w+)*)\Z", re.ASCII)
 _GLOBAL_RE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\Z", re.ASCII)
 _BAD_NAME_CHARS = re.compile(r"[^\w.]", re.ASCII)
 
-#: dtype -> literal suffix for scalar constants.
-#: Scalars printed in place: v0.19's ``IsSimpleScalarDtype`` (src/support/scalars.cc).
+#: dtype -> literal suffix of the scalars printed in place: v0.19's
+#: ``IsSimpleScalarDtype`` (src/support/scalars.cc).
 #: Its printer put a scalar of any other dtype (``int8``, ``uint8``, ...) in the
 #: metadata section, and its parser reads no ``i8``/``u8`` literal back.
 _LITERAL_SUFFIX = {

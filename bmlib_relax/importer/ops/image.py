@@ -7,15 +7,14 @@ from ..registry import register_converter
 from ._utils import (
     check_reads_elements, integer_upscale, nearest_rounding, resize_args, shape_of, size_dims,
 )
-from .spatial import check_align_corners_size, check_resize_args
+from .spatial import check_corner_mode_size, check_resize_args
 
 
 @register_converter("image.resize2d")
 def _resize2d(inputs, attrs, ctx):
     args = resize_args(attrs, "NCHW", default_rounding="round")
     size = size_dims(attrs["size"])
-    check_resize_args(args, args["roi"], 2, ctx)
-    check_align_corners_size(args["coordinate_transformation_mode"], size, ctx)
+    check_resize_args(args, args["roi"], size, ctx)
     layout, dims = args["layout"], shape_of(inputs[0])
     if layout in ("NCHW", "NHWC"):
         spatial = [layout.index("H"), layout.index("W")]
@@ -70,7 +69,7 @@ def _upsampling(inputs, attrs, ctx):
         raise ctx.unsupported_attr("method", method)
     align = bool(attrs.get("align_corners", False))
     mode = "align_corners" if align else "asymmetric"
-    check_align_corners_size(mode, size, ctx)
+    check_corner_mode_size(mode, size, ctx)
     args = dict(roi=None, layout=layout, method=methods[method],
                 coordinate_transformation_mode=mode,
                 rounding_method=nearest_rounding(methods[method], mode, ""),

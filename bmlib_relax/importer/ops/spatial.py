@@ -233,10 +233,9 @@ def _resize1d(inputs, attrs, ctx):
     data = inputs[0]
     roi = args.pop("roi")
     size = size_dims(attrs["size"])
-    check_resize_args(args, roi, 1, ctx)
-    check_align_corners_size(args["coordinate_transformation_mode"], size, ctx)
+    check_resize_args(args, roi, size, ctx)
     _check_resize_reads(data, [layout.index("W")], size, ctx)
-    if args["coordinate_transformation_mode"] in ("align_corners", "tf_crop_and_resize"):
+    if args["coordinate_transformation_mode"] in CORNER_MODES:
         # These modes scale by (in - 1) / (out - 1): 0 / 0 on the unit height, so they
         # take TOPI's 1-D resize (on the host) instead.
         return ctx.bb.call_te(
@@ -256,8 +255,7 @@ def _resize1d(inputs, attrs, ctx):
 def _resize3d(inputs, attrs, ctx):
     args = resize_args(attrs, "NCDHW", default_rounding="round")
     size = size_dims(attrs["size"])
-    check_resize_args(args, args["roi"], 3, ctx)
-    check_align_corners_size(args["coordinate_transformation_mode"], size, ctx)
+    check_resize_args(args, args["roi"], size, ctx)
     layout = args["layout"]
     if layout in ("NCDHW", "NDHWC"):
         _check_resize_reads(inputs[0], [layout.index(a) for a in "DHW"], size, ctx)
@@ -282,9 +280,11 @@ _RESIZE_MODES = ("half_pixel", "align_corners", "asymmetric", "pytorch_half_pixe
 _NEAREST_ROUNDINGS = ("", "round", "round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 
 
-def check_resize_args(args: dict, roi, ndim: int, ctx) -> None:
-    """A resize's method, coordinate mode, rounding and ``roi`` as v0.19's TOPI took
-    them (``ndim`` spatial axes: an roi of 2 * ndim values in ``tf_crop_and_resize``)."""
+def check_resize_args(args: dict, roi, size: list, ctx) -> None:
+    """A resize's method, coordinate mode, rounding, ``roi`` and target ``size`` as
+    v0.19's TOPI took them (``len(size)`` spatial axes: an roi of twice as many values
+    in ``tf_crop_and_resize``; see also :func:`check_corner_mode_size`)."""
+    ndim = len(size)
     for name, allowed in (("method", _RESIZE_METHODS),
                           ("coordinate_transformation_mode", _RESIZE_MODES)):
         if args[name] not in allowed:
@@ -297,14 +297,19 @@ def check_resize_args(args: dict, roi, ndim: int, ctx) -> None:
             len(roi) != 2 * ndim:
         raise ctx.error(f"roi={list(roi)}: tf_crop_and_resize of {ndim} spatial axes takes "
                         f"{2 * ndim} values")
+    check_corner_mode_size(args["coordinate_transformation_mode"], size, ctx)
 
 
-def check_align_corners_size(mode: str, size: list, ctx) -> None:
-    """v0.19's TOPI resize scaled an ``align_corners`` or ``tf_crop_and_resize`` axis by
-    ``(in - 1) / (out - 1)``: to a size of 1 that is a division by zero, which failed the
-    build ("Divide by zero"); TVM 0.27's fails the same way, with no op named."""
-    if mode in ("align_corners", "tf_crop_and_resize") and \
-            any(isinstance(d, int) and d == 1 for d in size):
+#: Coordinate modes that map the corner pixels onto each other: they scale an axis by
+#: ``(in - 1) / (out - 1)``.
+CORNER_MODES = ("align_corners", "tf_crop_and_resize")
+
+
+def check_corner_mode_size(mode: str, size: list, ctx) -> None:
+    """v0.19's TOPI resize scaled an axis of a :data:`CORNER_MODES` mode by ``(in - 1) /
+    (out - 1)``: to a size of 1 that is a division by zero, which failed the build
+    ("Divide by zero"); TVM 0.27's fails the same way, with no op named."""
+    if mode in CORNER_MODES and any(isinstance(d, int) and d == 1 for d in size):
         raise ctx.error(f"size={list(size)}: {mode} scales by (in - 1) / (out - 1), "
                         "a division by zero on the unit dim (Relay could not build it)")
 
@@ -325,7 +330,7 @@ def _upsampling3d(inputs, attrs, ctx):
     if method not in methods:
         raise ctx.unsupported_attr("method", method)
     mode = attrs.get("coordinate_transformation_mode", "half_pixel")
-    check_align_corners_size(mode, size, ctx)
+    check_corner_mode_size(mode, size, ctx)
     # v0.19's upsampling3d left the rounding to resize3d ("": round under align_corners,
     # llvm.round's halves away from zero): nearest_rounding picks 0.27's method for it
     return relax.op.image.resize3d(

@@ -116,11 +116,8 @@ def _check_count_at_run_time(data: relax.Expr, target: list, ctx) -> None:
         return  # counted at import
     if any(isinstance(d, int) and d == -1 for d in target):
         return  # Relax infers that dim from the count
-    count_in, count_out = tvm.tirx.const(1, "int64"), tvm.tirx.const(1, "int64")
-    for d in dims:
-        count_in = count_in * (d if not isinstance(d, int) else tvm.tirx.const(d, "int64"))
-    for d in target:
-        count_out = count_out * (d if not isinstance(d, int) else tvm.tirx.const(d, "int64"))
+    count_in, count_out = (reduce(mul, shape, tvm.tirx.const(1, "int64"))
+                           for shape in (dims, target))
     holds = Analyzer().simplify(tvm.tirx.EQ(count_in, count_out))
     if isinstance(holds, tvm.tirx.IntImm) and bool(holds.value):
         return

@@ -97,14 +97,18 @@ TABLE = {
     "log_softmax": ("data, axis=-1", "data"),
     # Pool{1,2,3}DAttrs' padding default is ndim zeros: the rewritten one always differs
     # pool_size: the Python default (1, ...) was always passed; the C++ field is required
-    "max_pool1d": (_pool(1, "NCW", False), "data", _spatial(1, _POOL_INTS, True, _POOL_SIZE)),
-    "max_pool2d": (_pool(2, "NCHW", False), "data", _spatial(2, _POOL_INTS, True, _POOL_SIZE)),
+    "max_pool1d": (_pool(1, "NCW", False), "data",
+                   _spatial(1, _POOL_INTS, also_record=_POOL_SIZE)),
+    "max_pool2d": (_pool(2, "NCHW", False), "data",
+                   _spatial(2, _POOL_INTS, also_record=_POOL_SIZE)),
     "max_pool3d": (_pool(3, "NCDHW", False), "data",
-                   _spatial(3, _POOL_INTS, True, _POOL_SIZE)),
-    "avg_pool1d": (_pool(1, "NCW", True), "data", _spatial(1, _POOL_INTS, True, _POOL_SIZE)),
-    "avg_pool2d": (_pool(2, "NCHW", True), "data", _spatial(2, _POOL_INTS, True, _POOL_SIZE)),
+                   _spatial(3, _POOL_INTS, also_record=_POOL_SIZE)),
+    "avg_pool1d": (_pool(1, "NCW", True), "data",
+                   _spatial(1, _POOL_INTS, also_record=_POOL_SIZE)),
+    "avg_pool2d": (_pool(2, "NCHW", True), "data",
+                   _spatial(2, _POOL_INTS, also_record=_POOL_SIZE)),
     "avg_pool3d": (_pool(3, "NCDHW", True), "data",
-                   _spatial(3, _POOL_INTS, True, _POOL_SIZE)),
+                   _spatial(3, _POOL_INTS, also_record=_POOL_SIZE)),
     "max_pool2d_grad": ("out_grad, data, pool_size=(1, 1), strides=(1, 1), padding=(0, 0), "
                         "layout='NCHW', out_layout='', ceil_mode=False", "out_grad data"),
     "avg_pool2d_grad": ("out_grad, data, pool_size=(1, 1), strides=(1, 1), padding=(0, 0), "
