@@ -98,6 +98,16 @@ class ArtifactError(BmlibError, ValueError):
         super().__init__(message)
 
 
+class LegacyApiError(BmlibError, ValueError):
+    """A ported TVM v0.19 script or legacy pattern table used a TVM/Relay API this project
+    cannot serve that way (``relay.build``'s graph JSON, a Relay C++ global function, ...);
+    ``api`` names the call, the message what to use instead where there is something."""
+
+    def __init__(self, message: str, api: Optional[str] = None):
+        self.api = api
+        super().__init__(message)
+
+
 class UserCodeError(BmlibError):
     """User code run by bmlib-relax (a pattern check function, ...) raised or called
     ``sys.exit()``; the message names the user function and what it raised.

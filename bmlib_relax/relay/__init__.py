@@ -9,6 +9,9 @@ model script ports by changing its imports.
 """
 from __future__ import annotations
 
+import importlib
+from typing import Any as _AnyValue
+
 from ..errors import ParseError
 from . import analysis, ast, build_module, dataflow_pattern, loops, op, transform
 from .ast import (
@@ -20,9 +23,11 @@ from .builder import const, scalar_type, var
 from .op import *  # noqa: F401,F403  (relay.add, relay.reshape, ...)
 from .op import TupleWrapper, image, nn, vision
 from .op import qnn  # noqa: F401  (relay.qnn.op.*: the QNN dialect)
-from . import expr, testing, ty
+from . import expr, expr_functor, testing, ty
 from .params import bind_params_by_name, load_params
 from .parser import fromtext, parse, parse_expr
+from .expr_functor import ExprFunctor, ExprMutator, ExprVisitor
+from .scope_builder import ScopeBuilder
 
 __all__ = [
     "ParseError", "ast", "analysis", "transform", "dataflow_pattern", "op", "nn", "image",
@@ -31,5 +36,19 @@ __all__ = [
     "Constant", "Op", "Tuple", "TupleGetItem", "Let", "If", "Match", "Clause", "GlobalVar",
     "Constructor", "RefCreate", "RefRead", "RefWrite", "TensorType", "TupleType", "FuncType",
     "TypeVar", "IncompleteType", "Attrs", "Span", "Any", "vision", "ty", "expr", "testing",
-    "loops",
+    "loops", "expr_functor", "ExprFunctor", "ExprVisitor", "ExprMutator", "ScopeBuilder", "build", "create_executor", "graph_executor",
 ]
+
+# ``relay.build`` / ``relay.create_executor`` compile, so they live with the entry points
+# (:mod:`bmlib_relax.graph_executor`); loaded on first use, so importing the front door
+# does not import the backend.
+_LAZY = {"build": "build", "create_executor": "create_executor", "graph_executor": None}
+
+
+def __getattr__(name: str) -> _AnyValue:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = importlib.import_module("..graph_executor", __name__)
+    value = module if _LAZY[name] is None else getattr(module, _LAZY[name])
+    globals()[name] = value
+    return value

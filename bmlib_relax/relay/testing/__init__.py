@@ -1,0 +1,34 @@
+"""``relay.testing``: the helpers Relay's own tests imported (``run_infer_type``,
+``run_opt_pass``) and the workloads tutorials and benchmarks started from
+(``resnet``/``mobilenet``/``mlp.get_workload``, ``create_workload``, ``init``, ``layers``).
+
+The workloads are written for bmlib-relax: the same networks by name and arguments,
+their parameter names in v0.19's style, weights drawn afresh (they are random in v0.19
+too; compare outputs between builds of one workload, never with v0.19's numbers)."""
+from __future__ import annotations
+
+from typing import Callable, Union
+
+from .. import ast, transform
+
+
+def run_opt_pass(expr: ast.Expr, opt_pass: Union[Callable, list]) -> ast.Expr:
+    """Run ``opt_pass`` on ``expr`` wrapped as ``@main``; return the function, or its body
+    when ``expr`` was not a function (as Relay's helper did)."""
+    passes = opt_pass if isinstance(opt_pass, list) else [opt_pass]
+    mod = ast.IRModule.from_expr(expr)
+    mod = transform.Sequential(passes)(mod)
+    entry = mod["main"]
+    return entry if isinstance(expr, ast.Function) else entry.body
+
+
+def run_infer_type(expr: ast.Expr) -> ast.Expr:
+    """``expr`` with every node's ``checked_type`` inferred."""
+    return run_opt_pass(expr, transform.InferType())
+
+
+from . import init, layers, mlp, mobilenet, resnet  # noqa: E402  (they use the helpers' siblings)
+from .init import create_workload  # noqa: E402
+
+__all__ = ["run_infer_type", "run_opt_pass", "create_workload", "init", "layers", "mlp",
+           "mobilenet", "resnet"]
