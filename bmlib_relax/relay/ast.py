@@ -376,6 +376,13 @@ class Expr:
 
         return astext(self, show_meta_data=show_meta_data)
 
+    def __str__(self) -> str:
+        """Relay text without the version line and metadata section, as ``str()`` /
+        ``print()`` of a v0.19 expression gave (``PrettyPrint``); ``repr()`` keeps the
+        fields."""
+        text = self.astext(show_meta_data=False)
+        return text.split("\n", 1)[1] if text.startswith("#[version") else text
+
 
 @dataclass(frozen=True, eq=False)
 class Var(Expr):

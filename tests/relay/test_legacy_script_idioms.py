@@ -139,3 +139,16 @@ def test_fold_constant_leaves_qnn_ops_unless_asked():
     mod = relay.IRModule.from_expr(relay.Function([x], call))
     folded = relay.transform.FoldConstant(fold_qnn=True)(mod)["main"]
     np.testing.assert_array_equal(folded.body.args[1].data, [1, -2])
+
+
+def test_str_of_an_expression_is_relay_text_without_header_or_metadata():
+    """v0.19's ``str(expr)`` / ``print(expr)`` was ``PrettyPrint``: the text printer with
+    no version line and no metadata section (constants as ``meta[...]`` references)."""
+    x = relay.var("x", shape=(2,))
+    expr = relay.nn.relu(relay.add(x, relay.const(np.ones(2, "float32"))))
+    text = str(expr)
+    assert not text.startswith("#[version") and "#[metadata]" not in text
+    assert "free_var %x: Tensor[(2), float32];" in text
+    assert "add(%x, meta[relay.Constant][0]" in text and text.rstrip().endswith("nn.relu(%0)")
+    assert str(relay.Function([x], relay.nn.relu(x))).startswith("fn (%x: Tensor[(2), float32])")
+    assert repr(x).startswith("Var(")  # repr keeps the fields
