@@ -14,7 +14,7 @@ import tvm
 from tvm import relax
 
 from .backend.codegen import PartitionRecord, is_bmlib_partition
-from .backend.host_reasons import host_reasons
+from .backend.host_reasons import host_reasons, op_name_of
 from .backend.patterns import has_no_elements
 from .backend.verify import partition_call_sites
 from .flops import (Flops, count_flops, evaluate_flops, flops_text, flops_vars, is_symbolic,
@@ -203,12 +203,14 @@ def _short(op_name: str) -> str:
 def _op_calls(func: relax.Function) -> list[relax.Call]:
     """Relax op calls in ``func`` (nested composite functions included), but those whose
     result has no elements: they compute nothing (the importer makes such results
-    ``zeros`` of their shape)."""
+    ``zeros`` of their shape).  A ``call_tir`` counts when a Relay op made it (a TOPI
+    compute the importer called: ``image.dilation2d``, ``fast_exp``, ...)."""
     calls: list[relax.Call] = []
 
     def visit(expr):
         if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) \
-                and expr.op.name not in _NON_OPS and not has_no_elements(expr.ty):
+                and op_name_of(expr, _NON_OPS) is not None \
+                and not has_no_elements(expr.ty):
             calls.append(expr)
 
     relax.analysis.post_order_visit(func, visit)
@@ -287,7 +289,7 @@ def host_ops(mod: tvm.IRModule, runs: Optional[Mapping[str, int]] = None) -> Cou
         if _is_host_function(func):
             times = (runs or {}).get(gv.name_hint, 1)
             for call in _op_calls(func):
-                counts[call.op.name] += times
+                counts[op_name_of(call, _NON_OPS)] += times
     return counts
 
 

@@ -15,6 +15,7 @@ from typing import Any, Iterable, Optional, Sequence
 import tvm
 from tvm import relax
 
+from ..importer.provenance import relay_call_of
 from .patterns import (HOST_VIEW_OPS, MAX_TEMPLATE_ELEMENTS, STANDALONE_VIEW_ENTRIES,
                        SUPPORTED_DTYPES, static_elements)
 from .qnn_patterns import QNN_DTYPES
@@ -29,6 +30,18 @@ UNMATCHED = "unmatched"
 VIEW = "view_on_host"
 
 _BOOKKEEPING = {"relax.call_dps_packed", "relax.call_tir", "relax.call_pure_packed"}
+
+
+def op_name_of(call: relax.Call, bookkeeping: Iterable[str] = _BOOKKEEPING) -> Optional[str]:
+    """The name an op call is counted under: its Relax op, or for a ``call_tir`` the Relay
+    op it computes (a TOPI compute the importer called: ``image.dilation2d``,
+    ``fast_exp``, ...); ``None`` for ``bookkeeping`` ops and a ``call_tir`` no Relay op
+    made."""
+    name = call.op.name
+    if name == "relax.call_tir":
+        relay_call = relay_call_of(call)
+        return getattr(getattr(relay_call, "op", None), "name", None)
+    return None if name in bookkeeping else name
 
 
 @dataclass(frozen=True)
@@ -60,6 +73,9 @@ def _is_static(ty: relax.TensorType, from_axis: int = 0) -> bool:
 def host_reason(call: relax.Call, table: Sequence[Any], var2val: dict) -> HostReason:
     """The reason ``call`` (an op call outside every partition) runs on the host."""
     op = call.op.name
+    if op == "relax.call_tir":
+        return HostReason(op_name_of(call), NO_TEMPLATE,
+                          "no bmlib template: a TOPI compute run on the host")
     if get_template(op) is None:
         return HostReason(op, NO_TEMPLATE, "no bmlib template for this op")
     types = list(_tensor_types(call))
@@ -127,7 +143,7 @@ def host_reasons(mod: tvm.IRModule, functions: Iterable[relax.Function],
 
         def visit(expr, calls=calls):
             if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and \
-                    expr.op.name not in _BOOKKEEPING:
+                    op_name_of(expr) is not None:
                 calls.append(expr)
 
         relax.analysis.post_order_visit(func, visit)

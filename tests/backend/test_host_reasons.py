@@ -183,3 +183,20 @@ def @main(%x: Tensor[(2, 3, 4), float32]) {
     x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype("float32")
     want = np.tanh(1 / (1 + np.exp(-np.maximum(x, 0).reshape(6, 4))))
     np.testing.assert_allclose(model(x), want, rtol=1e-5, atol=1e-6)
+
+
+def test_topi_computes_the_importer_called_are_host_ops_named_by_their_relay_op():
+    """``image.dilation2d`` / ``fast_exp`` become a ``call_tir`` of a TOPI compute: the
+    report counted neither (a model of them said "0 on host")."""
+    text = """#[version = "0.0.5"]
+def @main(%x: Tensor[(1, 3, 8, 8), float32], %w: Tensor[(3, 2, 2), float32]) {
+  %0 = nn.relu(%x);
+  %1 = image.dilation2d(%0, %w);
+  fast_exp(%1)
+}"""
+    model = bmlib_relax.compile(text, {"w": np.ones((3, 2, 2), "float32")})
+    assert model.report.ops_offloaded == {"relax.nn.relu": 1}
+    assert model.report.ops_host == {"image.dilation2d": 1, "fast_exp": 1}
+    reasons = _reasons(model)
+    assert ("image.dilation2d", NO_TEMPLATE) in reasons and ("fast_exp", NO_TEMPLATE) in reasons
+    assert "ops on host: fast_exp x1, image.dilation2d x1" in str(model.report)
