@@ -50,10 +50,13 @@ class MemoryNeeds:
     """What a compiled model's run allocates: ``certain``, the largest tensor it
     certainly allocates (see :func:`allocated_tensors`), checked before a call;
     ``largest``, the largest static tensor anywhere in it (possibly fused away),
-    named when an allocation fails."""
+    named when an allocation fails; ``run_time_sized``, the first call whose result's
+    size is known only when the model runs (``dyn.full`` of an input shape, ...), named
+    then too: the static ``largest`` is usually not the tensor that failed."""
 
     certain: Optional[TensorNeed]
     largest: Optional[TensorNeed]
+    run_time_sized: Optional[tuple] = None  # (what, where)
 
 
 def need_record(need: Optional[TensorNeed]) -> Optional[dict]:
@@ -150,7 +153,34 @@ def memory_needs(mod: Any) -> MemoryNeeds:
     def largest(needs):
         return max(needs, default=None, key=lambda need: need.nbytes)
 
-    return MemoryNeeds(largest(allocated_tensors(mod)), largest(all_tensors(mod)))
+    return MemoryNeeds(largest(allocated_tensors(mod)), largest(all_tensors(mod)),
+                       first_run_time_sized(mod))
+
+
+def first_run_time_sized(mod: Any) -> Optional[tuple]:
+    """``(what, where)`` of the first call of ``main`` (its Relay op and place) whose
+    result is a tensor of a size not known before the run, or None."""
+    from tvm import relax
+
+    found: list = []
+
+    def visit(expr):
+        if not found and isinstance(expr, relax.Call) and \
+                _has_run_time_size(getattr(expr, "ty", None)):
+            what, where = _origin(mod, expr)
+            if what is not None:
+                found.append((what, where))
+
+    relax.analysis.post_order_visit(mod["main"], visit)
+    return found[0] if found else None
+
+
+def _has_run_time_size(ty: Any) -> bool:
+    import tvm
+
+    if isinstance(ty, tvm.relax.TupleType):
+        return any(_has_run_time_size(field) for field in ty.fields)
+    return isinstance(ty, tvm.relax.TensorType) and tensor_type_bytes(ty) is None
 
 
 def all_tensors(mod: Any) -> list[TensorNeed]:
@@ -295,7 +325,19 @@ def is_allocation_failure(exc: BaseException) -> bool:
 def allocation_error(needs: Optional[MemoryNeeds], limit: Optional[int]) -> RunMemoryError:
     """The error for a run whose allocation failed (TVM's ``std::bad_alloc``)."""
     largest = needs.largest if needs is not None else None
-    known = f"; its largest tensor: {largest.describe()}" if largest is not None else ""
+    dynamic = needs.run_time_sized if needs is not None else None
+    known = ""
+    if largest is not None:
+        known = f"; its largest tensor{' of static shape' if dynamic else ''}: " \
+                f"{largest.describe()}"
+    if dynamic:
+        what, where = dynamic
+        known = (f"; tensor sizes known only at run time (from input values or shapes) "
+                 f"start at {what}{' at ' + where if where else ''}: one of those is the "
+                 f"likely cause{known}")
+        place = where
+    else:
+        place = largest.where if largest else None
     room = f"; this process may use {size_text(limit)}" if limit is not None else ""
     return RunMemoryError(f"the model ran out of memory during a run (an allocation "
-                          f"failed){known}{room}", largest.where if largest else None)
+                          f"failed){known}{room}", place)

@@ -135,3 +135,33 @@ def test_fold_constant_leaves_a_huge_constant_computation_unfolded(monkeypatch):
     unfolded = body.args[0].args[1]
     assert isinstance(unfolded, relay.Call) and unfolded.op.name == "sum"
     assert unfolded.args[0].op.name == "zeros"
+
+
+_OUT_OF_MEMORY_DYNAMIC = textwrap.dedent("""
+    import resource, sys
+    resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
+    import numpy as np, bmlib_relax
+    from bmlib_relax.errors import RunMemoryError
+    text = '#[version = "0.0.5"]\\ndef @main(%v: float32, %s: Tensor[(2), int64]) {\\n' \\
+           '  dyn.full(%v, %s, dtype="float32")\\n}'
+    model = bmlib_relax.compile(text, num_threads=1)
+    try:
+        model(v=np.array(1, "float32"), s=np.array([10**9, 10**9], "int64"))
+    except RunMemoryError as exc:
+        print("RunMemoryError:", exc)
+        print("location:", exc.location)
+        sys.exit(0)
+    sys.exit("ran")
+""")
+
+
+def test_an_allocation_sized_at_run_time_names_the_op_that_sized_it():
+    """``dyn.full`` of a shape given as an input: the failed allocation is one whose
+    size only the run knew; the message named the largest *static* tensor (16 bytes)
+    as if it were the culprit."""
+    done = subprocess.run([sys.executable, "-c", _OUT_OF_MEMORY_DYNAMIC],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "known only at run time" in done.stdout
+    assert "start at dyn.full at <string>:3:3" in done.stdout
+    assert "location: <string>:3:3" in done.stdout
