@@ -186,3 +186,22 @@ def test_affine_grid_of_one_row_is_named():
     with pytest.raises(ConversionError, match=r"target_shape=\[1, 4\]: needs a height and a "
                                               r"width above 1"):
         import_text(text)
+
+
+@pytest.mark.parametrize("op, shape, scales, named", [
+    ("nn.upsampling", (1, 1, 2, 2), "scale_h=inff, scale_w=2f", "scale_h=inf"),
+    ("nn.upsampling", (1, 1, 2, 2), "scale_h=2f, scale_w=-2f", "scale_w=-2.0"),
+    ("nn.upsampling", (1, 1, 2, 2), "scale_h=nanf, scale_w=1f", "scale_h=nan"),
+    ("nn.upsampling", (1, 1, 2, 2), "scale_h=2f, scale_w=1e30f", "scale_w=1e\\+30"),
+    ("nn.upsampling3d", (1, 1, 2, 2, 2), "scale_d=1e20f, scale_h=2f, scale_w=2f",
+     "scale_d=1e\\+20"),
+])
+def test_upsampling_scale_without_a_defined_output_size_is_named(op, shape, scales, named):
+    """v0.19 cast ``round(dim * scale)`` to int32: beyond it (or for inf/NaN/negative
+    scales) the size was undefined. Here: an OverflowError/ValueError from Python's
+    ``round``, or TVM's FFI type message, before; now a ConversionError naming the scale."""
+    from bmlib_relax import ConversionError
+
+    text = relay_fn(f"%x: Tensor[{shape}, float32]", f"{op}(%x, {scales})")
+    with pytest.raises(ConversionError, match=f"{op}: {named}.*is not a size"):
+        import_text(text)

@@ -7,7 +7,7 @@ from ..registry import register_converter
 from ._utils import (
     check_reads_elements, integer_upscale, nearest_rounding, resize_args, shape_of, size_dims,
 )
-from .spatial import check_corner_mode_size, check_resize_args
+from .spatial import check_corner_mode_size, check_resize_args, upsampled_dim
 
 
 @register_converter("image.resize2d")
@@ -62,7 +62,8 @@ def _upsampling(inputs, attrs, ctx):
     height, width = dims[layout.index("H")], dims[layout.index("W")]
     if not isinstance(height, int) or not isinstance(width, int):
         raise ctx.error("nn.upsampling needs static spatial dims")
-    size = [round(height * float(attrs["scale_h"])), round(width * float(attrs["scale_w"]))]
+    size = [upsampled_dim(height, float(attrs["scale_h"]), "scale_h", ctx),
+            upsampled_dim(width, float(attrs["scale_w"]), "scale_w", ctx)]
     method = attrs.get("method", "nearest_neighbor")
     methods = {"nearest_neighbor": "nearest_neighbor", "bilinear": "linear", "bicubic": "cubic"}
     if method not in methods:

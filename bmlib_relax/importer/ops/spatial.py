@@ -12,6 +12,7 @@ input at the constant positions Relay's reorg reads; ``nn.global_*_pool1d/3d``
 """
 from __future__ import annotations
 
+import math
 from functools import reduce
 from operator import mul
 
@@ -314,6 +315,17 @@ def check_corner_mode_size(mode: str, size: list, ctx) -> None:
                         "a division by zero on the unit dim (Relay could not build it)")
 
 
+def upsampled_dim(dim: int, scale: float, attr: str, ctx) -> int:
+    """``round(dim * scale)``, v0.19's upsampling output dim (``UpSamplingRel`` cast it
+    to the input dim's int32): a scale that is not finite, or a result outside int32 or
+    negative, had no defined size there and is refused by name."""
+    scaled = dim * scale
+    if not math.isfinite(scaled) or not 0 <= round(scaled) < 2**31:
+        raise ctx.error(f"{attr}={scale}: the output dim round({dim} * {scale}) is not a "
+                        "size (v0.19 cast it to int32; the result was undefined)")
+    return round(scaled)
+
+
 @register_converter("nn.upsampling3d")
 def _upsampling3d(inputs, attrs, ctx):
     layout = attrs.get("layout") or "NCDHW"
@@ -324,7 +336,7 @@ def _upsampling3d(inputs, attrs, ctx):
         dim = dims[layout.index(axis_name)]
         if not isinstance(dim, int):
             raise ctx.error("nn.upsampling3d needs static spatial dims")
-        size.append(round(dim * scale))
+        size.append(upsampled_dim(dim, scale, f"scale_{axis_name.lower()}", ctx))
     methods = {"nearest_neighbor": "nearest_neighbor", "trilinear": "linear"}
     method = attrs.get("method", "nearest_neighbor")
     if method not in methods:
