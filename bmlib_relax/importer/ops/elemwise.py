@@ -218,7 +218,19 @@ def _clip(inputs, attrs, ctx):
             if not info.min <= math.trunc(bound) <= info.max:
                 raise ctx.error(f"{name}={bound:g} does not fit the input's type {dtype} "
                                 f"([{info.min}, {info.max}])")
+    largest = _FLOAT_MAX.get(dtype)
+    for name, bound in (("a_min", low), ("a_max", high)):
+        # v0.19's FloatImm refused a finite literal beyond the float type's range (inf and
+        # NaN pass); TVM 0.27 fails the same way in codegen, naming no op.
+        if largest is not None and math.isfinite(bound) and abs(bound) > largest:
+            raise ctx.error(f"{name}={bound:g} is beyond the largest {dtype} ({largest:g}): "
+                            "v0.19 could not make it a constant of the input's type")
     return relax.op.clip(inputs[0], low, high)
+
+
+#: The largest finite value of each float type whose constants v0.19 range-checked.
+_FLOAT_MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38,
+              "float32": float(np.finfo(np.float32).max)}
 
 
 def _astype(data: relax.Expr, dtype: str) -> relax.Expr:

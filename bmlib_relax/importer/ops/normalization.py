@@ -178,9 +178,6 @@ def _group_norm_decomposed(data, gamma, beta, groups: int, axis: int, attrs, ctx
     if not all(isinstance(d, int) for d in dims):
         raise ctx.error(f"input shape {tuple(dims)}: v0.19's group norm needs static dims "
                         "(its SimplifyInference read each as a constant)")
-    if groups <= 0 or dims[axis] % groups:
-        raise ctx.error(f"num_groups={groups} does not divide the {dims[axis]} channels "
-                        "(v0.19's reshape to (groups, C / groups) failed to type-check)")
     grouped = ctx.emit(relax.op.reshape(
         data, dims[:axis] + [groups, dims[axis] // groups] + dims[axis + 1:]))
     out = _standardized(grouped, list(range(axis + 1, len(dims) + 1)),
@@ -193,6 +190,12 @@ def _group_norm_decomposed(data, gamma, beta, groups: int, axis: int, attrs, ctx
 def _batch_norm(inputs, attrs, ctx):
     # Relay's nn.batch_norm is inference-only: moving statistics, never batch ones.
     data, gamma, beta, mean, var = inputs
+    ndim = ndim_of(data)
+    if ndim >= 0 and not -1 <= int(attrs.get("axis", 1)) < ndim:
+        # v0.19's BatchNormRel: ICHECK(axis >= -1 && axis < ndim); -1 alone of the
+        # negative axes meant the last one.
+        raise ctx.error(f"axis={attrs.get('axis')} for an input of rank {ndim}: "
+                        "v0.19's batch_norm took an axis in [-1, rank)")
     _warn_invalid_variance(var, float(attrs.get("epsilon", 1e-5)), ctx)
     if _decomposed(data):
         axis = normalize_axis(attrs.get("axis", 1), ndim_of(data), ctx)
@@ -226,10 +229,21 @@ def _axes_after(data, channel_axis: int) -> list[int]:
     return list(range(channel_axis + 1, ndim_of(data)))
 
 
+def _check_groups(data, groups: int, axis: int, ctx) -> None:
+    """``num_groups`` positive and dividing the channels, as v0.19's reshape to
+    ``(groups, C / groups)`` (GroupNormToInferUnpack) needed to type-check; TVM 0.27
+    accepted a negative divisor and failed in codegen."""
+    channels = shape_of(data)[axis]
+    if groups <= 0 or (isinstance(channels, int) and channels % groups):
+        raise ctx.error(f"num_groups={groups} does not divide the {channels} channels "
+                        "(v0.19's reshape to (groups, C / groups) failed to type-check)")
+
+
 @register_converter("nn.group_norm")
 def _group_norm(inputs, attrs, ctx):
     data, gamma, beta = inputs
     axis = normalize_axis(attrs.get("axis", 1), ndim_of(data), ctx)
+    _check_groups(data, int(attrs["num_groups"]), axis, ctx)
     if _decomposed(data):
         return _group_norm_decomposed(data, gamma, beta, int(attrs["num_groups"]), axis,
                                       attrs, ctx)
@@ -241,6 +255,12 @@ def _group_norm(inputs, attrs, ctx):
 @register_converter("nn.instance_norm")
 def _instance_norm(inputs, attrs, ctx):
     data, gamma, beta = inputs
+    if 0 <= ndim_of(data) <= 2:
+        # No spatial axis: each "instance" is one value, its variance 0 (the result is
+        # beta everywhere). v0.19's InstanceNormRel refused it (ICHECK_GT(ndim, 2)).
+        raise ctx.error(f"input of rank {ndim_of(data)}: an instance norm normalizes over "
+                        "spatial axes, so it needs rank 3 or more (as v0.19's "
+                        "InstanceNormRel)")
     axis = normalize_axis(attrs.get("axis", 1), ndim_of(data), ctx)
     if _decomposed(data):
         out = _standardized(data, _spatial_axes(data, axis), _norm_flags(attrs)["epsilon"],

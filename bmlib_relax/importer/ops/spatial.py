@@ -185,7 +185,7 @@ def _lrn(inputs, attrs, ctx):
     # v0.19's topi lrn checked these when Relay built it (the window is centred: odd)
     if len(dims) != 4:
         raise ctx.error(f"expects a 4-D input, got shape {tuple(dims)}")
-    if size % 2 != 1:
+    if size < 1 or size % 2 != 1:  # v0.19: ICHECK_EQ(size % 2, 1), C's remainder (-1 % 2 == -1)
         raise ctx.error(f"size={size}: the window must have an odd size")
     if axis not in (1, 3):
         raise ctx.error(f"axis={axis}: must be 1 (NCHW) or 3 (NHWC)")
