@@ -130,6 +130,9 @@ def _adv_index(inputs, attrs, ctx):
 def _scan(relax_op, one_bit):
     def convert(inputs, attrs, ctx):
         axis = attrs.get("axis")
+        if ndim_of(inputs[0]) == 0:  # ScanopRel read shape[0] of the (flattened) input
+            raise ctx.error("of a 0-d tensor: v0.19's scan typed its input's first dim, "
+                            "which a scalar has not")
         if axis is not None:
             axis = normalize_axis(axis, ndim_of(inputs[0]), ctx)
         exclusive = bool(attrs.get("exclusive") or False)
@@ -295,6 +298,12 @@ def _topk(inputs, attrs, ctx):
     if isinstance(length, int) and k > length:  # k < 1 takes all, as Relay's did
         raise ctx.error(f"k={k} is more than the {length} entries on axis {axis}: TVM "
                         "would read past them")
+    if not isinstance(length, int) and k >= 1:
+        # The result has k entries; the kernel writes min(k, length) of them (v0.19's
+        # too), so a shorter run left the rest as whatever memory held.
+        emit_run_check(ctx.bb, tvm.tirx.const(k, "int64") <= _dim(length), ctx.location,
+                       ctx.op_name, f"k={k} is more than the {{}} entries on axis {axis} "
+                       "of this run's input", _dim(length))
     data_dtype, dtype = dtype_of(inputs[0]), attrs.get("dtype") or "int32"
     ret_type = attrs.get("ret_type", "both")
     # the kernel reads the index dtype only when it writes indices; int8/uint8 data also
@@ -719,6 +728,15 @@ def _unique(inputs, attrs, ctx):
     if not isinstance(n, int):
         # the padded outputs of a dynamic length crash TVM's build: refuse by name
         raise ctx.error("unique of a tensor of dynamic length is not supported")
+    # v0.19's topi.unique sorted with the contrib argsort kernel, which had no instance
+    # for other dtypes (as for sort/argsort here).
+    _check_kernel_dtypes(ctx, "argsort (in unique)", dtype_of(data), _SORT_DATA)
+    if dtype_of(data).startswith("float"):
+        # v0.19 marked a new value where sorted neighbours differ (NE): every NaN was a
+        # value of its own. Relax's unique (numpy's) merges them: refused when it matters.
+        emit_tensor_check(ctx, none_hold(relax.op.isnan(data)),
+                          "an input with NaN: v0.19 counted every NaN as a distinct "
+                          "value, this build would merge them")
     counts = bool(attrs.get("return_counts", False))
     found = ctx.emit(relax.op.unique(data, sorted=bool(attrs.get("sorted", True)),
                                      return_index=True, return_inverse=True,

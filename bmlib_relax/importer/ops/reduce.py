@@ -30,14 +30,37 @@ REDUCE_OPS = {
 
 
 def reduce_axes(data, attrs, ctx) -> Optional[list[int]]:
-    """The axes Relay reduces over, honouring ``exclude`` (``None``: all axes)."""
+    """The axes Relay reduces over, honouring ``exclude`` (``None``: all axes).
+
+    Where v0.19's type relation and kernel disagreed, the model is refused by name:
+    an explicit ``axis=[]`` was typed as a reduction over every axis (GetReduceAxes)
+    and computed as one over none (topi's GetRealAxis); an axis listed twice wrote
+    past the result's shape without ``keepdims`` (ReduceShapeImpl) and counted twice in
+    a mean's divisor.  With ``keepdims`` a repeated axis is reduced once, as v0.19 did.
+    """
     ndim = ndim_of(data)
     axes = optional_ints(attrs.get("axis"))
+    exclude = bool(attrs.get("exclude", False))
     if axes is not None:
+        if not axes and not exclude:
+            raise ctx.error("axis=[]: v0.19 typed a reduction over an empty axis list as "
+                            "one over every axis but computed one over none; write "
+                            "axis=None (every axis) or leave the op out (none)")
         axes = sorted(normalize_axis(a, ndim, ctx) for a in axes)
-    if attrs.get("exclude", False):
+        repeated = sorted({a for a in axes if axes.count(a) > 1})
+        if repeated:
+            if not attrs.get("keepdims", False) or ctx.op_name in _COUNTING_OPS:
+                raise ctx.error(f"axis {repeated[0]} is listed twice in axis="
+                                f"{list(optional_ints(attrs.get('axis')))}: v0.19 "
+                                "reduced it once but shaped (or counted) it twice")
+            axes = sorted(set(axes))
+    if exclude:
         axes = [i for i in range(ndim) if i not in (axes or [])]
     return axes
+
+
+#: Reductions whose result depends on the element count (or index layout) of the axes.
+_COUNTING_OPS = ("mean", "variance", "argmax", "argmin")
 
 
 # The value of a reduction over no element, where it has one (Relay's, and numpy's).
@@ -83,6 +106,10 @@ def _reduce(relax_op):
                                      computed_when_empty=relax_op in _IDENTITY)
             if empty is not None:
                 return empty
+        if relax_op is relax.op.mean and dtype_of(data) == "bool":
+            raise ctx.error("mean of a bool tensor: v0.19 divided by the element count "
+                            "made a bool constant, which it refused for a count of 2 or "
+                            "more (and TVM 0.27 computes it in int64)")
         if relax_op is relax.op.mean and _is_integer(dtype_of(data)):
             return _integer_mean(data, axes, keepdims, ctx)
         if relax_op is relax.op.mean and dtype_of(data) == "float16":
@@ -178,6 +205,10 @@ def _arg_reduce(relax_op):
         ndim = len(dims)
         axes = reduce_axes(data, attrs, ctx)
         axes = list(range(ndim)) if axes is None else axes
+        if not axes:
+            raise ctx.error(f"reduces no axis (input shape {tuple(dims)}"
+                            f"{', every axis excluded' if ndim else ''}): v0.19 could not "
+                            "type an index over no axis")
         _empty_reduction(data, axes, False, None, ctx)  # refused: no element to index
         kept = [i for i in range(ndim) if i not in axes]
         if len(axes) == 1:
@@ -293,6 +324,10 @@ def _logical_reduce(relax_op):
     initial value (int8's 127 / -128), which ``> 0`` turns into all()'s True and any()'s
     False, Relay's answers, where a cast made any() of nothing True."""
     def convert(inputs, attrs, ctx):
+        if dtype_of(inputs[0]) != "bool":
+            raise ctx.error(f"{ctx.op_name} of a {dtype_of(inputs[0])} tensor: v0.19's "
+                            "all/any took bool only (its logical reduction refused other "
+                            "types)")
         axes = reduce_axes(inputs[0], attrs, ctx)
         keepdims = bool(attrs.get("keepdims", False))
         # all() of nothing is True, any() of nothing False
@@ -319,6 +354,12 @@ def _variance(inputs, attrs, ctx):
     axes = reduce_axes(data, attrs, ctx)
     dims = shape_of(data)
     reduced = range(len(dims)) if axes is None else axes
+    if not reduced:
+        raise ctx.error(f"reduces no axis (input shape {tuple(dims)}): v0.19's variance "
+                        "needed at least one")
+    if dtype_of(data) == "bool":
+        raise ctx.error("variance of a bool tensor: v0.19 could not make its element "
+                        "count a bool constant")
     count = 1
     for axis in reduced:
         count = count * dims[axis]
