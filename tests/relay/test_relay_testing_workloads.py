@@ -66,10 +66,10 @@ def test_mlp_workload():
     check_against_plain_build(mod, params, scale=3.0)
 
 
-# Numbers are checked where the layout or block kind is new (suite time); the other
-# cases check structure only.
+# Numbers are checked once per block kind and layout family (suite time: NHWC is
+# checked on MobileNet); the other cases check structure only.
 @pytest.mark.parametrize("num_layers, convs, image_shape, layout, numeric", [
-    (18, 1 + 2 * 8 + 4, (32, 32, 3), "NHWC", True),  # basic units; a projection per stage
+    (18, 1 + 2 * 8 + 4, (32, 32, 3), "NHWC", False),  # basic units; a projection per stage
     (50, 1 + 3 * 16 + 4, (3, 32, 32), "NCHW", False),  # bottlenecks
     (20, 1 + 2 * 9 + 3, (3, 16, 16), "NCHW", True),  # CIFAR form: 3 stages of 3 units
 ])
