@@ -153,3 +153,20 @@ class Sequential:
         for p in self.passes:
             mod = p(mod)
         return mod
+
+
+#: Graph rewrites a ported script may run before ``relay.build`` (the pass objects the
+#: legacy layer serves to ``partition_for_<x>`` helpers: they rewrite this AST as v0.19's
+#: passes did).  Loaded on first use.
+_REWRITE_PASSES = ("SimplifyInference", "CanonicalizeOps", "RemoveUnusedFunctions")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _REWRITE_PASSES:
+        from ..legacy import passes  # the passes' home; it imports this module
+
+        return getattr(passes, name)
+    raise AttributeError(f"relay.transform.{name} is not available in bmlib-relax (Relay "
+                         f"passes here: InferType, FoldConstant, Sequential, "
+                         f"{', '.join(_REWRITE_PASSES)}; bmlib_relax.compile runs what "
+                         "relay.build's pipeline did)")

@@ -6,6 +6,7 @@ import pytest
 
 import bmlib_relax
 from bmlib_relax import relay
+from bmlib_relax.relay.analysis import post_order
 from bmlib_relax.relay.scope_builder import ScopeBuilderError
 
 from conftest import offloaded_partitions
@@ -89,3 +90,28 @@ def test_expr_mutator_is_served_under_relay():
     assert relay.ExprMutator().visit(func) is func  # unchanged graph, same objects
     model = bmlib_relax.compile(rewritten)
     np.testing.assert_array_equal(model(np.array([0.5, 1.0, 3.0], "float32")), [0, 0, 2])
+
+
+def test_relay_transform_serves_the_rewrites_a_ported_script_runs():
+    """``relay.transform.SimplifyInference()`` / ``CanonicalizeOps()`` before ``relay.build``
+    (v0.19 scripts ran them by hand); an unknown pass is an AttributeError listing the
+    available ones."""
+    x = relay.var("x", shape=(1, 3, 2, 2))
+    weights = [relay.var(n, shape=(3,)) for n in ("g", "b", "m", "v")]
+    y = relay.nn.bias_add(relay.nn.batch_norm(x, *weights)[0], weights[1])
+    mod = relay.transform.InferType()(relay.IRModule.from_expr(relay.Function([x, *weights], y)))
+    mod = relay.transform.CanonicalizeOps()(relay.transform.SimplifyInference()(mod))
+    ops = {getattr(n.op, "name", None) for n in post_order(mod["main"])
+           if isinstance(n, relay.Call)}
+    assert "nn.batch_norm" not in ops and "nn.bias_add" not in ops
+    rng = np.random.default_rng(0)
+    xv = rng.standard_normal((1, 3, 2, 2)).astype("float32")
+    g, b, m = (rng.standard_normal(3).astype("float32") for _ in range(3))
+    v = rng.uniform(0.5, 2, 3).astype("float32")
+    expected = (xv - m[:, None, None]) / np.sqrt(v[:, None, None] + 1e-5) * g[:, None, None] \
+        + 2 * b[:, None, None]
+    np.testing.assert_allclose(bmlib_relax.compile(mod)(xv, g, b, m, v), expected, rtol=1e-5,
+                               atol=1e-5)
+    with pytest.raises(AttributeError, match="ToMixedPrecision is not available.*"
+                                             "SimplifyInference"):
+        relay.transform.ToMixedPrecision
