@@ -37,13 +37,20 @@ GRAPH_MODULE_FUNCTIONS = ("set_input", "run", "get_output", "get_input", "get_nu
                           "get_num_inputs", "get_input_index", "get_input_info")
 
 
+def _the_one(value: Any, what: str, many: str) -> Any:
+    """``value``, or the single entry of a list/tuple of them (v0.19 took one per target);
+    several are a ``TargetError`` (``many`` says what they are)."""
+    if not isinstance(value, (list, tuple)):
+        return value
+    if len(value) != 1:
+        raise TargetError(f"{what}: {many} {value!r}; bmlib-relax builds for and runs on "
+                          "one CPU", str(value))
+    return value[0]
+
+
 def _cpu_device(device: Any, what: str) -> Any:
-    """``device`` (or the first of a list, as v0.19 took one per target) if it is the CPU."""
-    if isinstance(device, (list, tuple)):
-        if len(device) != 1:
-            raise TargetError(f"{what}: {len(device)} devices given; bmlib-relax runs on one "
-                              "CPU device", str(device))
-        device = device[0]
+    """``device`` (or the one of a list) if it is the CPU."""
+    device = _the_one(device, what, "several devices")
     if device is None:
         return tvm.cpu(0)
     if getattr(device, "dlpack_device_type", None) is None or \
@@ -59,11 +66,7 @@ def _single_target(target: Any, what: str) -> Any:
     tvm.target.Target(...)`` scope's target, else the host CPU."""
     if isinstance(target, Mapping) and "kind" not in target:  # {device: target}
         target = list(target.values())
-    if isinstance(target, (list, tuple)):
-        if len(target) != 1:
-            raise TargetError(f"{what}: heterogeneous targets {target!r}; bmlib-relax "
-                              "builds for one CPU target", str(target))
-        target = target[0]
+    target = _the_one(target, what, "heterogeneous targets")
     if target is None:
         target = tvm.target.Target.current(allow_none=True)
     return target
