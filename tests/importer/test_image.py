@@ -205,3 +205,14 @@ def test_upsampling_scale_without_a_defined_output_size_is_named(op, shape, scal
     text = relay_fn(f"%x: Tensor[{shape}, float32]", f"{op}(%x, {scales})")
     with pytest.raises(ConversionError, match=f"{op}: {named}.*is not a size"):
         import_text(text)
+
+
+@pytest.mark.parametrize("layout, shape, out", [("NCHW", (1, 3, 2, 2), (1, 0, 4, 4)),
+                                                ("NHWC", (1, 2, 2, 3), (1, 4, 4, 0))])
+def test_depth_to_space_with_fewer_channels_than_a_block_is_empty(layout, shape, out):
+    """v0.19's DepthToSpaceRel gave C // block**2 = 0 channels: an empty result (TVM 0.27
+    failed to build the reshape with an internal message)."""
+    text = relay_fn(f"%x: Tensor[{shape}, float32]",
+                    f'nn.depth_to_space(%x, block_size=2, layout="{layout}")')
+    got = run_relay(text, rand(*shape))
+    assert got.shape == out
