@@ -25,6 +25,11 @@ def shape_of(expr: relax.Expr) -> list:
     return [int(d) if isinstance(d, tvm.tirx.IntImm) else d for d in shape.values]
 
 
+def is_integer_dtype(dtype: str) -> bool:
+    """A signed or unsigned integer dtype (not bool)."""
+    return dtype.startswith(("int", "uint"))
+
+
 def ndim_of(expr: relax.Expr) -> int:
     return int(expr.ty.ndim)
 

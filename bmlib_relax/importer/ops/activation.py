@@ -5,11 +5,7 @@ from tvm import relax
 
 from ..registry import register_converter
 from ..run_checks import unify_dims
-from ._utils import dtype_of, ndim_of, normalize_axis, shape_of
-
-
-def _is_integer(expr: relax.Expr) -> bool:
-    return dtype_of(expr).startswith(("int", "uint"))
+from ._utils import dtype_of, is_integer_dtype, ndim_of, normalize_axis, shape_of
 
 
 def _select_negative(data: relax.Expr, slope: relax.Expr) -> relax.Expr:
@@ -28,7 +24,7 @@ def _relu(inputs, attrs, ctx):
 def _leaky_relu(inputs, attrs, ctx):
     # Relay's LeakyReluAttrs default alpha is 0.25 (not Relax's 0.01).
     alpha = float(attrs.get("alpha", 0.25))
-    if _is_integer(inputs[0]):
+    if is_integer_dtype(dtype_of(inputs[0])):
         # v0.19's make_const(int dtype, alpha) truncated the slope toward zero.
         return _select_negative(inputs[0], relax.const(int(alpha), dtype_of(inputs[0])))
     return relax.op.nn.leakyrelu(inputs[0], alpha=alpha)
@@ -53,7 +49,7 @@ def _prelu(inputs, attrs, ctx):
     # (Relay's PReluRel unified them); the template needs it static.
     data, alpha = unify_dims(ctx.bb, [data, alpha], [[(0, axis), (1, 0)]], ctx.location,
                              ctx.op_name, "alpha has one slope per channel")
-    if _is_integer(data):
+    if is_integer_dtype(dtype_of(data)):
         trailing = ndim_of(data) - axis - 1
         slope = ctx.emit(relax.op.expand_dims(alpha, list(range(1, 1 + trailing)))) \
             if trailing else alpha

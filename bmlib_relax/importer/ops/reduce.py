@@ -16,8 +16,8 @@ from ..registry import register_converter
 from ..run_checks import emit_run_check
 from ._utils import (
     check_nonempty_average, check_quotient_fits, check_reduced_axes_nonempty_at_run_time,
-    dtype_of, empty_reduced_axis, ndim_of, normalize_axis, optional_ints, reduced_shape,
-    shape_of,
+    dtype_of, empty_reduced_axis, is_integer_dtype, ndim_of, normalize_axis, optional_ints,
+    reduced_shape, shape_of,
 )
 
 REDUCE_OPS = {
@@ -110,7 +110,7 @@ def _reduce(relax_op):
             raise ctx.error("mean of a bool tensor: v0.19 divided by the element count "
                             "made a bool constant, which it refused for a count of 2 or "
                             "more (and TVM 0.27 computes it in int64)")
-        if relax_op is relax.op.mean and _is_integer(dtype_of(data)):
+        if relax_op is relax.op.mean and is_integer_dtype(dtype_of(data)):
             return _integer_mean(data, axes, keepdims, ctx)
         if relax_op is relax.op.mean and dtype_of(data) == "float16":
             # A float16 running sum stalls at 2048 + 0.5: average in float32, round back.
@@ -128,10 +128,6 @@ def _reduce(relax_op):
 
 for _name, _op in REDUCE_OPS.items():
     register_converter(_name)(_reduce(_op))
-
-
-def _is_integer(dtype: str) -> bool:
-    return dtype.startswith(("int", "uint"))
 
 
 def _element_count(data: relax.Expr, axes: Optional[list[int]]) -> Any:

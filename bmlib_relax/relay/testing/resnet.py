@@ -22,12 +22,12 @@ BN_EPSILON = 2e-5
 
 
 class _Builder:
-    """Layers of one network: its layout and dtype, and the names of its parameters."""
+    """Layers of one network in one layout, naming their parameters."""
 
-    def __init__(self, layout: str, dtype: str):
+    def __init__(self, layout: str):
         if layout not in ("NCHW", "NHWC"):
             raise ValueError(f"resnet: layout {layout!r} is not NCHW or NHWC")
-        self.layout, self.dtype = layout, dtype
+        self.layout = layout
         self.kernel_layout = layers.conv_kernel_layout(layout)
         self.channel_axis = layout.index("C")
 
@@ -85,7 +85,7 @@ def resnet(units: tuple[int, ...], filters: tuple[int, ...], bottleneck: bool,
            num_classes: int, data_shape: tuple[int, ...], layout: str = "NCHW",
            dtype: str = "float32") -> ast.Function:
     """The network as a function of ``%data`` and its weights."""
-    build = _Builder(layout, dtype)
+    build = _Builder(layout)
     data = var("data", shape=data_shape, dtype=dtype)
     body = build.bn(data, "bn_data", scale=False)
     if len(units) == 3:  # CIFAR-style: no downsampling stem
