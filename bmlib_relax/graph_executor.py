@@ -93,6 +93,19 @@ def _as_tensor(value: Any) -> Any:
     return tvm.runtime.tensor(np.asarray(value, order="C"))  # keeps a 0-d array 0-d
 
 
+def _owned_input(value: Any, name: str) -> Any:
+    """A copy of ``value`` the executor owns, as v0.19's ``set_input`` copied into its own
+    input buffer: refilling the caller's array afterwards does not change the input, and
+    ``get_input(i)`` returns this buffer, so ``get_input(i).copyfrom(a)`` sets it."""
+    try:
+        if isinstance(value, tvm.runtime.Tensor):
+            return tvm.runtime.tensor(value.numpy())
+        return tvm.runtime.tensor(np.array(value, order="C"))
+    except Exception as err:  # noqa: BLE001 - any unconvertible value gets one named error
+        raise ParamError(f"set_input: input {name!r} cannot be a tensor "
+                         f"({type(value).__name__}: {err})", name) from None
+
+
 def _as_v019_result(value: Any) -> Any:
     """A model's numpy result as v0.19's executors returned it: a tensor, or a (nested)
     list of tensors for a tuple."""
@@ -184,10 +197,11 @@ class GraphModule:
         keyword that names no input (a weight already built into the library by
         ``relay.build(..., params=params)``) is skipped."""
         if key is not None:
-            self._state.inputs[self._index(key, "set_input")] = value
+            position = self._index(key, "set_input")
+            self._state.inputs[position] = _owned_input(value, self._names[position])
         for name, array in params.items():
             if name in self._names:
-                self._state.inputs[self._index(name, "set_input")] = array
+                self._state.inputs[self._index(name, "set_input")] = _owned_input(array, name)
 
     def run(self, **input_dict: Any) -> None:
         """Run on the inputs set (after setting ``input_dict``)."""
@@ -227,17 +241,21 @@ class GraphModule:
         return out
 
     def get_input(self, index: Union[int, str], out: Any = None) -> Any:
-        """Input ``index`` (or name) as set, or zeros of its declared shape before."""
+        """The buffer of input ``index`` (or name): what was set, or zeros of its declared
+        shape before (which then becomes the input, as v0.19's buffer was)."""
         position = self._index(index, "get_input")
         if position in self._state.inputs:
-            tensor = _as_tensor(self._state.inputs[position])
+            tensor = self._state.inputs[position]
         else:
             spec = self._state.runner.input_specs[position]
             if not all(isinstance(d, int) for d in spec["shape"]):
                 raise LegacyApiError(f"get_input: input {spec['name']!r} has a symbolic "
                                      f"shape {spec['shape']} and has not been set",
                                      "get_input")
+            # v0.19 handed out the input buffer itself, so ``get_input(i).copyfrom(a)``
+            # is how scripts fill an input: keep the buffer handed out as the input.
             tensor = tvm.runtime.tensor(np.zeros(spec["shape"], spec["dtype"]))
+            self._state.inputs[position] = tensor
         if out is None:
             return tensor
         out.copyfrom(tensor)

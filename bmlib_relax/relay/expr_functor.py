@@ -17,12 +17,14 @@ class ExprFunctor:
     """``tvm.relay.expr_functor.ExprFunctor`` over bmlib-relax's Relay AST (memoised)."""
 
     def __init__(self):
-        self.memo_map: dict[int, Any] = {}
+        # Keyed by the node itself (expressions hash by identity), as v0.19 keyed it: the
+        # dict keeps every visited node alive, so a functor reused over freshly built
+        # expressions never finds a freed node's result under a recycled id().
+        self.memo_map: dict[Any, Any] = {}
 
     def visit(self, expr: Any) -> Any:
-        key = id(expr)
-        if key in self.memo_map:
-            return self.memo_map[key]
+        if expr in self.memo_map:
+            return self.memo_map[expr]
         method = _VISIT_METHODS.get(type(expr))
         if method is None:
             for cls, name in _VISIT_BY_CLASS:
@@ -32,7 +34,7 @@ class ExprFunctor:
         if method is None:
             raise LegacyApiError(f"ExprFunctor cannot visit {type(expr).__name__}")
         result = getattr(self, method)(expr)
-        self.memo_map[key] = result
+        self.memo_map[expr] = result
         return result
 
     def visit_function(self, fn): raise NotImplementedError()  # noqa: E704

@@ -86,6 +86,31 @@ def test_inputs_info_index_and_get_input(lib):
     np.testing.assert_array_equal(module.get_input(0).numpy(), X)
 
 
+def test_set_input_copies_and_get_input_is_the_input_buffer(lib):
+    """v0.19 copied the value into the executor's own buffer at ``set_input`` and
+    ``get_input`` returned that buffer: refilling a staging array afterwards changes
+    nothing, and ``get_input(i).copyfrom(a)`` sets the input."""
+    module = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
+    staging = X.copy()
+    module.set_input("data", staging)
+    staging[:] = 7.0
+    module.run()
+    np.testing.assert_allclose(module.get_output(1).numpy(), reference(X)[1], rtol=1e-5, atol=1e-5)
+    tensor = tvm.runtime.tensor(X)
+    module.set_input(0, tensor)
+    tensor.copyfrom(np.full((2, 3), 9.0, "float32"))
+    module.get_input("data").copyfrom(X * 2)
+    module.run()
+    np.testing.assert_allclose(module.get_output(1).numpy(), reference(X * 2)[1], rtol=1e-5,
+                               atol=1e-5)
+    fresh = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
+    fresh.get_input(0).copyfrom(X)  # filling the buffer before any set_input
+    fresh.run()
+    np.testing.assert_allclose(fresh.get_output(1).numpy(), reference(X)[1], rtol=1e-5)
+    with pytest.raises(ParamError, match="'data' cannot be a tensor"):
+        module.set_input("data", object())
+
+
 def test_weights_given_to_set_input_are_skipped_and_unset_inputs_refused(lib):
     module = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
     module.set_input(w=np.zeros((4, 3), "float32"))  # built in: skipped, as in v0.19

@@ -92,6 +92,34 @@ def test_expr_mutator_is_served_under_relay():
     np.testing.assert_array_equal(model(np.array([0.5, 1.0, 3.0], "float32")), [0, 0, 2])
 
 
+def test_one_functor_reused_over_freshly_built_expressions():
+    """v0.19 memoised by the node, which the memo keeps alive; keyed by ``id()`` alone, a
+    freed expression's result came back for a new one built at the same address."""
+    x = relay.var("x", shape=(3,))
+
+    class DoubleConstants(relay.ExprMutator):
+        def visit_constant(self, const):
+            return relay.const(np.asarray(const.data) * 2)
+
+    mutator = DoubleConstants()
+    for step in range(12):
+        doubled = mutator.visit(relay.add(x, relay.const(float(step))))
+        assert float(np.asarray(doubled.args[1].data)) == 2.0 * step
+        del doubled
+
+    class CountCalls(relay.ExprVisitor):
+        calls = 0
+
+        def visit_call(self, call):
+            self.calls += 1
+            super().visit_call(call)
+
+    counter = CountCalls()
+    for step in range(12):
+        counter.visit(relay.nn.relu(relay.add(x, relay.const(float(step)))))
+    assert counter.calls == 24
+
+
 def test_relay_transform_serves_the_rewrites_a_ported_script_runs():
     """``relay.transform.SimplifyInference()`` / ``CanonicalizeOps()`` before ``relay.build``
     (v0.19 scripts ran them by hand); an unknown pass is an AttributeError listing the
