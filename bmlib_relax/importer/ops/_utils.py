@@ -219,6 +219,30 @@ def check_reduced_axes_nonempty_at_run_time(data: relax.Expr, axes: Optional[Seq
                        "uninitialised)", dim)
 
 
+def check_mirror_range(data: relax.Expr, pairs: Sequence[tuple[int, int]], reflect: bool,
+                       what: str, ctx) -> None:
+    """A mirror reaches at most the whole axis (symmetric, the edge repeated) or all but
+    the edge (reflect).  v0.19's MirrorPadRel and PadRel did not limit the widths, and
+    their computes (``topi.nn.mirror_pad``: ``-i - m`` below, ``2 * (n - 1) - i + m``
+    above; ``topi::pad``'s reflect alike) then read outside the data; such widths are
+    refused (a run-time dim when the model runs)."""
+    spare = 1 if reflect else 0
+    for axis, (dim, pair) in enumerate(zip(shape_of(data), pairs)):
+        widest = max(pair)
+        if widest == 0:
+            continue
+        if isinstance(dim, int):
+            if widest > dim - spare:
+                raise ctx.error(f"axis {axis} pads {widest} entries beside a dim of {dim}: "
+                                f"{what} takes at most {max(dim - spare, 0)} (v0.19 read "
+                                "outside the data)")
+            continue
+        emit_run_check(ctx.bb, tvm.tirx.GE(dim, tvm.tirx.const(widest + spare, str(dim.ty))),
+                       ctx.location, ctx.op_name,
+                       f"axis {axis} has {{}} entries in this run: {what} of {widest} "
+                       f"needs at least {widest + spare} (v0.19 read outside the data)", dim)
+
+
 def check_reads_elements(data: relax.Expr, axes: Optional[Sequence[int]],
                          result_dims: Sequence[Any], ctx, what: str) -> None:
     """Refuse an op whose result has elements but reads each of them along ``axes``
@@ -344,6 +368,15 @@ def scalar_operand(expr: relax.Expr, ctx, what: str):
     if value is None or value.size != 1:
         raise ctx.error(f"{what} must be a constant scalar")
     return value.reshape(()).item()
+
+
+def fill_in_dtype(value: Any, dtype: str) -> np.ndarray:
+    """A fill or pad value cast to the tensor's dtype as v0.19's computes cast it
+    (``topi::full`` / ``full_like`` / ``pad``: ``cast(dtype, value)``): an int outside
+    the dtype's range wraps (300 is 44 in int8, -1 is 255 in uint8), a nonzero is true in
+    bool.  TVM 0.27 refuses such a literal with a raw error instead."""
+    with np.errstate(all="ignore"):
+        return np.asarray(value).astype(dtype)
 
 
 def expand_padding(padding: Sequence[int] | int, ndim: int) -> list[int]:

@@ -6,8 +6,8 @@ from tvm import relax
 
 from ..registry import register_converter
 from ..run_checks import emit_element_count_check, emit_run_check
-from ._utils import (dtype_of, folded_value, ints, ndim_of, run_time_dims, scalar_operand,
-                     shape_of)
+from ._utils import (dtype_of, fill_in_dtype, folded_value, ints, ndim_of, run_time_dims,
+                     scalar_operand, shape_of)
 
 
 @register_converter("zeros")
@@ -70,12 +70,21 @@ def _ones_like(inputs, attrs, ctx):
 def _full(inputs, attrs, ctx):
     # Relay passes the fill value as an operand (a scalar tensor).
     dtype = attrs.get("dtype") or dtype_of(inputs[0])
-    return relax.op.full(ints(attrs["shape"]), inputs[0], dtype)
+    return relax.op.full(ints(attrs["shape"]), _fill_value(inputs[0], dtype, ctx), dtype)
 
 
 @register_converter("full_like")
 def _full_like(inputs, attrs, ctx):
-    return relax.op.full_like(inputs[0], inputs[1])
+    return relax.op.full_like(inputs[0], _fill_value(inputs[1], dtype_of(inputs[0]), ctx))
+
+
+def _fill_value(value: relax.Expr, dtype: str, ctx) -> relax.Expr:
+    """A constant fill value cast to ``dtype`` at import, as v0.19 cast it
+    (:func:`fill_in_dtype`); a run-time one is cast when the model runs."""
+    folded = folded_value(value, ctx)
+    if folded is None:
+        return value
+    return relax.const(fill_in_dtype(folded, dtype), dtype)
 
 
 @register_converter("arange")

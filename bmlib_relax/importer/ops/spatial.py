@@ -25,8 +25,8 @@ from tvm.topi import nn as topi_nn
 from ..registry import register_converter
 from ..run_checks import emit_run_check
 from ._utils import (
-    check_reads_elements, dtype_of, ints, ndim_of, nearest_rounding, optional_ints, resize_args,
-    shape_of, size_dims, static_shape,
+    check_mirror_range, check_reads_elements, dtype_of, ints, ndim_of, nearest_rounding,
+    optional_ints, resize_args, shape_of, size_dims, static_shape,
 )
 
 
@@ -427,29 +427,6 @@ def _mirror_pad_widths(value, ndim: int, ctx) -> list[tuple[int, int]]:
     return out
 
 
-def _check_mirror_range(data, pairs: list[tuple[int, int]], mode: str, ctx) -> None:
-    """A mirror reaches at most the whole axis (SYMMETRIC, the edge repeated) or all but
-    the edge (REFLECT).  v0.19's MirrorPadRel did not limit the widths, and its compute
-    (``topi.nn.mirror_pad``: ``-i - m`` below, ``2 * (n - 1) - i + m`` above) then read
-    outside the data; such widths are refused (a run-time dim when the model runs)."""
-    spare = 0 if mode == "SYMMETRIC" else 1
-    for axis, (dim, pair) in enumerate(zip(shape_of(data), pairs)):
-        widest = max(pair)
-        if widest == 0:
-            continue
-        if isinstance(dim, int):
-            if widest > dim - spare:
-                raise ctx.error(f"axis {axis} pads {widest} entries beside a dim of {dim}: "
-                                f"a {mode} mirror pad takes at most {max(dim - spare, 0)} "
-                                "(v0.19 read outside the data)")
-            continue
-        emit_run_check(ctx.bb, tvm.tirx.GE(dim, tvm.tirx.const(widest + spare, str(dim.ty))),
-                       ctx.location, ctx.op_name,
-                       f"axis {axis} has {{}} entries in this run: a {mode} mirror pad of "
-                       f"{widest} needs at least {widest + spare} (v0.19 read outside the "
-                       "data)", dim)
-
-
 @register_converter("nn.mirror_pad")
 def _mirror_pad(inputs, attrs, ctx):
     """TOPI's ``mirror_pad`` (``call_te``): TVM 0.27's compute is v0.19's."""
@@ -458,7 +435,7 @@ def _mirror_pad(inputs, attrs, ctx):
     if mode not in ("SYMMETRIC", "REFLECT"):
         raise ctx.error(f'mode="{mode}": a mirror pad is SYMMETRIC or REFLECT')
     pairs = _mirror_pad_widths(attrs["pad_width"], ndim_of(data), ctx)
-    _check_mirror_range(data, pairs, mode, ctx)
+    check_mirror_range(data, pairs, mode == "REFLECT", f"a {mode} mirror pad", ctx)
     return ctx.bb.call_te(topi_nn.mirror_pad, data, [b for b, _ in pairs],
                           [a for _, a in pairs], mode)
 

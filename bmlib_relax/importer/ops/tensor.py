@@ -22,9 +22,9 @@ from ..run_checks import (BROADCAST_REASON, cast_dims, emit_element_count_check,
                           emit_run_check, emit_tensor_check, equal, known_dims, none_hold,
                           unify_dims)
 from ._utils import (
-    check_index_values, check_reads_elements, dtype_of, folded_value, index_tuple_length, ints,
-    ndim_of, normalize_axis, optional_ints, run_time_dims, scalar_operand, shape_of,
-    static_shape,
+    check_index_values, check_mirror_range, check_reads_elements, dtype_of, fill_in_dtype,
+    folded_value, index_tuple_length, ints, ndim_of, normalize_axis, optional_ints,
+    run_time_dims, scalar_operand, shape_of, static_shape,
 )
 from ...relay import ast
 from ...relay.op import reshape_like_shape, split_problem
@@ -39,8 +39,14 @@ def relay_reshape_shape(in_shape: list, newshape: list[int], ctx,
     0 copies a dim (with ``allowzero``, ONNX's, it is a dim of 0, as v0.19's
     InferNewShape took it), -1 infers one, -2 copies all remaining dims, -3 merges two
     consecutive dims, -4 splits one dim into the next two values (one may be -1).
+    A -1 is inferred as v0.19's InferNewShape did when the dims it reads are known: the
+    input dims no 0/-2/-3/-4 took, over the result dims none of them gave — which keeps
+    the input's dims through a zero-size tensor ((0, 4) to [0, -1] is (0, 4)), where a
+    division of the element count could not.
     """
     out: list = []
+    used_in: set[int] = set()   # input dims a 0, -2, -3 or -4 carried over
+    used_out: set[int] = set()  # result dims they gave
     src = 0
     i = 0
 
@@ -58,6 +64,8 @@ def relay_reshape_shape(in_shape: list, newshape: list[int], ctx,
             out.append(value)
             src += 1
         elif value == 0:
+            used_in.add(src)
+            used_out.add(len(out))
             out.append(in_shape[src])
             src += 1
         elif value == -1:
@@ -67,9 +75,13 @@ def relay_reshape_shape(in_shape: list, newshape: list[int], ctx,
             out.append(-1)
             src += 1
         elif value == -2:
+            used_in.update(range(src, len(in_shape)))
+            used_out.update(range(len(out), len(out) + len(in_shape) - src))
             out.extend(in_shape[src:])
             src = len(in_shape)
         elif value == -3:
+            used_in.update((src, src + 1))
+            used_out.add(len(out))
             out.append(in_shape[src] * in_shape[src + 1])
             src += 2
         elif value == -4:
@@ -86,13 +98,34 @@ def relay_reshape_shape(in_shape: list, newshape: list[int], ctx,
                     and first * second != dim:
                 raise ctx.error(f"newshape={tuple(newshape)}: -4 splits input dim {src} "
                                 f"({dim}) into {first} x {second}")
+            used_in.add(src)
+            used_out.update((len(out), len(out) + 1))
             out.extend([first, second])
             src += 1
             i += 2
         else:
             raise ctx.unsupported_attr("newshape", tuple(newshape))
         i += 1
+    if -1 in out:
+        at = out.index(-1)
+        inferred = _inferred_dim(in_shape, out, used_in, used_out | {at})
+        if inferred is not None:
+            out[at] = inferred
     return out
+
+
+def _inferred_dim(in_shape: list, out: list, used_in: set[int],
+                  used_out: set[int]) -> int | None:
+    """v0.19's InferNewShape value for a -1: the product of the input dims not in
+    ``used_in`` floor-divided by the result dims not in ``used_out`` (nor the -1's);
+    None when one of those is known at run time only, or 0 (Relax infers it from the
+    count, checked by :func:`_check_count_at_run_time`).  A count it does not divide then
+    fails ReshapeRel's comparison of the counts, as in v0.19."""
+    rest_in = [d for k, d in enumerate(in_shape) if k not in used_in]
+    rest_out = [d for k, d in enumerate(out) if k not in used_out]
+    if not all(isinstance(d, int) for d in rest_in + rest_out) or 0 in rest_out:
+        return None
+    return reduce(mul, rest_in, 1) // reduce(mul, rest_out, 1)
 
 
 @register_converter("reshape")
@@ -114,16 +147,24 @@ def _check_count_at_run_time(data: relax.Expr, target: list, ctx) -> None:
     dims = list(shape_of(data))
     if all(isinstance(d, int) for d in dims) and all(isinstance(d, int) for d in target):
         return  # counted at import
+    one = tvm.tirx.const(1, "int64")
+    count_in = reduce(mul, dims, one)
     if any(isinstance(d, int) and d == -1 for d in target):
-        return  # Relax infers that dim from the count
-    count_in, count_out = (reduce(mul, shape, tvm.tirx.const(1, "int64"))
-                           for shape in (dims, target))
-    holds = Analyzer().simplify(tvm.tirx.EQ(count_in, count_out))
+        # Relax infers that dim by a floor division of the count: a count the other
+        # dims do not divide would drop its tail (v0.19's VM floored too, silently)
+        known = reduce(mul, [d for d in target if not (isinstance(d, int) and d == -1)], one)
+        holds = Analyzer().simplify(tvm.tirx.EQ(tvm.tirx.floormod(count_in, known),
+                                                 tvm.tirx.const(0, "int64")))
+        message = "the input of {} elements does not divide into the new shape's other " \
+                  "dims, of {} elements"
+        count_out = known
+    else:
+        count_out = reduce(mul, target, one)
+        holds = Analyzer().simplify(tvm.tirx.EQ(count_in, count_out))
+        message = "the input of {} elements does not fit the new shape of {}"
     if isinstance(holds, tvm.tirx.IntImm) and bool(holds.value):
         return
-    emit_run_check(ctx.bb, holds, ctx.location, ctx.op_name,
-                   "the input of {} elements does not fit the new shape of {}",
-                   count_in, count_out)
+    emit_run_check(ctx.bb, holds, ctx.location, ctx.op_name, message, count_in, count_out)
 
 
 def _reshape_to_empty(data, newshape: list[int], target: list, ctx) -> relax.Expr:
@@ -201,6 +242,8 @@ def _reshape_like(inputs, attrs, ctx):
 @register_converter("nn.batch_flatten")
 def _batch_flatten(inputs, attrs, ctx):
     dims = shape_of(inputs[0])
+    if not dims:  # v0.19's BatchFlattenRel wanted a batch axis
+        raise ctx.error("the input is 0-d: batch_flatten needs a batch axis")
     return relax.op.reshape(inputs[0], [dims[0], reduce(mul, dims[1:], 1)])
 
 
@@ -214,10 +257,19 @@ def _transpose(inputs, attrs, ctx):
 def _squeeze(inputs, attrs, ctx):
     axes = optional_ints(attrs.get("axis"))
     dims = shape_of(inputs[0])
+    if axes:  # v0.19 marked a repeated axis once (SqueezeRel), Relax refuses it
+        axes = sorted({normalize_axis(axis, len(dims), ctx) for axis in axes})
     for axis in axes or ():
-        axis = normalize_axis(axis, len(dims), ctx)
-        if isinstance(dims[axis], int) and dims[axis] != 1:  # Relay rejects it, Relax not
-            raise ctx.error(f"axis {axis} has size {dims[axis]}, not 1: it cannot be squeezed")
+        if isinstance(dims[axis], int):
+            if dims[axis] != 1:  # Relay rejects it, Relax not
+                raise ctx.error(f"axis {axis} has size {dims[axis]}, not 1: it cannot be "
+                                "squeezed")
+            continue
+        # a run-time axis: Relax drops it whatever its length (only the first row was
+        # left); v0.19's shape func asserted "Removed dimension must have size 1"
+        emit_run_check(ctx.bb, equal(dims[axis], 1), ctx.location, ctx.op_name,
+                       f"axis {axis} has {{}} entries in this run, not 1: it cannot be "
+                       "squeezed", dims[axis])
     return relax.op.squeeze(inputs[0], axes)
 
 
@@ -290,6 +342,29 @@ def _check_split(sections, dim, ctx) -> None:
         raise ctx.error(problem)
 
 
+def _check_split_at_run_time(sections, dim, axis: int, ctx) -> None:
+    """A split of a run-time axis: Relax splits whatever length comes, so sections that
+    do not divide it gave uneven parts and indices past it empty or short ones, under
+    the types Relay gave them.  v0.19's shape func asserted the sections divide it; the
+    indices must lie within it (the last part then has ``dim - last`` >= 0 entries)."""
+    if isinstance(dim, int):
+        return
+    if isinstance(sections, int):
+        if sections <= 1:
+            return
+        holds = tvm.tirx.EQ(tvm.tirx.floormod(dim, tvm.tirx.const(sections, str(dim.ty))),
+                            tvm.tirx.const(0, str(dim.ty)))
+        message = f"axis {axis} has {{}} entries in this run: {sections} sections must " \
+                  "divide it"
+    else:
+        if not sections:
+            return
+        holds = tvm.tirx.GE(dim, tvm.tirx.const(sections[-1], str(dim.ty)))
+        message = f"axis {axis} has {{}} entries in this run: the split indices " \
+                  f"{list(sections)} must lie within it"
+    emit_run_check(ctx.bb, holds, ctx.location, ctx.op_name, message, dim)
+
+
 @register_converter("split")
 def _split(inputs, attrs, ctx):
     value = attrs["indices_or_sections"]  # required
@@ -300,6 +375,7 @@ def _split(inputs, attrs, ctx):
     sections = ints(value) if isinstance(value, (list, tuple)) else int(value)
     axis = normalize_axis(int(attrs.get("axis", 0)), ndim_of(inputs[0]), ctx)
     _check_split(sections, shape_of(inputs[0])[axis], ctx)
+    _check_split_at_run_time(sections, shape_of(inputs[0])[axis], axis, ctx)
     if sections in (1, []):
         # One part: Relay still returns a 1-tuple, while Relax's split would
         # return the tensor itself.
@@ -568,6 +644,8 @@ def _pad(inputs, attrs, ctx):
                   for d, (before, after) in zip(shape_of(inputs[0]), pairs)]
         check_reads_elements(inputs[0], [i for i, pair in enumerate(pairs) if any(pair)],
                              padded, ctx, f"a pad_mode={mode} pad")
+        if mode == "reflect":
+            check_mirror_range(inputs[0], pairs, True, "a pad_mode=reflect pad", ctx)
     if len(inputs) > 1 and folded_value(inputs[1], ctx) is None and mode == "constant":
         # A pad value known only at run time: pad with zeros, then select it where a
         # padded mask of ones is zero.
@@ -579,7 +657,8 @@ def _pad(inputs, attrs, ctx):
     # edge and reflect pads ignore the pad value (v0.19's topi pad reads it for constant only)
     pad_value = scalar_operand(inputs[1], ctx, "the pad value") \
         if len(inputs) > 1 and mode == "constant" else 0.0
-    return relax.op.nn.pad(inputs[0], width, modes[mode], float(pad_value))
+    return relax.op.nn.pad(inputs[0], width, modes[mode],
+                           fill_in_dtype(pad_value, dtype_of(inputs[0])).item())
 
 
 @register_converter("broadcast_to")
@@ -589,7 +668,21 @@ def _broadcast_to(inputs, attrs, ctx):
 
 @register_converter("broadcast_to_like")
 def _broadcast_to_like(inputs, attrs, ctx):
-    return _broadcast(inputs[0], shape_of(inputs[1]), ctx)
+    return _broadcast(inputs[0], _like_target(shape_of(inputs[0]), shape_of(inputs[1])), ctx)
+
+
+def _like_target(dims: list, like: list) -> list:
+    """The shape ``broadcast_to_like`` gives: v0.19's BroadCastToLikeRel unified the
+    ``like`` type with the broadcast of both, where a static dim other than 1 against a
+    run-time one wins (ConcreteBroadcast) — the data itself, never read past its end."""
+    offset = len(like) - len(dims)
+    if offset < 0:
+        return list(like)
+    target = list(like)
+    for axis, dim in enumerate(dims):
+        if isinstance(dim, int) and dim != 1 and not isinstance(like[offset + axis], int):
+            target[offset + axis] = dim
+    return target
 
 
 def _broadcast(data: relax.Expr, target: list, ctx) -> relax.Expr:
@@ -629,12 +722,32 @@ def _sized_as_target(data: relax.Expr, target: list, ctx) -> relax.Expr:
 
 @register_converter("collapse_sum_like")
 def _collapse_sum_like(inputs, attrs, ctx):
+    _check_collapse(shape_of(inputs[0]), shape_of(inputs[1]), ctx)
     return relax.op.collapse_sum_like(inputs[0], inputs[1])
 
 
 @register_converter("collapse_sum_to")
 def _collapse_sum_to(inputs, attrs, ctx):
-    return relax.op.collapse_sum_to(inputs[0], ints(attrs["shape"]))  # required
+    shape = ints(attrs["shape"])  # required
+    _check_collapse(shape_of(inputs[0]), shape, ctx)
+    return relax.op.collapse_sum_to(inputs[0], shape)
+
+
+def _check_collapse(dims: list, target: list, ctx) -> None:
+    """v0.19's CollapseSumLikeRel / CollapseSumToRel: the data must be the broadcast of
+    itself and the target — a target of no higher rank whose dims are 1 or the data's
+    (right-aligned); checked here where both are known, as Relax's own check is a raw
+    error."""
+    if len(target) > len(dims):
+        raise ctx.error(f"the target shape {tuple(target)} has more dims than the data "
+                        f"{tuple(dims)}: a collapse sum cannot add dims")
+    offset = len(dims) - len(target)
+    for axis, want in enumerate(target):
+        have = dims[offset + axis]
+        if isinstance(want, int) and isinstance(have, int) and want not in (1, have):
+            raise ctx.error(f"the target shape {tuple(target)} does not broadcast to the "
+                            f"data {tuple(dims)} (axis {offset + axis}: {want} against "
+                            f"{have})")
 
 
 @register_converter("scatter_nd")
@@ -1019,17 +1132,12 @@ def _reverse_reshape_infer(ishape, out, used_in, used_out, infer, shown, ctx) ->
     dim it divides is known only at run time)."""
     if infer >= len(out):
         raise ctx.error(f"{shown}: the -1 lands past the result's {len(out)} dims")
-    dim = 1
-    for j, d in enumerate(ishape):
-        if j not in used_in:
-            dim = dim * d
-    for j, d in enumerate(out):
-        if j not in used_out:
-            if isinstance(d, int) and d == 0:
-                raise ctx.error(f"{shown}: the -1 is inferred by dividing by a 0 dim")
-            dim = dim // d
+    if any(isinstance(d, int) and d == 0 for j, d in enumerate(out) if j not in used_out):
+        raise ctx.error(f"{shown}: the -1 is inferred by dividing by a 0 dim")
+    # v0.19 divided by its placeholder 1 at ``infer``: skipping it is the same
+    dim = _inferred_dim(ishape, out, used_in, used_out | {infer})
     out = list(out)
-    out[infer] = dim if isinstance(dim, int) else -1
+    out[infer] = -1 if dim is None else dim
     return out
 
 
@@ -1038,4 +1146,5 @@ def _reverse_reshape(inputs, attrs, ctx):
     newshape = ints(attrs.get("newshape", attrs.get("shape")))
     target = reverse_reshape_shape(shape_of(inputs[0]), newshape,
                                    bool(attrs.get("allowzero", 0)), ctx)
+    _check_count_at_run_time(inputs[0], target, ctx)
     return relax.op.reshape(inputs[0], target)
