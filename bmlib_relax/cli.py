@@ -564,9 +564,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     with _sigint_recorded(lambda: _interrupted_message(args)):
         try:
             if getattr(args, "target", None) is not None:
-                from .backend.target import resolve_target
+                from .backend.target import runnable_target
 
-                args.target = _runnable_target(args.target, resolve_target)
+                args.target = runnable_target(args.target, "--target")
                 log.info("target: %s", args.target)
             status = args.func(args)
             sys.stdout.flush()  # a closed pipe (``| head``) fails here, not at exit
@@ -577,38 +577,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return status
         except BaseException as exc:  # noqa: BLE001 - every way out gets its exit code
             return _exit_status(exc, args, interrupted=interrupts.requested())
-
-
-def _runnable_target(text, resolve: Callable):
-    """The target ``text`` (a string or JSON dict) resolved, if this machine can run
-    what is built for it, else a ``TargetError``.
-
-    ``convert`` and ``verify`` run the model they build (the outputs' checksums, the
-    check): a GPU or C-source target, or LLVM for another CPU architecture, failed
-    after the whole compile with an internal error (a TIR or an architecture
-    mismatch).  Only LLVM for the host's architecture is supported.  The kind is
-    checked before TVM resolves it (resolving ``cuda`` prints C++ warnings first).
-    """
-    import tvm
-
-    from .errors import TargetError
-
-    kind = text.get("kind") if isinstance(text, dict) else (str(text).split() or [""])[0]
-    if kind != "llvm" and kind in tvm.target.Target.list_kinds():  # unknown: resolve says so
-        raise TargetError(f"--target {kind}: not supported; bmlib-relax builds for the CPU "
-                          "it runs on, with LLVM (kind 'llvm', e.g. --target "
-                          "'llvm -mcpu=skylake-avx512')", str(text))
-    target = resolve(text)
-    if str(target.kind.name) != "llvm":  # a tag naming another kind
-        raise TargetError(f"--target {text}: kind {target.kind.name!r} is not supported; "
-                          "bmlib-relax builds for the host CPU with LLVM", str(text))
-    triple = target.attrs.get("mtriple")
-    host = str(tvm.target.codegen.llvm_get_system_triple())
-    if triple and str(triple).split("-")[0] != host.split("-")[0]:
-        raise TargetError(f"--target: cross-compiling for {triple} is not supported: the "
-                          f"model built is run here ({host}) for its outputs and the check",
-                          str(text))
-    return target
 
 
 def _interrupted_message(args: argparse.Namespace) -> str:

@@ -17,7 +17,7 @@ from .backend.codegen import codegen_session, is_bmlib_partition, lower_partitio
 from .backend.partition import partition_for_bmlib
 from .backend.recursion_guard import guard_recursion_depth
 from .backend.run_codegen import run_codegen
-from .backend.target import resolve_target
+from .backend.target import resolve_target, runnable_target
 from .backend.verify import verify_partition_arity
 from .errors import ParamError, UnsupportedOpError
 from .host_legalize import legalize_for_host
@@ -208,7 +208,7 @@ def compile(relay_mod: RelayLike, params: ParamsLike = None, *, target: TargetLi
     ``blocked_layout=False`` (or ``$BMLIB_BLOCKED_LAYOUT=0``) keeps every activation
     NCHW between partitions (see :mod:`.backend.blocked_layout`; for A/B timing).
     """
-    target = resolve_target(target)
+    target = runnable_target(target)
     ThreadConfig(num_threads)  # a bad num_threads / $TVM_NUM_THREADS fails before compiling
     with provenance.tables_created() as tables:
         model = _compile(relay_mod, params, target, patterns, merge, lowerings, inputs,

@@ -34,7 +34,9 @@ EXECUTOR_KINDS = ("debug", "graph", "vm", "aot")
 
 #: The functions a v0.19 graph executor module exposed by name (``m["run"]()``).
 GRAPH_MODULE_FUNCTIONS = ("set_input", "run", "get_output", "get_input", "get_num_outputs",
-                          "get_num_inputs", "get_input_index", "get_input_info")
+                          "get_num_inputs", "get_input_index", "get_input_info",
+                          "set_input_zero_copy", "set_output_zero_copy", "load_params",
+                          "share_params")
 
 
 def _the_one(value: Any, what: str, many: str) -> Any:
@@ -70,6 +72,33 @@ def _single_target(target: Any, what: str) -> Any:
     if target is None:
         target = tvm.target.Target.current(allow_none=True)
     return target
+
+
+def _not_a_relay_module(value: Any, what: str) -> None:
+    """Raise the ``LegacyApiError`` for a ``value`` that is not a Relay module.  A ported
+    script's ``tvm.IRModule.from_expr(f)`` / ``mod = tvm.IRModule(); mod["main"] = f``
+    is the common case: TVM 0.27's ``IRModule`` holds no Relay function (``from_expr``
+    fails in TVM's FFI, the item assignment is silently dropped), so say which to use."""
+    if isinstance(value, tvm.IRModule):
+        held = ", ".join(gv.name_hint for gv in value.functions) or "nothing"
+        raise LegacyApiError(
+            f"{what}: got a tvm.IRModule (holding {held}); TVM 0.27's IRModule cannot hold "
+            "Relay functions (mod['main'] = f is dropped) — build the module with "
+            "relay.IRModule.from_expr(f) or relay.IRModule({'main': f}) from bmlib_relax, "
+            "or give a Relax module to bmlib_relax.compile", what)
+    raise LegacyApiError(f"{what} takes a Relay IRModule or Function; got "
+                         f"{type(value).__name__}", what)
+
+
+def _params_of(main: Optional[ast.Function], params: Optional[Mapping[str, Any]]) -> Any:
+    """The entries of ``params`` that name a parameter of ``main``.  v0.19's
+    BindParamsByName skipped the others (a script passes ``params=`` again after a BYOC
+    partition already bound them); a misspelt weight stays a parameter, so the run
+    still refuses it unset."""
+    if params is None or main is None:
+        return params
+    names = {p.name_hint for p in main.params}
+    return {name: value for name, value in params.items() if name in names}
 
 
 def _compile(mod: Any, params: Any, target: Any) -> ModelRunner:
@@ -140,6 +169,14 @@ class BenchmarkResult:
     def max(self) -> float:
         return max(self.results)
 
+    def __str__(self) -> str:
+        """v0.19's summary table, which tutorials print."""
+        ms = [v * 1000 for v in (self.mean, self.median, self.max, self.min, self.std)]
+        return ("Execution time summary:\n" +
+                " ".join(f"{h:^12}" for h in ("mean (ms)", "median (ms)", "max (ms)",
+                                               "min (ms)", "std (ms)")) + "\n" +
+                " ".join(f"{v:^12.4f}" for v in ms))
+
 
 class _GraphState:
     """The inputs set and outputs of the last run, shared by every ``GraphModule`` that
@@ -149,6 +186,7 @@ class _GraphState:
         self.runner = runner
         self.inputs: dict[int, Any] = {}
         self.outputs: Optional[list] = None
+        self.output_buffers: dict[int, Any] = {}  # set_output_zero_copy's tensors
 
 
 class GraphModule:
@@ -213,6 +251,54 @@ class GraphModule:
         args = [self._state.inputs[i] for i in range(len(self._names))]
         outputs = self._state.runner(*args)
         self._state.outputs = [array for _, array in named_outputs(outputs)]
+        for index, buffer in self._state.output_buffers.items():
+            if index < len(self._state.outputs):
+                buffer.copyfrom(self._state.outputs[index])
+
+    def set_input_zero_copy(self, key: Union[int, str, None] = None, value: Any = None,
+                            **params: Any) -> None:
+        """v0.19's ``set_input_zero_copy``: the tensor itself is the input (not a copy), so
+        writing into it before a run changes what the run reads."""
+        if key is not None:
+            self._state.inputs[self._index(key, "set_input_zero_copy")] = _as_tensor(value)
+        for name, array in params.items():
+            if name in self._names:
+                self._state.inputs[self._index(name, "set_input_zero_copy")] = \
+                    _as_tensor(array)
+
+    def set_output_zero_copy(self, index: int, value: Any) -> None:
+        """v0.19's ``set_output_zero_copy``: each run writes output ``index`` into the
+        tensor ``value`` (here copied into it after the run)."""
+        if not isinstance(value, tvm.runtime.Tensor):
+            raise ParamError(f"set_output_zero_copy: output {index} takes a tvm tensor, got "
+                             f"{type(value).__name__}", str(index))
+        self._state.output_buffers[int(index)] = value
+
+    def load_params(self, params_bytes: bytes) -> None:
+        """v0.19's ``load_params``: the inputs named in a ``save_param_dict`` blob are set
+        (names that are no input, e.g. weights built in, are skipped as v0.19 did)."""
+        try:
+            params = tvm.runtime.load_param_dict(bytearray(params_bytes))
+        except Exception as err:  # noqa: BLE001 - a damaged blob gets one named error
+            raise ParamError(f"load_params: not a parameter blob ({err})",
+                             "load_params") from None
+        self.set_input(**params)
+
+    def share_params(self, other: Any, params_bytes: bytes) -> None:
+        """v0.19's ``share_params``: the inputs in ``params_bytes`` (shared there, set
+        here: each executor owns its inputs)."""
+        self.load_params(params_bytes)
+
+    def time_evaluator(self, func_name: str, dev: Any = None, number: int = 10,
+                       repeat: int = 1, min_repeat_ms: int = 0, **kwargs: Any) -> Callable:
+        """v0.19's ``module.time_evaluator("run", dev, number, repeat)``: a function whose
+        call times ``run`` and returns a :class:`BenchmarkResult` (``.results``,
+        ``.mean``)."""
+        def evaluate(*args: Any) -> BenchmarkResult:
+            return self.benchmark(dev, func_name, repeat=repeat, number=number,
+                                  min_repeat_ms=min_repeat_ms)
+
+        return evaluate
 
     def get_num_outputs(self) -> int:
         count = _output_count(self._state.runner)
@@ -357,6 +443,19 @@ class GraphExecutorFactoryModule:
     def get_params(self) -> dict:
         return {}
 
+    @property
+    def lib(self) -> ModelRunner:
+        """v0.19's ``lib.lib``: the compiled library (here the model)."""
+        return self.model
+
+    @property
+    def params(self) -> dict:
+        return self.get_params()
+
+    @property
+    def graph_json(self) -> str:
+        return self.get_graph_json()
+
     def get_graph_json(self) -> str:
         raise LegacyApiError("get_graph_json(): a bmlib-relax build is a Relax VM executable, "
                              "it has no graph JSON", "get_graph_json")
@@ -376,10 +475,10 @@ def build(ir_mod: Any, target: Any = None, target_host: Any = None, executor: An
     in scope, else the host CPU).  ``executor``/``runtime`` choices do not change the
     result: it is always a Relax VM build."""
     if not isinstance(ir_mod, (ast.IRModule, ast.Function)):
-        raise LegacyApiError(f"relay.build takes a Relay IRModule or Function; got "
-                             f"{type(ir_mod).__name__}", "relay.build")
+        _not_a_relay_module(ir_mod, "relay.build")
     target = _single_target(target, "relay.build")
-    model = _compile(ir_mod, params, target)
+    main = ir_mod if isinstance(ir_mod, ast.Function) else ir_mod.functions.get("main")
+    model = _compile(ir_mod, _params_of(main, params), target)
     return GraphExecutorFactoryModule(model, ir_mod, target, mod_name)
 
 
@@ -410,8 +509,13 @@ class Executor:
             module = self._module_with_main(main)
         model = _compile(module, None, self.target)
 
+        # (a tuple-typed input's fields are named "x.0", "x.1": "x" is given)
+        names = set(model.input_names) | {n.split(".", 1)[0] for n in model.input_names}
+
         def run(*args: Any, **kwargs: Any) -> Any:
-            return _as_v019_result(model(*args, **kwargs))
+            # v0.19's Executor looked up only the function's parameters in ``kwargs``
+            known = {name: value for name, value in kwargs.items() if name in names}
+            return _as_v019_result(model(*args, **known))
 
         run.model = model  # for a caller that wants the offload report
         return run
@@ -452,11 +556,14 @@ def create_executor(kind: str = "debug", mod: Optional[ast.IRModule] = None,
                              f"{', '.join(EXECUTOR_KINDS)})", str(kind))
     device = _cpu_device(device, "create_executor")
     target = _single_target(target, "create_executor")
+    if mod is not None and not isinstance(mod, ast.IRModule):
+        _not_a_relay_module(mod, "create_executor")
     mod = mod if mod is not None else ast.IRModule()
     if params is not None:
         from .relay.params import bind_params_by_name
 
-        mod = ast.IRModule.from_expr(bind_params_by_name(mod["main"], params))
+        mod = ast.IRModule.from_expr(bind_params_by_name(mod["main"],
+                                                         _params_of(mod["main"], params)))
     return Executor(kind, mod, device, target)
 
 

@@ -115,6 +115,37 @@ def resolve_target(target: TargetLike) -> tvm.target.Target:
                       str(original))
 
 
+def runnable_target(target: TargetLike, what: str = "target") -> tvm.target.Target:
+    """``target`` resolved (:func:`resolve_target`) if this machine can run what is built
+    for it, else a ``TargetError`` naming it (``what``: how the user spelt the option).
+
+    Every build here is run here — ``compile`` returns a runnable model, ``convert`` and
+    ``verify`` compute its outputs — so a GPU or C-source target, or LLVM for another
+    CPU architecture, failed after the whole compile with an internal error (a TIR or an
+    architecture mismatch).  Only LLVM for the host's architecture is supported.  The
+    kind is checked before TVM resolves it (resolving ``cuda`` prints C++ warnings)."""
+    if isinstance(target, tvm.target.Target):
+        kind = str(target.kind.name)
+    elif isinstance(target, dict):
+        kind = target.get("kind")
+    else:
+        kind = (str(target).split() or [""])[0] if target is not None else "llvm"
+    if kind != "llvm" and kind in tvm.target.Target.list_kinds():  # unknown: resolve says so
+        raise TargetError(f"{what} {kind}: not supported; bmlib-relax builds for the CPU it "
+                          "runs on, with LLVM (kind 'llvm', e.g. 'llvm -mcpu=skylake-avx512')",
+                          str(target))
+    resolved = resolve_target(target)
+    if str(resolved.kind.name) != "llvm":  # a tag naming another kind
+        raise TargetError(f"{what} {target}: kind {resolved.kind.name!r} is not supported; "
+                          "bmlib-relax builds for the host CPU with LLVM", str(target))
+    triple = resolved.attrs.get("mtriple")
+    host = str(tvm.target.codegen.llvm_get_system_triple())
+    if triple and str(triple).split("-")[0] != host.split("-")[0]:
+        raise TargetError(f"{what}: cross-compiling for {triple} is not supported: the "
+                          f"model built is run here ({host})", str(target))
+    return resolved
+
+
 def _without_unknown_options(config: dict) -> Optional[dict]:
     """``config`` minus the options TVM names as unknown, if TVM then accepts it."""
     config = dict(config)

@@ -138,12 +138,80 @@ def test_what_a_relax_build_does_not_have_is_refused_by_name(lib):
     module = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
     with pytest.raises(LegacyApiError, match="has not run yet"):
         module.get_output(0)
-    with pytest.raises(LegacyApiError, match="no function 'share_params'"):
-        module["share_params"]
+    with pytest.raises(LegacyApiError, match="no function 'debug_get_output'"):
+        module["debug_get_output"]
     with pytest.raises(TargetError, match="not the CPU"):
         lib["default"](tvm.device("cuda", 0))
     with pytest.raises(LegacyApiError, match="IRModule or Function"):
         relay.build(relay.add(relay.var("x", shape=(1,)), relay.const(1.0)))
+    with pytest.raises(LegacyApiError, match="no graph JSON"):
+        lib.graph_json
+
+
+def test_a_tvm_irmodule_and_targets_this_machine_cannot_run_are_refused_by_name():
+    """A ported script's ``mod = tvm.IRModule(); mod["main"] = f`` (TVM 0.27 drops the
+    Relay function) and a GPU, C or cross-compiling target (which failed deep in TVM)."""
+    x = relay.var("x", shape=(2,))
+    mod = tvm.IRModule()
+    mod["main"] = relay.Function([x], relay.nn.relu(x))
+    with pytest.raises(LegacyApiError, match=r"got a tvm.IRModule \(holding nothing\).*"
+                                             r"relay.IRModule.from_expr"):
+        relay.build(mod, "llvm")
+    with pytest.raises(LegacyApiError, match="create_executor: got a tvm.IRModule"):
+        relay.create_executor("vm", mod=mod)
+    func = relay.Function([x], relay.nn.relu(x))
+    for target, message in [("cuda", "target cuda: not supported"),
+                            ("c", "target c: not supported"),
+                            ("llvm -mtriple=aarch64-linux-gnu", "cross-compiling for aarch64")]:
+        with pytest.raises(TargetError, match=message):
+            relay.build(func, target)
+        with pytest.raises(TargetError, match=message):
+            bmlib_relax.compile(relay.IRModule.from_expr(func), target=target)
+
+
+def test_params_and_keywords_that_name_no_parameter_are_skipped_as_v019():
+    """v0.19's BindParamsByName skipped names that are no parameter (a script passes
+    ``params=`` again after a BYOC partition bound them) and its executor looked up only
+    the parameters in keyword arguments."""
+    data = relay.var("data", shape=(2, 3))
+    w = relay.var("w", shape=(4, 3))
+    bound = relay.IRModule.from_expr(relay.bind_params_by_name(
+        relay.Function([data, w], relay.nn.dense(data, w)), {"w": W}))
+    module = graph_executor.GraphModule(
+        relay.build(bound, "llvm", params={"w": W, "stale": B})["default"](tvm.cpu(0)))
+    module.run(data=X)
+    np.testing.assert_allclose(module.get_output(0).numpy(), X @ W.T, rtol=1e-5, atol=1e-5)
+    run = relay.create_executor("vm", mod=bound, params={"w": W}).evaluate()
+    np.testing.assert_allclose(run(X, w=W, extra=X).numpy(), X @ W.T, rtol=1e-5, atol=1e-5)
+
+
+def test_the_rest_of_v019s_graph_module_api(lib):
+    """``time_evaluator`` (through ``.module``), ``print(benchmark)``'s summary table,
+    ``set_input_zero_copy`` (the tensor is the input), ``set_output_zero_copy``,
+    ``load_params`` from a ``save_param_dict`` blob, and the factory's ``lib`` /
+    ``params``."""
+    module = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
+    module.set_input(data=X)
+    timed = module.module.time_evaluator("run", tvm.cpu(0), number=1, repeat=2)()
+    assert len(timed.results) == 2 and timed.mean > 0
+    summary = str(module.benchmark(tvm.cpu(0), number=1, repeat=2)).splitlines()
+    assert summary[0] == "Execution time summary:" and summary[1].split() == [
+        "mean", "(ms)", "median", "(ms)", "max", "(ms)", "min", "(ms)", "std", "(ms)"]
+    assert len(summary[2].split()) == 5
+    tensor = tvm.runtime.tensor(X)
+    module.set_input_zero_copy("data", tensor)
+    tensor.copyfrom(X * 3)  # zero copy: the run reads the tensor as it is now
+    out = tvm.runtime.tensor(np.zeros(2, "float32"))
+    module.set_output_zero_copy(1, out)
+    module.run()
+    np.testing.assert_allclose(out.numpy(), reference(X * 3)[1], rtol=1e-5, atol=1e-5)
+    module.load_params(tvm.runtime.save_param_dict({"data": X * 2, "w": W}))
+    module.run()
+    np.testing.assert_allclose(module.get_output(1).numpy(), reference(X * 2)[1], rtol=1e-5,
+                               atol=1e-5)
+    with pytest.raises(ParamError, match="load_params: not a parameter blob"):
+        module.load_params(b"not a blob")
+    assert lib.lib is lib.get_lib() and lib.params == {}
 
 
 def test_export_library_loads_back_into_a_graph_module(lib, tmp_path):
