@@ -122,6 +122,12 @@ def _as_tensor(value: Any) -> Any:
     return tvm.runtime.tensor(np.asarray(value, order="C"))  # keeps a 0-d array 0-d
 
 
+def _argument_value(value: Any) -> Any:
+    """An executor argument as an array: a Relay ``Constant`` (``relay.const(0)``, which
+    v0.19's interpreter took as it is) gives its data."""
+    return value.data if isinstance(value, ast.Constant) else value
+
+
 def _owned_input(value: Any, name: str) -> Any:
     """A copy of ``value`` the executor owns, as v0.19's ``set_input`` copied into its own
     input buffer: refilling the caller's array afterwards does not change the input, and
@@ -513,9 +519,11 @@ class Executor:
         names = set(model.input_names) | {n.split(".", 1)[0] for n in model.input_names}
 
         def run(*args: Any, **kwargs: Any) -> Any:
-            # v0.19's Executor looked up only the function's parameters in ``kwargs``
-            known = {name: value for name, value in kwargs.items() if name in names}
-            return _as_v019_result(model(*args, **known))
+            # v0.19's Executor looked up only the function's parameters in ``kwargs``, and
+            # took a Relay constant as an argument (its value)
+            known = {name: _argument_value(value) for name, value in kwargs.items()
+                     if name in names}
+            return _as_v019_result(model(*[_argument_value(a) for a in args], **known))
 
         run.model = model  # for a caller that wants the offload report
         return run

@@ -275,6 +275,14 @@ def test_evaluate_an_expression_a_function_a_global_and_binds():
     np.testing.assert_array_equal(bound.numpy(), [3.0, 6.0])
 
 
+def test_evaluate_takes_relay_constants_as_arguments():
+    """v0.19's interpreter took a ``relay.const`` argument as its value."""
+    i, j = relay.var("i", shape=(), dtype="int32"), relay.var("j", shape=(), dtype="int32")
+    equal = relay.create_executor().evaluate(relay.Function([i, j], relay.equal(i, j)))
+    assert bool(equal(relay.const(3, "int32"), relay.const(3, "int32")).numpy())
+    assert not bool(equal(relay.const(3, "int32"), j=relay.const(4, "int32")).numpy())
+
+
 def test_executor_refusals_name_the_problem():
     with pytest.raises(LegacyApiError, match="unknown execution strategy 'jit'"):
         relay.create_executor("jit")

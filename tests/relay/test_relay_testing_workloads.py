@@ -134,3 +134,14 @@ def test_unknown_depths_and_layouts_are_refused():
         relay.testing.resnet.get_workload(num_layers=21, image_shape=(3, 28, 28))
     with pytest.raises(ValueError, match="layout 'NCHW4c'"):
         relay.testing.mobilenet.get_workload(layout="NCHW4c")
+
+
+def test_what_is_not_ported_says_what_is_and_rand_gives_a_tensor():
+    for name in ("vgg", "squeezenet", "inception_v3"):
+        with pytest.raises(AttributeError, match=rf"relay.testing.{name} is not available.*"
+                                                 r"resnet, mobilenet, mlp"):
+            getattr(relay.testing, name)
+    assert not hasattr(relay.testing, "no_such_thing")
+    sample = relay.testing.rand("float32", 2, 3)
+    assert isinstance(sample, tvm.runtime.Tensor) and sample.shape == (2, 3)
+    assert 0 <= sample.numpy().min() and sample.numpy().max() < 1

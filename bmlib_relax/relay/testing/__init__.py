@@ -27,8 +27,29 @@ def run_infer_type(expr: ast.Expr) -> ast.Expr:
     return run_opt_pass(expr, transform.InferType())
 
 
+def rand(dtype: str, *shape: int):
+    """v0.19's ``relay.testing.rand``: a tensor of uniform [0, 1) values."""
+    import numpy as np
+    import tvm
+
+    return tvm.runtime.tensor(np.random.rand(*shape).astype(dtype))
+
+
 from . import init, layers, mlp, mobilenet, resnet  # noqa: E402  (they use the helpers' siblings)
 from .init import create_workload  # noqa: E402
 
-__all__ = ["run_infer_type", "run_opt_pass", "create_workload", "init", "layers", "mlp",
-           "mobilenet", "resnet"]
+__all__ = ["run_infer_type", "run_opt_pass", "create_workload", "rand", "init", "layers",
+           "mlp", "mobilenet", "resnet"]
+
+# What v0.19's relay.testing had that is not written here.
+_NOT_PORTED = ("vgg", "squeezenet", "inception_v3", "densenet", "dqn", "dcgan", "lstm",
+               "resnet_3d", "synthetic", "mobilenet_v2", "yolo_detection", "temp_op_attr",
+               "count_ops", "check_grad", "byoc_trace", "nat", "tf")
+
+
+def __getattr__(name: str):
+    if name in _NOT_PORTED:
+        raise AttributeError(f"relay.testing.{name} is not available in bmlib-relax (its "
+                             "workloads: resnet, mobilenet, mlp; helpers: create_workload, "
+                             "init, layers, rand, run_infer_type, run_opt_pass)")
+    raise AttributeError(f"module 'relay.testing' has no attribute {name!r}")
