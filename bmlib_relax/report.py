@@ -17,6 +17,7 @@ from .backend.codegen import PartitionRecord, is_bmlib_partition
 from .backend.host_reasons import host_reasons, op_name_of
 from .backend.patterns import has_no_elements
 from .backend.verify import partition_call_sites
+from .dims import dim_or_text
 from .flops import (Flops, count_flops, evaluate_flops, flops_text, flops_vars, is_symbolic,
                     per_unit, simplify_flops, substitute_dims)
 
@@ -417,7 +418,7 @@ def output_specs(func: relax.Function) -> list[dict]:
             return [spec for i, field in enumerate(ty.fields)
                     for spec in specs_of(field, f"{name}.{i}")]
         shape = getattr(ty, "shape", None)
-        dims = [int(d) if hasattr(d, "value") else str(d) for d in shape.values] \
+        dims = [dim_or_text(d) for d in shape.values] \
             if shape is not None and hasattr(shape, "values") else None
         return [{"name": name, "shape": dims, "dtype": str(getattr(ty, "dtype", ""))}]
 

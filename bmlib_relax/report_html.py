@@ -21,6 +21,8 @@ from typing import Any, Mapping, Optional, Sequence
 import tvm
 from tvm import relax
 
+from .dims import dim_or_text
+
 COLLAPSE_ABOVE = 80   # nodes; smaller graphs are drawn in full
 MIN_CHAIN = 4         # a chain this long (or longer) keeps its ends, the middle folds
 _PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#edc948", "#76b7b2", "#ff9da7",
@@ -92,7 +94,7 @@ def build_graph(partitioned: tvm.IRModule, partitions: list[Mapping[str, Any]],
     for param in main.params:
         ty = param.ty
         dims = getattr(getattr(ty, "shape", None), "values", None) or []
-        shape = "x".join(str(d.value) if hasattr(d, "value") else str(d) for d in dims)
+        shape = "x".join(str(dim_or_text(d)) for d in dims)
         source[param] = [graph.add("input", [f"input {param.name}", f"{shape} {ty.dtype}"], _IO)]
 
     def producers(expr) -> list[int]:

@@ -31,6 +31,7 @@ import tvm
 from tvm import relax
 
 from . import interrupts, memory
+from .dims import static_dim
 from .errors import (RUN_CHECK_PREFIX, ArtifactError, DamagedSideFileWarning, ParamError,
                      RunCheckError)
 from .hugepages import HugePages
@@ -505,8 +506,8 @@ def dim_text(dim: Any) -> Any:
     """A shape dim as the metadata records it: an int, a symbolic dim's name, or a
     formula of names in the grammar :func:`~.flops.evaluate_flops_text` reads (``n * 2``,
     not TVM's ``n * T.int64(2)``)."""
-    if hasattr(dim, "value"):
-        return int(dim.value)
+    if static_dim(dim) is not None:
+        return static_dim(dim)
     return re.sub(r"T\.int(?:32|64)\((-?\d+)\)", r"\1", str(dim))
 
 

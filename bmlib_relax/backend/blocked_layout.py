@@ -37,6 +37,7 @@ import tvm
 from tvm import relax
 
 from ..constants import tensor_constant
+from ..dims import static_dims
 from ..importer.provenance import same_origin
 from ..registry import Registry
 from .layout import BINARY, UNARY
@@ -68,9 +69,7 @@ def _static_shape(expr) -> Optional[list[int]]:
     if not isinstance(ty, relax.TensorType) or ty.shape is None or \
             not hasattr(ty.shape, "values"):
         return None
-    if not all(hasattr(d, "value") for d in ty.shape.values):
-        return None
-    return [int(d) for d in ty.shape.values]
+    return static_dims(ty.shape.values)
 
 
 def to_blocked(value: relax.Expr, block: int) -> relax.Expr:

@@ -26,6 +26,7 @@ from tvm import relax, te, topi
 from tvm.error import register_error as register_ffi_error
 from tvm.sym.analyzer import Analyzer
 
+from ..dims import static_dim
 from ..errors import ArityMismatchError, BmlibError, CodegenError
 from ..legacy.lowerings import get_legacy_lowering, legacy_pattern_of
 from .prefetch import insert_prefetches
@@ -125,7 +126,7 @@ class PartitionLowerer:
                                f"type {ty}, only tensors can be passed to a PrimFunc")
         # Static dims as ints; symbolic ones keep their tir.Var, shared with the other
         # parameters, so the PrimFunc binds each free dim once from its buffers.
-        shape = [int(d) if hasattr(d, "value") else d for d in ty.shape.values]
+        shape = [d if static_dim(d) is None else static_dim(d) for d in ty.shape.values]
         return te.placeholder(shape, str(ty.dtype), name=var.name)
 
     def lower(self) -> tvm.tirx.PrimFunc:

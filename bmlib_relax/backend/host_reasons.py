@@ -15,6 +15,7 @@ from typing import Any, Iterable, Optional, Sequence
 import tvm
 from tvm import relax
 
+from ..dims import all_static
 from ..importer.provenance import relay_call_of
 from .patterns import (HOST_VIEW_OPS, MAX_TEMPLATE_ELEMENTS, STANDALONE_VIEW_ENTRIES,
                        SUPPORTED_DTYPES, static_elements)
@@ -67,7 +68,7 @@ def _is_static(ty: relax.TensorType, from_axis: int = 0) -> bool:
     """Every dim from ``from_axis`` on is static."""
     shape = ty.shape
     return shape is not None and hasattr(shape, "values") and \
-        all(hasattr(d, "value") for d in shape.values[from_axis:])
+        all_static(shape.values[from_axis:])
 
 
 def host_reason(call: relax.Call, table: Sequence[Any], var2val: dict) -> HostReason:

@@ -27,6 +27,7 @@ import tvm
 from tvm import relax
 
 from ..constants import tensor_constant
+from ..dims import all_static
 from ..registry import Registry
 from .rewrite import const_array
 from .twins import TwinRebuilder, rebuild_functions
@@ -97,7 +98,7 @@ class _LayoutConverter(TwinRebuilder):
         if array is not None:
             return tensor_constant(
                 array.reshape((1,) * (4 - rank) + array.shape).transpose(TO_NCHW))
-        if rank < 4 and not all(hasattr(d, "value") for d in expr.ty.shape.values):
+        if rank < 4 and not all_static(expr.ty.shape.values):
             return None  # a symbolic operand of lower rank: left in NHWC
         value = self.substitute(expr)
         if rank < 4:

@@ -28,6 +28,7 @@ from tvm.relax.dpl import DFPattern, is_const, is_op, is_tuple_get_item, wildcar
 from tvm.relax.transform import PatternCheckContext
 from tvm.sym.analyzer import Analyzer
 
+from ..dims import is_static_dim, static_dim, static_dims
 from ..switches import switched_on
 from .templates.registry import supports_symbolic_dims, symbolic_batch_only
 
@@ -80,9 +81,7 @@ def static_shape(ty) -> Optional[list[int]]:
     shape = getattr(ty, "shape", None)
     if not isinstance(ty, relax.TensorType) or shape is None or not hasattr(shape, "values"):
         return None
-    if not all(hasattr(d, "value") for d in shape.values):
-        return None
-    return [int(d.value) for d in shape.values]
+    return static_dims(shape.values)
 
 
 def _shape(expr) -> Optional[list[int]]:
@@ -97,7 +96,7 @@ def _dims(expr) -> Optional[list[Optional[int]]]:
     shape = getattr(ty, "shape", None)
     if not isinstance(ty, relax.TensorType) or shape is None or not hasattr(shape, "values"):
         return None
-    return [int(d.value) if hasattr(d, "value") else None for d in shape.values]
+    return [static_dim(d) for d in shape.values]
 
 
 def only_batch_symbolic(context: PatternCheckContext) -> bool:
@@ -112,10 +111,6 @@ def only_batch_symbolic(context: PatternCheckContext) -> bool:
             if dims is not None and None in dims[1:]:
                 return False
     return True
-
-
-def _is_static_dim(d) -> bool:
-    return hasattr(d, "value")
 
 
 # The templates index static tensors with int32 (TE picks it for dims that fit): a
@@ -140,7 +135,7 @@ def has_no_elements(ty) -> bool:
     with extent 0").  Such ops stay on the host, where TVM's build takes them."""
     shape = getattr(ty, "shape", None) if isinstance(ty, relax.TensorType) else None
     return shape is not None and hasattr(shape, "values") and \
-        any(_is_static_dim(d) and int(d) == 0 for d in shape.values)
+        any(static_dim(d) == 0 for d in shape.values)
 
 
 def _tensor_ok(ty, dtypes: tuple = SUPPORTED_DTYPES, symbolic: bool = False) -> bool:
@@ -159,7 +154,7 @@ def _tensor_ok(ty, dtypes: tuple = SUPPORTED_DTYPES, symbolic: bool = False) -> 
     if not fits_template_indexing(ty) or has_no_elements(ty):
         return False
     # Templates are specialised per shape at compile time, symbolic ones per free dim.
-    return all(symbolic or _is_static_dim(d) for d in ty.shape.values)
+    return all(symbolic or is_static_dim(d) for d in ty.shape.values)
 
 
 def _batch_only(calls) -> bool:
@@ -191,7 +186,7 @@ def _symbolic_dims_bound(call) -> bool:
     # its dims too must come from the tensor operands.
     shapes = [d for a in call.args if isinstance(a, relax.ShapeExpr) for d in a.values]
     for dim in operand_dims + shapes + _tensor_dims(getattr(call, "ty", None)):
-        if _is_static_dim(dim):
+        if is_static_dim(dim):
             continue
         if any(not any(v.same_as(b) for b in bound)
                for v in tvm.tirx.analysis.undefined_vars(dim)):
@@ -207,7 +202,7 @@ _TARGET_SHAPE_OPS = ("relax.broadcast_to",)
 
 def _lifted_target_shape(call) -> bool:
     return getattr(call.op, "name", "") in _TARGET_SHAPE_OPS and any(
-        not _is_static_dim(d) for a in call.args if isinstance(a, relax.ShapeExpr)
+        not is_static_dim(d) for a in call.args if isinstance(a, relax.ShapeExpr)
         for d in a.values)
 
 
@@ -318,7 +313,8 @@ def check_conv2d_residual(context: PatternCheckContext) -> bool:
         return False
     have, want = residual.shape.values, out.shape.values
     return len(have) == len(want) and all(
-        int(a) == int(b) if _is_static_dim(a) and _is_static_dim(b) else a.same_as(b)
+        static_dim(a) == static_dim(b) if is_static_dim(a) or is_static_dim(b)
+        else a.same_as(b)
         for a, b in zip(have, want))
 
 
@@ -390,8 +386,8 @@ def _reduction_dims_agree(context: PatternCheckContext) -> bool:
     if not lhs or not rhs:
         return False
     a, b = lhs[-1], rhs[-2] if len(rhs) > 1 else rhs[0]
-    if _is_static_dim(a) or _is_static_dim(b):
-        return _is_static_dim(a) and _is_static_dim(b) and int(a.value) == int(b.value)
+    if is_static_dim(a) or is_static_dim(b):
+        return static_dim(a) is not None and static_dim(a) == static_dim(b)
     return a.same_as(b) or bool(Analyzer().can_prove_equal(a, b))
 
 

@@ -30,6 +30,8 @@ from tvm.relax.backend.utils import has_leaking_intermediate_variables
 from tvm.relax.dpl import DFPattern, is_op, wildcard
 from tvm.relax.transform import PatternCheckContext
 
+from ..dims import all_static
+
 QNN_DTYPES = ("int8", "uint8", "int16", "int32", "int64", "float32", "bool")
 QNN_OPERAND_DTYPES = ("int8", "uint8", "int16")
 
@@ -47,7 +49,7 @@ def _tensor_ok(ty) -> bool:
     if not isinstance(ty, relax.TensorType):
         return True
     return str(ty.dtype) in QNN_DTYPES and ty.shape is not None and \
-        hasattr(ty.shape, "values") and all(hasattr(d, "value") for d in ty.shape.values)
+        hasattr(ty.shape, "values") and all_static(ty.shape.values)
 
 
 def _dtype(expr) -> Optional[str]:

@@ -30,6 +30,7 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..constants import constant_view, tensor_constant
+from ..dims import all_static
 from ..importer.provenance import same_origin
 from .dot_product import conv2d_dot_layout, conv2d_packs_own_weight, pack_dot_weight
 from .patterns import fits_template_indexing, has_no_elements
@@ -91,7 +92,7 @@ def _static(ty, from_axis: int = 0) -> bool:
     """Every dim of ``ty`` from ``from_axis`` on is static."""
     return isinstance(ty, relax.TensorType) and ty.shape is not None and \
         hasattr(ty.shape, "values") and \
-        all(hasattr(d, "value") for d in ty.shape.values[from_axis:])
+        all_static(ty.shape.values[from_axis:])
 
 
 def within_template_bounds(*exprs) -> bool:

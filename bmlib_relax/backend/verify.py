@@ -22,6 +22,7 @@ import tvm
 from tvm import relax
 from tvm.sym.analyzer import Analyzer, ConstIntBound
 
+from ..dims import dim_or_text, is_static_dim
 from ..errors import ArityMismatchError, SignatureMismatchError, UnboundShapeVarError
 from .codegen import PartitionRecord, is_bmlib_partition
 
@@ -43,12 +44,8 @@ def declared_tensors(func: relax.Function) -> list[tuple[str, relax.TensorType]]
 
 
 def _describe(shape, dtype) -> str:
-    dims = tuple(int(d) if hasattr(d, "value") else str(d) for d in shape)
+    dims = tuple(dim_or_text(d) for d in shape)
     return f"{dims} {dtype}"
-
-
-def _is_static(dim) -> bool:
-    return isinstance(dim, tvm.tirx.IntImm)
 
 
 def _shape_of(ty) -> list:
@@ -75,7 +72,7 @@ def check_shape_vars(func: relax.Function, symbol: str) -> None:
     for role, ty in declared_tensors(func):
         shape = _shape_of(ty)
         for dim in shape:
-            if _is_static(dim):
+            if is_static_dim(dim):
                 continue
             for var in tvm.tirx.analysis.undefined_vars(dim):
                 if not any(var.same_as(b) for b in bound):
@@ -120,8 +117,8 @@ class _DimMatcher:
             back.same_as(want)
 
     def equal(self, want, got) -> bool:
-        if _is_static(want) or _is_static(got):
-            return _is_static(want) and _is_static(got) and int(want) == int(got)
+        if is_static_dim(want) or is_static_dim(got):
+            return is_static_dim(want) and is_static_dim(got) and int(want) == int(got)
         if isinstance(want, tvm.tirx.Var):
             return self.bind(want, got)
         self._sizes(want)

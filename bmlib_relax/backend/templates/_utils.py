@@ -1,21 +1,16 @@
 """Helpers shared by templates."""
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 import tvm
 from tvm.sym.analyzer import Analyzer
 
+from ...dims import static_dim  # noqa: F401  (re-exported to the templates)
+
 
 def attr_ints(value: Any) -> list[int]:
     return [int(v) for v in value]
-
-
-def static_dim(dim: Any) -> Optional[int]:
-    """The value of a static dim (``int`` or ``IntImm``), None for a symbolic one."""
-    if isinstance(dim, int):
-        return dim
-    return int(dim.value) if isinstance(dim, tvm.tirx.IntImm) else None
 
 
 def dims(shape: Sequence[Any]) -> list[Any]:

@@ -33,6 +33,7 @@ from typing import Optional
 import tvm
 from tvm import te, tirx
 
+from ...dims import all_static
 from ..dot_product import DotProduct, dot_kernel_layout, dot_product_for, output_block
 from ..prefetch import flatten
 from ..schedule import (UnscheduledBlockWarning, any_node, divisor_at_most, inline_epilogue,
@@ -274,8 +275,7 @@ def conv2d_dot(call, inputs, ctx) -> Optional[te.Tensor]:
     attrs = call.attrs
     data, weight = inputs
     if str(attrs.data_layout) != "NCHW" or str(attrs.out_layout) != "NCHW" or \
-            int(attrs.groups) != 1 or any(not isinstance(d, int) and not hasattr(d, "value")
-                                          for d in data.shape):
+            int(attrs.groups) != 1 or not all_static(data.shape):
         return None
     dtype = out_dtype(attrs, data.dtype)
     if dtype != "int32":
@@ -612,8 +612,7 @@ def matmul_dot(call, inputs, ctx) -> Optional[te.Tensor]:
     instruction (B packed to ``[..., N/ob, ceil(K/g), ob, g]`` here), or None."""
     a, b = inputs
     if len(a.shape) < 2 or len(b.shape) < 2 or \
-            any(not hasattr(d, "value") and not isinstance(d, int)
-                for d in list(a.shape) + list(b.shape)):
+            not all_static(list(a.shape) + list(b.shape)):
         return None
     dtype = out_dtype(call.attrs, a.dtype)
     if dtype != "int32":
@@ -728,7 +727,7 @@ def depthwise_int8(call, inputs, ctx) -> Optional[te.Tensor]:
             str(data.dtype) not in ("int8", "uint8") or \
             str(weight.dtype) not in ("int8", "uint8") or \
             out_dtype(attrs, data.dtype) != "int32" or ctx.target is None or \
-            any(not hasattr(d, "value") and not isinstance(d, int) for d in data.shape):
+            not all_static(data.shape):
         return None
     n, c, h, w = (int(d) for d in data.shape)
     groups = int(attrs.groups)

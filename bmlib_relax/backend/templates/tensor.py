@@ -125,8 +125,8 @@ def split(call, inputs, ctx):
     if _has_symbolic(data):
         return _split_by_result_types(call, data, axis)
     sections = call.attrs.indices_or_sections
-    if isinstance(sections, int) or hasattr(sections, "value"):
-        sections = int(sections)
+    if static_dim(sections) is not None:
+        sections = static_dim(sections)
     else:
         sections = attr_ints(sections)
     return tuple(topi.split(data, sections, axis))
