@@ -223,7 +223,7 @@ def _compile(relay_mod, params, target, patterns, merge, lowerings, inputs, inpu
     if isinstance(relay_mod, tvm.IRModule):  # a Relax module (ONNX, PyTorch, TVMScript)
         from .relax_input import prepare_relax_module
 
-        imported = prepare_relax_module(relay_mod, weights, input_shapes)
+        imported = prepare_relax_module(relay_mod, weights, input_shapes, inputs)
     else:
         module = require_main(as_relay_module(relay_mod))
         if input_shapes:
