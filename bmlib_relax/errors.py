@@ -108,6 +108,11 @@ class LegacyApiError(BmlibError, ValueError):
         super().__init__(message)
 
 
+class UnsupportedPassError(BmlibError):
+    """A Relay pass with no faithful equivalent here, or applied to what it cannot
+    rewrite (names the pass)."""
+
+
 class UserCodeError(BmlibError):
     """User code run by bmlib-relax (a pattern check function, ...) raised or called
     ``sys.exit()``; the message names the user function and what it raised.

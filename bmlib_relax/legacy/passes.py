@@ -30,15 +30,14 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from ..errors import BmlibError
-from ..relay import ast
+from ..errors import UnsupportedPassError
+from ..relay import ast, simplify
 from ..relay.rewrite import substitute
+from ..relay.simplify import map_functions, rewrite_function
 
 PLAN_ATTR = "_bmlib_partition_plan"
 
-
-class UnsupportedPassError(BmlibError):
-    """A Relay pass with no faithful equivalent here (names the pass)."""
+__all__ = ["UnsupportedPassError", "PartitionPlan", "plan_of", "Pass"]
 
 
 @dataclass
@@ -60,20 +59,13 @@ def plan_of(mod: ast.IRModule) -> PartitionPlan:
     return plan
 
 
-def _require_module(mod: Any, name: str) -> ast.IRModule:
-    if not isinstance(mod, ast.IRModule):
-        raise UnsupportedPassError(f"relay.transform.{name} was applied to a "
-                                   f"{type(mod).__name__}, expected a Relay IRModule")
-    return mod
-
-
 class Pass:
     """A pass object: ``pass_(mod) -> mod``; records its name in the module's plan."""
 
     name = "Pass"
 
     def __call__(self, mod: ast.IRModule) -> ast.IRModule:
-        mod = _require_module(mod, self.name)
+        mod = simplify.require_module(mod, self.name)
         plan_of(mod).passes.append(self.name)
         return self.apply(mod)
 
@@ -82,31 +74,6 @@ class Pass:
 
     def __repr__(self) -> str:
         return f"relay.transform.{self.name}"
-
-
-def _map_functions(mod: ast.IRModule, fn: Callable[[ast.Function], ast.Function]) -> ast.IRModule:
-    for name, func in list(mod.functions.items()):
-        mod.functions[name] = fn(func)
-    return mod
-
-
-def _rewrite(func: ast.Function, transform: Callable[[ast.Expr], Optional[ast.Expr]]):
-    """``func`` with ``transform`` applied bottom-up.  These passes keep every node's type
-    (``bias_add`` -> ``add``, batch-norm simplified, constants folded), so a parent
-    rebuilt over a rewritten child keeps the type inference gave the original: a second
-    ``bias_add`` above a rewritten first one found its data untyped ("needs types: run
-    InferType()", though InferType had just run)."""
-    def typed_transform(new: ast.Expr, original: ast.Expr) -> Optional[ast.Expr]:
-        checked = original.__dict__.get("_checked_type")
-        if new is not original and checked is not None and "_checked_type" not in new.__dict__:
-            new.__dict__["_checked_type"] = checked
-        return transform(new)
-
-    body = substitute(func.body, {}, typed_transform, with_original=True)
-    if body is func.body:
-        return func
-    return ast.Function(func.params, body, func.ret_type, func.type_params, func.attrs,
-                        span=func.span)
 
 
 # --------------------------------------------------------------------------- real passes
@@ -119,94 +86,29 @@ class InferType(Pass):
         return RelayInferType()(mod)
 
 
-def _typed_module(mod: ast.IRModule) -> ast.IRModule:
-    """Relay's pass infrastructure re-ran type inference between passes; so do we."""
-    from ..relay.transform import InferType as RelayInferType
-
-    return RelayInferType()(mod)
-
-
-def _tensor_type(expr: ast.Expr, pass_name: str) -> ast.TensorType:
-    ty = expr.__dict__.get("_checked_type")
-    if not isinstance(ty, ast.TensorType):
-        raise UnsupportedPassError(f"relay.transform.{pass_name} needs types: run "
-                                   "transform.InferType() before it")
-    return ty
-
-
-def _call(op: str, *args: ast.Expr, **attrs: Any) -> ast.Call:
-    from ..importer.provenance import op_ref
-
-    return ast.Call(op_ref(op), args, ast.Attrs(attrs))
-
-
-def _scalar(value: float, dtype: str) -> ast.Constant:
-    return ast.Constant(np.array(value, dtype=dtype))
-
-
-def _expand_to_axis(bias: ast.Expr, ndim: int, axis: int) -> ast.Expr:
-    """Relay's ExpandBiasToMatchAxis for a 1-D bias on ``axis`` of an ``ndim`` tensor."""
-    pad = ndim - axis - 1
-    return _call("expand_dims", bias, axis=1, num_newaxis=pad) if pad > 0 else bias
-
-
-def _op_name(expr: Any) -> Optional[str]:
-    return getattr(getattr(expr, "op", None), "name", None) if isinstance(expr, ast.Call) \
-        else None
-
-
 class SimplifyInference(Pass):
-    """``batch_norm`` (field 0) -> ``data * scale + shift``, ``dropout`` -> identity,
-    written with the same Relay ops as Relay's SimplifyInference."""
+    """:class:`bmlib_relax.relay.simplify.SimplifyInference`, its ops those tables query."""
 
     name = "SimplifyInference"
 
     def apply(self, mod):
-        def transform(node):
-            if not isinstance(node, ast.TupleGetItem) or node.index != 0:
-                return None
-            call = node.tuple_value
-            name = _op_name(call)
-            if name == "nn.dropout":
-                return call.args[0]
-            if name != "nn.batch_norm":
-                return None
-            data, gamma, beta, mean, var = call.args
-            ty = _tensor_type(data, self.name)
-            attrs = call.attrs
-            ndim = len(ty.shape)
-            axis = int(attrs.get("axis", 1))
-            axis = axis + ndim if axis < 0 else axis
-            eps = _scalar(float(attrs.get("epsilon", 1e-5)), ty.dtype)
-            scale = _call("divide", _scalar(1.0, ty.dtype),
-                          _call("sqrt", _call("add", var, eps)))
-            if attrs.get("scale", True):
-                scale = _call("multiply", scale, gamma)
-            shift = _call("multiply", _call("negative", mean), scale)
-            if attrs.get("center", True):
-                shift = _call("add", shift, beta)
-            out = _call("multiply", data, _expand_to_axis(scale, ndim, axis))
-            return _call("add", out, _expand_to_axis(shift, ndim, axis))
-
-        return _map_functions(_typed_module(mod), lambda f: _rewrite(f, transform))
+        return simplify.SimplifyInference(_op_ref).apply(mod)
 
 
 class CanonicalizeOps(Pass):
-    """``nn.bias_add(x, b, axis)`` -> ``add(x, expand_dims(b, ...))`` as in Relay."""
+    """:class:`bmlib_relax.relay.simplify.CanonicalizeOps`, its ops those tables query."""
 
     name = "CanonicalizeOps"
 
     def apply(self, mod):
-        def transform(node):
-            if _op_name(node) != "nn.bias_add":
-                return None
-            data, bias = node.args
-            ndim = len(_tensor_type(data, self.name).shape)
-            axis = int(node.attrs.get("axis", 1))
-            axis = axis + ndim if axis < 0 else axis
-            return _call("add", data, _expand_to_axis(bias, ndim, axis))
+        return simplify.CanonicalizeOps(_op_ref).apply(mod)
 
-        return _map_functions(_typed_module(mod), lambda f: _rewrite(f, transform))
+
+def _op_ref(name: str) -> ast.Op:
+    """The op a legacy table sees (``call.op == relay.op.get(name)``, ``get_attr``)."""
+    from ..importer.provenance import op_ref
+
+    return op_ref(name)
 
 
 def _reshape(x: np.ndarray, newshape) -> np.ndarray:
@@ -264,7 +166,7 @@ class FoldConstant(Pass):
                 value = value.astype(args[0].dtype)
             return ast.Constant(value, span=node.span)
 
-        return _map_functions(mod, lambda f: _rewrite(f, transform))
+        return map_functions(mod, lambda f: rewrite_function(f, transform))
 
 
 class RemoveUnusedFunctions(Pass):
@@ -274,20 +176,7 @@ class RemoveUnusedFunctions(Pass):
         self.entries = list(entry_functions or ["main"])
 
     def apply(self, mod):
-        from ..relay.analysis import post_order_list
-
-        keep, pending = set(), [e for e in self.entries if e in mod.functions]
-        while pending:
-            name = pending.pop()
-            if name in keep:
-                continue
-            keep.add(name)
-            pending += [n.name for n in post_order_list(mod.functions[name])
-                        if isinstance(n, ast.GlobalVar)]
-        for name in list(mod.functions):
-            if name not in keep:
-                del mod.functions[name]
-        return mod
+        return simplify.RemoveUnusedFunctions(self.entries).apply(mod)
 
 
 class ConvertLayout(Pass):
@@ -307,7 +196,7 @@ class ConvertLayout(Pass):
 
         for func in mod.functions.values():
             for node in post_order_list(func):
-                name = _op_name(node)
+                name = simplify.op_name(node)
                 if name not in self.desired:
                     continue
                 wanted = list(self.desired[name])
@@ -436,7 +325,7 @@ class _UserPass(Pass):
             fn = getattr(self.impl, "transform_module", self.impl)
             return fn(mod, ctx)
         fn = getattr(self.impl, "transform_function", self.impl)
-        return _map_functions(mod, lambda f: fn(f, mod, ctx))
+        return map_functions(mod, lambda f: fn(f, mod, ctx))
 
 
 def bind(expr: ast.Expr, binds: dict) -> ast.Expr:

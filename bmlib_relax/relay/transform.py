@@ -155,17 +155,16 @@ class Sequential:
         return mod
 
 
-#: Graph rewrites a ported script may run before ``relay.build`` (the pass objects the
-#: legacy layer serves to ``partition_for_<x>`` helpers: they rewrite this AST as v0.19's
-#: passes did).  Loaded on first use.
+#: Graph rewrites a ported script may run before ``relay.build`` (:mod:`.simplify`: they
+#: rewrite this AST as v0.19's passes did).  Loaded on first use (it imports this module).
 _REWRITE_PASSES = ("SimplifyInference", "CanonicalizeOps", "RemoveUnusedFunctions")
 
 
 def __getattr__(name: str) -> Any:
     if name in _REWRITE_PASSES:
-        from ..legacy import passes  # the passes' home; it imports this module
+        from . import simplify
 
-        return getattr(passes, name)
+        return getattr(simplify, name)
     raise AttributeError(f"relay.transform.{name} is not available in bmlib-relax (Relay "
                          f"passes here: InferType, FoldConstant, Sequential, "
                          f"{', '.join(_REWRITE_PASSES)}; bmlib_relax.compile runs what "
