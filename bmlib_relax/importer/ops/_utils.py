@@ -127,7 +127,7 @@ def check_integer_divisor(divisor: relax.Expr, ctx, dividend: Optional[relax.Exp
     runs (``RunCheckError``).  Float divisions keep IEEE semantics: Relay computed
     infinities and NaNs."""
     dtype = dtype_of(divisor)
-    if not dtype.startswith(("int", "uint")):
+    if not is_integer_dtype(dtype):
         return
     value = folded_value(divisor, ctx)
     if value is not None and (value == 0).any():

@@ -9,7 +9,7 @@ from tvm import relax, topi
 
 from ..registry import register_converter
 from ._utils import (
-    below_half, check_integer_divisor, const_value, dtype_of, known_dtype,
+    below_half, check_integer_divisor, const_value, dtype_of, is_integer_dtype, known_dtype,
 )
 
 # Relay op name -> Relax op; Relay and Relax share numpy broadcasting semantics here.
@@ -204,7 +204,7 @@ def _fast_exp(inputs, attrs, ctx):
 def _clip(inputs, attrs, ctx):
     low, high = float(attrs["a_min"]), float(attrs["a_max"])  # required
     dtype = known_dtype(inputs[0])
-    if dtype is not None and dtype.startswith(("int", "uint")):
+    if dtype is not None and is_integer_dtype(dtype):
         # v0.19's topi clip casts the bounds to the data's type; one the type cannot hold
         # was refused when Relay built it (TVM 0.27 fails the same way, with no op named)
         info = np.iinfo(dtype)

@@ -19,8 +19,8 @@ from tvm import relax, topi
 from ..registry import register_converter
 from ._utils import (
     check_index_values, check_integer_divisor, check_reads_elements, const_value, dtype_of,
-    folded_value, index_tuple_length, ints, ndim_of, normalize_axis, optional_ints,
-    scalar_operand, shape_of,
+    folded_value, index_tuple_length, ints, is_integer_dtype, ndim_of, normalize_axis,
+    optional_ints, scalar_operand, shape_of,
 )
 from ..run_checks import (
     emit_element_count_check, emit_run_check, emit_tensor_check, none_hold, unify_dims,
@@ -782,7 +782,7 @@ def _check_searchsorted(seq, values, dtype: str, ctx) -> list:
         raise ctx.error("the values must have rank 1 or more (v0.19's SearchSortedRel)")
     if not seq_dims:
         raise ctx.error("the sorted sequence must have rank 1 or more")
-    if not dtype.startswith(("int", "uint")):
+    if not is_integer_dtype(dtype):
         raise ctx.error(f"dtype={dtype}: the indices come from an integer binary search "
                         "(v0.19's topi shifts them), the dtype must be an integer type")
     length, largest = seq_dims[-1], int(np.iinfo(dtype).max)

@@ -20,7 +20,8 @@ from tvm import relax
 from ..registry import register_converter
 from ..run_checks import emit_run_check, emit_tensor_check, none_hold, unify_dims
 from ._utils import (
-    check_reduced_axes_nonempty_at_run_time, dtype_of, folded_value, shape_of,
+    check_reduced_axes_nonempty_at_run_time, dtype_of, folded_value, is_integer_dtype,
+    shape_of,
 )
 
 #: Floating dtypes the losses compute in.  v0.19 also typed bfloat16 (NLLLossRel), but
@@ -207,7 +208,7 @@ def _cross_entropy_operands(inputs, ctx):
         raise ctx.error(f"predictions of dtype {x_dtype}: only floating predictions "
                         f"({', '.join(_FLOATS)}) are supported")
     if y_dtype != x_dtype:
-        if not (y_dtype.startswith(("int", "uint")) or y_dtype == "bool"):
+        if not (is_integer_dtype(y_dtype) or y_dtype == "bool"):
             raise ctx.error(f"targets of dtype {y_dtype} with {x_dtype} predictions: v0.19 "
                             f"computed in {y_dtype}, not the {x_dtype} its type gave")
         y = relax.op.astype(y, x_dtype)

@@ -23,8 +23,8 @@ from ..run_checks import (BROADCAST_REASON, cast_dims, emit_element_count_check,
                           unify_dims)
 from ._utils import (
     check_index_values, check_mirror_range, check_reads_elements, dtype_of, fill_in_dtype,
-    folded_value, index_tuple_length, ints, ndim_of, normalize_axis, optional_ints,
-    run_time_dims, scalar_operand, shape_of, static_shape,
+    folded_value, index_tuple_length, ints, is_integer_dtype, ndim_of, normalize_axis,
+    optional_ints, run_time_dims, scalar_operand, shape_of, static_shape,
 )
 from ...relay import ast
 from ...relay.op import reshape_like_shape, split_problem
@@ -953,7 +953,7 @@ def _invert_permutation(inputs, attrs, ctx):
     if ndim_of(data) != 1:
         raise ctx.error(f"takes a 1-D tensor (v0.19's compute indexes its result by the "
                         f"values), got shape {tuple(shape_of(data))}")
-    if not dtype.startswith(("int", "uint")):
+    if not is_integer_dtype(dtype):
         raise ctx.error(f"takes integer values (v0.19's compute indexes its result by "
                         f"them), got {dtype}")
     count = shape_of(data)[0]
