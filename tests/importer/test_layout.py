@@ -1,6 +1,7 @@
 """layout_transform: permutations and blocked layouts (split and merge)."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from bmlib_relax import ConversionError
@@ -30,11 +31,22 @@ def test_layout_transform_merges_blocks_back():
     check(text, [x], x.transpose(0, 1, 4, 2, 3).reshape(2, 6, 4, 5))
 
 
-def test_layout_transform_needs_divisible_dims():
+def test_layout_transform_pads_an_axis_its_factor_does_not_divide_with_zeros():
+    """v0.19's BijectiveLayout rounded the blocked shape up (``shapediv``) and
+    ``topi::layout_transform`` read zeros past the axis (``if_then_else(in_range, x, 0)``):
+    C=5 in blocks of 4 is two blocks, the last with three zero channels."""
+    x = rand(2, 5, 4, 4)
     text = relay_fn("%x: Tensor[(2, 5, 4, 4), float32]",
                     'layout_transform(%x, src_layout="NCHW", dst_layout="NCHW4c")')
-    with pytest.raises(ConversionError, match="axis C of size 5 is not a multiple of 4"):
-        import_text(text)
+    padded = np.pad(x, [(0, 0), (0, 3), (0, 0), (0, 0)])
+    check(text, [x], padded.reshape(2, 2, 4, 4, 4).transpose(0, 1, 3, 4, 2))
+    n = np.arange(20, dtype="int8").reshape(5, 4)
+    check(relay_fn("%x: Tensor[(5, 4), int8]",
+                   'layout_transform(%x, src_layout="NC", dst_layout="NC4n")'), [n],
+          np.pad(n, [(0, 3), (0, 0)]).reshape(2, 4, 4).transpose(0, 2, 1))
+    with pytest.raises(ConversionError, match="axis C is known only when the model runs"):
+        import_text(relay_fn("%x: Tensor[(2, ?, 4, 4), float32]",
+                             'layout_transform(%x, src_layout="NCHW", dst_layout="NCHW4c")'))
 
 
 def test_layout_transform_of_a_run_time_sized_block_axis_takes_its_factor():

@@ -68,6 +68,7 @@ def layout_transform(data: relax.Expr, src: str, dst: str, ctx) -> relax.Expr:
                 raise ctx.error(f"layout_transform {src} -> {dst} re-blocks axis {primal}")
     shape = shape_of(data)
     data, shape = _blocks_of_factor(data, shape, src_axes, src, ctx)
+    data, shape = _padded_to_blocks(data, shape, src_axes, factors, src, dst, ctx)
     # Labels of the fully split form: "X" (or outer part of a blocked X) and "x" (block).
     split_shape: list = []
     split_labels: list[str] = []
@@ -76,9 +77,6 @@ def layout_transform(data: relax.Expr, src: str, dst: str, ctx) -> relax.Expr:
             split_shape.append(dim)
             split_labels.append(letter)
         elif letter in factors and letter.lower() not in dict(src_axes):
-            if not isinstance(dim, int) or dim % factors[letter]:
-                raise ctx.error(f"layout_transform {src} -> {dst}: axis {letter} of size {dim} "
-                                f"is not a multiple of {factors[letter]}")
             split_shape += [dim // factors[letter], factors[letter]]
             split_labels += [letter, letter.lower()]
         else:
@@ -103,6 +101,28 @@ def layout_transform(data: relax.Expr, src: str, dst: str, ctx) -> relax.Expr:
     if len(merged) != len(order):
         out = relax.op.reshape(out, merged)
     return out
+
+
+def _padded_to_blocks(data: relax.Expr, shape: list, src_axes: list, factors: dict,
+                      src: str, dst: str, ctx):
+    """``data`` (and its dims) with every axis the transform splits into blocks padded
+    with zeros to a multiple of its factor, as v0.19's ``topi::layout_transform`` did
+    (its result shape rounds up, ``shapediv``; the tail reads ``if_then_else(in range,
+    x, 0)``): NCHW with C=3 to NCHW2c has two channel blocks, the last half zeros.  A
+    run-time-sized axis cannot be rounded up at import and is refused."""
+    src_letters = {letter for letter, _ in src_axes}
+    widths: list[int] = []
+    for (letter, factor), dim in zip(src_axes, shape):
+        split = not factor and letter in factors and letter.lower() not in src_letters
+        if split and not isinstance(dim, int):
+            raise ctx.error(f"layout_transform {src} -> {dst}: axis {letter} is known only "
+                            f"when the model runs; it must split into blocks of "
+                            f"{factors[letter]} at import")
+        widths += [0, -dim % factors[letter] if split else 0]
+    if not any(widths):
+        return data, shape
+    padded = [d + after for d, after in zip(shape, widths[1::2])]
+    return ctx.emit(relax.op.nn.pad(data, widths, "constant", 0.0)), padded
 
 
 def _blocks_of_factor(data: relax.Expr, shape: list, axes: list, layout: str, ctx):
