@@ -116,6 +116,27 @@ def qparam(expr: relax.Expr, ctx, name: str, dtype: str) -> QParam:
     return QParam(value)
 
 
+def check_per_channel(param: QParam, name: str, data: relax.Expr, axis: int, ctx) -> None:
+    """v0.19's ``AssignType`` (qnn/utils.h): a scale or zero point is a scalar or holds
+    one value per entry of the axis it applies along — a (1,) one against an axis of 3
+    was a type error, not a broadcast."""
+    if param.is_scalar:
+        return
+    dims = shape_of(data)
+    extent = dims[axis] if dims else 1
+    if isinstance(extent, int) and param.value.size != extent:
+        raise ctx.error(f"{name} has {param.value.size} value(s), but axis {axis} it applies "
+                        f"along has {extent} entries (a scalar or one per entry, as v0.19's "
+                        "type relation required)")
+
+
+def require_scalar(param: QParam, name: str, ctx) -> None:
+    """v0.19's ``IsScalarType`` check of a parameter that has no axis."""
+    if not param.is_scalar:
+        raise ctx.error(f"{name} must be a scalar, got shape {param.value.shape} (as v0.19's "
+                        "type relation required)")
+
+
 def _first_bad(value: np.ndarray, bad: np.ndarray) -> str:
     flat = value.reshape(-1)
     index = int(np.flatnonzero(bad.reshape(-1))[0])
@@ -329,11 +350,17 @@ def _requantize(inputs, attrs, ctx):
     # "None" (the attribute's default) meant the RequantizeConfig default: UPWARD, int64.
     rounding = str(attrs.get("rounding", "None"))
     compute_dtype = str(attrs.get("compute_dtype", "None"))
-    return requantize(data, qparam(in_scale, ctx, "input_scale", "float32"),
-                      qparam(in_zp, ctx, "input_zero_point", "int32"),
-                      qparam(out_scale, ctx, "output_scale", "float32"),
-                      qparam(out_zp, ctx, "output_zero_point", "int32"),
-                      int(attrs.get("axis", -1)),
+    scale, zp = (qparam(in_scale, ctx, "input_scale", "float32"),
+                 qparam(in_zp, ctx, "input_zero_point", "int32"))
+    out = (qparam(out_scale, ctx, "output_scale", "float32"),
+           qparam(out_zp, ctx, "output_zero_point", "int32"))
+    axis = int(attrs.get("axis", -1))
+    if ndim_of(data):
+        for param, name in ((scale, "input_scale"), (zp, "input_zero_point")):
+            check_per_channel(param, name, data, normalize_axis(axis, ndim_of(data), ctx), ctx)
+    for param, name in zip(out, ("output_scale", "output_zero_point")):
+        require_scalar(param, name, ctx)
+    return requantize(data, scale, zp, *out, axis,
                       "UPWARD" if rounding == "None" else rounding,
                       "int64" if compute_dtype == "None" else compute_dtype, out_dtype, ctx)
 
@@ -363,6 +390,8 @@ def _quantize(inputs, attrs, ctx):
     ndim, axis = _param_axis(attrs, data, ctx)
     scale = qparam(scale_e, ctx, "output_scale", "float32")
     zp = qparam(zp_e, ctx, "output_zero_point", "int32")
+    for param, name in ((scale, "output_scale"), (zp, "output_zero_point")):
+        check_per_channel(param, name, data, axis, ctx)
     scaled = round_half_away(relax.op.divide(data, _along(scale.value, ndim, axis, "float32")),
                              ctx)
     shifted = relax.op.add(scaled, _along(zp.value.astype("float32"), ndim, axis, "float32"))
@@ -400,6 +429,14 @@ def _zp_shifted(expr: relax.Expr, zp: QParam, ndim: int, axis: int) -> relax.Exp
     if zp.is_scalar_value(0):
         return t
     return relax.op.subtract(t, _along(zp.value, ndim, axis, "int32"))
+
+
+def _zp_broadcast(expr: relax.Expr, zp: QParam) -> relax.Expr:
+    """``expr`` in int32 minus ``zp`` broadcast as numpy does (right-aligned)."""
+    t = _int32(expr)
+    if zp.is_scalar_value(0):
+        return t
+    return relax.op.subtract(t, _const(np.asarray(zp.value, "int32"), "int32"))
 
 
 @register_converter("qnn.conv2d")
@@ -561,15 +598,32 @@ def _qnn_batch_matmul(inputs, attrs, ctx):
 
 
 # --------------------------------------------------------------------------- element-wise
-def _binary_params(inputs, ctx):
+def _binary_params(inputs, attrs, ctx):
+    """The six parameters of a binary QNN op, checked as v0.19's QnnBroadcastRel did:
+    lhs/rhs ones scalar or one per entry of ``lhs_axis``/``rhs_axis``, output ones
+    scalar."""
     names = ("lhs_scale", "lhs_zero_point", "rhs_scale", "rhs_zero_point", "output_scale",
              "output_zero_point")
     dtypes = ("float32", "int32") * 3
-    return [qparam(e, ctx, n, d) for e, n, d in zip(inputs[2:8], names, dtypes)]
+    params = [qparam(e, ctx, n, d) for e, n, d in zip(inputs[2:8], names, dtypes)]
+    for side, data in (("lhs", inputs[0]), ("rhs", inputs[1])):
+        scale, zp = params[:2] if side == "lhs" else params[2:4]
+        if scale.is_scalar and zp.is_scalar:
+            continue
+        ndim = ndim_of(data)
+        axis = normalize_axis(int(attrs.get(f"{side}_axis", -1)), ndim, ctx,
+                              f"{side}_axis") if ndim else 0
+        for param, name in ((scale, f"{side}_scale"), (zp, f"{side}_zero_point")):
+            check_per_channel(param, name, data, axis, ctx)
+    for param, name in zip(params[4:], names[4:]):
+        require_scalar(param, name, ctx)
+    return params
 
 
 def _binary_dtype(lhs, rhs, ctx) -> str:
-    dtype = _check_qdtype(dtype_of(lhs), ctx, "lhs dtype", ("int8", "uint8", "int16", "int32"))
+    # QnnBroadcastRel checked no dtype; ConvertDtype clipped to the input's range
+    dtype = _check_qdtype(dtype_of(lhs), ctx, "lhs dtype",
+                          ("int8", "uint8", "int16", "uint16", "int32"))
     if dtype_of(rhs) != dtype:
         raise ctx.error(f"lhs and rhs dtypes differ ({dtype} vs {dtype_of(rhs)})")
     return dtype
@@ -579,7 +633,7 @@ def _add_sub(relax_op, zp_op):
     def convert(inputs, attrs, ctx):
         lhs, rhs = inputs[:2]
         dtype = _binary_dtype(lhs, rhs, ctx)
-        ls, lz, rs, rz, os_, oz = _binary_params(inputs, ctx)
+        ls, lz, rs, rz, os_, oz = _binary_params(inputs, attrs, ctx)
         lhs_axis, rhs_axis = int(attrs.get("lhs_axis", -1)), int(attrs.get("rhs_axis", -1))
         a = _requantize_or_upcast(lhs, ls, lz, os_, oz, lhs_axis, ctx)
         b = _requantize_or_upcast(rhs, rs, rz, os_, oz, rhs_axis, ctx)
@@ -599,12 +653,14 @@ register_converter("qnn.subtract")(_add_sub(relax.op.subtract, relax.op.add))
 def _qnn_mul(inputs, attrs, ctx):
     lhs, rhs = inputs[:2]
     dtype = _binary_dtype(lhs, rhs, ctx)
-    ls, lz, rs, rz, os_, oz = _binary_params(inputs, ctx)
+    ls, lz, rs, rz, os_, oz = _binary_params(inputs, attrs, ctx)
     lhs_axis, rhs_axis = int(attrs.get("lhs_axis", -1)), int(attrs.get("rhs_axis", -1))
     ndim = ndim_of(lhs)
     zero = QParam(np.array(0, "int32"))
     if ls.is_scalar and rs.is_scalar:
-        product = relax.op.multiply(_zp_shifted(lhs, lz, ndim, 0), _zp_shifted(rhs, rz, ndim, 0))
+        # v0.19's QnnMulCanonicalize subtracted the zero points as given here (a plain,
+        # right-aligned broadcast: a 1-D one runs along the last axis, lhs_axis unused)
+        product = relax.op.multiply(_zp_broadcast(lhs, lz), _zp_broadcast(rhs, rz))
         new_scale = QParam(np.array(np.float32(ls.item()) * np.float32(rs.item()), "float32"))
         return requantize(product, new_scale, zero, os_, oz, -1, "UPWARD", "int64", dtype, ctx)
     if lhs_axis != rhs_axis:
@@ -639,10 +695,14 @@ def _qnn_concatenate(inputs, attrs, ctx):
                         "zero points")
     out_scale = qparam(out_scale_e, ctx, "output_scale", "float32")
     out_zp = qparam(out_zp_e, ctx, "output_zero_point", "int32")
+    require_scalar(out_scale, "output_scale", ctx)  # QnnConcatenateRel: all scalars
+    require_scalar(out_zp, "output_zero_point", ctx)
     parts = []
     for i, (tensor, s, z) in enumerate(zip(fields, scales, zps)):
         scale = qparam(s, ctx, f"input_scales[{i}]", "float32")
         zp = qparam(z, ctx, f"input_zero_points[{i}]", "int32")
+        require_scalar(scale, f"input_scales[{i}]", ctx)
+        require_scalar(zp, f"input_zero_points[{i}]", ctx)
         if scale.equals_scalar(out_scale) and zp.equals_scalar(out_zp):
             parts.append(tensor)
         else:
@@ -696,6 +756,13 @@ def _unary_operands(inputs, ctx, dtypes: tuple,
     return data, dtype, params
 
 
+def _require_scalars(params: tuple, ctx,
+                     names: tuple = ("input_scale", "input_zero_point", "output_scale",
+                                     "output_zero_point")) -> None:
+    for param, name in zip(params, names):
+        require_scalar(param, name, ctx)
+
+
 def _lookup(fn):
     def convert(inputs, attrs, ctx):
         data, dtype, (scale, zp, out_scale, out_zp) = _unary_operands(
@@ -738,10 +805,10 @@ def _wrap32(value: int) -> int:
 
 @register_converter("qnn.leaky_relu")
 def _qnn_leaky_relu(inputs, attrs, ctx):
-    data, dtype, (scale, zp, out_scale, out_zp) = _unary_operands(
-        inputs, ctx, ("int8", "uint8", "int16"))
-    if not (zp.is_scalar and out_zp.is_scalar):
-        raise ctx.error("the zero points must be scalars")
+    # QnnLeakyReluRel: int8/uint8 and scalar parameters
+    data, dtype, params = _unary_operands(inputs, ctx, ("int8", "uint8"))
+    _require_scalars(params, ctx)
+    scale, zp, out_scale, out_zp = params
     # LeakyReluAttrs' default, which v0.19's printer left out of the text: 0.25
     alpha = float(attrs.get("alpha", 0.25))
     x32 = ctx.emit(_int32(data))
@@ -756,8 +823,10 @@ def _qnn_leaky_relu(inputs, attrs, ctx):
 
 @register_converter("qnn.avg_pool2d")
 def _qnn_avg_pool2d(inputs, attrs, ctx):
-    data, dtype, (scale, zp, out_scale, out_zp) = _unary_operands(
-        inputs, ctx, ("int8", "uint8", "int16"))
+    # QnnAvgPool2DRel: int8/uint8 and scalar parameters
+    data, dtype, params = _unary_operands(inputs, ctx, ("int8", "uint8"))
+    _require_scalars(params, ctx)
+    scale, zp, out_scale, out_zp = params
     upcast = ctx.emit(_requantize_or_upcast(data, scale, zp, out_scale, out_zp, -1, ctx))
     # Relay canonicalized it to nn.avg_pool2d of the int32 operand: the same converter
     # (v0.19's ceil_mode windows, an int32 average truncated toward zero)
