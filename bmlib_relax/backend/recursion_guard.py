@@ -6,9 +6,10 @@ iteration.  Recursive models run on a thread with ``runtime.RECURSION_STACK_BYTE
 of stack (about 300 000 nested calls of a small loop); past that the process died
 with a segmentation fault, where Relay's VM kept its frames on the heap.
 
-Each function on a call cycle gets a trailing ``bmlib_depth`` parameter (a 0-d int64
-tensor): calls from outside the cycle pass 0, calls inside it pass the caller's depth
-plus one, and the function first checks ``bmlib_depth < MAX_RECURSION_DEPTH`` (a
+Each function on a call cycle, and each private function that reaches one
+(:func:`depth_carriers`), gets a trailing ``bmlib_depth`` parameter (a 0-d int64
+tensor): calls from the other functions pass 0, calls among them pass the caller's
+depth plus one, and the function first checks ``bmlib_depth < MAX_RECURSION_DEPTH`` (a
 ``RunCheckError`` naming the function and the bound when it fails).  A loop whose
 branch was lifted into a function of its own nests two calls per iteration.
 
@@ -79,11 +80,39 @@ class _PassDepth(PyExprMutator):
         return call
 
 
-def guard_recursion_depth(mod: tvm.IRModule, limit: int | None = None) -> tvm.IRModule:
-    """``mod`` with every call cycle bounded to ``limit`` nested calls (default
-    :data:`MAX_RECURSION_DEPTH`); a module without recursion is returned as it is."""
-    limit = MAX_RECURSION_DEPTH if limit is None else limit
+def _is_public(func: relax.Function) -> bool:
+    return func.attrs is not None and "global_symbol" in func.attrs
+
+
+def depth_carriers(mod: tvm.IRModule) -> set:
+    """The functions that count the depth: those on a call cycle, and the private ones
+    that reach a cycle.  A function off the cycles that starts one (``@w`` calling a
+    recursive ``@count``, or a loop's lifted exit branch starting the next loop) must
+    pass the depth on: restarting it at 0 let chained loops, each under the bound,
+    nest past the stack together (a segmentation fault).  A public entry keeps its
+    signature (its callers are outside the model) unless it is on a cycle itself."""
     cycle = recursive_functions(mod)
+    if not cycle:
+        return cycle
+    functions = {gv: f for gv, f in mod.functions.items() if isinstance(f, relax.Function)}
+    calls = {gv: _callees(f, functions) for gv, f in functions.items()}
+    reaching = set(cycle)
+    changed = True
+    while changed:
+        changed = False
+        for gv, callees in calls.items():
+            if gv not in reaching and callees & reaching:
+                reaching.add(gv)
+                changed = True
+    return {gv for gv in reaching if gv in cycle or not _is_public(functions[gv])}
+
+
+def guard_recursion_depth(mod: tvm.IRModule, limit: int | None = None) -> tvm.IRModule:
+    """``mod`` with every chain of nested calls through a call cycle bounded to ``limit``
+    (default :data:`MAX_RECURSION_DEPTH`); a module without recursion is returned as it
+    is."""
+    limit = MAX_RECURSION_DEPTH if limit is None else limit
+    cycle = depth_carriers(mod)
     if not cycle:
         return mod
     # New GlobalVars: a function's type changes with its parameter list.

@@ -98,15 +98,41 @@ def test_the_plain_reference_build_is_bounded_too(small_limit):
         vm["main"](n, x)
 
 
-def test_only_functions_on_a_cycle_are_changed():
+def test_only_functions_that_count_the_depth_are_changed():
     mod = import_relay(parse(LOOP))
     cycle = {gv.name_hint for gv in recursive_functions(mod)}
     assert "main" not in cycle and cycle and all(n.startswith("loop") for n in cycle)
     guarded = guard_recursion_depth(mod)
     for gv, func in guarded.functions.items():
-        extra = 1 if gv.name_hint in cycle else 0
+        extra = 1 if gv.name_hint in cycle else 0  # (no private function reaches the cycle)
         assert len(func.params) == len(mod[gv.name_hint].params) + extra
     plain = import_relay(parse('''#[version = "0.0.5"]
 def @main(%x: Tensor[(4), float32]) { nn.relu(%x) }
 '''))
     assert guard_recursion_depth(plain).same_as(plain)
+
+
+def test_chained_loops_count_the_depth_through_the_function_between_them(small_limit):
+    """A plain global that starts the next recursive one (``@w1`` called from ``@count0``'s
+    exit) passed 0 on: three loops each under the bound nested past the stack together
+    (a segmentation fault at 3 x 49 000).  The depth now runs through ``@w1``."""
+    parts = ['#[version = "0.0.5"]']
+    for k in range(2):
+        exit_value = "@w1(%n, %acc)" if k == 0 else "%acc"
+        parts.append(f'''
+def @count{k}(%i: int32, %n: int32, %acc: Tensor[(2), float32]) -> Tensor[(2), float32] {{
+  if (less(%i, %n)) {{ @count{k}(add(%i, 1), %n, add(%acc, 1f)) }} else {{ {exit_value} }}
+}}
+def @w{k}(%n: int32, %acc: Tensor[(2), float32]) -> Tensor[(2), float32] {{
+  @count{k}(0, %n, %acc)
+}}''')
+    parts.append("def @main(%n: int32, %x: Tensor[(2), float32]) { @w0(%n, %x) }")
+    mod = import_relay(parse("\n".join(parts)))
+    carriers = {gv.name_hint for gv in recursion_guard.depth_carriers(mod)}
+    assert "w1" in carriers and "main" not in carriers
+    model = bmlib_relax.compile("\n".join(parts), {})
+    np.testing.assert_array_equal(model(np.int32(200), np.zeros(2, "float32")), [400, 400])
+    # two nested calls per iteration (the lifted branch): each loop alone nests 600 at
+    # n=300, under 1 000; together they do not
+    with pytest.raises(RunCheckError, match=r"more than 1,000 nested calls"):
+        model(np.int32(300), np.zeros(2, "float32"))
