@@ -7,6 +7,7 @@ PrimFunc, verify each PrimFunc's arity against its call, ``RunCodegen``, and
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
@@ -19,10 +20,12 @@ from .backend.recursion_guard import guard_recursion_depth
 from .backend.run_codegen import run_codegen
 from .backend.target import resolve_target, runnable_target
 from .backend.verify import verify_partition_arity
-from .errors import ParamError, UnsupportedOpError
+from .deep_stack import on_deep_stack, recursion_limit
+from .errors import ConversionError, ParamError, UnsupportedOpError
 from .host_legalize import legalize_for_host
 from .host_tir import ensure_registered as host_tir_pipeline
-from .importer import RelayLike, as_relay_module, import_relay, provenance
+from .importer import (IMPORT_RECURSION_LIMIT, RelayLike, as_relay_module, import_relay,
+                       provenance)
 from .legacy.lowerings import lowering_scope
 from .memory import memory_needs
 from .preflight import require_main
@@ -178,6 +181,11 @@ def unbound_inputs(module: ast.IRModule, weights: Mapping[str, Any],
     return unbound
 
 
+#: Python frames a compile may nest (it runs on the deep stack's thread): the importer's
+#: bound, which the passes after it stay within.
+COMPILE_RECURSION_LIMIT = IMPORT_RECURSION_LIMIT
+
+
 def compile(relay_mod: RelayLike, params: ParamsLike = None, *, target: TargetLike = None,
             patterns: Optional[Sequence[Any]] = None, merge: bool = False,
             input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
@@ -210,9 +218,29 @@ def compile(relay_mod: RelayLike, params: ParamsLike = None, *, target: TargetLi
     """
     target = runnable_target(target)
     ThreadConfig(num_threads)  # a bad num_threads / $TVM_NUM_THREADS fails before compiling
+    # TVM's scopes are per thread: the caller's PassContext (config, instruments) and
+    # target scope apply on the deep stack's thread too
+    pass_context = tvm.transform.PassContext.current()
+    target_scope = tvm.target.Target.current(allow_none=True)
+
+    def run() -> "CompiledModel":
+        with pass_context, target_scope or contextlib.nullcontext(), \
+                recursion_limit(COMPILE_RECURSION_LIMIT):
+            return _compile(relay_mod, params, target, patterns, merge, lowerings, inputs,
+                            input_shapes, blocked_layout, num_threads)
+
     with provenance.tables_created() as tables:
-        model = _compile(relay_mod, params, target, patterns, merge, lowerings, inputs,
-                         input_shapes, blocked_layout, num_threads)
+        try:
+            # The import and the passes after it (branch lifting, partitioning, the
+            # report) recurse a few frames per nested if/let/function body, several of
+            # them through TVM's FFI: on the main thread's 8 MiB, 400 nested ifs crashed
+            # the process once Python's limit allowed them.
+            model = on_deep_stack(run)
+        except RecursionError:
+            raise ConversionError(
+                f"the program nests too deeply to compile (if/let/function bodies inside "
+                f"each other past {COMPILE_RECURSION_LIMIT:,} Python frames); flatten the "
+                "nesting (a chain of ifs choosing values can be a where/select)") from None
     model.provenance_tables = tables  # the model's Relay views live (and die) with it
     return model
 

@@ -31,6 +31,7 @@ import tvm
 from tvm import relax
 
 from . import interrupts, memory
+from .deep_stack import on_deep_stack
 from .dims import static_dim
 from .errors import (RUN_CHECK_PREFIX, ArtifactError, DamagedSideFileWarning, ParamError,
                      RunCheckError)
@@ -182,7 +183,7 @@ class ModelRunner:
             try:
                 tensors = [tvm.runtime.tensor(a, self.device) for a in arrays]
                 if self.recursive:
-                    result = _on_deep_stack(lambda: self._run(tensors))
+                    result = on_deep_stack(lambda: self._run(tensors))
                 else:
                     result = self._run(tensors)
                 return to_numpy(result)
@@ -205,13 +206,6 @@ class ModelRunner:
         return outputs
 
 
-# The Relax VM nests a native call per call of a Relax function, so a Relay loop needs
-# a few KiB of C stack per iteration: on the main thread's 8 MiB, a loop of ~2500
-# iterations ended in a segmentation fault (Relay's VM kept its frames on the heap).
-# Calls of a recursive model run on a thread with this much stack instead (address
-# space only: pages are committed as the recursion touches them), about 100 000
-# iterations of a small loop.
-RECURSION_STACK_BYTES = 1 << 30
 
 
 _MATCH_CAST = re.compile(r"(?:fn=([^,\s]+), [^()]*?)?param=([^,\s]+), annotation=(.*?)\)"
@@ -248,31 +242,6 @@ def as_run_check_error(exc: AssertionError) -> BaseException:
     return RunCheckError(text[start + len(RUN_CHECK_PREFIX):].splitlines()[0])
 
 
-def _on_deep_stack(run: Callable[[], Any]) -> Any:
-    """``run()`` on a fresh thread with a ``RECURSION_STACK_BYTES`` stack; its result,
-    or its exception re-raised here."""
-    outcome: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            outcome["value"] = run()
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-            outcome["error"] = exc
-
-    with _STACK_SIZE_LOCK:  # threading.stack_size is process-wide: set, start, restore
-        previous = threading.stack_size(RECURSION_STACK_BYTES)
-        try:
-            worker = threading.Thread(target=target, name="bmlib-recursive-call", daemon=True)
-            worker.start()
-        finally:
-            threading.stack_size(previous)
-    worker.join()
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["value"]
-
-
-_STACK_SIZE_LOCK = threading.Lock()
 
 
 def as_input_array(value: Any, name: str, spec: Optional[dict] = None) -> np.ndarray:

@@ -2,7 +2,7 @@
 
 The Relax VM nests a native call per call of a Relax function, so a Relay loop (a
 private recursive function after import) or a recursive global uses C stack per
-iteration.  Recursive models run on a thread with ``runtime.RECURSION_STACK_BYTES``
+iteration.  Recursive models run on a thread with ``deep_stack.RECURSION_STACK_BYTES``
 of stack (about 300 000 nested calls of a small loop); past that the process died
 with a segmentation fault, where Relay's VM kept its frames on the heap.
 

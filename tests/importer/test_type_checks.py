@@ -4,6 +4,7 @@ never compiled to return a value of another type; and compile() takes a file pat
 from __future__ import annotations
 
 import pathlib
+import sys
 
 import numpy as np
 import pytest
@@ -76,12 +77,47 @@ def test_compile_accepts_a_path(tmp_path):
         bmlib_relax.compile(pathlib.Path(path), {})
 
 
-def test_deep_nesting_is_a_conversion_error_not_a_recursion_error():
-    depth = 400  # parses (the parser takes 1000 levels); beyond the importer's recursion
-    text = "#[version = \"0.0.5\"]\ndef @main(%c: bool, %x: Tensor[(2), float32]) {\n" + \
+def _nested_ifs(depth: int) -> str:
+    return "#[version = \"0.0.5\"]\ndef @main(%c: bool, %x: Tensor[(2), float32]) {\n" + \
         "if (%c) {\n" * depth + "%x" + "\n} else {\n%x\n}" * depth + "\n}\n"
-    with pytest.raises(bmlib_relax.ConversionError, match="nests too deeply"):
-        bmlib_relax.compile(text)
+
+
+@pytest.fixture
+def low_recursion_limit():
+    previous = sys.getrecursionlimit()
+    sys.setrecursionlimit(350)
+    yield
+    sys.setrecursionlimit(previous)
+
+
+def test_the_import_nests_on_its_own_deep_stack(low_recursion_limit):
+    """The importer recurses a few frames per if/let level through TVM's FFI: it runs on
+    a thread with a 1 GiB stack and its own recursion limit, so the caller's limit does
+    not bound it — and a limit raised by the caller no longer lets it overflow the main
+    thread's stack (400 nested ifs crashed the process once the limit allowed them)."""
+    from bmlib_relax import import_relay
+    from bmlib_relax.relay import parse
+
+    mod = import_relay(parse(_nested_ifs(150)))
+    assert "main" in [gv.name_hint for gv in mod.functions]
+
+
+def test_a_compile_nests_past_the_callers_recursion_limit(low_recursion_limit):
+    """The passes after the import (branch lifting, partitioning, the report) recurse
+    through TVM's FFI too: the whole compile runs on the deep stack, with its limit."""
+    model = bmlib_relax.compile(_nested_ifs(150))
+    x = np.array([1.5, -2.0], "float32")
+    np.testing.assert_array_equal(model(c=np.array(True), x=x), x)
+    assert sys.getrecursionlimit() == 350  # the caller's limit, restored
+
+
+def test_nesting_past_what_the_compile_takes_is_a_conversion_error(monkeypatch,
+                                                                    low_recursion_limit):
+    import bmlib_relax.importer as importer
+
+    monkeypatch.setattr(importer, "IMPORT_RECURSION_LIMIT", 400)
+    with pytest.raises(ConversionError, match="nests too deeply to import"):
+        importer.import_relay(bmlib_relax.relay.parse(_nested_ifs(300)))
 
 
 def test_a_path_that_cannot_be_read_is_a_param_error(tmp_path):
