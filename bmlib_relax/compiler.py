@@ -25,7 +25,7 @@ from .errors import ConversionError, ParamError, UnsupportedOpError
 from .host_legalize import legalize_for_host
 from .host_tir import ensure_registered as host_tir_pipeline
 from .importer import (IMPORT_RECURSION_LIMIT, RelayLike, as_relay_module, import_relay,
-                       provenance)
+                       nests_deeply, provenance)
 from .legacy.lowerings import lowering_scope
 from .memory import memory_needs
 from .preflight import require_main
@@ -229,13 +229,19 @@ def compile(relay_mod: RelayLike, params: ParamsLike = None, *, target: TargetLi
             return _compile(relay_mod, params, target, patterns, merge, lowerings, inputs,
                             input_shapes, blocked_layout, num_threads)
 
+    if not isinstance(relay_mod, tvm.IRModule):
+        relay_mod = as_relay_module(relay_mod)  # parsed once, to measure its nesting
+    deep = not isinstance(relay_mod, tvm.IRModule) and nests_deeply(relay_mod)
     with provenance.tables_created() as tables:
         try:
             # The import and the passes after it (branch lifting, partitioning, the
             # report) recurse a few frames per nested if/let/function body, several of
             # them through TVM's FFI: on the main thread's 8 MiB, 400 nested ifs crashed
-            # the process once Python's limit allowed them.
-            model = on_deep_stack(run)
+            # the process once Python's limit allowed them.  Such programs compile on a
+            # deep stack; every other one on the caller's thread.
+            model = on_deep_stack(run) if deep else _compile(
+                relay_mod, params, target, patterns, merge, lowerings, inputs, input_shapes,
+                blocked_layout, num_threads)
         except RecursionError:
             raise ConversionError(
                 f"the program nests too deeply to compile (if/let/function bodies inside "

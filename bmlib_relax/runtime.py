@@ -212,6 +212,10 @@ _MATCH_CAST = re.compile(r"(?:fn=([^,\s]+), [^()]*?)?param=([^,\s]+), annotation
                          r"\s*match_cast error,\s*([^\n]*)")
 
 
+_RETURN_CAST = re.compile(r"fn=([^,\s]+), loc=return, annotation=(.*?)\)\s*match_cast error,"
+                          r"\s*([^\n]*)")
+
+
 def _vm_shape_error(exc: RuntimeError) -> Optional[Exception]:
     """The VM's check of a parameter against its function's annotation (``match_cast
     error``) as the project's error; None for any other error.
@@ -220,6 +224,14 @@ def _vm_shape_error(exc: RuntimeError) -> Optional[Exception]:
     input fixes): a ``ParamError`` naming it.  In another function (``@f(%a: Tensor[(3,
     4)])`` called with a run-time dim of an input) the input reached a function that
     declares another shape: a ``RunCheckError`` naming the function and its parameter."""
+    returned = _RETURN_CAST.search(str(exc))
+    if returned is not None:
+        function, annotation, detail = returned.groups()
+        return RunCheckError(
+            f"@{function}: its result in this run does not match its declared "
+            f"{annotation}: {detail.strip()} (the type comes from the program's annotations, "
+            "e.g. a loop's or recursive function's declared result, and the value computed "
+            "has another shape)")
     match = _MATCH_CAST.search(str(exc))
     if match is None:
         return None

@@ -188,8 +188,10 @@ def test_load_imports_only_tvm_and_numpy(artifact_dir, x):
         # hugepages: placing the weights after the first call (ctypes, madvise);
         # switches: reading its BMLIB_HUGE_PAGES off switch; memory: the memory this
         # process may use (a few lines of /proc and cgroup reading, getrlimit); dims: the
-        # one static-dim test (isinstance IntImm) the metadata's shapes are written with
-        assert ours == ["bmlib_relax.dims", "bmlib_relax.errors", "bmlib_relax.hugepages",
+        # one static-dim test (isinstance IntImm) the metadata's shapes are written with;
+        # deep_stack: the thread a recursive model's calls run on (threading only)
+        assert ours == ["bmlib_relax.deep_stack", "bmlib_relax.dims", "bmlib_relax.errors",
+                        "bmlib_relax.hugepages",
                         "bmlib_relax.interrupts", "bmlib_relax.memory", "bmlib_relax.runtime",
                         "bmlib_relax.switches", "bmlib_relax.threads"], ours
         # tvm_ffi imports torch itself whenever torch is installed (a work-around of

@@ -67,6 +67,20 @@ def _refuse_a_file_name(text: str) -> None:
 IMPORT_RECURSION_LIMIT = 100_000
 
 
+#: Nesting (:func:`~bmlib_relax.relay.analysis.nesting_depth`) past which a program is
+#: imported and compiled on the deep stack's thread; shallower ones, every real model,
+#: stay on the caller's thread.
+SHALLOW_NESTING = 48
+
+
+def nests_deeply(module: ast.IRModule) -> bool:
+    """Whether ``module`` nests past :data:`SHALLOW_NESTING` (any of its functions)."""
+    from ..relay.analysis import nesting_depth
+
+    return any(nesting_depth(f) > SHALLOW_NESTING for f in module.functions.values()
+               if isinstance(f, ast.Function))
+
+
 def import_relay(relay_mod: RelayLike, params: ParamsLike = None, *,
                  entry: str = "main", flatten_tuple_inputs: bool = False) -> tvm.IRModule:
     """Import a Relay program into a Relax ``IRModule`` (weights bound as constants).
@@ -87,7 +101,7 @@ def import_relay(relay_mod: RelayLike, params: ParamsLike = None, *,
         # The importer follows if/let/function bodies recursively, a few frames per
         # level through TVM's FFI: on the main thread's stack 400 nested ifs crashed
         # the process once the recursion limit allowed them.
-        return on_deep_stack(run)
+        return on_deep_stack(run) if nests_deeply(module) else run()
     except RecursionError:
         raise ConversionError(
             f"the program nests too deeply to import (if/let/function bodies inside each "
@@ -96,5 +110,5 @@ def import_relay(relay_mod: RelayLike, params: ParamsLike = None, *,
             "ifs choosing values can be a where/select)") from None
 
 
-__all__ = ["import_relay", "as_relay_module", "register_converter", "supported_ops",
+__all__ = ["import_relay", "as_relay_module", "nests_deeply", "register_converter", "supported_ops",
            "ConvertContext", "RelayImporter"]

@@ -1639,6 +1639,10 @@ class RelayImporter:
                 raise ConversionError("a function value passed to a recursive function "
                                       "is not supported", location=_where(node))
         call = self.emit(relax.Call(gv, args), node)
+        if isinstance(call.ty, relax.TupleType) and not call.ty.fields:
+            # ``()`` itself: TVM 0.27's VM keeps a unit result in its void register, and
+            # reading it back (into a tuple of results) failed with an InternalError
+            return relax.Tuple([])
         precise = self._result_types.get(gv.name_hint)
         if precise is None:
             return call

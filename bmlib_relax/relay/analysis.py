@@ -116,6 +116,26 @@ def post_order_list(expr: A.Expr) -> list[A.Expr]:
     return out
 
 
+def nesting_depth(expr: A.Expr) -> int:
+    """How deep ``if`` branches, function bodies, match arms and let-bound values nest
+    in ``expr`` (a let chain's body does not nest: the importer walks it in a loop).
+    Computed without recursion, for a program too deep to walk recursively."""
+    depth: dict[int, int] = {}
+    for node in post_order_list(expr):
+        inner = [depth.get(id(c), 0) for c in children(node)]
+        if isinstance(node, A.If):
+            value = max(depth.get(id(node.cond), 0), depth.get(id(node.true_branch), 0) + 1,
+                        depth.get(id(node.false_branch), 0) + 1)
+        elif isinstance(node, A.Let):
+            value = max(depth.get(id(node.value), 0) + 1, depth.get(id(node.body), 0))
+        elif isinstance(node, (A.Function, A.Match)):
+            value = max(inner, default=0) + 1
+        else:
+            value = max(inner, default=0)
+        depth[id(node)] = value
+    return depth.get(id(expr), 0)
+
+
 def _binders(node: A.Expr) -> tuple[A.Var, ...]:
     if isinstance(node, A.Function):
         return node.params
