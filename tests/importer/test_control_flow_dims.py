@@ -424,3 +424,22 @@ def test_a_global_main_never_calls_is_accepted_unless_definitely_ill_typed(name)
     assert offloaded_partitions(model.relax_module)
     a = RNG.standard_normal((2, 4)).astype("float32")
     np.testing.assert_allclose(_run(model, a), _relu(a), rtol=1e-6)
+
+
+def test_a_loop_result_its_declared_type_contradicts_is_a_run_check_error():
+    """A loop declared ``-> Tensor[(1, 2)]`` over a ``(?, 2)`` state that grows: v0.19
+    unified ``?`` with 1 and returned the (4, 2) it computed; here the contradiction is
+    a RunCheckError naming the result (it was TVM's raw match_cast RuntimeError)."""
+    from bmlib_relax.errors import RunCheckError
+
+    model = bmlib_relax.compile('''#[version = "0.0.5"]
+def @main(%n: int32, %x: Tensor[(1, 2), float32]) {
+  let %loop = fn (%i: int32, %acc: Tensor[(?, 2), float32]) -> Tensor[(1, 2), float32] {
+    if (less(%i, %n)) { %loop(add(%i, 1), concatenate((%acc, %acc))) } else { %acc }
+  };
+  %loop(0, %x)
+}''')
+    np.testing.assert_array_equal(model(np.int32(0), np.ones((1, 2), "float32")), [[1, 1]])
+    with pytest.raises(RunCheckError, match=r"result in this run does not match its declared "
+                                            r"R.Tensor\(\(1, 2\)"):
+        model(np.int32(2), np.ones((1, 2), "float32"))

@@ -661,3 +661,18 @@ def test_nested_loops_of_one_signature_stay_two_loops():
     model = bmlib_relax.compile(text, {})
     assert offloaded_partitions(model.relax_module)
     np.testing.assert_allclose(model(x=x), want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("body, want_x", [
+    ("(@u(%x), %x)", [1.0, 1.0]),
+    ("let %z = @u(%x); (%z, add(%x, 1f))", [2.0, 2.0]),
+])
+def test_a_global_returning_unit_can_be_a_field_of_the_result(body, want_x):
+    """TVM 0.27's VM kept a ``()`` call result in its void register and failed reading
+    it back into a tuple (InternalError at run time); v0.19's VM returned ``((), x)``."""
+    text = ('#[version = "0.0.5"]\n'
+            'def @u(%x: Tensor[(2), float32]) -> () { () }\n'
+            f'def @main(%x: Tensor[(2), float32]) {{ {body} }}\n')
+    unit, x = bmlib_relax.compile(text)(np.ones(2, "float32"))
+    assert unit == ()
+    np.testing.assert_array_equal(x, want_x)
