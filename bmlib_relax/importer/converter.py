@@ -48,6 +48,7 @@ from tvm import relax
 from tvm.sym.analyzer import Analyzer, ConstIntBound
 
 from ..constants import tensor_constant
+from ..dims import static_dim
 from ..errors import BmlibError, ConversionError, ParamError, RelayTypeError, UnsupportedOpError
 from ..relay import ast
 from ..relay.params import check_param
@@ -498,6 +499,30 @@ def _check_computable_dtype(dtype: str, where: Optional[str], op: Optional[str] 
                           op=op, location=where)
 
 
+def _check_named_dims(func: ast.Function, args: list) -> None:
+    """A dim named in ``func``'s parameter annotations (``%x: Tensor[(n, 2)]``) is one
+    value across its arguments: v0.19's type solver (UnifyDim) bound it to the first
+    static value it met and refused another one.  Left unchecked, two arguments of 1
+    and 3 rows ran, broadcasting into a plausible result."""
+    seen: dict[str, tuple[int, str]] = {}
+    for var, arg in zip(func.params, args):
+        annotation, ty = var.type_annotation, getattr(arg, "ty", None)
+        if not isinstance(annotation, ast.TensorType) or not isinstance(ty, relax.TensorType) \
+                or not isinstance(ty.shape, relax.ShapeExpr):
+            continue
+        for dim, got in zip(annotation.shape, ty.shape.values):
+            name = dim if isinstance(dim, str) else getattr(dim, "name", None)
+            value = static_dim(got)
+            if isinstance(dim, int) or not name or value is None:
+                continue
+            first = seen.setdefault(str(name), (value, var.name))
+            if first[0] != value:
+                raise ConversionError(
+                    f"the arguments give the dim {name} of its parameters two values: "
+                    f"{first[0]} (%{first[1]}) and {value} (%{var.name}); Relay's type "
+                    "checker refused it", location=_where(var))
+
+
 def tensor_type(ty: ast.Type, where: Optional[str] = None,
                 dim_vars: Optional[dict] = None) -> relax.Type:
     """Relax type of a Relay type; ``?`` dims become fresh symbolic int64 vars, named or
@@ -881,6 +906,7 @@ class RelayImporter:
         """Refuse arguments that do not have the types of ``func``'s annotated parameters."""
         for var, arg in zip(func.params, args):
             self._check_annotation(arg, var.type_annotation, f"parameter %{var.name}", var)
+        _check_named_dims(func, args)
 
     @staticmethod
     def _check_not_function(result: Any, func: ast.Function) -> None:

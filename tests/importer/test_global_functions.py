@@ -676,3 +676,20 @@ def test_a_global_returning_unit_can_be_a_field_of_the_result(body, want_x):
     unit, x = bmlib_relax.compile(text)(np.ones(2, "float32"))
     assert unit == ()
     np.testing.assert_array_equal(x, want_x)
+
+
+def test_a_dim_named_in_a_globals_parameters_is_one_value_across_its_arguments():
+    """v0.19's type solver bound ``n`` to the first static value and refused another one;
+    unchecked, (1, 2) and (3, 2) ran and broadcast into a plausible (3, 2) result."""
+    text = '''#[version = "0.0.5"]
+def @pair(%x: Tensor[(n, 2), float32], %y: Tensor[(n, 2), float32]) -> Tensor[(n, 2), float32] {
+  add(%x, %y)
+}
+def @main(%a: Tensor[(1, 2), float32], %b: Tensor[(%s, 2), float32]) { @pair(%a, %b) }
+'''
+    with pytest.raises(bmlib_relax.ConversionError,
+                       match=r"the dim n of its parameters two values: 1 \(%x\) and 3 \(%y\)"):
+        bmlib_relax.compile(text.replace("%s", "3"))
+    model = bmlib_relax.compile(text.replace("%s", "1"))
+    np.testing.assert_array_equal(model(np.ones((1, 2), "float32"), np.ones((1, 2), "float32")),
+                                  [[2, 2]])
