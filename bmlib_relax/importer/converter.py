@@ -1597,7 +1597,11 @@ class RelayImporter:
 
     @staticmethod
     def _type_of(value: Any, var: ast.Var) -> relax.Type:
-        if isinstance(value, _FUNCTION_VALUES) or getattr(value, "ty", None) is None:
+        if isinstance(value, _FUNCTION_VALUES):
+            raise ConversionError(f"%{var.name} takes a function value: a loop or recursive "
+                                  "function here takes tensors and tuples only (call the "
+                                  "function inside it instead)", location=_where(var))
+        if getattr(value, "ty", None) is None:
             raise ConversionError(f"%{var.name} has no Relax type here; annotate its type",
                                   location=_where(var))
         return value.ty

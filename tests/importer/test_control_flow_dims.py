@@ -443,3 +443,17 @@ def @main(%n: int32, %x: Tensor[(1, 2), float32]) {
     with pytest.raises(RunCheckError, match=r"result in this run does not match its declared "
                                             r"R.Tensor\(\(1, 2\)"):
         model(np.int32(2), np.ones((1, 2), "float32"))
+
+
+def test_a_function_value_passed_to_a_loop_is_refused_by_what_it_is():
+    with pytest.raises(bmlib_relax.ConversionError,
+                       match=r"%f takes a function value: a loop or recursive function"):
+        bmlib_relax.compile('''#[version = "0.0.5"]
+def @main(%n: int32, %x: Tensor[(3), float32]) {
+  let %g = fn (%a: Tensor[(3), float32]) { multiply(%a, 2f) };
+  let %loop = fn (%i: int32, %f: fn (Tensor[(3), float32]) -> Tensor[(3), float32],
+                  %acc: Tensor[(3), float32]) -> Tensor[(3), float32] {
+    if (less(%i, %n)) { %loop(add(%i, 1), %f, %f(%acc)) } else { %acc }
+  };
+  %loop(0, %g, %x)
+}''')
