@@ -179,10 +179,11 @@ def test_list_ops_json():
     from bmlib_relax.importer import supported_ops
 
     assert sorted(rows) == list(supported_ops())
-    # nn.conv2d is relax.nn.conv2d (plus the layout transposes some Relay layouts need).
+    # nn.conv2d is relax.nn.conv2d (plus the layout transposes some Relay layouts need,
+    # and the zero padding of a channel count a blocked out_layout does not divide).
     assert rows["nn.conv2d"][0] == {"op": "relax.nn.conv2d", "bmlib_template": True}
     assert {r["op"] for r in rows["nn.conv2d"]} <= {"relax.nn.conv2d", "relax.permute_dims",
-                                                    "relax.reshape"}
+                                                    "relax.reshape", "relax.nn.pad"}
     assert all(r["bmlib_template"] for r in rows["nn.conv2d"])
     assert {"op": "relax.matmul", "bmlib_template": True} in rows["nn.dense"]
     assert {"op": "relax.nn.adaptive_avg_pool1d", "bmlib_template": False} in \
