@@ -63,3 +63,17 @@ def test_a_run_time_shape_whose_size_would_wrap_is_refused(shape):
                                             r"float32 elements: TVM's int64 size arithmetic"):
         model(np.array(shape, "int64"))
     np.testing.assert_array_equal(model(np.array([3, 2], "int64")), np.zeros(3, "float32"))
+
+
+@pytest.mark.parametrize("operands, message", [
+    ("3f, 3f, 1f", r"arange\(3.0, 3.0, 1.0\) has no elements"),
+    ("5f, 3f, 1f", r"arange\(5.0, 3.0, 1.0\) has no elements"),
+    ("0f, 3f, 0f", "arange step is 0"),
+])
+def test_a_constant_arange_without_elements_is_refused_as_v019_did(operands, message):
+    """v0.19's ArangeRel: ``ceil((stop - start) / step)`` must be more than 0."""
+    import bmlib_relax
+
+    with pytest.raises(bmlib_relax.ConversionError, match=message):
+        bmlib_relax.compile(relay_fn("", f'arange({operands}, dtype="float32")'))
+    check(relay_fn("", 'arange(5f, 3f, -1f, dtype="float32")'), [], np.array([5, 4], "float32"))

@@ -96,7 +96,20 @@ def _arange(inputs, attrs, ctx):
                    for x, name in zip((inputs[0], inputs[2]), ("start", "step")))
     if stop_value is None or stop_value.size != 1:
         return _dynamic_arange(start, inputs[1], step, dtype, ctx)
-    return relax.op.arange(start, stop_value.reshape(()).item(), step, dtype)
+    stop = stop_value.reshape(()).item()
+    _check_static_arange(start, stop, step, ctx)
+    return relax.op.arange(start, stop, step, dtype)
+
+
+def _check_static_arange(start, stop, step, ctx) -> None:
+    """v0.19's ArangeRel on constant operands: ``ceil((stop - start) / step)`` elements
+    (in double), which must be more than 0 (``Invalid arange attributes``)."""
+    if float(step) == 0:
+        raise ctx.error(f"arange step is 0 (start {start}, stop {stop})")
+    count = np.ceil((float(stop) - float(start)) / float(step))
+    if not count > 0:
+        raise ctx.error(f"arange({start}, {stop}, {step}) has no elements: Relay's ArangeRel "
+                        "refused an empty or negative range")
 
 
 def _dynamic_arange(start, stop, step, dtype: str, ctx):
