@@ -136,10 +136,35 @@ def test_unknown_depths_and_layouts_are_refused():
         relay.testing.mobilenet.get_workload(layout="NCHW4c")
 
 
+@pytest.mark.parametrize("num_layers, batch_norm", [(11, True), (19, False)])
+def test_vgg_workload_structure(num_layers, batch_norm):
+    mod, params = relay.testing.vgg.get_workload(1, num_classes=10, image_shape=(3, 32, 32),
+                                                 num_layers=num_layers, batch_norm=batch_norm)
+    convs = calls_of(mod, "nn.conv2d")
+    depths = {11: (1, 1, 2, 2, 2), 19: (2, 2, 4, 4, 4)}[num_layers]
+    assert len(convs) == sum(depths) and len(calls_of(mod, "nn.max_pool2d")) == 5
+    widths = [int(params[c.args[1].name_hint].shape[0]) for c in convs]
+    assert widths == [w for d, w in zip(depths, (64, 128, 256, 512, 512)) for _ in range(d)]
+    assert len(calls_of(mod, "nn.batch_norm")) == (len(convs) if batch_norm else 0)
+    assert [tuple(params[f"fc{i}_weight"].shape) for i in (6, 7, 8)] == \
+        [(4096, 512), (4096, 4096), (10, 4096)]  # 32x32 pooled five times: 512 x 1 x 1
+
+
+def test_squeezenet_workload():
+    for version, stem in (("1.0", (96, 3, 7, 7)), ("1.1", (64, 3, 3, 3))):
+        mod, params = relay.testing.squeezenet.get_workload(
+            num_classes=10, version=version, image_shape=(3, 64, 64))
+        assert len(calls_of(mod, "nn.conv2d")) == 1 + 8 * 3 + 1
+        assert len(calls_of(mod, "concatenate")) == 8
+        assert tuple(params["conv1_weight"].shape) == stem
+        assert tuple(params["fire8_right_conv_weight"].shape) == (256, 64, 3, 3)
+    check_against_plain_build(mod, params)  # 1.1
+
+
 def test_what_is_not_ported_says_what_is_and_rand_gives_a_tensor():
-    for name in ("vgg", "squeezenet", "inception_v3"):
+    for name in ("inception_v3", "densenet"):
         with pytest.raises(AttributeError, match=rf"relay.testing.{name} is not available.*"
-                                                 r"resnet, mobilenet, mlp"):
+                                                 r"resnet, mobilenet, mlp, vgg, squeezenet"):
             getattr(relay.testing, name)
     assert not hasattr(relay.testing, "no_such_thing")
     sample = relay.testing.rand("float32", 2, 3)

@@ -1,6 +1,7 @@
 """``relay.testing``: the helpers Relay's own tests imported (``run_infer_type``,
 ``run_opt_pass``) and the workloads tutorials and benchmarks started from
-(``resnet``/``mobilenet``/``mlp.get_workload``, ``create_workload``, ``init``, ``layers``).
+(``resnet``/``mobilenet``/``mlp``/``vgg``/``squeezenet.get_workload``, ``create_workload``,
+``init``, ``layers``).
 
 The workloads are written for bmlib-relax: the same networks by name and arguments,
 their parameter names in v0.19's style, weights drawn afresh (they are random in v0.19
@@ -35,14 +36,15 @@ def rand(dtype: str, *shape: int):
     return tvm.runtime.tensor(np.random.rand(*shape).astype(dtype))
 
 
-from . import init, layers, mlp, mobilenet, resnet  # noqa: E402  (they use the helpers' siblings)
+# (after the helpers above, which their siblings use)
+from . import init, layers, mlp, mobilenet, resnet, squeezenet, vgg  # noqa: E402
 from .init import create_workload  # noqa: E402
 
 __all__ = ["run_infer_type", "run_opt_pass", "create_workload", "rand", "init", "layers",
-           "mlp", "mobilenet", "resnet"]
+           "mlp", "mobilenet", "resnet", "squeezenet", "vgg"]
 
 # What v0.19's relay.testing had that is not written here.
-_NOT_PORTED = ("vgg", "squeezenet", "inception_v3", "densenet", "dqn", "dcgan", "lstm",
+_NOT_PORTED = ("inception_v3", "densenet", "dqn", "dcgan", "lstm",
                "resnet_3d", "synthetic", "mobilenet_v2", "yolo_detection", "temp_op_attr",
                "count_ops", "check_grad", "byoc_trace", "nat", "tf")
 
@@ -50,6 +52,7 @@ _NOT_PORTED = ("vgg", "squeezenet", "inception_v3", "densenet", "dqn", "dcgan", 
 def __getattr__(name: str):
     if name in _NOT_PORTED:
         raise AttributeError(f"relay.testing.{name} is not available in bmlib-relax (its "
-                             "workloads: resnet, mobilenet, mlp; helpers: create_workload, "
-                             "init, layers, rand, run_infer_type, run_opt_pass)")
+                             "workloads: resnet, mobilenet, mlp, vgg, squeezenet; helpers: "
+                             "create_workload, init, layers, rand, run_infer_type, "
+                             "run_opt_pass)")
     raise AttributeError(f"module 'relay.testing' has no attribute {name!r}")
