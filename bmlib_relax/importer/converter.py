@@ -499,28 +499,46 @@ def _check_computable_dtype(dtype: str, where: Optional[str], op: Optional[str] 
                           op=op, location=where)
 
 
-def _check_named_dims(func: ast.Function, args: list) -> None:
+def _named_static_dims(annotation: Any, ty: Any):
+    """``(name, static value)`` of each dim ``annotation`` (a Relay tensor type) names
+    where the Relax type ``ty`` has a static dim."""
+    if not isinstance(annotation, ast.TensorType) or not isinstance(ty, relax.TensorType) \
+            or not isinstance(ty.shape, relax.ShapeExpr):
+        return
+    for axis, (dim, got) in enumerate(zip(annotation.shape, ty.shape.values)):
+        name = dim if isinstance(dim, str) else getattr(dim, "name", None)
+        value = static_dim(got)
+        if not isinstance(dim, int) and name and value is not None:
+            yield axis, str(name), value
+
+
+def _check_named_dims(func: ast.Function, args: list) -> dict:
     """A dim named in ``func``'s parameter annotations (``%x: Tensor[(n, 2)]``) is one
     value across its arguments: v0.19's type solver (UnifyDim) bound it to the first
     static value it met and refused another one.  Left unchecked, two arguments of 1
-    and 3 rows ran, broadcasting into a plausible result."""
+    and 3 rows ran, broadcasting into a plausible result.  The values bound."""
     seen: dict[str, tuple[int, str]] = {}
     for var, arg in zip(func.params, args):
-        annotation, ty = var.type_annotation, getattr(arg, "ty", None)
-        if not isinstance(annotation, ast.TensorType) or not isinstance(ty, relax.TensorType) \
-                or not isinstance(ty.shape, relax.ShapeExpr):
-            continue
-        for dim, got in zip(annotation.shape, ty.shape.values):
-            name = dim if isinstance(dim, str) else getattr(dim, "name", None)
-            value = static_dim(got)
-            if isinstance(dim, int) or not name or value is None:
-                continue
-            first = seen.setdefault(str(name), (value, var.name))
+        for _, name, value in _named_static_dims(var.type_annotation, getattr(arg, "ty", None)):
+            first = seen.setdefault(name, (value, var.name))
             if first[0] != value:
                 raise ConversionError(
                     f"the arguments give the dim {name} of its parameters two values: "
                     f"{first[0]} (%{first[1]}) and {value} (%{var.name}); Relay's type "
                     "checker refused it", location=_where(var))
+    return {name: value for name, (value, _) in seen.items()}
+
+
+def _check_named_result(func: ast.Function, bound: dict, result_ty: Any, what: str) -> None:
+    """The result against the dims its declared type names, as the arguments bound them
+    (``@f(%x: Tensor[(n, 2)]) -> Tensor[(n, 2)]`` returning twice the rows of ``%x``):
+    v0.19's type solver refused the program."""
+    for axis, name, value in _named_static_dims(func.ret_type, result_ty):
+        if name in bound and bound[name] != value:
+            raise ConversionError(
+                f"{what} has {value} entries on axis {axis}, where its declared type says "
+                f"{name}, which the arguments make {bound[name]}; Relay's type checker "
+                "refused it", location=_where(func))
 
 
 def tensor_type(ty: ast.Type, where: Optional[str] = None,
@@ -1299,6 +1317,8 @@ class RelayImporter:
         env.update(zip(func.params, args))
         result = self._convert(func.body, env)
         self._check_annotation(result, func.ret_type, f"the result of {name}", func)
+        _check_named_result(func, _check_named_dims(func, args), getattr(result, "ty", None),
+                            f"the result of {name}")
         return result
 
     # ------------------------------------------------------------------ functions
@@ -1460,6 +1480,8 @@ class RelayImporter:
             self._active_globals.pop()
         if seq is None:
             return None  # it returns a function value (no return type said so): inline it
+        _check_named_result(func, _check_named_dims(func, params), seq.ty,
+                            f"the result of @{name}")
         ret = None
         if _concrete_type(func.ret_type):
             ret = signature_type(func.ret_type, _where(func))

@@ -693,3 +693,11 @@ def @main(%a: Tensor[(1, 2), float32], %b: Tensor[(%s, 2), float32]) { @pair(%a,
     model = bmlib_relax.compile(text.replace("%s", "1"))
     np.testing.assert_array_equal(model(np.ones((1, 2), "float32"), np.ones((1, 2), "float32")),
                                   [[2, 2]])
+    doubled = ('#[version = "0.0.5"]\n'
+               'def @f(%x: Tensor[(n, 2), float32]) -> Tensor[(n, 2), float32] {\n'
+               '  concatenate((%x, %x))\n}\n'
+               'def @main(%a: Tensor[(3, 2), float32]) { @f(%a) }\n')
+    with pytest.raises(bmlib_relax.ConversionError,
+                       match=r"the result of @f has 6 entries on axis 0, where its declared "
+                             r"type says n, which the arguments make 3"):
+        bmlib_relax.compile(doubled)
