@@ -287,6 +287,7 @@ class TypeInferencer:
         if not untyped:
             return
         self._type_params_from_calls(nodes, untyped)
+        self._type_from_fixed_uses(nodes, untyped)
         for node in nodes:
             if not (isinstance(node, A.Call) and isinstance(node.op, A.Op)):
                 continue
@@ -336,6 +337,27 @@ class TypeInferencer:
                     self.types[id(param)] = ty
                     param._set_checked_type(ty)
                     untyped.discard(id(param))
+
+    def _type_from_fixed_uses(self, nodes: list, untyped: set) -> None:
+        """Uses that fix a variable's whole type, as Relay's unification did: an ``if``
+        condition is ``Tensor[(), bool]`` (v0.19's ``VisitExpr_(IfNode)``; its
+        ``test_vm.py::test_multiple_ifs`` relies on it), and an argument of a call to a
+        global takes the type the global annotates its parameter with."""
+        def settle(var: A.Expr, ty: Optional[A.Type]) -> None:
+            if id(var) in untyped and ty is not None and not _has_incomplete(ty):
+                self.types[id(var)] = ty
+                var._set_checked_type(ty)
+                untyped.discard(id(var))
+
+        for node in nodes:
+            if isinstance(node, A.If):
+                settle(node.cond, A.TensorType((), "bool"))
+            elif isinstance(node, A.Call) and isinstance(node.op, A.GlobalVar):
+                callee = self.module.functions.get(node.op.name)
+                if callee is None or len(callee.params) != len(node.args):
+                    continue
+                for param, arg in zip(callee.params, node.args):
+                    settle(arg, _annotation(param))
 
     def _type_of_subexpr(self, expr: A.Expr) -> Optional[A.Type]:
         """The type of an argument expression (inferring its sub-graph), or None if unknown."""
@@ -611,6 +633,15 @@ def _check_inferred_dims(call: A.Call, ty: A.Type) -> None:
 def _annotation(var: A.Var) -> Optional[A.Type]:
     ty = var.type_annotation
     return None if isinstance(ty, A.IncompleteType) else ty
+
+
+def _has_incomplete(ty: A.Type) -> bool:
+    """Whether ``ty`` is, or holds, a type still to be inferred (``_``)."""
+    if isinstance(ty, A.IncompleteType):
+        return True
+    if isinstance(ty, A.TupleType):
+        return any(_has_incomplete(f) for f in ty.fields)
+    return False
 
 
 def infer_module(module: A.IRModule) -> A.IRModule:

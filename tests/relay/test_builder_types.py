@@ -115,6 +115,35 @@ def @main(%a: Tensor[(5, 7), float32], %b: Tensor[(5, 7), float32]) {
     assert f.checked_type == relay.FuncType([tensor, tensor], tensor)
     assert main.checked_type.ret_type == tensor
 
+def test_an_if_condition_and_a_global_call_type_their_unannotated_variables():
+    # v0.19 unified an ``if`` condition with Tensor[(), bool] and a global's argument with
+    # its parameter type (its test_vm.py::test_multiple_ifs runs ``fn (%b)`` like this).
+    b, v0, v1, v2, v3 = (relay.var(n) for n in ("b", "v0", "v1", "v2", "v3"))
+    body = relay.Tuple([v2, v3])
+    body = relay.Let(v3, relay.If(b, v1, v0), body)
+    body = relay.Let(v2, relay.If(b, v0, v1), body)
+    body = relay.Let(v1, relay.Tuple([relay.const(1)]), body)
+    body = relay.Let(v0, relay.Tuple([relay.const(0)]), body)
+    mod = relay.IRModule({})
+    mod["main"] = relay.Function([b], body)
+    run = relay.create_executor(mod=mod, kind="vm").evaluate()
+    picks = [[int(f.numpy()) for f in pair] for pair in run(False)]
+    assert picks == [[1], [0]]
+    assert [[int(f.numpy()) for f in pair] for pair in run(True)] == [[0], [1]]
+
+    text = """#[version = "0.0.5"]
+def @double(%x: Tensor[(2), float32]) -> Tensor[(2), float32] { add(%x, %x) }
+def @main(%c, %y) { if (%c) { @double(%y) } else { %y } }
+"""
+    main = relay.transform.InferType()(relay.parse(text))["main"]
+    assert [p.checked_type for p in main.params] == [relay.TensorType((), "bool"),
+                                                     relay.TensorType((2,))]
+    model = bmlib_relax.compile(text)
+    y = np.array([1.5, -2.0], "float32")
+    np.testing.assert_array_equal(model(np.array(True), y), 2 * y)
+    np.testing.assert_array_equal(model(np.array(False), y), y)
+
+
 def test_a_variable_whose_type_nothing_determines_is_a_clear_error():
     z = relay.var("z")
     with pytest.raises(RelayTypeError, match=r"exp: the type of %z cannot be inferred"):
