@@ -719,6 +719,26 @@ def _zeros_like_empty(ty: Any) -> Optional[relax.Expr]:
     return relax.op.zeros(ty.shape, ty.dtype)
 
 
+def _inferred_global_return(module: ast.IRModule, func: ast.Function) -> Optional[ast.Type]:
+    """The return type Relay's inference gives the global ``func`` (None if it is no
+    global of ``module`` or the inference cannot type it); a type error it finds is
+    raised."""
+    from ..relay.type_infer import TypeInferencer, has_incomplete
+
+    name = next((n for n, f in module.functions.items() if f is func), None)
+    if name is None:
+        return None
+    try:
+        ret = TypeInferencer(module).infer_global(name).ret
+    except RelayTypeError as exc:
+        if _INFERENCE_LIMITS.search(_without_place(exc)):
+            return None
+        raise  # ill-typed as Relay would have said (branches of two types)
+    except BmlibError:
+        return None
+    return None if has_incomplete(ret) else ret
+
+
 def _inferred_param_type(module: ast.IRModule, func: ast.Function, var: ast.Var) -> ast.Type:
     """The type Relay's inference gives an un-annotated input (from its uses), else an error."""
     from ..relay.type_infer import TypeInferencer
@@ -1643,16 +1663,18 @@ class RelayImporter:
                                                              declared_ret, precise=True)
         return gv
 
-    @staticmethod
-    def _return_type(name: str, params: list, func: ast.Function,
+    def _return_type(self, name: str, params: list, func: ast.Function,
                      declared_ret: Optional[ast.Type] = None,
                      precise: bool = False) -> relax.Type:
         """The Relax return type of a recursive function: its annotation, else the one its
         ``let`` variable's function type declares (``declared_ret``; v0.19 unified the
         two); without either, a loop's as ``relay.loops.while_loop`` builds it (``if (c)
         { %loop(...) } else { (its parameters) }``, never annotated): the tuple of its
-        parameters' types.  With ``precise``, the type of a call of it as Relay had it:
-        a ``?`` dim a var (of its own), not a rank only."""
+        parameters' types; else, for a global, the return type Relay's inference gives it
+        (``if (equal(%n, 0)) { 1 } else { multiply(%n, @fact(...)) }``: its base case's).
+        With ``precise``, the type of a call of it as Relay had it: a ``?`` dim a var (of
+        its own), not a rank only."""
+        module = self.module
         def declared(ty: ast.Type) -> relax.Type:
             return tensor_type(ty, _where(func), {}) if precise else \
                 signature_type(ty, _where(func))
@@ -1672,6 +1694,9 @@ class RelayImporter:
                     return relax.TupleType([
                         _independent_dims(p.ty, p.name) if precise
                         else _final_state_type(p.ty) for p in params[:len(own)]])
+        inferred = _inferred_global_return(module, func)
+        if inferred is not None:
+            return declared(inferred)
         raise ConversionError(
             f"recursive function %{name} has no return type; annotate it "
             "(fn (...) -> T { ... })", location=_where(func))

@@ -201,6 +201,10 @@ class TypeInferencer:
         self._globals_done: dict[str, A.FuncType] = {}
         self._globals_active: set[str] = set()
         self._function_names: dict[int, str] = {}  # id(global function) -> "@name"
+        # recursive globals without a return type: called before their body was typed,
+        # and the type a first pass found for them
+        self._open_returns: set[str] = set()
+        self._return_guesses: dict[str, A.Type] = {}
 
     # ------------------------------------------------------------------ entry points
     def run(self) -> None:
@@ -210,19 +214,69 @@ class TypeInferencer:
     def infer_global(self, name: str) -> A.FuncType:
         if name in self._globals_done:
             return self._globals_done[name]
+        func = self.module[name]
         if name in self._globals_active:
-            func = self.module[name]
-            if func.ret_type is None or any(p.type_annotation is None for p in func.params):
+            if any(p.type_annotation is None for p in func.params):
                 raise RelayTypeError(f"recursive function @{name} needs annotated types")
-            return A.FuncType(tuple(p.type_annotation for p in func.params), func.ret_type)
+            ret = func.ret_type
+            if ret is None:  # a recursive call before the body's type is known
+                self._open_returns.add(name)
+                ret = self._return_guesses.get(name, A.IncompleteType())
+            return A.FuncType(tuple(p.type_annotation for p in func.params), ret)
         self._globals_active.add(name)
-        self._function_names[id(self.module[name])] = f"@{name}"
+        self._function_names[id(func)] = f"@{name}"
         try:
-            ty = self.infer(self.module[name])
+            ty = self._infer_recursive_global(name, func)
         finally:
             self._globals_active.discard(name)
         self._globals_done[name] = ty
         return ty
+
+    def _infer_recursive_global(self, name: str, func: A.Function) -> A.FuncType:
+        """Infer ``@name``; a recursive one without a return type twice, as v0.19's solver
+        unified it: first with its recursive calls' results unknown (the base case's
+        branch gives the body a type, ``if`` unifying ``_`` with it), then again with that
+        type as the calls' result, so that what uses them is typed and checked."""
+        self._open_returns.discard(name)
+        try:
+            ty = self.infer(func)
+            guess = ty.ret
+        except RelayTypeError as exc:
+            if name not in self._open_returns:
+                raise
+            # ``multiply(%n, @fact(...))``: the base case's branch was typed before the
+            # failing use of the recursive call
+            guess = self._typed_tail(func.body)
+            if guess is None:
+                raise RelayTypeError(
+                    f"recursive function @{name} needs a return type: the type of its "
+                    f"body depends on its recursive calls ({exc})",
+                    location=_where(func)) from None
+        if name not in self._open_returns or has_incomplete(guess):
+            return ty
+        self._return_guesses[name] = guess
+        for node in post_order_list(func):
+            self.types.pop(id(node), None)
+        ty = self.infer(func)
+        self._unify_at(func, guess, ty.ret, f"@{name}'s recursive calls are typed "
+                                            f"{guess} but its body is {ty.ret}")
+        return ty
+
+    def _typed_tail(self, body: A.Expr) -> Optional[A.Type]:
+        """The first fully typed expression in a result position of ``body`` (through
+        ``let`` bodies and ``if`` branches), or None."""
+        pending = [body]
+        while pending:
+            node = pending.pop(0)
+            if isinstance(node, A.Let):
+                pending.append(node.body)
+            elif isinstance(node, A.If):
+                pending.extend((node.true_branch, node.false_branch))
+            else:
+                ty = self.types.get(id(node))
+                if ty is not None and not has_incomplete(ty):
+                    return ty
+        return None
 
     def infer(self, root: A.Expr) -> A.Type:
         """Infer the types of every node of ``root`` (recorded on the nodes)."""
@@ -344,7 +398,7 @@ class TypeInferencer:
         ``test_vm.py::test_multiple_ifs`` relies on it), and an argument of a call to a
         global takes the type the global annotates its parameter with."""
         def settle(var: A.Expr, ty: Optional[A.Type]) -> None:
-            if id(var) in untyped and ty is not None and not _has_incomplete(ty):
+            if id(var) in untyped and ty is not None and not has_incomplete(ty):
                 self.types[id(var)] = ty
                 var._set_checked_type(ty)
                 untyped.discard(id(var))
@@ -635,12 +689,12 @@ def _annotation(var: A.Var) -> Optional[A.Type]:
     return None if isinstance(ty, A.IncompleteType) else ty
 
 
-def _has_incomplete(ty: A.Type) -> bool:
+def has_incomplete(ty: A.Type) -> bool:
     """Whether ``ty`` is, or holds, a type still to be inferred (``_``)."""
     if isinstance(ty, A.IncompleteType):
         return True
     if isinstance(ty, A.TupleType):
-        return any(_has_incomplete(f) for f in ty.fields)
+        return any(has_incomplete(f) for f in ty.fields)
     return False
 
 

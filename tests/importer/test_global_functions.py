@@ -14,7 +14,8 @@ import tvm
 from tvm import relax, topi
 
 import bmlib_relax
-from bmlib_relax import import_relay
+from bmlib_relax import import_relay, relay
+from bmlib_relax.errors import RelayTypeError
 from bmlib_relax.importer.branches import BRANCH_OF_ATTR
 from bmlib_relax.importer.provenance import origin_of
 from bmlib_relax.relay import parse
@@ -701,3 +702,51 @@ def @main(%a: Tensor[(1, 2), float32], %b: Tensor[(%s, 2), float32]) { @pair(%a,
                        match=r"the result of @f has 6 entries on axis 0, where its declared "
                              r"type says n, which the arguments make 3"):
         bmlib_relax.compile(doubled)
+
+
+RECURSIVE_WITHOUT_RETURN_TYPE = {
+    # tail recursion: the base case's branch types the body
+    "sum_up": ("""def @rec(%i: int32, %acc: Tensor[(2, 3), float32]) {
+  if (equal(%i, 0)) { %acc } else { @rec(subtract(%i, 1), nn.relu(add(%acc, 1f))) }
+}
+def @main(%n: int32, %x: Tensor[(2, 3), float32]) { multiply(@rec(%n, %x), 2f) }
+""", lambda n, x: 2 * _relu_repeat(x, n)),
+    # the recursive call inside an op: Relay's solver still typed it from the base case
+    "factorial": ("""def @rec(%i: int32, %x: Tensor[(2, 3), float32]) {
+  if (equal(%i, 0)) { %x } else { add(%x, multiply(@rec(subtract(%i, 1), %x), 0.5f)) }
+}
+def @main(%n: int32, %x: Tensor[(2, 3), float32]) { @rec(%n, %x) }
+""", lambda n, x: x * sum(0.5 ** k for k in range(n + 1))),
+}
+
+
+def _relu_repeat(x, n):
+    for _ in range(n):
+        x = np.maximum(x + 1, 0)
+    return x
+
+
+@pytest.mark.parametrize("case", sorted(RECURSIVE_WITHOUT_RETURN_TYPE))
+def test_a_recursive_global_without_a_return_type_is_typed_from_its_base_case(case):
+    # v0.19 unified the recursive calls' result with the body's type; this was
+    # "recursive function %rec has no return type; annotate it".
+    text, expect = RECURSIVE_WITHOUT_RETURN_TYPE[case]
+    mod = relay.transform.InferType()(parse(HEADER + text))
+    assert mod["rec"].checked_type.ret_type == relay.TensorType((2, 3))
+    model = bmlib_relax.compile(HEADER + text)
+    assert offloaded_partitions(model.relax_module)
+    x = _rand(2, 3)
+    for n in (0, 3):
+        np.testing.assert_allclose(model(np.array(n, "int32"), x), expect(n, x),
+                                   rtol=1e-6)
+
+
+def test_a_recursive_global_whose_branches_disagree_is_a_type_error():
+    text = HEADER + """def @rec(%n: int32) {
+  if (equal(%n, 0)) { 1f } else { multiply(%n, cast(@rec(subtract(%n, 1)), dtype="int32")) }
+}
+def @main(%n: int32) { @rec(%n) }
+"""
+    with pytest.raises(RelayTypeError, match=r"3:3: If: the branches have different types: "
+                                             r"float32 and int32"):
+        bmlib_relax.compile(text)
