@@ -26,7 +26,7 @@ from tvm import relax, te, topi
 from tvm.error import register_error as register_ffi_error
 from tvm.sym.analyzer import Analyzer
 
-from ..dims import static_dim
+from ..dims import dim_or_text, static_dim
 from ..errors import ArityMismatchError, BmlibError, CodegenError
 from ..legacy.lowerings import get_legacy_lowering, legacy_pattern_of
 from .prefetch import insert_prefetches
@@ -366,7 +366,7 @@ class PartitionLowerer:
 
 def _dims(dims: list) -> list:
     """Dims for a message: ints where static, the expression otherwise."""
-    return [int(d) if isinstance(d, (int, tvm.tirx.IntImm)) else str(d) for d in dims]
+    return [dim_or_text(d) for d in dims]
 
 
 def _in_caller_dims(callee: relax.Function, args: list) -> relax.Function:

@@ -48,7 +48,7 @@ from tvm import relax
 from tvm.sym.analyzer import Analyzer, ConstIntBound
 
 from ..constants import tensor_constant
-from ..dims import static_dim
+from ..dims import dim_or_text, static_dim
 from ..errors import BmlibError, ConversionError, ParamError, RelayTypeError, UnsupportedOpError
 from ..relay import ast
 from ..relay.params import check_param
@@ -645,8 +645,7 @@ def _check_result_dims(ty: Any, node: ast.Call) -> None:
                    "a dim of 2**31 or more (TVM builds static dims as int32 immediates)"
                    if any(d > _MAX_DIM for d in dims) else None)
         if problem:
-            shown = [int(d) if isinstance(d, tvm.tirx.IntImm) else str(d)
-                     for d in shape.values]
+            shown = [dim_or_text(d) for d in shape.values]
             raise ConversionError(f"the result would be Tensor[{tuple(shown)}, "
                                   f"{field.dtype}]: {problem}; check the op's attributes",
                                   op=node.op.name, location=_where(node))
