@@ -13,6 +13,7 @@ from typing import Any, Mapping, Optional, Sequence
 import tvm
 from tvm import relax
 
+from .backend.call_graph import call_graph, callees_first
 from .backend.codegen import PartitionRecord, is_bmlib_partition
 from .backend.host_reasons import host_reasons, op_name_of
 from .backend.patterns import has_no_elements
@@ -297,49 +298,13 @@ def host_ops(mod: tvm.IRModule, runs: Optional[Mapping[str, int]] = None) -> Cou
 def _call_graph(mod: tvm.IRModule) -> dict[str, Counter]:
     """``{function: Counter(callee: call sites)}`` over the Relax functions that are no
     partitions."""
-    sites: dict[str, Counter] = {}
-    for gv, func in mod.functions.items():
-        if not isinstance(func, relax.Function) or is_bmlib_partition(func):
-            continue
-        callees: Counter = Counter()
-
-        def visit(expr, callees=callees):
-            if isinstance(expr, relax.Call) and isinstance(expr.op, relax.GlobalVar):
-                callees[expr.op.name_hint] += 1
-
-        relax.analysis.post_order_visit(func, visit)
-        sites[gv.name_hint] = callees
-    return sites
-
-
-def _walk_calls(sites: dict[str, Counter], entry: str) -> tuple[list[str], set]:
-    """Functions reachable from ``entry``, callees before callers, and the call edges
-    that close a cycle (recursion)."""
-    order: list[str] = []
-    state: dict[str, int] = {}
-    back_edges: set = set()
-
-    def visit_calls(name: str) -> None:
-        state[name] = 1
-        for callee in sites[name]:
-            if callee not in sites:
-                continue
-            if state.get(callee) == 1:
-                back_edges.add((name, callee))
-            elif callee not in state:
-                visit_calls(callee)
-        state[name] = 2
-        order.append(name)
-
-    if entry in sites:
-        visit_calls(entry)
-    return order, back_edges
+    return call_graph(mod, skip=is_bmlib_partition)
 
 
 def is_recursive(mod: tvm.IRModule, entry: str = "main") -> bool:
     """Whether a call of ``entry`` can recurse (a Relay loop or recursive global): the
     VM then nests a native call per iteration (see ``runtime.ModelRunner``)."""
-    return bool(_walk_calls(_call_graph(mod), entry)[1])
+    return bool(callees_first(_call_graph(mod), entry)[1])
 
 
 def function_runs(mod: tvm.IRModule, entry: str = "main") -> dict[str, int]:
@@ -347,7 +312,7 @@ def function_runs(mod: tvm.IRModule, entry: str = "main") -> dict[str, int]:
     graph: once per call site in each run of its caller (both branches of an ``If``
     counted); a call inside a cycle (recursion: trip count unknown) adds nothing."""
     sites = _call_graph(mod)
-    order, back_edges = _walk_calls(sites, entry)
+    order, back_edges = callees_first(sites, entry)
     runs: dict[str, int] = {}
     if entry in sites:
         runs[entry] = 1

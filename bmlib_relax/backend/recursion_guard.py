@@ -24,6 +24,7 @@ from tvm.relax.expr import _update_type
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..errors import RUN_CHECK_PREFIX
+from .call_graph import call_graph, on_cycles, reaching
 
 #: Nested calls of Relax functions a run may reach: a third of what the recursion
 #: thread's stack held in a measured loop (300 000 nested calls crashed at 1 GiB).
@@ -32,35 +33,9 @@ MAX_RECURSION_DEPTH = 100_000
 _DEPTH_TYPE = relax.TensorType((), "int64")
 
 
-def _callees(func: relax.Function, functions) -> set:
-    """The GlobalVars among ``functions`` (a container of them) that ``func`` calls."""
-    found: set = set()
-
-    def visit(expr):
-        if isinstance(expr, relax.Call) and isinstance(expr.op, relax.GlobalVar) and \
-                expr.op in functions:
-            found.add(expr.op)
-
-    relax.analysis.post_order_visit(func, visit)
-    return found
-
-
 def recursive_functions(mod: tvm.IRModule) -> set:
     """The GlobalVars of the Relax functions that lie on a call cycle."""
-    functions = {gv: f for gv, f in mod.functions.items() if isinstance(f, relax.Function)}
-    calls = {gv: _callees(f, functions) for gv, f in functions.items()}
-    on_cycle = set()
-    for start in functions:
-        seen, stack = set(), list(calls[start])
-        while stack:
-            gv = stack.pop()
-            if gv == start:
-                on_cycle.add(start)
-                break
-            if gv not in seen:
-                seen.add(gv)
-                stack.extend(calls[gv])
-    return on_cycle
+    return {mod.get_global_var(name) for name in on_cycles(call_graph(mod))}
 
 
 @mutator
@@ -91,20 +66,11 @@ def depth_carriers(mod: tvm.IRModule) -> set:
     pass the depth on: restarting it at 0 let chained loops, each under the bound,
     nest past the stack together (a segmentation fault).  A public entry keeps its
     signature (its callers are outside the model) unless it is on a cycle itself."""
-    cycle = recursive_functions(mod)
-    if not cycle:
-        return cycle
-    functions = {gv: f for gv, f in mod.functions.items() if isinstance(f, relax.Function)}
-    calls = {gv: _callees(f, functions) for gv, f in functions.items()}
-    reaching = set(cycle)
-    changed = True
-    while changed:
-        changed = False
-        for gv, callees in calls.items():
-            if gv not in reaching and callees & reaching:
-                reaching.add(gv)
-                changed = True
-    return {gv for gv in reaching if gv in cycle or not _is_public(functions[gv])}
+    graph = call_graph(mod)
+    cycle = on_cycles(graph)
+    carriers = {name for name in reaching(graph, cycle)
+                if name in cycle or not _is_public(mod[name])}
+    return {mod.get_global_var(name) for name in carriers}
 
 
 def guard_recursion_depth(mod: tvm.IRModule, limit: int | None = None) -> tvm.IRModule:
@@ -115,6 +81,8 @@ def guard_recursion_depth(mod: tvm.IRModule, limit: int | None = None) -> tvm.IR
     cycle = depth_carriers(mod)
     if not cycle:
         return mod
+    graph = call_graph(mod)
+    carrier_names = {gv.name_hint for gv in cycle}
     # New GlobalVars: a function's type changes with its parameter list.
     renamed = {}
     for gv in cycle:
@@ -129,7 +97,7 @@ def guard_recursion_depth(mod: tvm.IRModule, limit: int | None = None) -> tvm.IR
             continue
         if gv not in cycle:
             out[gv] = _PassDepth(renamed, relax.const(0, "int64")).visit_expr(func) \
-                if _callees(func, cycle) else func
+                if any(callee in carrier_names for callee in graph[gv.name_hint]) else func
             continue
         depth = relax.Var("bmlib_depth", _DEPTH_TYPE)
         builder = relax.BlockBuilder()
