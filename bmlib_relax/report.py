@@ -15,8 +15,7 @@ from tvm import relax
 
 from .backend.call_graph import call_graph, callees_first
 from .backend.codegen import PartitionRecord, is_bmlib_partition
-from .backend.host_reasons import host_reasons, op_name_of
-from .backend.patterns import has_no_elements
+from .backend.host_reasons import NON_OPS, host_reasons, model_op_calls, op_name_of
 from .backend.verify import partition_call_sites
 from .dims import dim_or_text
 from .flops import (Flops, count_flops, evaluate_flops, flops_text, flops_vars, is_symbolic,
@@ -25,8 +24,6 @@ from .flops import (Flops, count_flops, evaluate_flops, flops_text, flops_vars, 
 # Bookkeeping ops that are not computation.
 # Calls that compute nothing of the model: calling conventions, and the run-time
 # checks the importer adds (``assert_op``: a comparison of shape values on the host).
-_NON_OPS = {"relax.call_dps_packed", "relax.call_tir", "relax.call_pure_packed",
-            "relax.assert_op"}
 _NAME_WIDTH = 44
 
 
@@ -202,23 +199,6 @@ def _short(op_name: str) -> str:
     return op_name[len("relax."):] if op_name.startswith("relax.") else op_name
 
 
-def _op_calls(func: relax.Function) -> list[relax.Call]:
-    """Relax op calls in ``func`` (nested composite functions included), but those whose
-    result has no elements: they compute nothing (the importer makes such results
-    ``zeros`` of their shape).  A ``call_tir`` counts when a Relay op made it (a TOPI
-    compute the importer called: ``image.dilation2d``, ``fast_exp``, ...)."""
-    calls: list[relax.Call] = []
-
-    def visit(expr):
-        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) \
-                and op_name_of(expr, _NON_OPS) is not None \
-                and not has_no_elements(expr.ty):
-            calls.append(expr)
-
-    relax.analysis.post_order_visit(func, visit)
-    return calls
-
-
 def _flops_of(func: relax.Function) -> Flops:
     """FLOPs of one call of ``func``: every op counted each time it runs, so a local
     composite function called twice (after ``MergeCompositeFunctions``) counts twice."""
@@ -241,7 +221,7 @@ def _flops_of(func: relax.Function) -> Flops:
         callee = local.get(expr.op, expr.op) if isinstance(expr.op, relax.Var) else expr.op
         if isinstance(callee, relax.Function):
             return walk(callee.body)
-        if isinstance(callee, tvm.ir.Op) and callee.name not in _NON_OPS:
+        if isinstance(callee, tvm.ir.Op) and callee.name not in NON_OPS:
             return count_flops(expr)
         return 0
 
@@ -290,8 +270,8 @@ def host_ops(mod: tvm.IRModule, runs: Optional[Mapping[str, int]] = None) -> Cou
     for gv, func in mod.functions.items():
         if _is_host_function(func):
             times = (runs or {}).get(gv.name_hint, 1)
-            for call in _op_calls(func):
-                counts[op_name_of(call, _NON_OPS)] += times
+            for call in model_op_calls(func):
+                counts[op_name_of(call)] += times
     return counts
 
 
@@ -349,7 +329,7 @@ def function_counts(mod: tvm.IRModule, records: Mapping[str, PartitionRecord]) -
         offloaded = [records[n] for n in called if n in records]
         counts[gvar.name_hint] = {
             "ops_offloaded": sum(len(r.ops) for r in offloaded),
-            "ops_host": len(_op_calls(func)),
+            "ops_host": len(model_op_calls(func)),
             "flops_offloaded": sum(_flops_of(partitions[n]) for n in called if n in records),
             "flops_host": _flops_of(func),
             "partitions": sorted(called)}

@@ -18,7 +18,7 @@ from tvm import relax
 from ..dims import all_static
 from ..importer.provenance import relay_call_of
 from .patterns import (HOST_VIEW_OPS, MAX_TEMPLATE_ELEMENTS, STANDALONE_VIEW_ENTRIES,
-                       SUPPORTED_DTYPES, static_elements)
+                       SUPPORTED_DTYPES, has_no_elements, static_elements)
 from .qnn_patterns import QNN_DTYPES
 from .templates import get_template, supports_symbolic_dims, symbolic_batch_only
 
@@ -30,19 +30,38 @@ TOO_LARGE = "tensor_too_large"
 UNMATCHED = "unmatched"
 VIEW = "view_on_host"
 
-_BOOKKEEPING = {"relax.call_dps_packed", "relax.call_tir", "relax.call_pure_packed"}
+#: Calls that are no op of the model: packed and TIR calls (a ``call_tir`` counts as the
+#: Relay op that made it, see :func:`op_name_of`) and the importer's run-time checks.
+NON_OPS = frozenset({"relax.call_dps_packed", "relax.call_tir", "relax.call_pure_packed",
+                     "relax.assert_op"})
 
 
-def op_name_of(call: relax.Call, bookkeeping: Iterable[str] = _BOOKKEEPING) -> Optional[str]:
+def op_name_of(call: relax.Call) -> Optional[str]:
     """The name an op call is counted under: its Relax op, or for a ``call_tir`` the Relay
     op it computes (a TOPI compute the importer called: ``image.dilation2d``,
-    ``fast_exp``, ...); ``None`` for ``bookkeeping`` ops and a ``call_tir`` no Relay op
+    ``fast_exp``, ...); ``None`` for :data:`NON_OPS` and a ``call_tir`` no Relay op
     made."""
     name = call.op.name
     if name == "relax.call_tir":
         relay_call = relay_call_of(call)
         return getattr(getattr(relay_call, "op", None), "name", None)
-    return None if name in bookkeeping else name
+    return None if name in NON_OPS else name
+
+
+def model_op_calls(func: relax.Function) -> list[relax.Call]:
+    """The model's op calls in ``func`` (nested composite functions included): the calls
+    :func:`op_name_of` names, but those whose result has no elements -- they compute
+    nothing (the importer makes such results ``zeros`` of their shape).  The report's
+    op counts and the host reasons count these same calls."""
+    calls: list[relax.Call] = []
+
+    def visit(expr):
+        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and \
+                op_name_of(expr) is not None and not has_no_elements(expr.ty):
+            calls.append(expr)
+
+    relax.analysis.post_order_visit(func, visit)
+    return calls
 
 
 @dataclass(frozen=True)
@@ -140,14 +159,6 @@ def host_reasons(mod: tvm.IRModule, functions: Iterable[relax.Function],
     reasons: Counter = Counter()
     for func in functions:
         var2val = relax.analysis.get_var2val(func)
-        calls: list[relax.Call] = []
-
-        def visit(expr, calls=calls):
-            if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and \
-                    op_name_of(expr) is not None:
-                calls.append(expr)
-
-        relax.analysis.post_order_visit(func, visit)
-        for call in calls:
+        for call in model_op_calls(func):
             reasons[host_reason(call, table, var2val)] += 1
     return reasons

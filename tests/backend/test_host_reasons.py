@@ -200,3 +200,28 @@ def @main(%x: Tensor[(1, 3, 8, 8), float32], %w: Tensor[(3, 2, 2), float32]) {
     reasons = _reasons(model)
     assert ("image.dilation2d", NO_TEMPLATE) in reasons and ("fast_exp", NO_TEMPLATE) in reasons
     assert "ops on host: fast_exp x1, image.dilation2d x1" in str(model.report)
+
+
+def test_the_reasons_count_the_host_ops_the_report_counts():
+    """A run check (``assert_op``, from the reshape's ``-1`` over a ``?`` row count) and
+    an empty result (made ``zeros`` of its shape) are no ops of the model: the op
+    counts skipped them, but the reasons listed them as ops without a bmlib template
+    ("relax.assert_op: no bmlib template for this op")."""
+    text = """#[version = "0.0.5"]
+def @main(%x: Tensor[(?, 6), float32]) {
+  %0 = reshape(%x, newshape=[-1, 4]);
+  (cumsum(%0, axis=1), strided_slice(%x, begin=[0, 0], end=[0, 6]), nn.relu(%x))
+}"""
+    model = bmlib_relax.compile(text)
+    report = model.report
+    assert report.to_dict()["ops_offloaded"]  # the relu
+    per_op: dict = {}
+    for reason, count in report.host_reasons.items():
+        per_op[reason.op] = per_op.get(reason.op, 0) + count
+    assert per_op == dict(report.ops_host) == {"relax.reshape": 1, "relax.cumsum": 1}
+    assert {("relax.cumsum", NO_TEMPLATE), ("relax.reshape", VIEW)} == set(_reasons(model))
+    x = np.arange(12, dtype="float32").reshape(2, 6)
+    cumsum, empty, relu = model(x)
+    np.testing.assert_array_equal(cumsum, np.cumsum(x.reshape(-1, 4), axis=1))
+    assert empty.shape == (0, 6)
+    np.testing.assert_array_equal(relu, x)
