@@ -126,6 +126,32 @@ def test_sparse_to_dense_ignores_indices_outside_the_output():
     assert out[0, 1] == 5 and out.sum() == 5
 
 
+@pytest.mark.parametrize("op", ["sparse_to_dense", "dyn.sparse_to_dense"])
+def test_sparse_to_dense_takes_one_value_per_index_row(op):
+    # v0.19 read sparse_values[j] for index row j unchecked: 1 value for 4 rows read
+    # three floats past its end into the output (4.58e-41, 9.16e-18, ...)
+    shape = "output_shape=[3, 4])" if op == "sparse_to_dense" else "%s)"
+    params = "%i: Tensor[(?, 2), int64], %v: Tensor[(?), float32]" + \
+        (", %s: Tensor[(2), int64]" if op != "sparse_to_dense" else "")
+    model = _compile(params, f"{op}(%i, %v, 0f, {shape}",
+                     {"s": np.array([3, 4], "int64")} if op != "sparse_to_dense" else None)
+    rows = np.array([[0, 0], [1, 1], [2, 2], [2, 3]], "int64")
+    out = model(i=rows, v=np.array([5, 6, 7, 8], "float32"))
+    want = np.zeros((3, 4), "float32")
+    want[rows[:, 0], rows[:, 1]] = [5, 6, 7, 8]
+    np.testing.assert_array_equal(out, want)
+    for values in ([5.0], []):
+        with pytest.raises(RunCheckError, match=rf"index.relay:3:\d+: {op}: sparse_values "
+                                                rf"has {len(values)} entries for 4 index rows"):
+            model(i=rows, v=np.array(values, "float32"))
+
+
+def test_sparse_to_dense_with_a_constant_count_of_values_not_the_rows_is_refused():
+    with pytest.raises(ConversionError, match=r"sparse_values has 3 entries for 2 index rows"):
+        _compile("%i: Tensor[(2, 2), int64], %v: Tensor[(3), float32]",
+                 "sparse_to_dense(%i, %v, 0f, output_shape=[3, 4])")
+
+
 def test_gather_indices_longer_than_the_data_on_another_axis_are_refused():
     with pytest.raises(ConversionError, match="indices have 4 entries on axis 1, the data 3"):
         _compile("%x: Tensor[(4, 3), float32], %i: Tensor[(2, 4), int64]",

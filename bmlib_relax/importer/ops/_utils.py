@@ -6,8 +6,10 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import tvm
 from tvm import relax
+from tvm.sym.analyzer import Analyzer
 
-from ..run_checks import emit_run_check, emit_tensor_check, none_hold
+from ..run_checks import (BROADCAST_REASON, cast_dims, emit_run_check, emit_tensor_check,
+                          equal, none_hold)
 
 
 def run_time_dims(values: relax.Expr, names: Sequence[str], ctx) -> list:
@@ -489,3 +491,40 @@ def resize_args(attrs, default_layout: str, default_rounding: str) -> dict:
         extrapolation_value=float(attrs.get("extrapolation_value", 0.0)),
         out_dtype=out_dtype(attrs),
     )
+
+
+def checked_broadcast_to(data: relax.Expr, target: list, ctx) -> relax.Expr:
+    """``broadcast_to(data, target)`` with the run-time dims of ``data`` checked against
+    the target's (:func:`sized_as_target`)."""
+    data = sized_as_target(data, target, ctx)
+    if len(target) == ndim_of(data) and all(
+            (isinstance(a, int) and isinstance(b, int) and a == b) or
+            (not isinstance(a, int) and not isinstance(b, int) and a.same_as(b))
+            for a, b in zip(shape_of(data), target)):
+        return data  # already the target's shape (a broadcast of run-time dims to themselves)
+    return relax.op.broadcast_to(data, target)
+
+
+def sized_as_target(data: relax.Expr, target: list, ctx) -> relax.Expr:
+    """``data`` whose run-time-sized dims are checked, when the model runs, to equal the
+    target's dim on their axis (right-aligned), and cast to it.  TVM's broadcast_to
+    decides when it builds whether a dim broadcasts: a run-time dim it cannot relate to
+    the target's was indexed as if equal, so a 1 row (or 3 rows) broadcast to 5 read
+    past the input — garbage, silently.  A run-time 1 that Relay broadcast is refused
+    by name, as for every broadcasting op (:data:`BROADCAST_REASON`)."""
+    dims = shape_of(data)
+    if all(isinstance(d, int) for d in dims) or len(target) < len(dims):
+        return data
+    offset = len(target) - len(dims)
+    analyzer = Analyzer()
+    cast, changed = list(data.ty.shape.values), False
+    for axis, dim in enumerate(dims):
+        want = target[offset + axis]
+        if isinstance(dim, int) or (not isinstance(want, int) and
+                                    (dim.same_as(want) or analyzer.can_prove_equal(dim, want))):
+            continue
+        emit_run_check(ctx.bb, equal(dim, want), ctx.location, ctx.op_name,
+                       f"the input has {{}} entries on axis {axis}, the target {{}}; "
+                       f"{BROADCAST_REASON}", dim, want)
+        cast[axis], changed = want, True
+    return cast_dims(ctx.bb, data, cast) if changed else data

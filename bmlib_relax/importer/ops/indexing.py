@@ -23,8 +23,34 @@ from ._utils import (
     optional_ints, scalar_operand, shape_of,
 )
 from ..run_checks import (
-    emit_element_count_check, emit_run_check, emit_tensor_check, none_hold, unify_dims,
+    cast_dims, emit_element_count_check, emit_run_check, emit_tensor_check, equal, none_hold,
+    unify_dims,
 )
+
+
+def _one_value_per_row(values: relax.Expr, count, ctx) -> relax.Expr:
+    """``sparse_values`` as one value per index row: a 0-d value for every row, else
+    as many values as rows, checked when the model runs where either count is known
+    only then.  v0.19's sparse_to_dense read ``sparse_values[j]`` for row ``j`` with
+    no check: fewer values than rows read past their end (garbage in the output)."""
+    dims = shape_of(values)
+    if len(dims) > 1:
+        raise ctx.error(f"sparse_values is {len(dims)}-d: v0.19's SparseToDenseRel took a "
+                        "0-d or 1-d tensor")
+    if not dims:
+        return relax.op.broadcast_to(values, [count])
+    have = dims[0]
+    if isinstance(have, int) and isinstance(count, int):
+        if have != count:
+            raise ctx.error(f"sparse_values has {have} entries for {count} index rows: "
+                            "v0.19's sparse_to_dense read one value per row (past the end "
+                            "of sparse_values)")
+        return values
+    emit_run_check(ctx.bb, equal(have, count), ctx.location, ctx.op_name,
+                   "sparse_values has {} entries for {} index rows: one value per row "
+                   "(v0.19's sparse_to_dense read past the end of sparse_values)",
+                   have, count)
+    return cast_dims(ctx.bb, values, [count])
 
 
 @register_converter("gather")
@@ -488,7 +514,7 @@ def _sparse_to_dense(inputs, attrs, ctx):
     rows = ctx.emit(relax.op.where(stray, limits, rows))  # the extra corner
     grown = [d + 1 if k < width else d for k, d in enumerate(out_shape)]
     base = relax.op.full(grown, relax.op.astype(default, dtype), dtype)
-    updates = relax.op.broadcast_to(values, [count])
+    updates = _one_value_per_row(values, count, ctx)
     if width < len(out_shape):  # each row's value fills its slice
         updates = relax.op.broadcast_to(
             relax.op.reshape(updates, [count] + [1] * (len(out_shape) - width)),

@@ -18,11 +18,12 @@ from tvm import relax, topi
 from tvm.sym.analyzer import Analyzer
 
 from ..registry import register_converter
-from ..run_checks import (BROADCAST_REASON, cast_dims, emit_element_count_check,
+from ..run_checks import (BROADCAST_REASON, emit_element_count_check,
                           emit_run_check, emit_tensor_check, equal, known_dims, none_hold,
                           unify_dims)
 from ._utils import (
-    check_index_values, check_mirror_range, check_reads_elements, dtype_of, fill_in_dtype,
+    check_index_values, check_mirror_range, check_reads_elements, checked_broadcast_to,
+    dtype_of, fill_in_dtype,
     folded_value, index_tuple_length, ints, is_integer_dtype, ndim_of, normalize_axis,
     optional_ints, run_time_dims, scalar_operand, shape_of, static_shape,
 )
@@ -663,12 +664,12 @@ def _pad(inputs, attrs, ctx):
 
 @register_converter("broadcast_to")
 def _broadcast_to(inputs, attrs, ctx):
-    return _broadcast(inputs[0], ints(attrs["shape"]), ctx)  # required
+    return checked_broadcast_to(inputs[0], ints(attrs["shape"]), ctx)  # required
 
 
 @register_converter("broadcast_to_like")
 def _broadcast_to_like(inputs, attrs, ctx):
-    return _broadcast(inputs[0], _like_target(shape_of(inputs[0]), shape_of(inputs[1])), ctx)
+    return checked_broadcast_to(inputs[0], _like_target(shape_of(inputs[0]), shape_of(inputs[1])), ctx)
 
 
 def _like_target(dims: list, like: list) -> list:
@@ -683,41 +684,6 @@ def _like_target(dims: list, like: list) -> list:
         if isinstance(dim, int) and dim != 1 and not isinstance(like[offset + axis], int):
             target[offset + axis] = dim
     return target
-
-
-def _broadcast(data: relax.Expr, target: list, ctx) -> relax.Expr:
-    data = _sized_as_target(data, target, ctx)
-    if len(target) == ndim_of(data) and all(
-            (isinstance(a, int) and isinstance(b, int) and a == b) or
-            (not isinstance(a, int) and not isinstance(b, int) and a.same_as(b))
-            for a, b in zip(shape_of(data), target)):
-        return data  # already the target's shape (a broadcast of run-time dims to themselves)
-    return relax.op.broadcast_to(data, target)
-
-
-def _sized_as_target(data: relax.Expr, target: list, ctx) -> relax.Expr:
-    """``data`` whose run-time-sized dims are checked, when the model runs, to equal the
-    target's dim on their axis (right-aligned), and cast to it.  TVM's broadcast_to
-    decides when it builds whether a dim broadcasts: a run-time dim it cannot relate to
-    the target's was indexed as if equal, so a 1 row (or 3 rows) broadcast to 5 read
-    past the input — garbage, silently.  A run-time 1 that Relay broadcast is refused
-    by name, as for every broadcasting op (:data:`BROADCAST_REASON`)."""
-    dims = shape_of(data)
-    if all(isinstance(d, int) for d in dims) or len(target) < len(dims):
-        return data
-    offset = len(target) - len(dims)
-    analyzer = Analyzer()
-    cast, changed = list(data.ty.shape.values), False
-    for axis, dim in enumerate(dims):
-        want = target[offset + axis]
-        if isinstance(dim, int) or (not isinstance(want, int) and
-                                    (dim.same_as(want) or analyzer.can_prove_equal(dim, want))):
-            continue
-        emit_run_check(ctx.bb, equal(dim, want), ctx.location, ctx.op_name,
-                       f"the input has {{}} entries on axis {axis}, the target {{}}; "
-                       f"{BROADCAST_REASON}", dim, want)
-        cast[axis], changed = want, True
-    return cast_dims(ctx.bb, data, cast) if changed else data
 
 
 @register_converter("collapse_sum_like")
