@@ -603,16 +603,27 @@ _MUTUALLY_BROADCAST = frozenset(
     "qnn.add qnn.subtract qnn.mul".split())
 
 
-# Ops whose output dims are ``(input + padding - window) // stride + 1``.
-_WINDOW_OPS = re.compile(r"(qnn\.)?nn\.(conv[123]d|(max|avg|l2)_pool[123]d)")
+# Ops whose output dims over a run-time-sized input may come out negative, and why:
+# ``(input + padding - window) // stride + 1``, or an axis ``nn.pad`` cuts.
+_SHRINKING_OPS = (
+    (re.compile(r"(qnn\.)?nn\.(conv[123]d|(max|avg|l2)_pool[123]d)"),
+     "the window is larger than the (padded) input"),
+    (re.compile(r"(dyn\.)?nn\.pad"), "its negative pad widths cut more than the axis has"),
+)
 
 
-def _check_window_fits(dims: Optional[list], ctx) -> None:
-    """A check compiled in that each of a conv's or pool's output ``dims`` (None: not
-    known) over a run-time-sized input is not negative in the run: with a window larger
-    than the (padded) input, TVM computed a negative extent and every op after it
-    looped over nothing -- a sum after a 5x5 max pool of a 3x3 image returned zeros.
-    Checked before the op runs (its output would be allocated with that extent)."""
+def _shrink_reason(op_name: str) -> Optional[str]:
+    return next((why for ops, why in _SHRINKING_OPS if ops.fullmatch(op_name)), None)
+
+
+def _check_output_fits(dims: Optional[list], why: str, ctx) -> None:
+    """A check compiled in that each of a conv's, pool's or pad's output ``dims`` (None:
+    not known) over a run-time-sized input is not negative in the run: with a window
+    larger than the (padded) input, TVM computed a negative extent and every op after
+    it looped over nothing -- a sum after a 5x5 max pool of a 3x3 image returned zeros;
+    a pad of negative widths allocated the negative size (``std::bad_alloc``, reported
+    as out of memory).  Checked before the op runs (its output would be allocated with
+    that extent)."""
     analyzer = Analyzer()
     for axis, dim in enumerate(dims or ()):
         if isinstance(dim, (tvm.tirx.IntImm, tvm.tirx.Var)):
@@ -623,8 +634,7 @@ def _check_window_fits(dims: Optional[list], ctx) -> None:
         if analyzer.can_prove(dim >= zero):
             continue
         emit_run_check(ctx.bb, dim >= zero, ctx.location, ctx.op_name,
-                       f"its output has {{}} entries on axis {axis} in this run: the window "
-                       "is larger than the (padded) input", dim)
+                       f"its output has {{}} entries on axis {axis} in this run: {why}", dim)
 
 
 def _check_result_dims(ty: Any, node: ast.Call) -> None:
@@ -1227,8 +1237,9 @@ class RelayImporter:
             ctx.part_span = self.provenance.span(key, False, node.span)
             try:
                 result = converter(inputs, attrs, ctx)
-                if _WINDOW_OPS.fullmatch(op.name):
-                    _check_window_fits(known_dims(ctx.bb.normalize(result)), ctx)
+                why = _shrink_reason(op.name)
+                if why is not None:
+                    _check_output_fits(known_dims(ctx.bb.normalize(result)), why, ctx)
             except BmlibError:
                 raise
             except Exception as exc:  # noqa: BLE001 - name the op for any converter failure

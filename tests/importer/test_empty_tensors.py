@@ -228,3 +228,30 @@ def test_a_window_larger_than_the_input_is_caught_before_later_ops_hide_it():
     with pytest.raises(RunCheckError, match=r"nn.max_pool2d: its output has -1 entries on "
                                             "axis 2 in this run: the window is larger"):
         model(np.ones((1, 3, 3, 3), "float32"))
+
+
+@pytest.mark.parametrize("pad, bound", [
+    ('nn.pad(%x, 0f, pad_width=[[-3, -2], [0, 0]], pad_mode="edge")', None),
+    ('nn.pad(%x, 1f, pad_width=[[-3, -2], [0, 0]])', None),
+    ('dyn.nn.pad(%x, %w, 0f)', np.array([[-3, -2], [0, 0]], "int64")),
+])
+def test_negative_pad_widths_that_cut_more_than_a_run_time_axis_are_a_run_check(pad, bound):
+    """Widths [-3, -2] on a ``?`` axis of 4 rows: -1 rows.  TVM allocated the negative
+    size (``std::bad_alloc``, reported as running out of 23.5 GiB); of 0 rows, a
+    RunCheckError that named no op."""
+    from bmlib_relax import RunCheckError
+
+    params = "%x: Tensor[(?, 3), float32]" + (", %w: Tensor[(2, 2), int64]" if bound is not None
+                                             else "")
+    model = bmlib_relax.compile(relay_fn(params, f"({pad}, nn.relu(%x))"),
+                                {} if bound is None else {"w": bound})
+    assert offloaded_partitions(model.relax_module)  # the relu
+    x = np.arange(18, dtype="float32").reshape(6, 3)
+    padded, relu = model(x)
+    np.testing.assert_array_equal(padded, x[3:4])
+    np.testing.assert_array_equal(relu, x)
+    op = pad.split("(", 1)[0]
+    for rows in (4, 0):
+        with pytest.raises(RunCheckError, match=rf"{op}: its output has {rows - 5} entries on "
+                                                r"axis 0 in this run: its negative pad widths"):
+            model(np.ones((rows, 3), "float32"))

@@ -669,7 +669,8 @@ def _broadcast_to(inputs, attrs, ctx):
 
 @register_converter("broadcast_to_like")
 def _broadcast_to_like(inputs, attrs, ctx):
-    return checked_broadcast_to(inputs[0], _like_target(shape_of(inputs[0]), shape_of(inputs[1])), ctx)
+    target = _like_target(shape_of(inputs[0]), shape_of(inputs[1]))
+    return checked_broadcast_to(inputs[0], target, ctx)
 
 
 def _like_target(dims: list, like: list) -> list:
