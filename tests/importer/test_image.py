@@ -216,3 +216,19 @@ def test_depth_to_space_with_fewer_channels_than_a_block_is_empty(layout, shape,
                     f'nn.depth_to_space(%x, block_size=2, layout="{layout}")')
     got = run_relay(text, rand(*shape))
     assert got.shape == out
+
+
+@pytest.mark.parametrize("layout, shape", [("NCHW", "(1, 2, ?, ?)"), ("NHWC", "(1, 5, ?, 2)")])
+def test_a_floor_nearest_asymmetric_resize_of_a_run_time_size_is_named(layout, shape):
+    # topi's can_convert_multiply_to_intdiv read .value of size / H: a raw AttributeError
+    # ("'Div' object has no attribute 'value'") when the model was built
+    from bmlib_relax import ConversionError
+
+    text = relay_fn(f"%x: Tensor[{shape}, float32]",
+                    f'image.resize2d(%x, size=[7, 3], roi=[0f, 0f, 0f, 0f], layout="{layout}", '
+                    'method="nearest_neighbor", coordinate_transformation_mode="asymmetric", '
+                    'rounding_method="floor")')
+    axis = "H" if "?, ?" in shape or layout == "NCHW" else "W"
+    with pytest.raises(ConversionError, match=rf"image.resize2d: a nearest_neighbor asymmetric "
+                                              rf"resize .* whose {axis} is known only at run"):
+        import_text(text)

@@ -20,7 +20,27 @@ def _resize2d(inputs, attrs, ctx):
         spatial = [layout.index("H"), layout.index("W")]
         result = [size[spatial.index(i)] if i in spatial else d for i, d in enumerate(dims)]
         check_reads_elements(inputs[0], spatial, result, ctx, "resizes")
+    _check_floor_nearest_buildable(args, dims, size, ctx)
     return _resize2d_as_relay(inputs[0], size, args, dims)
+
+
+def _check_floor_nearest_buildable(args: dict, dims: list, size: list, ctx) -> None:
+    """A nearest-neighbour ``asymmetric`` ``floor`` resize to a static size of an input
+    whose H or W is known only at run time: topi's ``can_convert_multiply_to_intdiv``
+    (v0.19's too) reads ``.value`` of ``size / H`` and failed with a raw AttributeError
+    when the model was built.  Refused by name instead."""
+    layout = args["layout"]
+    if args["method"] != "nearest_neighbor" or \
+            args["coordinate_transformation_mode"] != "asymmetric" or \
+            args["rounding_method"] != "floor" or layout not in ("NCHW", "NHWC"):
+        return
+    for axis, out in zip("HW", size):
+        if isinstance(out, int) and not isinstance(dims[layout.index(axis)], int):
+            raise ctx.error(
+                f"a nearest_neighbor asymmetric resize with rounding_method=\"floor\" of "
+                f"an input whose {axis} is known only at run time: TVM's resize (as "
+                "v0.19's) cannot build it (its integer-division test needs a static "
+                f"{axis}); give the input a static {axis}, or another rounding_method")
 
 
 def _resize2d_as_relay(data, size, args, dims):
