@@ -30,7 +30,7 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..constants import constant_view, tensor_constant
-from ..dims import all_static
+from ..dims import all_static, is_static_dim
 from ..importer.provenance import same_origin
 from .dot_product import conv2d_dot_layout, conv2d_packs_own_weight, pack_dot_weight
 from .patterns import fits_template_indexing, has_no_elements
@@ -93,6 +93,17 @@ def _static(ty, from_axis: int = 0) -> bool:
     return isinstance(ty, relax.TensorType) and ty.shape is not None and \
         hasattr(ty.shape, "values") and \
         all_static(ty.shape.values[from_axis:])
+
+
+def _batch_binds(ty) -> bool:
+    """The batch of ``ty`` is static or a symbolic var of its own: what a partition can
+    take (a PrimFunc binds its symbolic dims from its input buffers, see
+    ``patterns._symbolic_dims_bound``).  A batch such as ``n // 72`` (a reshape of a
+    flat run-time input) keeps the conv on the host, where TVM's lowering knows only
+    OIHW: a weight packed for a template there could not be built ("CodeGenVM cannot
+    emit this Relax operator")."""
+    batch = ty.shape.values[0]
+    return is_static_dim(batch) or isinstance(batch, tvm.tirx.Var)
 
 
 def within_template_bounds(*exprs) -> bool:
@@ -166,7 +177,7 @@ class _WeightPacker(PyExprMutator):
             return call  # no QNN composite will read it (a free batch): TVM's OIHW
         if (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout)) != \
                 ("NCHW", "OIHW", "NCHW") or not _static(data.ty, 1) or not _static(call.ty, 1) \
-                or not within_template_bounds(data, call):
+                or not _batch_binds(data.ty) or not within_template_bounds(data, call):
             return call  # the blocking depends on channels only; the batch may be free
         groups = int(attrs.groups)
         in_channels = int(data.ty.shape.values[1])

@@ -80,3 +80,27 @@ def test_flop_formulas_from_metadata_are_evaluated_not_executed():
             evaluate_flops_text(text, {"n": 4})
     with pytest.raises(KeyError, match="m"):
         evaluate_flops_text("n * m", {"n": 4})
+
+
+def test_a_conv_whose_batch_is_an_expression_of_a_run_time_dim_builds_on_the_host():
+    """A flat run-time input reshaped to NCHW: the conv's batch is ``n // 72``, which no
+    partition can bind, so it stays on the host -- but its weight had been packed for a
+    template (``OIHW2i4o``), which TVM's host lowering cannot build (a raw
+    InternalError, "CodeGenVM cannot emit this Relax operator")."""
+    text = """#[version = "0.0.5"]
+def @main(%x: Tensor[(?), float32], %w: Tensor[(4, 2, 3, 3), float32]) {
+  %0 = reshape(%x, newshape=[-1, 2, 6, 6]);
+  (nn.conv2d(%0, %w, padding=[1, 1, 1, 1], channels=4, kernel_size=[3, 3]), nn.relu(%x))
+}"""
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((4, 2, 3, 3)).astype("float32")
+    model = bmlib_relax.compile(text, {"w": w})
+    assert offloaded_partitions(model.relax_module)  # the relu
+    torch = pytest.importorskip("torch")
+    for batch in (1, 3):
+        x = rng.standard_normal(batch * 72).astype("float32")
+        conv, relu = model(x)
+        want = torch.nn.functional.conv2d(torch.from_numpy(x.reshape(batch, 2, 6, 6)),
+                                          torch.from_numpy(w), padding=1).numpy()
+        np.testing.assert_allclose(conv, want, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(relu, np.maximum(x, 0))
