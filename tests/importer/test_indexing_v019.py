@@ -249,6 +249,25 @@ def test_one_hot_axis_in_range_places_the_depth():
     np.testing.assert_array_equal(out, np.eye(3, dtype="float32")[[2, 0]].T)
 
 
+@pytest.mark.parametrize("axis", [-1, 0, 1])
+def test_one_hot_takes_its_on_and_off_values_at_run_time(axis):
+    # v0.19's topi::one_hot read on_value/off_value as 0-d tensors when the model ran
+    # (cast to dtype); they were refused as "must be a constant scalar"
+    model = _compile("%i: Tensor[(2, 3), int32], %on: float64, %off: int32",
+                     f'one_hot(%i, %on, %off, depth=4, axis={axis}, dtype="float32")')
+    indices = np.array([[0, 3, 1], [2, 9, -1]], "int32")
+    for on, off in ((5.5, -1), (-2.25, 3)):
+        got = model(i=indices, on=np.float64(on), off=np.int32(off))
+        hot = indices[..., None] == np.arange(4)  # an index outside [0, 4) sets none
+        want = np.maximum(np.where(np.moveaxis(hot, -1, axis if axis >= 0 else -1), on, off),
+                          0).astype("float32")
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(ConversionError, match=r"on_value has shape \(2,\): one_hot takes a "
+                                              r"0-d tensor"):
+        import_text(relay_fn("%i: Tensor[(2), int32], %on: Tensor[(2), float32]",
+                             'one_hot(%i, %on, 0f, depth=3, dtype="float32")'))
+
+
 @pytest.mark.parametrize("dtype", ["int8", "uint8", "int16", "uint32", "bool"])
 @pytest.mark.parametrize("op", ["sort", "argsort"])
 def test_sort_of_a_dtype_the_kernel_lacks_is_refused(op, dtype):

@@ -344,14 +344,32 @@ def _topk(inputs, attrs, ctx):
 @register_converter("one_hot")
 def _one_hot(inputs, attrs, ctx):
     indices, on_value, off_value = inputs
-    on = scalar_operand(on_value, ctx, "on_value")
-    off = scalar_operand(off_value, ctx, "off_value")
     dtype = attrs.get("dtype") or dtype_of(on_value)
     depth, axis = int(attrs["depth"]), int(attrs.get("axis", -1))
     _check_one_hot(depth, axis, ndim_of(indices), ctx)
+    if folded_value(on_value, ctx) is None or folded_value(off_value, ctx) is None:
+        return _one_hot_of_run_time_values(indices, on_value, off_value, dtype, depth,
+                                           axis, ctx)
+    on = scalar_operand(on_value, ctx, "on_value")
+    off = scalar_operand(off_value, ctx, "off_value")
     result = relax.op.one_hot(indices, relax.prim_value(on), relax.prim_value(off),
                               depth, axis)
     return relax.op.astype(result, dtype)
+
+
+def _one_hot_of_run_time_values(indices, on_value, off_value, dtype: str, depth: int,
+                                axis: int, ctx) -> relax.Expr:
+    """``on_value`` / ``off_value`` known only at run time (model inputs): v0.19's
+    topi::one_hot read them then, as 0-d tensors cast to ``dtype``.  Relax's one_hot
+    takes constants, so it builds the mask and ``where`` picks the two values."""
+    for name, value in (("on_value", on_value), ("off_value", off_value)):
+        if ndim_of(value) != 0:
+            raise ctx.error(f"{name} has shape {tuple(shape_of(value))}: one_hot takes a "
+                            "0-d tensor (v0.19's topi::one_hot read it as a scalar)")
+    mask = relax.op.one_hot(indices, relax.prim_value(True), relax.prim_value(False),
+                            depth, axis)
+    return relax.op.where(ctx.emit(mask), relax.op.astype(on_value, dtype),
+                          relax.op.astype(off_value, dtype))
 
 
 def _check_one_hot(depth: int, axis: int, ndim: int, ctx) -> None:
