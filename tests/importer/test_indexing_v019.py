@@ -249,6 +249,49 @@ def test_one_hot_axis_in_range_places_the_depth():
     np.testing.assert_array_equal(out, np.eye(3, dtype="float32")[[2, 0]].T)
 
 
+def _batched_take(data, index, axis, batch, mode):
+    """v0.19's topi::take with ``batch_dims``, element by element."""
+    length = data.shape[axis]
+    index = np.clip(index, 0, length - 1) if mode == "clip" else \
+        np.mod(index, length) if mode == "wrap" else index
+    shape = data.shape[:axis] + index.shape[batch:] + data.shape[axis + 1:]
+    out = np.empty(shape, data.dtype)
+    for pos in np.ndindex(*shape):
+        b, between = pos[:batch], pos[batch:axis]
+        taken, rest = pos[axis:axis + index.ndim - batch], pos[axis + index.ndim - batch:]
+        out[pos] = data[b + between + (index[b + taken],) + rest]
+    return out
+
+
+@pytest.mark.parametrize("data_shape, index_shape, axis, batch_dims, mode", [
+    ((2, 5), (2, 3), 1, 1, "clip"),
+    ((2, 3, 5), (2, 4), 2, 1, "wrap"),
+    ((2, 3, 5, 2), (2, 3, 4), 2, 2, "clip"),
+    ((2, 3, 5, 2), (2, 4, 2), 2, 1, "fast"),
+    ((2, 3, 4), (2, 3, 2), 2, -1, "wrap"),
+])
+def test_take_with_batch_dims_takes_per_batch(data_shape, index_shape, axis, batch_dims,
+                                              mode):
+    # v0.19 took batch_dims (TakeRel, topi::take); it was refused as unsupported
+    rng = np.random.default_rng(len(data_shape) * 10 + axis)
+    data = rng.standard_normal(data_shape).astype("float32")
+    length = data_shape[axis]
+    low, high = (0, length) if mode == "fast" else (-length - 2, length + 2)
+    index = rng.integers(low, high, index_shape).astype("int32")
+    model = _compile(f"%x: Tensor[{data_shape}, float32], %i: Tensor[{index_shape}, int32]",
+                     f'take(%x, %i, axis={axis}, batch_dims={batch_dims}, mode="{mode}")')
+    batch = batch_dims % len(index_shape) if batch_dims < 0 else batch_dims
+    np.testing.assert_array_equal(model(data, index),
+                                  np.maximum(_batched_take(data, index, axis, batch, mode), 0))
+
+
+def test_take_with_batch_dims_past_the_axis_is_refused():
+    with pytest.raises(ConversionError, match=r"batch_dims=2 must lie within .* not past "
+                                              r"axis 1"):
+        import_text(relay_fn("%x: Tensor[(2, 3, 4), float32], %i: Tensor[(2, 3), int32]",
+                             "take(%x, %i, axis=1, batch_dims=2)"))
+
+
 @pytest.mark.parametrize("axis", [-1, 0, 1])
 def test_one_hot_takes_its_on_and_off_values_at_run_time(axis):
     # v0.19's topi::one_hot read on_value/off_value as 0-d tensors when the model ran

@@ -591,11 +591,12 @@ def _symbolic_slice_steps(begin: int, end: int, stride: int, axis: int, extent, 
 @register_converter("take")
 def _take(inputs, attrs, ctx):
     data, indices = inputs
-    if int(attrs.get("batch_dims", 0)) != 0:
-        raise ctx.unsupported_attr("batch_dims", attrs["batch_dims"])
     mode = attrs.get("mode", "clip")  # Relay's default clips out-of-range indices
     axis = attrs.get("axis")
     dims, index_dims = shape_of(data), shape_of(indices)
+    batch_dims = int(attrs.get("batch_dims", 0))
+    if batch_dims != 0:
+        return _take_batched(data, indices, axis, batch_dims, mode, ctx)
     if axis is None:
         check_reads_elements(data, None, index_dims, ctx, "takes")
     else:
@@ -608,6 +609,52 @@ def _take(inputs, attrs, ctx):
         data = relax.op.reshape(data, [-1])
         axis = 0
     return relax.op.take(data, indices, axis=int(axis), mode=mode)
+
+
+def _take_batched(data, indices, axis, batch_dims: int, mode: str, ctx) -> relax.Expr:
+    """``take`` with ``batch_dims``, as v0.19's TakeRel and topi::take defined it: the
+    first ``batch_dims`` axes of data and indices pair up, and each batch takes along
+    ``axis`` with its own indices (out: ``data[:axis] + indices[batch_dims:] +
+    data[axis + 1:]``).  Built as a ``gather_nd`` over ``axis`` moved next to the
+    batch, its result moved back; ``clip`` / ``wrap`` map the indices first."""
+    dims, index_dims = shape_of(data), shape_of(indices)
+    if axis is None:
+        raise ctx.error(f"batch_dims={batch_dims} needs an axis: v0.19's take flattened the "
+                        "data without one")
+    at = normalize_axis(int(axis), len(dims), ctx)
+    batch = batch_dims + len(index_dims) if batch_dims < 0 else batch_dims
+    if not 0 <= batch <= min(at, len(index_dims)):
+        raise ctx.error(f"batch_dims={batch_dims} must lie within the indices' {len(index_dims)} "
+                        f"dims and not past axis {at} (v0.19's TakeRel)")
+    for k in range(batch):
+        if isinstance(dims[k], int) and isinstance(index_dims[k], int) and \
+                dims[k] != index_dims[k]:
+            raise ctx.error(f"the data has {dims[k]} entries on batch axis {k}, the indices "
+                            f"{index_dims[k]}: batch axes pair up")
+    check_reads_elements(data, [at], dims[:at] + index_dims[batch:] + dims[at + 1:], ctx,
+                         "takes")
+    length = dims[at]
+    if mode != "fast" and not isinstance(length, int):
+        raise ctx.error(f"batch_dims with mode={mode!r} over axis {at} of a run-time size "
+                        "is not supported; give the axis a static size")
+    index = relax.op.astype(indices, "int64")
+    if mode == "clip":
+        index = relax.op.clip(index, relax.prim_value(tvm.tirx.const(0, "int64")),
+                              relax.prim_value(tvm.tirx.const(length - 1, "int64")))
+    elif mode == "wrap":
+        index = relax.op.floor_mod(index, relax.const(length, "int64"))
+    else:  # fast: unchecked in TVM's lowering
+        check_index_values(indices, [length], ctx, "indices")
+    rank, index_rank = len(dims), len(index_dims) - batch
+    moved = list(range(batch)) + [at] + list(range(batch, at)) + list(range(at + 1, rank))
+    gathered = ctx.emit(relax.op.gather_nd(relax.op.permute_dims(data, moved),
+                                           relax.op.expand_dims(index, -1), batch))
+    between = at - batch  # data axes between the batch and ``axis``
+    order = list(range(batch)) + \
+        list(range(batch + index_rank, batch + index_rank + between)) + \
+        list(range(batch, batch + index_rank)) + \
+        list(range(batch + index_rank + between, batch + index_rank + rank - 1 - batch))
+    return relax.op.permute_dims(gathered, order)
 
 
 @register_converter("tile")
