@@ -295,11 +295,15 @@ def _field_kind(param: inspect.Parameter) -> Kind:
 
 
 def _build(op: str, signature: inspect.Signature, specs: tuple[str, ...]) -> OpSchema:
-    operands = tuple(spec.lstrip("*?") for spec in specs)
+    # ``+name``: a sparse matrix, three operands (its data, indices and indptr)
+    operands = tuple(name for spec in specs for name in (
+        [f"{spec[1:]}.{f}" for f in ("data", "indices", "indptr")] if spec.startswith("+")
+        else [spec.lstrip("*?")]))
+    names = {spec.lstrip("*?+") for spec in specs}
     fields = {name: _field_kind(p) for name, p in signature.parameters.items()
-              if name not in operands}
+              if name not in names}
     fields.update(EXTRA_FIELDS.get(op, {}))
-    required = sum(1 for spec in specs if not spec.startswith("?"))
+    required = len(operands) - sum(1 for spec in specs if spec.startswith("?"))
     return OpSchema(op, fields, operands, required)
 
 

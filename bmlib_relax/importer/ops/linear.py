@@ -10,13 +10,14 @@ Import forms (the bmlib patterns match exactly these):
 """
 from __future__ import annotations
 
+import numpy as np
 from tvm import relax
 
 from ..registry import register_converter
 from ..run_checks import BROADCAST_REASON, unify_dims
 from ._utils import (
-    check_nonempty_reduction, check_product_operands, ndim_of, normalize_axis, out_dtype,
-    shape_of,
+    check_nonempty_reduction, check_product_operands, folded_value, ndim_of, normalize_axis,
+    out_dtype, shape_of,
 )
 
 
@@ -89,3 +90,74 @@ def _bias_add(inputs, attrs, ctx):
         return relax.op.add(data, bias)
     channels = shape_of(bias)[0]
     return relax.op.add(data, relax.op.reshape(bias, [channels] + [1] * (ndim - 1 - axis)))
+
+
+#: The most elements ``nn.sparse_dense`` densifies its sparse operand to (1 GiB of float32).
+MAX_DENSIFIED_ELEMENTS = 1 << 28
+
+
+@register_converter("nn.sparse_dense")
+def _sparse_dense(inputs, attrs, ctx):
+    """v0.19's ``nn.sparse_dense``: ``dense @ as_dense(S)^T`` (``sparse_lhs``: ``as_dense(S)
+    @ dense^T``) with ``S`` in CSR (1-d ``data``) or BSR (``(nnz, bs_r, bs_c)`` blocks).
+
+    The sparse operand of a pruned model is its weights: bound at import, it is made dense
+    here (duplicates summing, as topi's loop over each row's entries did) and the product
+    is a plain ``matmul`` -- which bmlib offloads.  Entries outside the matrix, or an
+    ``indptr`` that does not walk ``data`` forward, made topi read past its arrays; they
+    are refused, naming the entry."""
+    dense, data, indices, indptr = inputs
+    arrays = [folded_value(v, ctx) for v in (data, indices, indptr)]
+    if any(a is None for a in arrays):
+        raise ctx.error("the sparse operand (data, indices, indptr) is known only when the "
+                        "model runs; bind it as weights (params) to import the op")
+    values, columns, offsets = arrays
+    if ndim_of(dense) != 2:
+        raise ctx.error(f"the dense operand is {ndim_of(dense)}-d: v0.19's sparse_dense "
+                        "took a 2-d matrix")
+    width = shape_of(dense)[1]
+    if not isinstance(width, int):
+        raise ctx.error("the dense operand's columns are known only at run time: the sparse "
+                        "operand's width must be static")
+    matrix = _densified(values, columns, offsets, width, ctx)
+    weight = relax.const(matrix.astype(str(dense.ty.dtype)))
+    if attrs.get("sparse_lhs", False):
+        return relax.op.matmul(weight, relax.op.permute_dims(dense, [1, 0]))
+    return relax.op.matmul(dense, relax.op.permute_dims(weight, [1, 0]))
+
+
+def _densified(values: np.ndarray, columns: np.ndarray, offsets: np.ndarray, width: int,
+               ctx) -> np.ndarray:
+    """The ``(rows, width)`` matrix a CSR / BSR triple describes, checked entry by entry."""
+    if values.ndim not in (1, 3) or columns.ndim != 1 or offsets.ndim != 1 or \
+            offsets.size < 1:
+        raise ctx.error(f"data {values.shape}, indices {columns.shape} and indptr "
+                        f"{offsets.shape} are no CSR (1-d data) or BSR (3-d data) matrix")
+    block_rows, block_cols = values.shape[1:] if values.ndim == 3 else (1, 1)
+    if block_cols == 0 or width % block_cols:
+        raise ctx.error(f"blocks of {block_cols} columns do not tile the dense operand's "
+                        f"{width} columns")
+    rows = (offsets.size - 1) * block_rows
+    if rows * width > MAX_DENSIFIED_ELEMENTS:
+        raise ctx.error(f"the sparse operand is {rows} x {width}: more than "
+                        f"{MAX_DENSIFIED_ELEMENTS} elements to make dense")
+    offsets = offsets.astype(np.int64)
+    bad = np.flatnonzero((np.diff(offsets) < 0) | (offsets[1:] > min(values.shape[0],
+                                                                     columns.size)))
+    if offsets.size and (offsets[0] < 0 or bad.size):
+        at = 0 if offsets[0] < 0 else int(bad[0]) + 1
+        raise ctx.error(f"indptr[{at}] is {int(offsets[at])}: indptr must rise from 0 to at "
+                        f"most the {min(values.shape[0], columns.size)} stored entries")
+    used = np.concatenate([np.arange(offsets[r], offsets[r + 1])
+                           for r in range(offsets.size - 1)] or [np.zeros(0, np.int64)])
+    outside = used[(columns[used] < 0) | (columns[used] >= width // block_cols)]
+    if outside.size:
+        raise ctx.error(f"indices[{int(outside[0])}] is {int(columns[outside[0]])}: the dense "
+                        f"operand has {width // block_cols} column block(s)")
+    matrix = np.zeros((rows, width), values.dtype)
+    for row in range(offsets.size - 1):
+        for entry in range(offsets[row], offsets[row + 1]):
+            col = int(columns[entry]) * block_cols
+            block = values[entry] if values.ndim == 3 else values[entry].reshape(1, 1)
+            matrix[row * block_rows:(row + 1) * block_rows, col:col + block_cols] += block
+    return matrix

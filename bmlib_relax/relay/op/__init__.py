@@ -561,3 +561,21 @@ dynamic_form(globals(), "sparse_to_dense", "output_shape", lambda a: dynamic_cal
     "sparse_to_dense", (a["sparse_indices"], a["sparse_values"],
                         a["default_value"] if isinstance(a["default_value"], ast.Expr)
                         else const(a["default_value"]), a["output_shape"]), {}))
+
+
+@register_type_relation("nn.sparse_dense")
+def _sparse_dense_type(arg_types, attrs, call):
+    """v0.19's SparseDenseRel: ``(dense rows, sparse rows)`` (``sparse_lhs``: the other
+    way round) in the dense operand's dtype; the sparse rows are ``len(indptr) - 1``,
+    times the block rows of BSR (3-d) data."""
+    dense, data, _, indptr = arg_types
+    if len(data.shape) not in (1, 3):
+        raise ValueError(f"the sparse data is {len(data.shape)}-d: CSR data is 1-d, BSR 3-d")
+    if len(dense.shape) != 2 or len(indptr.shape) != 1:
+        raise ValueError("sparse_dense takes a 2-d dense operand and a 1-d indptr")
+    rows = indptr.shape[0] - 1 if isinstance(indptr.shape[0], int) else None
+    if rows is not None and len(data.shape) == 3 and isinstance(data.shape[1], int):
+        rows *= data.shape[1]
+    shape = (rows, dense.shape[0]) if attrs.get("sparse_lhs", False) else \
+        (dense.shape[0], rows)
+    return ast.TensorType(shape, dense.dtype)

@@ -208,7 +208,7 @@ def make_op(name: str, signature: str, inputs: str, doc: str = "",
     """
     sig = parse_signature(signature)
     operand_specs = inputs.split()
-    operand_names = {spec.lstrip("*?") for spec in operand_specs}
+    operand_names = {spec.lstrip("*?+") for spec in operand_specs}
     unknown = operand_names - set(sig.parameters)
     if unknown:
         raise ValueError(f"{name}: inputs {sorted(unknown)} are not parameters")
@@ -233,11 +233,15 @@ def make_op(name: str, signature: str, inputs: str, doc: str = "",
                 values[key] = rewrite(values[key], values)
         call_args = []
         for spec in operand_specs:
-            key = spec.lstrip("*?")
+            key = spec.lstrip("*?+")
             value = values[key]
             if spec.startswith("?") and value is None:
                 continue
-            if spec.startswith("*"):
+            if spec.startswith("+"):  # a sparse matrix: its arrays are three operands
+                fields = (value.data, value.indices, value.indptr) \
+                    if hasattr(value, "indptr") else tuple(value)
+                call_args.extend(as_expr(f, f"{name} {key}") for f in fields)
+            elif spec.startswith("*"):
                 call_args.append(tuple_operand(value, f"{name} {key}"))
             else:
                 call_args.append(as_expr(value, f"{name} {key}"))

@@ -155,9 +155,11 @@ TABLE = {
     "group_norm": ("data, gamma, beta, num_groups, " + _NORM, "data gamma beta"),
     "batch_matmul": ("tensor_a, tensor_b, out_dtype='', transpose_a=False, transpose_b=True",
                      "tensor_a tensor_b", {"always": ("transpose_b",)}),
-    "sparse_dense": ("dense_mat, sparse_mat, sparse_lhs=False", "dense_mat *sparse_mat"),
-    "sparse_transpose": ("x", "*x", {"tuple_size": 3}),
-    "sparse_add": ("dense_mat, sparse_mat", "dense_mat *sparse_mat"),
+    # ``+``: the CSR/BSR namedtuple (data, indices, indptr) is three operands, as v0.19's
+    # MakeSparseDense / MakeSparseTranspose / MakeSparseAdd took it
+    "sparse_dense": ("dense_mat, sparse_mat, sparse_lhs=False", "dense_mat +sparse_mat"),
+    "sparse_transpose": ("x", "+x", {"tuple_size": 3}),
+    "sparse_add": ("dense_mat, sparse_mat", "dense_mat +sparse_mat"),
     "bitpack": ("data, bits=1, pack_axis=1, bit_axis=2, pack_type='uint32', name='BitPack'",
                 "data"),
     "bitserial_conv2d": (
