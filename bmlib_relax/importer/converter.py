@@ -54,7 +54,7 @@ from ..relay import ast
 from ..relay.params import check_param
 from ..relay.analysis import free_vars, post_order_list
 from ..relay.meta_recovery import box_refs, printed_ref
-from ..relay.op_schema import check_call, with_text_defaults
+from ..relay.op_schema import check_call, op_schema, with_text_defaults
 from ..relay.printer import print_type
 from . import provenance
 from .branches import lift_if_branches
@@ -603,6 +603,25 @@ _MUTUALLY_BROADCAST = frozenset(
     "qnn.add qnn.subtract qnn.mul".split())
 
 
+#: Ops that take a value of any type, a tuple too (they annotate it, or move it).
+_ANY_VALUE_OPS = frozenset({"on_device", "device_copy", "annotation.stop_fusion",
+                            "annotation.checkpoint", "annotation.compiler_begin",
+                            "annotation.compiler_end"})
+
+
+def _check_tensor_operands(node: ast.Call, inputs: list) -> None:
+    """Refuse a tuple given where the op takes a tensor, as Relay's type relations did
+    (``unravel_index(%i, (3, 4))`` ended in a converter's "'TupleType' object has no
+    attribute 'shape'")."""
+    schema = op_schema(node.op.name)
+    if schema is None or node.op.name in _ANY_VALUE_OPS:
+        return
+    problem = schema.tuple_given_for_tensor(
+        [isinstance(getattr(v, "ty", None), relax.TupleType) for v in inputs])
+    if problem is not None:
+        raise ConversionError(problem, op=node.op.name, location=_where(node))
+
+
 # Ops whose output dims over a run-time-sized input may come out negative, and why:
 # ``(input + padding - window) // stride + 1``, or an axis ``nn.pad`` cuts.
 _SHRINKING_OPS = (
@@ -664,8 +683,6 @@ def _check_result_dims(ty: Any, node: ast.Call) -> None:
 def _missing_attribute(exc: Exception, op_name: str, attrs: Mapping[str, Any]) -> Optional[str]:
     """The attribute a converter's ``KeyError`` asked for, when it is one of the op's
     attributes that the call does not carry (else None: some other lookup failed)."""
-    from ..relay.op_schema import op_schema
-
     key = exc.args[0] if isinstance(exc, KeyError) and exc.args else None
     schema = op_schema(op_name)
     if isinstance(key, str) and key not in attrs and schema is not None and key in schema.fields:
@@ -1229,6 +1246,7 @@ class RelayImporter:
             ctx = ConvertContext(self, node)
             attrs = self._call_attrs(node)
             self._check_call(node, attrs, len(inputs))
+            _check_tensor_operands(node, inputs)
             if op.name in _MUTUALLY_BROADCAST:
                 inputs = self._unify_run_time_dims(inputs, node)
             view = self.views.call(node, attrs, inputs, self._operands(node))

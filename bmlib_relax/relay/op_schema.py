@@ -20,7 +20,7 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -229,10 +229,20 @@ class OpSchema:
     fields: Mapping[str, Kind]
     operands: tuple[str, ...]  # names, in argument order
     min_args: int
+    tuple_operands: frozenset = frozenset()  # positions that take a tuple (``*data``)
 
     @property
     def max_args(self) -> int:
         return len(self.operands)
+
+    def tuple_given_for_tensor(self, is_tuple: Sequence[bool]) -> Optional[str]:
+        """The message for the first argument that is a tuple where the op takes a tensor
+        (``unravel_index(%i, (3, 4))``: Relay's type relation refused it), else None."""
+        for index, given_tuple in enumerate(is_tuple):
+            if given_tuple and index not in self.tuple_operands and index < len(self.operands):
+                return (f"argument {index} ({self.operands[index]}) is a tuple; this op takes "
+                        "a tensor there")
+        return None
 
     def check(self, attrs: Mapping[str, Any], num_args: int) -> Optional[str]:
         """The first problem of a call (its message), else None."""
@@ -304,7 +314,9 @@ def _build(op: str, signature: inspect.Signature, specs: tuple[str, ...]) -> OpS
               if name not in names}
     fields.update(EXTRA_FIELDS.get(op, {}))
     required = len(operands) - sum(1 for spec in specs if spec.startswith("?"))
-    return OpSchema(op, fields, operands, required)
+    tuples = frozenset(i for i, spec in enumerate(specs) if spec.startswith("*")) \
+        if not any(spec.startswith("+") for spec in specs) else frozenset()
+    return OpSchema(op, fields, operands, required, tuples)
 
 
 @lru_cache(maxsize=None)

@@ -253,3 +253,17 @@ def test_unique_padded_outputs(is_sorted):
     assert ty.fields[3] == relay.TensorType((1,), "int32")
     with pytest.raises(bmlib_relax.errors.ConversionError, match="unique.*dynamic length"):
         bmlib_relax.compile(relay.Function([dyn], relay.unique(dyn).astuple()))
+
+
+@pytest.mark.parametrize("body", ["unravel_index(%i, (3, 4))", "take((%x, %x), %i)",
+                                  "add((%x, %x), %x)"])
+def test_a_tuple_where_the_op_takes_a_tensor_is_named(body):
+    # Relay's type relations refused these; the converters failed on the tuple's type
+    # ("'TupleType' object has no attribute 'shape'")
+    from bmlib_relax import ConversionError
+
+    with pytest.raises(ConversionError, match=r"argument \d \(\w+\) is a tuple; this op "
+                                              r"takes a tensor there"):
+        bmlib_relax.compile('#[version = "0.0.5"]\n'
+                            'def @main(%x: Tensor[(3, 4), float32], %i: Tensor[(3), int64]) '
+                            f'{{ {body} }}')
