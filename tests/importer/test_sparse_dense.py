@@ -102,3 +102,19 @@ def test_a_sparse_operand_known_only_at_run_time_is_refused_by_name():
     with pytest.raises(ConversionError, match=r"nn.sparse_dense: the sparse operand .* is "
                                               r"known only when the model runs"):
         bmlib_relax.compile(_text(data, indices, indptr))
+
+
+def test_sparse_add_of_bound_weights_adds_the_dense_matrix():
+    data, indices, indptr = _random_sparse(3, 1, 1, column_blocks=8)
+    text = relay_fn(f"%x: Tensor[(3, 8), float32], %d: Tensor[({data.size},), float32], "
+                    f"%i: Tensor[({indices.size},), int32], %p: Tensor[(4,), int32]",
+                    "nn.relu(nn.sparse_add(%x, %d, %i, %p))")
+    model = bmlib_relax.compile(text, {"d": data, "i": indices, "p": indptr})
+    assert offloaded_partitions(model.relax_module)
+    x = RNG.standard_normal((3, 8)).astype("float32")
+    np.testing.assert_allclose(model(x), np.maximum(x + _as_dense(data, indices, indptr, 8), 0),
+                               rtol=1e-6)
+    with pytest.raises(ConversionError, match=r"indptr has 3 entries for the dense operand's "
+                                              r"3 rows"):
+        bmlib_relax.compile(text.replace("%p: Tensor[(4,)", "%p: Tensor[(3,)"),
+                            {"d": data, "i": indices, "p": indptr[:3]})

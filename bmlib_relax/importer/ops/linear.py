@@ -161,3 +161,27 @@ def _densified(values: np.ndarray, columns: np.ndarray, offsets: np.ndarray, wid
             block = values[entry] if values.ndim == 3 else values[entry].reshape(1, 1)
             matrix[row * block_rows:(row + 1) * block_rows, col:col + block_cols] += block
     return matrix
+
+
+@register_converter("nn.sparse_add")
+def _sparse_add(inputs, attrs, ctx):
+    """v0.19's ``nn.sparse_add``: ``dense + as_dense(S)``, ``S`` in CSR of the dense
+    operand's shape and dtype (SparseAddRel); made dense at import, as for
+    ``nn.sparse_dense``."""
+    dense, data, indices, indptr = inputs
+    arrays = [folded_value(v, ctx) for v in (data, indices, indptr)]
+    if any(a is None for a in arrays):
+        raise ctx.error("the sparse operand (data, indices, indptr) is known only when the "
+                        "model runs; bind it as weights (params) to import the op")
+    values, columns, offsets = arrays
+    dims = shape_of(dense)
+    if len(dims) != 2 or not all(isinstance(d, int) for d in dims):
+        raise ctx.error(f"the dense operand is {tuple(dims)}: sparse_add takes a 2-d matrix "
+                        "of static shape")
+    if values.ndim != 1 or str(values.dtype) != str(dense.ty.dtype):
+        raise ctx.error(f"the sparse data is {values.ndim}-d {values.dtype}: SparseAddRel took "
+                        f"1-d data of the dense operand's dtype ({dense.ty.dtype})")
+    if offsets.size - 1 != dims[0]:
+        raise ctx.error(f"indptr has {offsets.size} entries for the dense operand's {dims[0]} "
+                        f"rows: it needs rows + 1")
+    return relax.op.add(dense, relax.const(_densified(values, columns, offsets, dims[1], ctx)))

@@ -579,3 +579,14 @@ def _sparse_dense_type(arg_types, attrs, call):
     shape = (rows, dense.shape[0]) if attrs.get("sparse_lhs", False) else \
         (dense.shape[0], rows)
     return ast.TensorType(shape, dense.dtype)
+
+
+@register_type_relation("nn.sparse_add")
+def _sparse_add_type(arg_types, attrs, call):
+    """v0.19's SparseAddRel: the dense operand's type; 1-d sparse data and indices of its
+    dtype."""
+    dense, data, indices, _ = arg_types
+    if data.dtype != dense.dtype or len(data.shape) != 1 or len(indices.shape) != 1:
+        raise ValueError("sparse_add takes 1-d sparse data and indices, the data in the dense "
+                         "operand's dtype")
+    return ast.TensorType(tuple(dense.shape), dense.dtype)
