@@ -106,12 +106,8 @@ def _sparse_dense(inputs, attrs, ctx):
     is a plain ``matmul`` -- which bmlib offloads.  Entries outside the matrix, or an
     ``indptr`` that does not walk ``data`` forward, made topi read past its arrays; they
     are refused, naming the entry."""
-    dense, data, indices, indptr = inputs
-    arrays = [folded_value(v, ctx) for v in (data, indices, indptr)]
-    if any(a is None for a in arrays):
-        raise ctx.error("the sparse operand (data, indices, indptr) is known only when the "
-                        "model runs; bind it as weights (params) to import the op")
-    values, columns, offsets = arrays
+    dense = inputs[0]
+    values, columns, offsets = _bound_sparse_arrays(inputs[1:], ctx)
     if ndim_of(dense) != 2:
         raise ctx.error(f"the dense operand is {ndim_of(dense)}-d: v0.19's sparse_dense "
                         "took a 2-d matrix")
@@ -124,6 +120,15 @@ def _sparse_dense(inputs, attrs, ctx):
     if attrs.get("sparse_lhs", False):
         return relax.op.matmul(weight, relax.op.permute_dims(dense, [1, 0]))
     return relax.op.matmul(dense, relax.op.permute_dims(weight, [1, 0]))
+
+
+def _bound_sparse_arrays(operands, ctx) -> list:
+    """The ``(data, indices, indptr)`` arrays of a sparse operand bound at import."""
+    arrays = [folded_value(v, ctx) for v in operands]
+    if any(a is None for a in arrays):
+        raise ctx.error("the sparse operand (data, indices, indptr) is known only when the "
+                        "model runs; bind it as weights (params) to import the op")
+    return arrays
 
 
 def _densified(values: np.ndarray, columns: np.ndarray, offsets: np.ndarray, width: int,
@@ -168,12 +173,8 @@ def _sparse_add(inputs, attrs, ctx):
     """v0.19's ``nn.sparse_add``: ``dense + as_dense(S)``, ``S`` in CSR of the dense
     operand's shape and dtype (SparseAddRel); made dense at import, as for
     ``nn.sparse_dense``."""
-    dense, data, indices, indptr = inputs
-    arrays = [folded_value(v, ctx) for v in (data, indices, indptr)]
-    if any(a is None for a in arrays):
-        raise ctx.error("the sparse operand (data, indices, indptr) is known only when the "
-                        "model runs; bind it as weights (params) to import the op")
-    values, columns, offsets = arrays
+    dense = inputs[0]
+    values, columns, offsets = _bound_sparse_arrays(inputs[1:], ctx)
     dims = shape_of(dense)
     if len(dims) != 2 or not all(isinstance(d, int) for d in dims):
         raise ctx.error(f"the dense operand is {tuple(dims)}: sparse_add takes a 2-d matrix "
