@@ -398,7 +398,9 @@ class TypeInferencer:
         ``test_vm.py::test_multiple_ifs`` relies on it), and an argument of a call to a
         global takes the type the global annotates its parameter with."""
         def settle(var: A.Expr, ty: Optional[A.Type]) -> None:
-            if id(var) in untyped and ty is not None and not has_incomplete(ty):
+            # a type parameter (``def @id[A](%x: A)``) fixes nothing
+            if id(var) in untyped and ty is not None and not has_incomplete(ty) and \
+                    not _has_type_var(ty):
                 self.types[id(var)] = ty
                 var._set_checked_type(ty)
                 untyped.discard(id(var))
@@ -695,6 +697,16 @@ def has_incomplete(ty: A.Type) -> bool:
         return True
     if isinstance(ty, A.TupleType):
         return any(has_incomplete(f) for f in ty.fields)
+    return False
+
+
+def _has_type_var(ty: A.Type) -> bool:
+    if isinstance(ty, A.TypeVar):
+        return True
+    if isinstance(ty, A.TupleType):
+        return any(_has_type_var(f) for f in ty.fields)
+    if isinstance(ty, A.FuncType):
+        return any(_has_type_var(t) for t in (*ty.params, ty.ret))
     return False
 
 

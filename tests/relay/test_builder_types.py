@@ -9,7 +9,7 @@ from tvm import te
 
 import bmlib_relax
 from bmlib_relax import relay
-from bmlib_relax.errors import BmlibError, RelayTypeError
+from bmlib_relax.errors import BmlibError, ConversionError, RelayTypeError
 from bmlib_relax.relay.testing import run_infer_type
 from conftest import offloaded_partitions
 
@@ -142,6 +142,13 @@ def @main(%c, %y) { if (%c) { @double(%y) } else { %y } }
     y = np.array([1.5, -2.0], "float32")
     np.testing.assert_array_equal(model(np.array(True), y), 2 * y)
     np.testing.assert_array_equal(model(np.array(False), y), y)
+    # a type parameter fixes nothing: %y stays untyped, as the message says
+    generic = """#[version = "0.0.5"]
+def @id[A](%x: A) -> A { %x }
+def @main(%y) { @id(%y) }
+"""
+    with pytest.raises(ConversionError, match=r"input %y has no type annotation"):
+        bmlib_relax.compile(generic)
 
 
 def test_a_variable_whose_type_nothing_determines_is_a_clear_error():
