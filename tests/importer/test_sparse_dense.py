@@ -84,7 +84,7 @@ def test_the_builder_takes_the_sparse_matrix_as_a_namedtuple_or_a_tuple():
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"i": np.array([0, 9], "int32")}, r"indices\[1\] is 9: the dense operand has 8 column"),
+    ({"i": np.array([0, 9], "int32")}, r"indices\[1\] is 9: outside the 8 column block"),
     ({"p": np.array([0, 2, 1], "int32")}, r"indptr\[2\] is 1: indptr must rise"),
     ({"p": np.array([0, 1, 3], "int32")}, r"indptr\[2\] is 3: .* at most the 2 stored"),
 ])
@@ -118,3 +118,27 @@ def test_sparse_add_of_bound_weights_adds_the_dense_matrix():
                                               r"3 rows"):
         bmlib_relax.compile(text.replace("%p: Tensor[(4,)", "%p: Tensor[(3,)"),
                             {"d": data, "i": indices, "p": indptr[:3]})
+
+
+def test_sparse_transpose_of_a_bound_square_matrix():
+    # v0.19's topi placed each row's entries in the transposed rows in row order
+    data, indices, indptr = _random_sparse(5, 1, 1, column_blocks=5, density=0.5)
+    ty = f"Tensor[({data.size},), float32], %i: Tensor[({data.size},), int32], " \
+         f"%p: Tensor[(6,), int32]"
+    text = relay_fn(f"%x: Tensor[(2, 5), float32], %d: {ty}",
+                    "%0 = nn.sparse_transpose(%d, %i, %p);\n"
+                    "  nn.relu(nn.sparse_dense(%x, %0.0, %0.1, %0.2))")
+    model = bmlib_relax.compile(text, {"d": data, "i": indices, "p": indptr})
+    assert offloaded_partitions(model.relax_module)
+    x = RNG.standard_normal((2, 5)).astype("float32")
+    transposed = _as_dense(data, indices, indptr, 5).T
+    np.testing.assert_allclose(model(x), np.maximum(x @ transposed.T, 0), rtol=1e-5,
+                               atol=1e-6)
+    arrays = relay.nn.sparse_transpose(tuple(map(relay.const, (data, indices, indptr))))
+    out = bmlib_relax.compile(relay.Function([], arrays.astuple()))()
+    t_data, t_indices, t_indptr = out
+    assert [a.dtype for a in out] == [np.float32, np.int32, np.int32]
+    np.testing.assert_array_equal(_as_dense(t_data, t_indices, t_indptr, 5), transposed)
+    for row in range(5):
+        assert list(t_indices[t_indptr[row]:t_indptr[row + 1]]) == \
+            sorted(t_indices[t_indptr[row]:t_indptr[row + 1]])

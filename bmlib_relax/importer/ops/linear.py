@@ -131,6 +131,27 @@ def _bound_sparse_arrays(operands, ctx) -> list:
     return arrays
 
 
+def _checked_entries(values: np.ndarray, columns: np.ndarray, offsets: np.ndarray,
+                     column_blocks: int, ctx) -> np.ndarray:
+    """``offsets`` as int64, once every stored entry a row reaches lies inside the arrays
+    and the matrix (``column_blocks`` columns): topi's loops read whatever indptr and
+    indices said, past the arrays' ends."""
+    offsets = offsets.astype(np.int64)
+    bad = np.flatnonzero((np.diff(offsets) < 0) | (offsets[1:] > min(values.shape[0],
+                                                                     columns.size)))
+    if offsets.size and (offsets[0] < 0 or bad.size):
+        at = 0 if offsets[0] < 0 else int(bad[0]) + 1
+        raise ctx.error(f"indptr[{at}] is {int(offsets[at])}: indptr must rise from 0 to at "
+                        f"most the {min(values.shape[0], columns.size)} stored entries")
+    used = np.concatenate([np.arange(offsets[r], offsets[r + 1])
+                           for r in range(offsets.size - 1)] or [np.zeros(0, np.int64)])
+    outside = used[(columns[used] < 0) | (columns[used] >= column_blocks)]
+    if outside.size:
+        raise ctx.error(f"indices[{int(outside[0])}] is {int(columns[outside[0]])}: outside the "
+                        f"{column_blocks} column block(s) of the matrix")
+    return offsets
+
+
 def _densified(values: np.ndarray, columns: np.ndarray, offsets: np.ndarray, width: int,
                ctx) -> np.ndarray:
     """The ``(rows, width)`` matrix a CSR / BSR triple describes, checked entry by entry."""
@@ -146,19 +167,7 @@ def _densified(values: np.ndarray, columns: np.ndarray, offsets: np.ndarray, wid
     if rows * width > MAX_DENSIFIED_ELEMENTS:
         raise ctx.error(f"the sparse operand is {rows} x {width}: more than "
                         f"{MAX_DENSIFIED_ELEMENTS} elements to make dense")
-    offsets = offsets.astype(np.int64)
-    bad = np.flatnonzero((np.diff(offsets) < 0) | (offsets[1:] > min(values.shape[0],
-                                                                     columns.size)))
-    if offsets.size and (offsets[0] < 0 or bad.size):
-        at = 0 if offsets[0] < 0 else int(bad[0]) + 1
-        raise ctx.error(f"indptr[{at}] is {int(offsets[at])}: indptr must rise from 0 to at "
-                        f"most the {min(values.shape[0], columns.size)} stored entries")
-    used = np.concatenate([np.arange(offsets[r], offsets[r + 1])
-                           for r in range(offsets.size - 1)] or [np.zeros(0, np.int64)])
-    outside = used[(columns[used] < 0) | (columns[used] >= width // block_cols)]
-    if outside.size:
-        raise ctx.error(f"indices[{int(outside[0])}] is {int(columns[outside[0]])}: the dense "
-                        f"operand has {width // block_cols} column block(s)")
+    offsets = _checked_entries(values, columns, offsets, width // block_cols, ctx)
     matrix = np.zeros((rows, width), values.dtype)
     for row in range(offsets.size - 1):
         for entry in range(offsets[row], offsets[row + 1]):
@@ -186,3 +195,29 @@ def _sparse_add(inputs, attrs, ctx):
         raise ctx.error(f"indptr has {offsets.size} entries for the dense operand's {dims[0]} "
                         f"rows: it needs rows + 1")
     return relax.op.add(dense, relax.const(_densified(values, columns, offsets, dims[1], ctx)))
+
+
+@register_converter("nn.sparse_transpose")
+def _sparse_transpose(inputs, attrs, ctx):
+    """v0.19's ``nn.sparse_transpose`` of a square CSR matrix (SparseTransposeRel: the
+    three arrays keep their shapes): the transposed rows hold their entries in the order
+    of the original rows, as topi's counting sort placed them.  Computed at import from
+    bound arrays; the result is the three arrays as constants."""
+    values, columns, offsets = _bound_sparse_arrays(inputs, ctx)
+    if values.ndim != 1 or columns.ndim != 1 or offsets.ndim != 1 or offsets.size < 1:
+        raise ctx.error(f"data {values.shape}, indices {columns.shape} and indptr "
+                        f"{offsets.shape}: sparse_transpose takes a CSR matrix of 1-d arrays")
+    size = offsets.size - 1
+    offsets = _checked_entries(values, columns, offsets, size, ctx)
+    rows_of = [[] for _ in range(size)]
+    for row in range(size):
+        for entry in range(offsets[row], offsets[row + 1]):
+            rows_of[int(columns[entry])].append((row, entry))
+    order = [pair for column in rows_of for pair in column]
+    data = np.zeros_like(values)
+    indices = np.zeros_like(columns)
+    data[:len(order)] = [values[entry] for _, entry in order]
+    indices[:len(order)] = [row for row, _ in order]
+    indptr = np.zeros(offsets.shape, str(inputs[2].ty.dtype))
+    indptr[1:] = np.cumsum([len(column) for column in rows_of])
+    return relax.Tuple([relax.const(data), relax.const(indices), relax.const(indptr)])

@@ -590,3 +590,12 @@ def _sparse_add_type(arg_types, attrs, call):
         raise ValueError("sparse_add takes 1-d sparse data and indices, the data in the dense "
                          "operand's dtype")
     return ast.TensorType(tuple(dense.shape), dense.dtype)
+
+
+@register_type_relation("nn.sparse_transpose")
+def _sparse_transpose_type(arg_types, attrs, call):
+    """v0.19's SparseTransposeRel: the three arrays keep their types (a square matrix)."""
+    data, indices, indptr = arg_types
+    if len(data.shape) != 1 or len(indices.shape) != 1:
+        raise ValueError("sparse_transpose takes 1-d CSR data and indices")
+    return ast.TupleType((data, indices, indptr))
